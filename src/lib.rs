@@ -1,0 +1,46 @@
+//! Test harness for fencedlock: starts real `redis-server` / `valkey-server` processes with
+//! the freshly built module, on 127.0.0.1, each in its own temp dir; plus replicas,
+//! clusters and faults (stop, kill -9, pause, restart).
+//!
+//! No mocks: a test that cannot start its server fails with the server's log.
+//!
+//! ```no_run
+//! use harness::Server;
+//! let server = Server::start();
+//! let fence: i64 = server.cmd(&["FENCEDLOCK.ACQUIRE", "k", "tok", "1000"]).unwrap();
+//! assert!(fence > 0);
+//! ```
+//!
+//! Environment:
+//! - `FENCEDLOCK_FLAVOR` = `redis` (default) | `valkey`
+//! - `FENCEDLOCK_REDIS_SERVER`, `FENCEDLOCK_VALKEY_SERVER`, `FENCEDLOCK_REDIS_CLI`: binaries
+//! - `FENCEDLOCK_MODULE`: a prebuilt module `.so` (skips `cargo build`)
+
+mod cli;
+mod cluster;
+mod config;
+mod error;
+mod flavor;
+mod paths;
+mod persistence;
+mod ports;
+mod process;
+mod replication;
+mod reply;
+mod server;
+mod wait;
+
+pub use cluster::{Cluster, ClusterBuilder, CLUSTER_TIMEOUT};
+pub use config::Directive;
+pub use error::{HarnessError, Result};
+pub use flavor::Flavor;
+pub use paths::{module_path, redis_cli, workspace_root};
+pub use persistence::PERSIST_TIMEOUT;
+pub use ports::{pick_port, PORT_MAX, PORT_MIN};
+pub use replication::{wait_replica_online, SYNC_TIMEOUT};
+pub use reply::{error_text, parse_info};
+pub use server::{Server, ServerBuilder, START_TIMEOUT};
+pub use wait::poll;
+
+/// Re-export so tests use the same `redis` version as the harness.
+pub use redis;

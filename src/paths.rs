@@ -1,0 +1,84 @@
+//! Where things are: the workspace root, the freshly built module, binaries on `PATH`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::error::HarnessError;
+
+/// The workspace root (the harness is the root package, so it is this crate's manifest dir).
+pub fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Path of the module `.so` to load, built once per test process.
+///
+/// `FENCEDLOCK_MODULE` overrides it (no build). Otherwise this runs
+/// `cargo build --release -p fencedlock-module` so a test never loads a stale module, and
+/// panics with cargo's output if that build fails.
+pub fn module_path() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        if let Some(path) = std::env::var_os("FENCEDLOCK_MODULE") {
+            let path = PathBuf::from(path);
+            return if path.is_file() {
+                Ok(path)
+            } else {
+                Err(format!("FENCEDLOCK_MODULE={path:?} is not a file"))
+            };
+        }
+        build_module().map_err(|e| e.to_string())
+    });
+    match built {
+        Ok(path) => path.clone(),
+        Err(msg) => panic!("fencedlock module unavailable: {msg}"),
+    }
+}
+
+fn build_module() -> Result<PathBuf, HarnessError> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let root = workspace_root();
+    let output = Command::new(&cargo)
+        .args(["build", "--release", "-p", "fencedlock-module"])
+        .current_dir(root)
+        .output()
+        .map_err(|e| HarnessError::ModuleBuild(format!("cannot run {cargo:?}: {e}")))?;
+    if !output.status.success() {
+        return Err(HarnessError::ModuleBuild(format!(
+            "`cargo build --release -p fencedlock-module` exited with {}:\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        )));
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    let target = if target.is_absolute() { target } else { root.join(target) };
+    let so = target.join("release").join("libfencedlock_module.so");
+    if so.is_file() {
+        Ok(so)
+    } else {
+        Err(HarnessError::ModuleBuild(format!("build succeeded but {so:?} is missing")))
+    }
+}
+
+/// Resolve a program name the way a shell would: a path is taken as is, a bare name is
+/// looked up on `PATH`. `None` when it does not exist.
+pub fn find_program(name: &Path) -> Option<PathBuf> {
+    if name.components().count() > 1 {
+        return name.is_file().then(|| name.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The `redis-cli` binary (env `FENCEDLOCK_REDIS_CLI`, default `redis-cli`); it also
+/// drives Valkey, whose protocol and `--cluster` tooling are compatible.
+pub fn redis_cli() -> PathBuf {
+    let name = std::env::var_os("FENCEDLOCK_REDIS_CLI").unwrap_or_else(|| "redis-cli".into());
+    find_program(Path::new(&name)).unwrap_or_else(|| {
+        panic!("redis-cli not found ({name:?}); install it with `apt-get install redis-server` (or set FENCEDLOCK_REDIS_CLI)")
+    })
+}

@@ -1,0 +1,62 @@
+//! Primary / replica helpers: start a replica, wait until it is really in sync, promote it.
+
+use std::time::Duration;
+
+use crate::server::Server;
+use crate::wait::poll;
+
+/// How long a replica may take to finish its initial sync.
+pub const SYNC_TIMEOUT: Duration = Duration::from_secs(15);
+
+impl Server {
+    /// Start a replica of this server (same flavor, module, module args) and wait until the
+    /// primary lists it as `state=online`.
+    pub fn start_replica(&self) -> Server {
+        let replica = self.replica_builder().start();
+        wait_replica_online(self, &replica);
+        replica
+    }
+
+    /// `WAIT replicas timeout`: block until `replicas` replicas acknowledged every write so
+    /// far; panics if fewer did within `timeout`.
+    pub fn wait_for_replicas(&self, replicas: usize, timeout: Duration) {
+        let acked: i64 = self
+            .query(redis::cmd("WAIT").arg(replicas).arg(timeout.as_millis() as u64))
+            .unwrap_or_else(|e| panic!("WAIT on {}: {e}", self.addr()));
+        assert!(
+            acked >= replicas as i64,
+            "WAIT {replicas}: only {acked} replica(s) acknowledged within {timeout:?}"
+        );
+    }
+
+    /// Promote this replica (`REPLICAOF NO ONE`) and wait until it reports `role:master`.
+    pub fn promote(&self) {
+        let _: () = self
+            .query(redis::cmd("REPLICAOF").arg("NO").arg("ONE"))
+            .unwrap_or_else(|e| panic!("REPLICAOF NO ONE on {}: {e}", self.addr()));
+        poll(&format!("{} to report role:master", self.addr()), Duration::from_secs(5), || {
+            self.info_field("replication", "role").as_deref() == Some("master")
+        });
+    }
+}
+
+/// Wait until `primary`'s `INFO replication` lists `replica` with `state=online` and the
+/// replica reports `master_link_status:up`.
+///
+/// With disk-based sync (the harness default) `online` means the RDB was loaded and the
+/// command stream flows; after that `WAIT` is meaningful.
+pub fn wait_replica_online(primary: &Server, replica: &Server) {
+    let needle = format!("port={},state=online", replica.port());
+    poll(
+        &format!("replica {} online at primary {}", replica.addr(), primary.addr()),
+        SYNC_TIMEOUT,
+        || {
+            let online = primary
+                .info("replication")
+                .iter()
+                .any(|(k, v)| k.starts_with("slave") && v.contains(&needle));
+            online
+                && replica.info_field("replication", "master_link_status").as_deref() == Some("up")
+        },
+    );
+}

@@ -1,0 +1,519 @@
+//! One real `redis-server` / `valkey-server` process with the module loaded.
+//!
+//! Each server lives in its own temporary directory (config, log, RDB, AOF), listens on
+//! 127.0.0.1 on a port below the ephemeral range, and is killed when the `Server` is dropped,
+//! so no process outlives its test, even one that panics.
+
+use std::collections::HashMap;
+use std::fs::{self, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use redis::{FromRedisValue, ToRedisArgs};
+use tempfile::TempDir;
+
+use crate::config::{self, Directive};
+use crate::error::{HarnessError, Result};
+use crate::flavor::Flavor;
+use crate::paths::module_path;
+use crate::ports::pick_port;
+use crate::process;
+use crate::reply::parse_info;
+
+/// How long a server may take to answer PING after it is spawned.
+pub const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `stop()` waits for a graceful exit before it kills.
+const STOP_TIMEOUT: Duration = Duration::from_secs(20);
+/// Read/write timeout of connections the harness hands out: long enough for any test
+/// command, short enough that a hung server fails the test instead of hanging CI.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// Tries with a fresh port when the chosen one is taken between probe and bind.
+const PORT_TRIES: usize = 8;
+
+const CONF_FILE: &str = "server.conf";
+const LOG_FILE: &str = "server.log";
+const STDIO_FILE: &str = "stdio.log";
+
+/// Configures and starts a [`Server`].
+///
+/// ```no_run
+/// let server = harness::Server::builder().arg("appendonly", "yes").start();
+/// ```
+#[derive(Debug, Clone)]
+pub struct ServerBuilder {
+    flavor: Flavor,
+    directives: Vec<Directive>,
+    module: ModuleChoice,
+    module_args: Vec<String>,
+    dir: Option<PathBuf>,
+    port: Option<u16>,
+    cluster: bool,
+    start_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+enum ModuleChoice {
+    Built,
+    Path(PathBuf),
+    None,
+}
+
+impl Default for ServerBuilder {
+    fn default() -> Self {
+        ServerBuilder {
+            flavor: Flavor::from_env(),
+            directives: Vec::new(),
+            module: ModuleChoice::Built,
+            module_args: Vec::new(),
+            dir: None,
+            port: None,
+            cluster: false,
+            start_timeout: START_TIMEOUT,
+        }
+    }
+}
+
+impl ServerBuilder {
+    /// Defaults: flavor from `FENCEDLOCK_FLAVOR`, freshly built module, fresh temp dir.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Run this flavor instead of the one from the environment.
+    pub fn flavor(mut self, flavor: Flavor) -> Self {
+        self.flavor = flavor;
+        self
+    }
+
+    /// A config directive with one argument, e.g. `.arg("appendonly", "yes")` or
+    /// `.arg("fencedlock.restart-grace-ms", "1500")`. Replaces a harness default of that name.
+    pub fn arg(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.directives.push(Directive::new(name, [value.into()]));
+        self
+    }
+
+    /// A config directive with several arguments, e.g. `.args("save", ["60", "1"])`.
+    pub fn args<I, S>(mut self, name: impl Into<String>, values: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.directives.push(Directive::new(name, values));
+        self
+    }
+
+    /// An argument passed to the module on `loadmodule`.
+    pub fn module_arg(mut self, value: impl Into<String>) -> Self {
+        self.module_args.push(value.into());
+        self
+    }
+
+    /// Load this `.so` instead of building the workspace's module.
+    pub fn module(mut self, path: impl Into<PathBuf>) -> Self {
+        self.module = ModuleChoice::Path(path.into());
+        self
+    }
+
+    /// Start a plain server without the module (harness self-tests, comparisons).
+    pub fn without_module(mut self) -> Self {
+        self.module = ModuleChoice::None;
+        self
+    }
+
+    /// Keep data in this directory (which must exist and outlive the server) instead of a
+    /// fresh temp dir: a new server started on the same directory loads its RDB / AOF.
+    pub fn persistence_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.dir = Some(dir.into());
+        self
+    }
+
+    /// Listen on this port instead of a random free one.
+    pub fn port(mut self, port: u16) -> Self {
+        self.port = Some(port);
+        self
+    }
+
+    /// Start as a replica of `primary` (`replicaof 127.0.0.1 <port>`).
+    pub fn replica_of(self, primary: &Server) -> Self {
+        self.args("replicaof", ["127.0.0.1".to_string(), primary.port().to_string()])
+    }
+
+    /// Cluster mode: `cluster-enabled yes`, and a port whose bus port (+10000) is free.
+    pub fn cluster_enabled(mut self) -> Self {
+        self.cluster = true;
+        self.arg("cluster-enabled", "yes").arg("cluster-config-file", "nodes.conf")
+    }
+
+    /// How long to wait for the first PING answer (default 10 s).
+    pub fn start_timeout(mut self, limit: Duration) -> Self {
+        self.start_timeout = limit;
+        self
+    }
+
+    /// Start the server; panics with the server's log if it does not come up.
+    pub fn start(self) -> Server {
+        self.try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Start the server, retrying on another port if the chosen one was taken meanwhile.
+    pub fn try_start(self) -> Result<Server> {
+        let binary = self.flavor.try_server_binary()?;
+        let module = match &self.module {
+            ModuleChoice::Built => Some(module_path()),
+            ModuleChoice::Path(p) => Some(p.clone()),
+            ModuleChoice::None => None,
+        };
+        let dir = match &self.dir {
+            Some(dir) => DataDir::Given(dir.clone()),
+            None => DataDir::Temp(
+                tempfile::Builder::new().prefix(&format!("fencedlock-{}-", self.flavor)).tempdir()?,
+            ),
+        };
+        let mut server = Server {
+            flavor: self.flavor,
+            binary,
+            module,
+            module_args: self.module_args,
+            directives: self.directives,
+            port: self.port.unwrap_or_else(|| pick_port(self.cluster)),
+            dir,
+            child: None,
+            conn: Mutex::new(None),
+            start_timeout: self.start_timeout,
+        };
+        let tries = if self.port.is_some() { 1 } else { PORT_TRIES };
+        for attempt in 1..=tries {
+            match server.spawn_and_wait() {
+                Ok(()) => return Ok(server),
+                Err(e) if attempt < tries && server.log_contents().contains("Address already in use") => {
+                    let _ = e;
+                    server.port = pick_port(self.cluster);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        unreachable!("the last attempt returns")
+    }
+}
+
+#[derive(Debug)]
+enum DataDir {
+    Temp(TempDir),
+    Given(PathBuf),
+}
+
+impl DataDir {
+    fn path(&self) -> &Path {
+        match self {
+            DataDir::Temp(t) => t.path(),
+            DataDir::Given(p) => p,
+        }
+    }
+}
+
+/// A running (or stopped, restartable) server process.
+pub struct Server {
+    flavor: Flavor,
+    binary: PathBuf,
+    module: Option<PathBuf>,
+    module_args: Vec<String>,
+    directives: Vec<Directive>,
+    port: u16,
+    dir: DataDir,
+    child: Option<Child>,
+    /// Cached connection for [`Server::query`]; dropped whenever the process changes.
+    conn: Mutex<Option<redis::Connection>>,
+    start_timeout: Duration,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("flavor", &self.flavor)
+            .field("port", &self.port)
+            .field("dir", &self.dir())
+            .field("pid", &self.child.as_ref().map(Child::id))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// A builder with the defaults (see [`ServerBuilder::new`]).
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder::new()
+    }
+
+    /// Start a server with all defaults (module loaded, flavor from env).
+    pub fn start() -> Server {
+        ServerBuilder::new().start()
+    }
+
+    /// A builder for a replica of this server: same flavor, module and module args.
+    pub fn replica_builder(&self) -> ServerBuilder {
+        let mut b = ServerBuilder::new().flavor(self.flavor).replica_of(self);
+        b.module = match &self.module {
+            Some(p) => ModuleChoice::Path(p.clone()),
+            None => ModuleChoice::None,
+        };
+        b.module_args = self.module_args.clone();
+        b
+    }
+
+    /// Which server implementation this is.
+    pub fn flavor(&self) -> Flavor {
+        self.flavor
+    }
+
+    /// The TCP port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:PORT`, as `redis-cli --cluster` wants it.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The data directory (config, log, RDB, AOF).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The module `.so` loaded, if any.
+    pub fn module(&self) -> Option<&Path> {
+        self.module.as_deref()
+    }
+
+    /// Whether the process is running (possibly paused).
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)))
+    }
+
+    /// A `redis::Client` for this server.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).unwrap_or_else(|e| panic!("bad url {}: {e}", self.url()))
+    }
+
+    /// A new blocking connection (30 s read/write timeouts so a hang fails the test).
+    pub fn conn(&self) -> redis::Connection {
+        self.try_conn().unwrap_or_else(|e| panic!("connect to {}: {e}", self.addr()))
+    }
+
+    fn try_conn(&self) -> redis::RedisResult<redis::Connection> {
+        let conn = self.client().get_connection_with_timeout(Duration::from_secs(5))?;
+        conn.set_read_timeout(Some(IO_TIMEOUT))?;
+        conn.set_write_timeout(Some(IO_TIMEOUT))?;
+        Ok(conn)
+    }
+
+    /// A new multiplexed async connection (needs a tokio runtime).
+    pub async fn async_conn(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap_or_else(|e| panic!("async connect to {}: {e}", self.addr()))
+    }
+
+    /// Run a command on a cached connection; the server's reply (or error) is returned.
+    /// A connection-level failure drops the cache so the next call reconnects.
+    pub fn query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some(self.try_conn()?);
+        }
+        let conn = slot.as_mut().expect("connection was just set");
+        let result = cmd.query::<T>(conn);
+        if let Err(e) = &result {
+            if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+                *slot = None;
+            }
+        }
+        result
+    }
+
+    /// Run a command given as arguments, e.g. `server.cmd::<i64>(&["DBSIZE"])`.
+    pub fn cmd<T: FromRedisValue>(&self, args: &[impl ToRedisArgs]) -> redis::RedisResult<T> {
+        let mut cmd = redis::Cmd::new();
+        for a in args {
+            cmd.arg(a);
+        }
+        self.query(&cmd)
+    }
+
+    /// `INFO <section>` parsed into `field -> value`; panics if INFO fails.
+    pub fn info(&self, section: &str) -> HashMap<String, String> {
+        let text: String = self
+            .query(redis::cmd("INFO").arg(section))
+            .unwrap_or_else(|e| panic!("INFO {section} on {}: {e}", self.addr()));
+        parse_info(&text)
+    }
+
+    /// One `INFO` field, e.g. `info_field("replication", "role")`.
+    pub fn info_field(&self, section: &str, field: &str) -> Option<String> {
+        self.info(section).remove(field)
+    }
+
+    /// The server log (and anything it printed to stdout/stderr before opening the log).
+    pub fn log_contents(&self) -> String {
+        let mut out = fs::read_to_string(self.dir().join(STDIO_FILE)).unwrap_or_default();
+        out.push_str(&fs::read_to_string(self.dir().join(LOG_FILE)).unwrap_or_default());
+        out
+    }
+
+    /// The last `n` lines of [`Server::log_contents`].
+    pub fn log_tail(&self, n: usize) -> String {
+        let log = self.log_contents();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// Change (or add) a config directive for the next [`Server::restart`], e.g. to restart
+    /// with `fencedlock.restart-grace-ms`. Does not touch the running process.
+    pub fn set_restart_arg(&mut self, name: &str, value: &str) {
+        self.directives.retain(|d| !d.name.eq_ignore_ascii_case(name));
+        self.directives.push(Directive::new(name, [value]));
+    }
+
+    /// Graceful stop: SIGTERM (the server's normal shutdown: flushes the AOF, and saves an
+    /// RDB only if `save` points are configured) and wait. Panics if it does not exit.
+    pub fn stop(&mut self) {
+        self.drop_conn();
+        let port = self.port;
+        let Some(mut child) = self.child.take() else { return };
+        process::signal(&child, libc::SIGCONT);
+        process::signal(&child, libc::SIGTERM);
+        if process::wait_timeout(&mut child, STOP_TIMEOUT).is_none() {
+            process::kill_and_reap(&mut child);
+            panic!(
+                "server on port {port} ignored SIGTERM for {STOP_TIMEOUT:?}; killed it\n{}",
+                self.log_tail(30)
+            );
+        }
+    }
+
+    /// Crash: SIGKILL, nothing flushed beyond what the server already wrote.
+    pub fn kill9(&mut self) {
+        self.drop_conn();
+        if let Some(mut child) = self.child.take() {
+            process::kill_and_reap(&mut child);
+        }
+    }
+
+    /// Freeze the process (SIGSTOP), e.g. to simulate a GC pause or a partitioned node.
+    pub fn pause(&self) {
+        if let Some(child) = &self.child {
+            process::signal(child, libc::SIGSTOP);
+        }
+    }
+
+    /// Thaw a paused process (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(child) = &self.child {
+            process::signal(child, libc::SIGCONT);
+        }
+    }
+
+    /// Start again on the same port and directory, so it loads its own RDB / AOF.
+    /// A running server is stopped gracefully first.
+    pub fn restart(&mut self) {
+        self.stop();
+        // The port may briefly be held by a previous accept socket; retry a few times.
+        let mut last = None;
+        for _ in 0..5 {
+            match self.spawn_and_wait() {
+                Ok(()) => return,
+                Err(e) => {
+                    let busy = self.log_contents().contains("Address already in use");
+                    last = Some(e);
+                    if !busy {
+                        break;
+                    }
+                    sleep(Duration::from_millis(200));
+                }
+            }
+        }
+        panic!("restart failed: {}", last.expect("loop ran at least once"));
+    }
+
+    fn drop_conn(&self) {
+        *self.conn.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Write the config, spawn the process, wait for PING.
+    fn spawn_and_wait(&mut self) -> Result<()> {
+        self.drop_conn();
+        let dir = self.dir().to_path_buf();
+        let conf = config::render(
+            self.port,
+            &dir,
+            &dir.join(LOG_FILE),
+            self.module.as_deref().map(|m| (m, self.module_args.as_slice())),
+            &self.directives,
+        );
+        let conf_path = dir.join(CONF_FILE);
+        fs::write(&conf_path, conf)?;
+        let stdio = OpenOptions::new().create(true).append(true).open(dir.join(STDIO_FILE))?;
+        let child = Command::new(&self.binary)
+            .arg(&conf_path)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(stdio.try_clone()?))
+            .stderr(Stdio::from(stdio))
+            .spawn()?;
+        self.child = Some(child);
+        match self.wait_ready() {
+            Ok(()) => Ok(()),
+            Err(reason) => {
+                if let Some(mut child) = self.child.take() {
+                    process::kill_and_reap(&mut child);
+                }
+                Err(HarnessError::StartFailed {
+                    port: self.port,
+                    reason: format!("{} ({}): {reason}", self.binary.display(), self.flavor),
+                    log: dir.join(LOG_FILE),
+                    log_tail: self.log_tail(30),
+                })
+            }
+        }
+    }
+
+    fn wait_ready(&mut self) -> std::result::Result<(), String> {
+        let deadline = Instant::now() + self.start_timeout;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    return Err(format!("process exited with {status}"));
+                }
+            }
+            let last_error =
+                match self.try_conn().and_then(|mut c| redis::cmd("PING").query::<String>(&mut c)) {
+                    Ok(_) => return Ok(()),
+                    Err(e) => e.to_string(),
+                };
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no PING answer within {:?} (last error: {last_error})",
+                    self.start_timeout
+                ));
+            }
+            sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.drop_conn();
+        if let Some(mut child) = self.child.take() {
+            process::kill_and_reap(&mut child);
+        }
+    }
+}
