@@ -1,0 +1,167 @@
+//! The `fencelock` data type: RDB save/load (also used by `DUMP`/`RESTORE`), AOF rewrite,
+//! `MEMORY USAGE`, `DEBUG DIGEST-VALUE`, `COPY`, and the high-water mark as RDB aux data.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use redis_module::native_types::RedisType;
+use redis_module::raw;
+
+use crate::ffi::{guard, log_warning};
+use crate::lease::{Lock, Record};
+use crate::{clock, replication, state};
+
+/// The on-disk encoding version. Bump it when the layout below changes; `rdb_load` refuses
+/// versions it does not know instead of guessing.
+const ENCODING_VERSION: i32 = 1;
+
+pub static LOCK_TYPE: RedisType = RedisType::new(
+    "fencelock",
+    ENCODING_VERSION,
+    raw::RedisModuleTypeMethods {
+        version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
+        rdb_load: Some(rdb_load),
+        rdb_save: Some(rdb_save),
+        aof_rewrite: Some(aof_rewrite),
+        mem_usage: Some(mem_usage),
+        digest: Some(digest),
+        free: Some(free),
+        aux_load: Some(aux_load),
+        aux_save: Some(aux_save),
+        aux_save2: None,
+        aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
+        free_effort: None,
+        unlink: None,
+        copy: Some(copy),
+        defrag: None,
+        copy2: None,
+        free_effort2: None,
+        mem_usage2: None,
+        unlink2: None,
+    },
+);
+
+/// Layout (encver 1): fence, holder flag (0/1), and for a holder its token and remaining µs.
+unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
+    guard("rdb_save", (), || {
+        // SAFETY: Redis passes a value of our type.
+        let Some(lock) = (unsafe { value.cast::<Lock>().as_ref() }) else { return };
+        let record = lock.record(clock::now());
+        raw::save_unsigned(rdb, record.fence);
+        match record.holder {
+            None => raw::save_unsigned(rdb, 0),
+            Some((token, remaining)) => {
+                raw::save_unsigned(rdb, 1);
+                raw::save_slice(rdb, token);
+                raw::save_unsigned(rdb, remaining);
+            }
+        }
+    });
+}
+
+/// Returns null, which fails the load (or the `RESTORE`), for a truncated or malformed value.
+unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
+    guard("rdb_load", std::ptr::null_mut(), || {
+        if encver != ENCODING_VERSION {
+            log_warning(std::ptr::null_mut(), &format!("fencedlock: unknown lock encoding version {encver}"));
+            return std::ptr::null_mut();
+        }
+        match load_lock(rdb) {
+            Some(lock) => Box::into_raw(Box::new(lock)).cast(),
+            None => {
+                log_warning(std::ptr::null_mut(), "fencedlock: refusing a truncated or malformed lock value");
+                std::ptr::null_mut()
+            }
+        }
+    })
+}
+
+fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
+    let fence = raw::load_unsigned(rdb).ok()?;
+    let token_buf;
+    let holder = match raw::load_unsigned(rdb).ok()? {
+        0 => None,
+        1 => {
+            token_buf = raw::load_string_buffer(rdb).ok()?;
+            Some((token_buf.as_ref(), raw::load_unsigned(rdb).ok()?))
+        }
+        _ => return None,
+    };
+    let lock = Lock::from_record(&Record { fence, holder }, clock::now()).ok()?;
+    // A restored or loaded fence must never be issued again.
+    state::update_high_water(|mark| mark.observe(lock.fence()));
+    Some(lock)
+}
+
+unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+    guard("aof_rewrite", (), || {
+        // SAFETY: Redis passes a value of our type.
+        if let Some(lock) = unsafe { value.cast::<Lock>().as_ref() } {
+            replication::emit_aof(aof, key, state::high_water(), &lock.record(clock::now()));
+        }
+    });
+}
+
+unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
+    // SAFETY: Redis passes a value of our type.
+    guard("mem_usage", 0, || unsafe { value.cast::<Lock>().as_ref() }.map_or(0, Lock::heap_size))
+}
+
+/// Fence and token only: the deadline differs between a primary and its replicas by design.
+unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
+    guard("digest", (), || {
+        // SAFETY: Redis passes a value of our type and a live digest.
+        unsafe {
+            let Some(lock) = value.cast::<Lock>().as_ref() else { return };
+            if let Some(add) = raw::RedisModule_DigestAddLongLong {
+                add(md, i64::try_from(lock.fence()).unwrap_or(i64::MAX));
+            }
+            if let (Some(token), Some(add)) = (lock.token(), raw::RedisModule_DigestAddStringBuffer) {
+                add(md, token.as_ptr() as *const c_char as *mut _, token.len());
+            }
+            if let Some(end) = raw::RedisModule_DigestEndSequence {
+                end(md);
+            }
+        }
+    });
+}
+
+unsafe extern "C" fn free(value: *mut c_void) {
+    if !value.is_null() {
+        // SAFETY: every value of our type is a `Box<Lock>` from `Box::into_raw`.
+        drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+    }
+}
+
+unsafe extern "C" fn copy(
+    _from: *mut raw::RedisModuleString,
+    _to: *mut raw::RedisModuleString,
+    value: *const c_void,
+) -> *mut c_void {
+    guard("copy", std::ptr::null_mut(), || {
+        // SAFETY: Redis passes a value of our type.
+        match unsafe { value.cast::<Lock>().as_ref() } {
+            Some(lock) => Box::into_raw(Box::new(lock.clone())).cast(),
+            None => std::ptr::null_mut(),
+        }
+    })
+}
+
+unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
+    guard("aux_save", (), || raw::save_unsigned(rdb, state::high_water().get()));
+}
+
+/// Raises (never lowers) the mark to the one saved with the data set.
+unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
+    guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
+        match (encver == ENCODING_VERSION).then(|| raw::load_unsigned(rdb).ok()).flatten() {
+            Some(mark) => {
+                state::update_high_water(|hw| hw.observe(mark.min(crate::fence::MAX_FENCE)));
+                raw::REDISMODULE_OK as c_int
+            }
+            None => {
+                log_warning(std::ptr::null_mut(), "fencedlock: refusing a truncated high-water mark");
+                raw::REDISMODULE_ERR as c_int
+            }
+        }
+    })
+}

@@ -1,0 +1,402 @@
+//! The lease state of one lock key and every decision about it, as pure functions of that state,
+//! the server's high-water mark and an injected monotonic `now` (microseconds).
+//!
+//! Nothing here touches Redis, so all of it is unit-tested without a server. The FFI layer parses
+//! arguments, opens the key, calls one of these, replies and replicates the resulting `Record`.
+
+use crate::error::LockError;
+use crate::fence::{HighWater, MAX_FENCE};
+
+/// Tokens are secrets chosen by clients; the bound keeps a lock key small.
+pub const MAX_TOKEN_LEN: usize = 512;
+
+/// Microseconds of the server's monotonic clock.
+pub type Micros = u64;
+
+/// The value of a lock key: its last fence, and who holds it until when.
+///
+/// The fence stays when the lease ends, so the next grant on this key is always higher.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lock {
+    fence: u64,
+    holder: Option<Holder>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Holder {
+    token: Box<[u8]>,
+    /// On the monotonic clock of *this* server: never compared with another machine's clock.
+    deadline: Micros,
+}
+
+/// What `ACQUIRE` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// A new lease with a new fence. `took_over` is set when another token's lease had expired
+    /// unreleased: that holder lost its lease, which operators want to count.
+    Granted { fence: u64, took_over: bool },
+    /// The holder asked again (e.g. its reply was lost): same fence, lease restarted.
+    Reentered { fence: u64 },
+    /// Another token holds an unexpired lease.
+    Busy,
+}
+
+/// What `RELEASE` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    Released,
+    /// The caller held the lease but it had already expired: it may have acted too late.
+    Expired,
+    NotOwner,
+}
+
+/// What `STATUS` shows. Never the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    pub fence: u64,
+    /// Remaining lease time in milliseconds (rounded up), `None` when nobody holds it.
+    pub pttl_ms: Option<u64>,
+}
+
+/// A lock's state as it travels: replication, AOF, RDB and `DUMP`.
+///
+/// It carries the *remaining* lease time, not a deadline: the receiver sets its deadline from its
+/// own clock when it applies the record, so lag and restarts can only lengthen a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub fence: u64,
+    pub holder: Option<(&'a [u8], Micros)>,
+}
+
+/// Checks a token's length. Its content is opaque bytes.
+pub fn check_token(token: &[u8]) -> Result<(), LockError> {
+    if token.is_empty() || token.len() > MAX_TOKEN_LEN {
+        return Err(LockError::BadToken);
+    }
+    Ok(())
+}
+
+impl Lock {
+    /// A key that never held a lease. Only ever stored together with a grant.
+    pub const fn new() -> Self {
+        Self { fence: 0, holder: None }
+    }
+
+    pub const fn fence(&self) -> u64 {
+        self.fence
+    }
+
+    /// The token's bytes, for the digest and memory accounting only.
+    pub fn token(&self) -> Option<&[u8]> {
+        self.holder.as_ref().map(|h| &*h.token)
+    }
+
+    fn live_holder(&self, now: Micros) -> Option<&Holder> {
+        self.holder.as_ref().filter(|h| now < h.deadline)
+    }
+
+    fn held_by(&self, token: &[u8], now: Micros) -> bool {
+        self.live_holder(now).is_some_and(|h| *h.token == *token)
+    }
+
+    /// `grace_left` is how long the server still refuses new grants after a restart (0: none).
+    /// The holder may still re-enter during the grace: that grants nothing new.
+    pub fn acquire(
+        &mut self,
+        high_water: &mut HighWater,
+        token: &[u8],
+        ttl: Micros,
+        now: Micros,
+        grace_left: Micros,
+    ) -> Result<Acquired, LockError> {
+        let deadline = now.saturating_add(ttl);
+        if let Some(holder) = self.holder.as_mut().filter(|h| now < h.deadline) {
+            if *holder.token != *token {
+                return Ok(Acquired::Busy);
+            }
+            holder.deadline = deadline;
+            return Ok(Acquired::Reentered { fence: self.fence });
+        }
+        if grace_left > 0 {
+            return Err(LockError::RestartGrace { remaining_ms: grace_left.div_ceil(1000) });
+        }
+        let fence = high_water.next(self.fence)?;
+        let took_over = self.holder.as_ref().is_some_and(|h| *h.token != *token);
+        self.fence = fence;
+        self.holder = Some(Holder { token: token.into(), deadline });
+        Ok(Acquired::Granted { fence, took_over })
+    }
+
+    /// True when the caller held an unexpired lease, which now runs `ttl` from `now`.
+    pub fn renew(&mut self, token: &[u8], ttl: Micros, now: Micros) -> bool {
+        match self.holder.as_mut() {
+            Some(h) if now < h.deadline && *h.token == *token => {
+                h.deadline = now.saturating_add(ttl);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn release(&mut self, token: &[u8], now: Micros) -> Released {
+        match &self.holder {
+            Some(h) if *h.token != *token => Released::NotOwner,
+            None => Released::NotOwner,
+            Some(h) if now >= h.deadline => Released::Expired,
+            Some(_) => {
+                self.holder = None;
+                Released::Released
+            }
+        }
+    }
+
+    /// Fenced Redlock's step: the holder lifts its own fence to `fence` (the quorum's maximum).
+    /// Returns the key's fence afterwards, or `None` when the caller does not hold the lease, so
+    /// a raise can never reach a lease that another client was granted in the meantime.
+    pub fn raise(
+        &mut self,
+        high_water: &mut HighWater,
+        token: &[u8],
+        fence: u64,
+        now: Micros,
+    ) -> Option<u64> {
+        if !self.held_by(token, now) {
+            return None;
+        }
+        self.fence = self.fence.max(fence.min(MAX_FENCE));
+        high_water.observe(self.fence);
+        Some(self.fence)
+    }
+
+    pub fn status(&self, now: Micros) -> Status {
+        Status {
+            fence: self.fence,
+            pttl_ms: self.live_holder(now).map(|h| (h.deadline - now).div_ceil(1000)),
+        }
+    }
+
+    /// The state to replicate or persist. An expired lease travels as no lease.
+    pub fn record(&self, now: Micros) -> Record<'_> {
+        Record {
+            fence: self.fence,
+            holder: self.live_holder(now).map(|h| (&*h.token, h.deadline - now)),
+        }
+    }
+
+    /// Rebuilds a lock from a record received at `now`, rejecting anything we would never write.
+    pub fn from_record(record: &Record<'_>, now: Micros) -> Result<Self, LockError> {
+        if record.fence > MAX_FENCE {
+            return Err(LockError::BadRecord);
+        }
+        let holder = match record.holder {
+            None => None,
+            Some((token, remaining)) => {
+                check_token(token).map_err(|_| LockError::BadRecord)?;
+                Some(Holder { token: token.into(), deadline: now.saturating_add(remaining) })
+            }
+        };
+        Ok(Self { fence: record.fence, holder })
+    }
+
+    /// Bytes this value owns, for `MEMORY USAGE`.
+    pub fn heap_size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.token().map_or(0, <[u8]>::len)
+    }
+}
+
+impl Default for Lock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Micros = 1000;
+
+    fn granted(r: Result<Acquired, LockError>) -> u64 {
+        match r {
+            Ok(Acquired::Granted { fence, .. }) => fence,
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn first_acquire_grants_fence_one() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        let r = lock.acquire(&mut hw, b"a", 100 * MS, 0, 0);
+        assert_eq!(r, Ok(Acquired::Granted { fence: 1, took_over: false }));
+        assert_eq!(lock.status(0), Status { fence: 1, pttl_ms: Some(100) });
+        assert_eq!(hw.get(), 1);
+    }
+
+    #[test]
+    fn another_token_is_refused_while_the_lease_runs() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        assert_eq!(lock.acquire(&mut hw, b"b", 100 * MS, 99 * MS, 0), Ok(Acquired::Busy));
+        assert_eq!(hw.get(), 1, "a refusal issues no fence");
+    }
+
+    #[test]
+    fn reacquire_by_the_holder_keeps_the_fence_and_restarts_the_lease() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        let r = lock.acquire(&mut hw, b"a", 100 * MS, 80 * MS, 0);
+        assert_eq!(r, Ok(Acquired::Reentered { fence: 1 }));
+        assert_eq!(lock.status(80 * MS).pttl_ms, Some(100));
+        assert_eq!(hw.get(), 1);
+    }
+
+    #[test]
+    fn the_lessons_timeline_expired_holder_loses_to_a_higher_fence() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        let a = granted(lock.acquire(&mut hw, b"A", 100 * MS, 0, 0));
+        // A pauses; its lease ends at 100 ms. B arrives at exactly the deadline.
+        let r = lock.acquire(&mut hw, b"B", 100 * MS, 100 * MS, 0);
+        let b = match r {
+            Ok(Acquired::Granted { fence, took_over: true }) => fence,
+            other => panic!("{other:?}"),
+        };
+        assert!(b > a);
+        // A wakes up and acts on its stale lease.
+        assert!(!lock.renew(b"A", 100 * MS, 150 * MS));
+        assert_eq!(lock.release(b"A", 150 * MS), Released::NotOwner);
+        assert_eq!(lock.status(150 * MS), Status { fence: b, pttl_ms: Some(50) });
+    }
+
+    #[test]
+    fn renew_extends_only_an_unexpired_lease_of_the_caller() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        assert!(!lock.renew(b"b", 100 * MS, 50 * MS));
+        assert!(lock.renew(b"a", 300 * MS, 50 * MS));
+        assert_eq!(lock.status(50 * MS).pttl_ms, Some(300));
+        assert!(!lock.renew(b"a", 300 * MS, 350 * MS), "expired at 350 ms");
+        assert_eq!(lock.status(350 * MS).pttl_ms, None);
+    }
+
+    #[test]
+    fn release_ends_the_lease_but_keeps_the_fence() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        let f1 = granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        assert_eq!(lock.release(b"b", 10 * MS), Released::NotOwner);
+        assert_eq!(lock.release(b"a", 10 * MS), Released::Released);
+        assert_eq!(lock.release(b"a", 10 * MS), Released::NotOwner);
+        assert_eq!(lock.status(10 * MS), Status { fence: f1, pttl_ms: None });
+        let f2 = granted(lock.acquire(&mut hw, b"a", 100 * MS, 20 * MS, 0));
+        assert!(f2 > f1);
+    }
+
+    #[test]
+    fn a_late_release_is_reported_and_changes_nothing() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        let before = lock.clone();
+        assert_eq!(lock.release(b"a", 100 * MS), Released::Expired);
+        assert_eq!(lock, before);
+    }
+
+    #[test]
+    fn the_holder_reacquiring_after_its_own_expiry_is_a_new_grant_not_a_takeover() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        let r = lock.acquire(&mut hw, b"a", 100 * MS, 200 * MS, 0);
+        assert_eq!(r, Ok(Acquired::Granted { fence: 2, took_over: false }));
+    }
+
+    #[test]
+    fn fences_come_from_the_high_water_mark_across_keys() {
+        let mut hw = HighWater::default();
+        let (mut k1, mut k2) = (Lock::new(), Lock::new());
+        assert_eq!(granted(k1.acquire(&mut hw, b"a", MS, 0, 0)), 1);
+        assert_eq!(granted(k2.acquire(&mut hw, b"a", MS, 0, 0)), 2);
+        // The key was deleted: a fresh key still starts above every fence issued.
+        let mut k1_again = Lock::new();
+        assert_eq!(granted(k1_again.acquire(&mut hw, b"a", MS, 0, 0)), 3);
+    }
+
+    #[test]
+    fn a_key_fence_above_the_mark_wins() {
+        let mut hw = HighWater::new(5);
+        let record = Record { fence: 90, holder: None };
+        let mut lock = Lock::from_record(&record, 0).unwrap();
+        assert_eq!(granted(lock.acquire(&mut hw, b"a", MS, 0, 0)), 91);
+        assert_eq!(hw.get(), 91);
+    }
+
+    #[test]
+    fn restart_grace_refuses_new_grants_but_not_the_holder() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        assert_eq!(
+            lock.acquire(&mut hw, b"a", 100 * MS, 0, 1500),
+            Err(LockError::RestartGrace { remaining_ms: 2 })
+        );
+        assert_eq!(lock, Lock::new());
+        assert_eq!(hw.get(), 0);
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        assert_eq!(lock.acquire(&mut hw, b"a", 100 * MS, 1, 9 * MS), Ok(Acquired::Reentered { fence: 1 }));
+        assert_eq!(lock.acquire(&mut hw, b"b", 100 * MS, 1, 9 * MS), Ok(Acquired::Busy));
+    }
+
+    #[test]
+    fn exhausted_fences_refuse_and_change_nothing() {
+        let mut hw = HighWater::new(MAX_FENCE);
+        let mut lock = Lock::new();
+        assert_eq!(lock.acquire(&mut hw, b"a", MS, 0, 0), Err(LockError::FencesExhausted));
+        assert_eq!(lock, Lock::new());
+    }
+
+    #[test]
+    fn raise_lifts_only_the_holders_fence_and_the_mark() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        assert_eq!(lock.raise(&mut hw, b"b", 50, 0), None);
+        assert_eq!(lock.raise(&mut hw, b"a", 50, 0), Some(50));
+        assert_eq!(hw.get(), 50);
+        assert_eq!(lock.raise(&mut hw, b"a", 10, 0), Some(50), "never lowers");
+        assert_eq!(lock.acquire(&mut hw, b"a", 100 * MS, 1, 0), Ok(Acquired::Reentered { fence: 50 }));
+        assert_eq!(lock.raise(&mut hw, b"a", 60, 200 * MS), None, "expired");
+        assert_eq!(granted(lock.acquire(&mut hw, b"c", MS, 200 * MS, 0)), 51);
+    }
+
+    #[test]
+    fn records_carry_remaining_time_and_lengthen_on_the_receiver() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"tok", 100 * MS, 0, 0));
+        let rec = lock.record(40 * MS);
+        assert_eq!(rec, Record { fence: 1, holder: Some((&b"tok"[..], 60 * MS)) });
+        // Applied late, on a clock that reads something else entirely.
+        let copy = Lock::from_record(&rec, 7_000 * MS).unwrap();
+        assert_eq!(copy.status(7_000 * MS), Status { fence: 1, pttl_ms: Some(60) });
+        assert_eq!(lock.record(100 * MS).holder, None, "an expired lease travels as none");
+    }
+
+    #[test]
+    fn malformed_records_are_rejected() {
+        let long = vec![0u8; MAX_TOKEN_LEN + 1];
+        for rec in [
+            Record { fence: MAX_FENCE + 1, holder: None },
+            Record { fence: 1, holder: Some((&b""[..], 1)) },
+            Record { fence: 1, holder: Some((&long[..], 1)) },
+        ] {
+            assert_eq!(Lock::from_record(&rec, 0), Err(LockError::BadRecord));
+        }
+    }
+
+    #[test]
+    fn pttl_rounds_up_so_a_held_lease_never_shows_zero() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 1, 0, 0));
+        assert_eq!(lock.status(0).pttl_ms, Some(1));
+    }
+
+    #[test]
+    fn tokens_are_bounded() {
+        assert_eq!(check_token(b""), Err(LockError::BadToken));
+        assert_eq!(check_token(&[7u8; MAX_TOKEN_LEN]), Ok(()));
+        assert_eq!(check_token(&[7u8; MAX_TOKEN_LEN + 1]), Err(LockError::BadToken));
+    }
+}

@@ -1,0 +1,53 @@
+//! Server-wide state: the fence high-water mark, the restart grace window and the configs.
+//!
+//! Redis runs commands, persistence callbacks and server events on its main thread; the atomics
+//! are there because an RDB child reads the mark too, and they cost nothing uncontended.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+
+use crate::fence::HighWater;
+use crate::lease::Micros;
+
+static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
+
+/// `fencedlock.max-ttl-ms`: a typo'd ttl of years would otherwise lock a job out for good.
+pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_TTL_MS);
+pub const DEFAULT_MAX_TTL_MS: i64 = 24 * 60 * 60 * 1000;
+/// Upper bound of `fencedlock.max-ttl-ms`, about 139 years; keeps deadlines far from overflow.
+pub const MAX_MAX_TTL_MS: i64 = 1 << 42;
+
+/// `fencedlock.restart-grace-ms`: the Redlock spec's delayed restart.
+pub static RESTART_GRACE_MS: AtomicI64 = AtomicI64::new(0);
+
+/// When the current grace window started (module load, then the first load from disk).
+static GRACE_FROM: AtomicU64 = AtomicU64::new(0);
+
+pub fn high_water() -> HighWater {
+    HighWater::new(HIGH_WATER.load(Relaxed))
+}
+
+pub fn set_high_water(mark: HighWater) {
+    HIGH_WATER.store(mark.get(), Relaxed);
+}
+
+/// Applies `change` to the mark (a jump, or a fence seen in RDB aux data).
+pub fn update_high_water(change: impl FnOnce(&mut HighWater)) -> HighWater {
+    let mut mark = high_water();
+    change(&mut mark);
+    set_high_water(mark);
+    mark
+}
+
+pub fn max_ttl_ms() -> u64 {
+    u64::try_from(MAX_TTL_MS.load(Relaxed)).unwrap_or(1)
+}
+
+pub fn start_grace(now: Micros) {
+    GRACE_FROM.store(now, Relaxed);
+}
+
+/// How long new grants are still refused. Read at each grant, so `CONFIG SET` applies at once.
+pub fn grace_left(now: Micros) -> Micros {
+    let grace_ms = u64::try_from(RESTART_GRACE_MS.load(Relaxed)).unwrap_or(0);
+    GRACE_FROM.load(Relaxed).saturating_add(grace_ms.saturating_mul(1000)).saturating_sub(now)
+}
