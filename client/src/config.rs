@@ -1,0 +1,264 @@
+//! Lease options and their builder. Validation happens once, in [`LockConfigBuilder::build`],
+//! so the lock code can rely on sane values.
+
+use std::time::Duration;
+
+use crate::backoff::Backoff;
+use crate::error::Error;
+use crate::token::{Token, TokenFormat};
+use crate::validity;
+
+/// The module's default `fencedlock.max-ttl-ms` (one day); longer ttls are refused client-side.
+pub const MAX_TTL: Duration = Duration::from_millis(86_400_000);
+
+/// Validated lease options shared by [`Locker`](crate::Locker) and [`Redlock`](crate::Redlock).
+///
+/// Build one with [`LockConfig::builder`]; [`LockConfig::default`] is a 10 s ttl, drift
+/// `ttl * 0.01 + 2 ms`, a 250 ms per-node timeout, 20–400 ms jittered retries for at most
+/// 10 s, and keep-alive renewals every ttl / 3.
+#[derive(Debug, Clone)]
+pub struct LockConfig {
+    ttl: Duration,
+    drift_factor: f64,
+    drift_constant: Duration,
+    max_wait: Duration,
+    backoff: Backoff,
+    node_timeout: Duration,
+    renew_interval: Option<Duration>,
+    token_format: TokenFormat,
+}
+
+impl LockConfig {
+    /// A builder starting from the defaults.
+    pub fn builder() -> LockConfigBuilder {
+        LockConfigBuilder {
+            config: LockConfig::unchecked_default(),
+        }
+    }
+
+    fn unchecked_default() -> LockConfig {
+        LockConfig {
+            ttl: Duration::from_secs(10),
+            drift_factor: 0.01,
+            drift_constant: Duration::from_millis(2),
+            max_wait: Duration::from_secs(10),
+            backoff: Backoff::default(),
+            node_timeout: Duration::from_millis(250),
+            renew_interval: None,
+            token_format: TokenFormat::Raw,
+        }
+    }
+
+    /// The lease time asked of the servers.
+    pub fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    /// The lease time in whole milliseconds, as sent to the server.
+    pub fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The clock-drift allowance subtracted from every validity: `ttl * factor + constant`.
+    pub fn drift(&self) -> Duration {
+        validity::drift(self.ttl, self.drift_factor, self.drift_constant)
+    }
+
+    /// How long [`acquire`](crate::Locker::acquire) keeps retrying before giving up.
+    pub fn max_wait(&self) -> Duration {
+        self.max_wait
+    }
+
+    /// Delays between acquisition attempts.
+    pub fn backoff(&self) -> Backoff {
+        self.backoff
+    }
+
+    /// How long one node may take to answer one request (connecting included).
+    pub fn node_timeout(&self) -> Duration {
+        self.node_timeout
+    }
+
+    /// How often the keep-alive renews: the configured interval, or ttl / 3.
+    pub fn renew_interval(&self) -> Duration {
+        self.renew_interval.unwrap_or(self.ttl / 3)
+    }
+
+    /// How generated tokens are encoded.
+    pub fn token_format(&self) -> TokenFormat {
+        self.token_format
+    }
+
+    pub(crate) fn new_token(&self) -> Token {
+        Token::generate(self.token_format)
+    }
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |msg: String| Err(Error::Config(msg));
+        if self.ttl < Duration::from_millis(1) {
+            return bad(format!("ttl must be at least 1 ms, got {:?}", self.ttl));
+        }
+        if self.ttl > MAX_TTL {
+            return bad(format!("ttl must be at most {MAX_TTL:?}, got {:?}", self.ttl));
+        }
+        if self.ttl.subsec_nanos() % 1_000_000 != 0 {
+            return bad(format!("ttl must be whole milliseconds, got {:?}", self.ttl));
+        }
+        if !(self.drift_factor.is_finite() && (0.0..1.0).contains(&self.drift_factor)) {
+            return bad(format!("drift factor must be in [0, 1), got {}", self.drift_factor));
+        }
+        if self.drift() >= self.ttl {
+            return bad(format!(
+                "drift {:?} leaves no validity in a {:?} ttl",
+                self.drift(),
+                self.ttl
+            ));
+        }
+        if self.node_timeout.is_zero() {
+            return bad("node timeout must be positive".into());
+        }
+        if self.backoff.min.is_zero() || self.backoff.min > self.backoff.max {
+            return bad(format!(
+                "backoff needs 0 < min <= max, got {:?}..{:?}",
+                self.backoff.min, self.backoff.max
+            ));
+        }
+        if let Some(every) = self.renew_interval {
+            if every.is_zero() || every >= self.ttl - self.drift() {
+                return bad(format!(
+                    "renew interval {every:?} must be positive and shorter than ttl minus drift ({:?})",
+                    self.ttl - self.drift()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Default for LockConfig {
+    fn default() -> Self {
+        LockConfig::unchecked_default()
+    }
+}
+
+/// Builder for [`LockConfig`]; every setter has a sensible default.
+#[derive(Debug, Clone)]
+pub struct LockConfigBuilder {
+    config: LockConfig,
+}
+
+impl LockConfigBuilder {
+    /// Lease time asked of the servers (whole milliseconds, 1 ms to 1 day). Default 10 s.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// Clock-drift factor: the fraction of the ttl by which the servers' clocks may run
+    /// faster than ours. Default 0.01.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// Constant drift allowance added to the proportional part. Default 2 ms.
+    pub fn drift_constant(mut self, constant: Duration) -> Self {
+        self.config.drift_constant = constant;
+        self
+    }
+
+    /// How long `acquire` keeps retrying. `Duration::ZERO` means one attempt. Default 10 s.
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.config.max_wait = max_wait;
+        self
+    }
+
+    /// Jittered delay between attempts: retry `n` waits a random time in
+    /// `[min, min(max, min * 2^n)]`. Default 20 ms to 400 ms.
+    pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
+        self.config.backoff = Backoff { min, max };
+        self
+    }
+
+    /// Per-node request timeout, connecting included. Keep it well below the ttl: a Redlock
+    /// round waits for the slowest node up to this long. Default 250 ms.
+    pub fn node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.node_timeout = timeout;
+        self
+    }
+
+    /// Keep-alive renewal period. Default ttl / 3.
+    pub fn renew_interval(mut self, every: Duration) -> Self {
+        self.config.renew_interval = Some(every);
+        self
+    }
+
+    /// Encoding of generated tokens. Default [`TokenFormat::Raw`].
+    pub fn token_format(mut self, format: TokenFormat) -> Self {
+        self.config.token_format = format;
+        self
+    }
+
+    /// Checks the options; [`Error::Config`] names the first one that makes no sense.
+    pub fn build(self) -> Result<LockConfig, Error> {
+        self.config.validate()?;
+        Ok(self.config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn err(b: LockConfigBuilder) -> String {
+        match b.build() {
+            Err(Error::Config(msg)) => msg,
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_are_valid() {
+        let c = LockConfig::builder().build().unwrap();
+        assert_eq!(c.ttl(), Duration::from_secs(10));
+        assert_eq!(c.drift(), 102 * MS);
+        assert_eq!(c.renew_interval(), Duration::from_secs(10) / 3);
+        assert_eq!(c.ttl_ms(), 10_000);
+        assert!(LockConfig::default().validate().is_ok());
+    }
+
+    #[test]
+    fn bad_ttls_are_refused() {
+        assert!(err(LockConfig::builder().ttl(Duration::ZERO)).contains("ttl"));
+        assert!(err(LockConfig::builder().ttl(Duration::from_micros(1500))).contains("whole"));
+        assert!(err(LockConfig::builder().ttl(MAX_TTL + MS)).contains("at most"));
+        assert!(LockConfig::builder().ttl(MAX_TTL).build().is_ok());
+        // 2 ms of constant drift leaves nothing in a 2 ms lease.
+        assert!(err(LockConfig::builder().ttl(2 * MS)).contains("drift"));
+        assert!(LockConfig::builder()
+            .ttl(2 * MS)
+            .drift_constant(Duration::ZERO)
+            .build()
+            .is_ok());
+    }
+
+    #[test]
+    fn bad_drift_is_refused() {
+        assert!(err(LockConfig::builder().drift_factor(-0.1)).contains("drift"));
+        assert!(err(LockConfig::builder().drift_factor(1.0)).contains("drift"));
+        assert!(err(LockConfig::builder().drift_factor(f64::NAN)).contains("drift"));
+        assert!(err(LockConfig::builder().drift_constant(Duration::from_secs(11))).contains("drift"));
+    }
+
+    #[test]
+    fn bad_timeouts_and_backoff_are_refused() {
+        assert!(err(LockConfig::builder().node_timeout(Duration::ZERO)).contains("timeout"));
+        assert!(err(LockConfig::builder().backoff(Duration::ZERO, MS)).contains("backoff"));
+        assert!(err(LockConfig::builder().backoff(10 * MS, MS)).contains("backoff"));
+        assert!(err(LockConfig::builder().renew_interval(Duration::ZERO)).contains("renew"));
+        assert!(err(LockConfig::builder().renew_interval(Duration::from_secs(10))).contains("renew"));
+        assert!(LockConfig::builder().max_wait(Duration::ZERO).build().is_ok());
+    }
+}

@@ -1,0 +1,276 @@
+//! Keep-alive: renew a lease in the background and tell the holder the moment it is lost.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{Error, LossCause};
+use crate::lease::Lease;
+use crate::validity;
+
+/// State shared between the keep-alive task and the holder's handles.
+#[derive(Debug)]
+struct Shared {
+    key: String,
+    fence: u64,
+    deadline: Mutex<Instant>,
+    loss: Mutex<Option<Error>>,
+    lost: CancellationToken,
+}
+
+/// A cheap, cloneable view of a kept-alive lease for the code doing the protected work.
+///
+/// `select!` on [`LeaseHandle::lost`] (or the [`CancellationToken`] from
+/// [`LeaseHandle::cancellation`]) to stop as soon as a renewal fails.
+#[derive(Debug, Clone)]
+pub struct LeaseHandle(Arc<Shared>);
+
+impl LeaseHandle {
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        &self.0.key
+    }
+
+    /// The lease's fence; pass it to the resource with every write.
+    pub fn fence(&self) -> u64 {
+        self.0.fence
+    }
+
+    /// The current validity deadline (moves forward with every renewal).
+    pub fn valid_until(&self) -> Instant {
+        *self.0.deadline.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Validity left; zero once expired or lost.
+    pub fn remaining(&self) -> Duration {
+        if self.0.lost.is_cancelled() {
+            return Duration::ZERO;
+        }
+        validity::remaining(self.valid_until(), Instant::now())
+    }
+
+    /// Whether the lease is lost (a renewal failed or the validity ran out).
+    pub fn is_lost(&self) -> bool {
+        self.0.lost.is_cancelled() || Instant::now() >= self.valid_until()
+    }
+
+    /// `Err(Error::LeaseLost)` once the lease is lost.
+    pub fn ensure_valid(&self) -> Result<(), Error> {
+        if let Some(err) = self.loss() {
+            return Err(err);
+        }
+        if Instant::now() >= self.valid_until() {
+            return Err(Error::LeaseLost {
+                key: self.0.key.clone(),
+                cause: LossCause::Expired,
+            });
+        }
+        Ok(())
+    }
+
+    /// The reason the lease was lost, once it was.
+    pub fn loss(&self) -> Option<Error> {
+        self.0
+            .loss
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// A token cancelled when the lease is lost. Clones of it can be handed to sub-tasks.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.0.lost.clone()
+    }
+
+    /// Completes when the lease is lost, with the reason.
+    pub async fn lost(&self) -> Error {
+        self.0.lost.cancelled().await;
+        self.loss().unwrap_or_else(|| Error::LeaseLost {
+            key: self.0.key.clone(),
+            cause: LossCause::KeepAliveStopped,
+        })
+    }
+
+    fn declare_lost(&self, err: Error) {
+        *self.0.loss.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
+        self.0.lost.cancel();
+    }
+}
+
+/// A lease kept alive by a background task; see [`Lease::keep_alive`].
+///
+/// Dropping it stops the renewals and releases the lease in the background.
+#[derive(Debug)]
+pub struct KeptLease {
+    handle: LeaseHandle,
+    stop: CancellationToken,
+    task: Option<JoinHandle<Lease>>,
+}
+
+impl KeptLease {
+    pub(crate) fn start(lease: Lease) -> KeptLease {
+        let handle = LeaseHandle(Arc::new(Shared {
+            key: lease.key().to_owned(),
+            fence: lease.fence(),
+            deadline: Mutex::new(lease.valid_until()),
+            loss: Mutex::new(None),
+            lost: CancellationToken::new(),
+        }));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(renew_loop(lease, handle.clone(), stop.clone()));
+        KeptLease {
+            handle,
+            stop,
+            task: Some(task),
+        }
+    }
+
+    /// A cloneable handle for the protected work.
+    pub fn handle(&self) -> LeaseHandle {
+        self.handle.clone()
+    }
+
+    /// The lock key.
+    pub fn key(&self) -> &str {
+        self.handle.key()
+    }
+
+    /// The lease's fence.
+    pub fn fence(&self) -> u64 {
+        self.handle.fence()
+    }
+
+    /// Validity left; zero once lost.
+    pub fn remaining(&self) -> Duration {
+        self.handle.remaining()
+    }
+
+    /// `Err(Error::LeaseLost)` once the lease is lost.
+    pub fn ensure_valid(&self) -> Result<(), Error> {
+        self.handle.ensure_valid()
+    }
+
+    /// A token cancelled when the lease is lost.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.handle.cancellation()
+    }
+
+    /// Completes when the lease is lost, with the reason.
+    pub async fn lost(&self) -> Error {
+        self.handle.lost().await
+    }
+
+    /// Stops renewing and hands the lease back (still held until its validity runs out).
+    pub async fn stop(mut self) -> Result<Lease, Error> {
+        self.stop.cancel();
+        let task = self.task.take();
+        match task {
+            Some(task) => task.await.map_err(|_| Error::LeaseLost {
+                key: self.handle.key().to_owned(),
+                cause: LossCause::KeepAliveStopped,
+            }),
+            None => Err(Error::LeaseLost {
+                key: self.handle.key().to_owned(),
+                cause: LossCause::KeepAliveStopped,
+            }),
+        }
+    }
+
+    /// Stops renewing and releases the lease; see [`Lease::release`].
+    pub async fn release(self) -> Result<bool, Error> {
+        self.stop().await?.release().await
+    }
+}
+
+impl Drop for KeptLease {
+    fn drop(&mut self) {
+        // The task returns the lease and drops it, which releases it in the background.
+        self.stop.cancel();
+    }
+}
+
+enum Step {
+    Stop,
+    Renewed(Result<(), Error>),
+}
+
+/// Renews every interval; on the first failure records the loss, cancels the holder's token
+/// and returns the lease (whose drop then releases whatever is left of it).
+async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationToken) -> Lease {
+    let every = lease.renew_interval();
+    let mut next = Instant::now() + every;
+    loop {
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return lease,
+            _ = tokio::time::sleep_until(next.into()) => {}
+        }
+        let started = Instant::now();
+        let deadline = lease.valid_until();
+        let step = tokio::select! {
+            biased;
+            _ = stop.cancelled() => Step::Stop,
+            result = lease.renew() => Step::Renewed(result),
+            // A renewal still in flight when the validity runs out is too late.
+            _ = tokio::time::sleep_until(deadline.into()) => Step::Renewed(Err(Error::LeaseLost {
+                key: handle.key().to_owned(),
+                cause: LossCause::Expired,
+            })),
+        };
+        match step {
+            Step::Stop => return lease,
+            Step::Renewed(Ok(())) => {
+                *handle.0.deadline.lock().unwrap_or_else(PoisonError::into_inner) =
+                    lease.valid_until();
+                next = started + every;
+            }
+            Step::Renewed(Err(err)) => {
+                let err = if err.is_lease_lost() {
+                    err
+                } else {
+                    Error::LeaseLost {
+                        key: handle.key().to_owned(),
+                        cause: LossCause::RenewFailed(Box::new(err)),
+                    }
+                };
+                tracing::warn!(key = handle.key(), fence = handle.fence(), error = %err, "lease lost");
+                handle.declare_lost(err);
+                return lease;
+            }
+        }
+    }
+}
+
+/// Keeps `lease` alive while `work` runs; drops `work` if the lease is lost.
+pub(crate) async fn with_lease<F, Fut, T>(lease: Lease, work: F) -> Result<T, Error>
+where
+    F: FnOnce(LeaseHandle) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let kept = lease.keep_alive();
+    let handle = kept.handle();
+    let lost = handle.cancellation();
+    let output = tokio::select! {
+        biased;
+        _ = lost.cancelled() => None,
+        output = work(handle.clone()) => Some(output),
+    };
+    match output {
+        Some(output) => {
+            if let Err(err) = kept.release().await {
+                tracing::warn!(key = handle.key(), error = %err, "release after work failed; the lease expires after its ttl");
+            }
+            Ok(output)
+        }
+        None => {
+            drop(kept);
+            Err(handle.loss().unwrap_or(Error::LeaseLost {
+                key: handle.key().to_owned(),
+                cause: LossCause::KeepAliveStopped,
+            }))
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! Leases with fencing tokens on Redis / Valkey servers running the `fencedlock` module.
+//!
+//! A lock decides who may *try*; the protected resource decides which writes *count*. Every
+//! lease carries a **fence**, a number that is larger for every later grant on the same key.
+//! Send it with each write and have the resource refuse fences lower than the highest it has
+//! seen (`UPDATE … SET last_fence = :fence WHERE … AND last_fence <= :fence`): a holder that was
+//! paused past its lease then cannot overwrite its successor's work.
+//!
+//! - [`Locker`]: leases from one server (or a Redis Cluster, routed by key).
+//! - [`Redlock`]: leases by majority of N independent masters, with **fenced Redlock** by
+//!   default: a fence that increases across successive grants even though they come from
+//!   different majorities (see [`fenced`] for the raise step and its safety argument).
+//! - [`Lease`]: key, fence, 128-bit random token, validity on the local monotonic clock
+//!   measured from *before* the request minus clock drift; [`Lease::ensure_valid`],
+//!   [`Lease::renew`], [`Lease::release`].
+//! - [`KeptLease`] / [`LeaseHandle`]: background renewal at ttl / 3 that cancels a
+//!   [`CancellationToken`](tokio_util::sync::CancellationToken) on the first failed renewal;
+//!   [`Locker::with_lease`] runs a closure under a kept-alive lease and drops it when the lease
+//!   is lost.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), fencedlock::Error> {
+//! use std::time::Duration;
+//! use fencedlock::{LockConfig, Locker};
+//!
+//! let config = LockConfig::builder()
+//!     .ttl(Duration::from_secs(5))
+//!     .max_wait(Duration::from_secs(2))
+//!     .build()?;
+//! let locker = Locker::open("redis://127.0.0.1:6379", config)?;
+//! let rows = locker
+//!     .with_lease("billing:run", |lease| async move {
+//!         // Every write carries lease.fence(); the database refuses older fences.
+//!         lease.fence()
+//!     })
+//!     .await?;
+//! # let _ = rows; Ok(()) }
+//! ```
+//!
+//! # Fenced Redlock in one paragraph
+//!
+//! After a majority granted the lease, the client raises the key's fence on every granting
+//! node to the largest fence among them (only where our token still holds the lease) and
+//! hands the lease out only once a majority confirmed. Any later grant's majority shares a
+//! node with the confirming majority; that node raised before it could grant again, so it
+//! grants a larger fence, and the later lease's fence (the maximum over its majority) is
+//! larger still. This holds while a majority of masters keeps its state across restarts
+//! (`appendfsync always`, or the module's restart epoch jump / restart grace). The full
+//! argument is in [`fenced`].
+//!
+//! # Time
+//!
+//! All validity arithmetic uses [`std::time::Instant`] (monotonic) and starts before the first
+//! request of a round is sent: `validity = ttl - elapsed - (ttl * drift_factor + 2 ms)`.
+//! Servers decide expiry on their own monotonic clocks; no wall-clock time is exchanged.
+
+#![warn(missing_docs)]
+
+mod backoff;
+pub mod config;
+mod error;
+pub mod fenced;
+pub mod keepalive;
+mod lease;
+mod locker;
+pub mod node;
+pub mod quorum;
+mod redlock;
+pub mod token;
+pub mod validity;
+
+pub use backoff::Backoff;
+pub use config::{LockConfig, LockConfigBuilder};
+pub use error::{Error, LossCause};
+pub use fenced::Fencing;
+pub use keepalive::{KeptLease, LeaseHandle};
+pub use lease::Lease;
+pub use locker::Locker;
+pub use node::{LockStatus, Node};
+pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
+pub use redlock::Redlock;
+pub use token::{Token, TokenFormat};

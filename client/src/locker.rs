@@ -1,0 +1,95 @@
+//! Leases on a single server (or a Redis Cluster, routed by key).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use crate::config::LockConfig;
+use crate::error::Error;
+use crate::fenced::Fencing;
+use crate::keepalive::{self, LeaseHandle};
+use crate::lease::Lease;
+use crate::node::Node;
+use crate::redlock::Engine;
+use crate::token::Token;
+
+/// Takes leases from one server, or from one Redis Cluster (the key's slot owner).
+///
+/// The server is the only authority, so its fence is the lease's fence and it strictly
+/// increases per key. Cheap to clone; clones share the connection.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencedlock::Error> {
+/// use std::time::Duration;
+/// use fencedlock::{LockConfig, Locker};
+/// let config = LockConfig::builder().ttl(Duration::from_secs(5)).build()?;
+/// let locker = Locker::open("redis://127.0.0.1:6379", config)?;
+/// let lease = locker.acquire("report:daily").await?;
+/// lease.ensure_valid()?;
+/// println!("writing with fence {}", lease.fence());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Locker {
+    engine: Arc<Engine>,
+}
+
+impl Locker {
+    /// A locker over `node`, applying `config` (including its per-node timeout).
+    pub fn new(node: Node, config: LockConfig) -> Locker {
+        Locker {
+            engine: Engine::new(vec![node], config, Fencing::QuorumMax),
+        }
+    }
+
+    /// A locker over a standalone server URL such as `redis://127.0.0.1:6379`.
+    /// Nothing connects until the first request.
+    pub fn open(url: &str, config: LockConfig) -> Result<Locker, Error> {
+        Ok(Locker::new(Node::new(url)?, config))
+    }
+
+    /// A locker over a Redis Cluster reached through any of `seeds`.
+    pub fn open_cluster<S: AsRef<str>>(seeds: &[S], config: LockConfig) -> Result<Locker, Error> {
+        Ok(Locker::new(Node::cluster(seeds)?, config))
+    }
+
+    /// One attempt: [`Error::Contended`] if another token holds the key.
+    pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
+        self.engine.acquire(key, false).await
+    }
+
+    /// Attempts with jittered backoff until granted, a non-retryable error occurs, or the
+    /// configured maximum wait runs out (then the last attempt's error, usually
+    /// [`Error::Contended`], is returned). Cancel-safe: dropping the future leaves no lease
+    /// behind.
+    pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
+        self.engine.acquire(key, true).await
+    }
+
+    /// Runs `work` under a kept-alive lease on `key`, then releases it.
+    ///
+    /// If a renewal fails, `work`'s future is dropped at its next `.await` and the result is
+    /// [`Error::LeaseLost`].
+    pub async fn with_lease<F, Fut, T>(&self, key: &str, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        keepalive::with_lease(self.engine.acquire(key, true).await?, work).await
+    }
+
+    /// Releases `key` for a token obtained elsewhere. `Ok(true)` if that token held it.
+    pub async fn release_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
+        self.engine.release(key, token).await
+    }
+
+    /// The server.
+    pub fn node(&self) -> &Node {
+        &self.engine.nodes[0]
+    }
+
+    /// The options.
+    pub fn config(&self) -> &LockConfig {
+        &self.engine.config
+    }
+}

@@ -1,0 +1,291 @@
+//! One lock server: a lazily opened, reused connection and the FENCEDLOCK commands.
+//!
+//! A [`Node`] is either a standalone server (one multiplexed connection shared by every task,
+//! replaced after an I/O error so a restarted server is picked up again) or a Redis Cluster
+//! (a `redis::cluster_async` connection that routes every command by its key). Every request
+//! is bounded by the per-node timeout, connecting included, so a stopped server costs at most
+//! that long.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
+use tokio::sync::Mutex;
+
+use crate::error::Error;
+use crate::quorum::Vote;
+use crate::token::Token;
+
+/// The default per-node timeout of a node used outside a [`Locker`](crate::Locker) or
+/// [`Redlock`](crate::Redlock) (which apply their configured one).
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
+
+/// A lock server (or a Redis Cluster) the client talks to.
+///
+/// Creating a node does not connect: the connection is opened by the first request and kept,
+/// so a Redlock can be built while some masters are down.
+pub struct Node {
+    name: String,
+    transport: Transport,
+    timeout: Duration,
+}
+
+enum Transport {
+    Standalone {
+        client: redis::Client,
+        slot: Mutex<Slot<MultiplexedConnection>>,
+    },
+    Cluster {
+        client: redis::cluster::ClusterClient,
+        slot: Mutex<Slot<ClusterConnection>>,
+    },
+}
+
+/// The cached connection and a generation number, so a task that saw an I/O error on an old
+/// connection does not throw away the fresh one another task just opened.
+struct Slot<C> {
+    conn: Option<C>,
+    generation: u64,
+}
+
+impl<C> Slot<C> {
+    fn new() -> Self {
+        Slot {
+            conn: None,
+            generation: 0,
+        }
+    }
+}
+
+enum Conn {
+    Standalone(MultiplexedConnection, u64),
+    Cluster(ClusterConnection),
+}
+
+/// Why a single request to a node did not produce a reply.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    TimedOut,
+    Redis(RedisError),
+}
+
+impl Failure {
+    pub(crate) fn into_vote(self) -> Vote {
+        match self {
+            Failure::TimedOut => Vote::TimedOut,
+            Failure::Redis(error) => Vote::Failed { error },
+        }
+    }
+}
+
+/// What `FENCEDLOCK.STATUS` says about a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockStatus {
+    /// The key's last fence.
+    pub fence: u64,
+    /// Whether an unexpired lease holds the key.
+    pub held: bool,
+    /// Time left on the lease according to the server, when held.
+    pub remaining: Option<Duration>,
+}
+
+impl Node {
+    /// A standalone server, e.g. `redis://127.0.0.1:6379`.
+    pub fn new(url: &str) -> Result<Node, Error> {
+        let client = redis::Client::open(url)
+            .map_err(|e| Error::Config(format!("bad server URL {url:?}: {e}")))?;
+        let name = client.get_connection_info().addr().to_string();
+        Ok(Node {
+            name,
+            transport: Transport::Standalone {
+                client,
+                slot: Mutex::new(Slot::new()),
+            },
+            timeout: DEFAULT_NODE_TIMEOUT,
+        })
+    }
+
+    /// A Redis Cluster reached through any of `seeds`; commands are routed by key, and the
+    /// cluster connection follows slot moves and failovers by itself.
+    pub fn cluster<S: AsRef<str>>(seeds: &[S]) -> Result<Node, Error> {
+        if seeds.is_empty() {
+            return Err(Error::Config("a cluster needs at least one seed URL".into()));
+        }
+        let urls: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
+        let client = redis::cluster::ClusterClient::new(urls.clone())
+            .map_err(|e| Error::Config(format!("bad cluster URLs {urls:?}: {e}")))?;
+        Ok(Node {
+            name: format!("cluster({})", urls.join(",")),
+            transport: Transport::Cluster {
+                client,
+                slot: Mutex::new(Slot::new()),
+            },
+            timeout: DEFAULT_NODE_TIMEOUT,
+        })
+    }
+
+    /// The same node with another per-node timeout (lockers apply their configured one).
+    pub fn with_timeout(mut self, timeout: Duration) -> Node {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The node's address, as used in reports and errors.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The per-node timeout applied to every request.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `FENCEDLOCK.STATUS key`: the key's fence and whether it is held; `None` for a key
+    /// without lock state. Never reveals the token.
+    pub async fn status(&self, key: &str) -> Result<Option<LockStatus>, Error> {
+        let mut cmd = redis::cmd("FENCEDLOCK.STATUS");
+        cmd.arg(key);
+        let reply: Option<(u64, u8, i64)> = self
+            .query(&cmd)
+            .await
+            .map_err(|f| self.error("STATUS", f))?;
+        Ok(reply.map(|(fence, held, pttl)| LockStatus {
+            fence,
+            held: held == 1,
+            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
+        }))
+    }
+
+    /// `FENCEDLOCK.ACQUIRE`: the fence on grant, `None` when another token holds the lease.
+    pub(crate) async fn acquire(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl_ms: u64,
+    ) -> Result<Option<u64>, Failure> {
+        let mut cmd = redis::cmd("FENCEDLOCK.ACQUIRE");
+        cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
+        self.query(&cmd).await
+    }
+
+    /// `FENCEDLOCK.RENEW`: whether we still held the lease (it now runs `ttl_ms` from now).
+    pub(crate) async fn renew(&self, key: &str, token: &Token, ttl_ms: u64) -> Result<bool, Failure> {
+        let mut cmd = redis::cmd("FENCEDLOCK.RENEW");
+        cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
+        self.query::<i64>(&cmd).await.map(|n| n == 1)
+    }
+
+    /// `FENCEDLOCK.RELEASE`: whether we held the lease and it ended now.
+    pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Failure> {
+        let mut cmd = redis::cmd("FENCEDLOCK.RELEASE");
+        cmd.arg(key).arg(token.as_bytes());
+        self.query::<i64>(&cmd).await.map(|n| n == 1)
+    }
+
+    /// `FENCEDLOCK.RAISE`: the key's fence after raising it to at least `fence`, or `None`
+    /// when our token no longer holds the lease there.
+    pub(crate) async fn raise(
+        &self,
+        key: &str,
+        token: &Token,
+        fence: u64,
+    ) -> Result<Option<u64>, Failure> {
+        let mut cmd = redis::cmd("FENCEDLOCK.RAISE");
+        cmd.arg(key).arg(token.as_bytes()).arg(fence);
+        self.query(&cmd).await
+    }
+
+    /// Turns a failed request into the crate error, naming this node.
+    pub(crate) fn error(&self, operation: &'static str, failure: Failure) -> Error {
+        match failure {
+            Failure::TimedOut => Error::Timeout {
+                node: self.name.clone(),
+                operation,
+                after: self.timeout,
+            },
+            Failure::Redis(source) => Error::Server {
+                node: self.name.clone(),
+                source,
+            },
+        }
+    }
+
+    /// Sends one command and parses the reply, all within the per-node timeout.
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Failure> {
+        match tokio::time::timeout(self.timeout, self.query_unbounded(cmd)).await {
+            Ok(result) => result.map_err(Failure::Redis),
+            Err(_elapsed) => Err(Failure::TimedOut),
+        }
+    }
+
+    async fn query_unbounded<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
+        match self.connection().await? {
+            Conn::Standalone(mut conn, generation) => {
+                let result = cmd.query_async(&mut conn).await;
+                if let Err(e) = &result {
+                    if is_broken(e) {
+                        self.forget(generation).await;
+                    }
+                }
+                result
+            }
+            Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+        }
+    }
+
+    /// The cached connection, opening one if there is none. Concurrent callers wait for the
+    /// same connect instead of each opening their own.
+    async fn connection(&self) -> Result<Conn, RedisError> {
+        match &self.transport {
+            Transport::Standalone { client, slot } => {
+                let mut slot = slot.lock().await;
+                if let Some(conn) = &slot.conn {
+                    return Ok(Conn::Standalone(conn.clone(), slot.generation));
+                }
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(None);
+                let conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                slot.generation += 1;
+                slot.conn = Some(conn.clone());
+                Ok(Conn::Standalone(conn, slot.generation))
+            }
+            Transport::Cluster { client, slot } => {
+                let mut slot = slot.lock().await;
+                if let Some(conn) = &slot.conn {
+                    return Ok(Conn::Cluster(conn.clone()));
+                }
+                let conn = client.get_async_connection().await?;
+                slot.conn = Some(conn.clone());
+                Ok(Conn::Cluster(conn))
+            }
+        }
+    }
+
+    /// Drops a broken standalone connection so the next request reconnects.
+    async fn forget(&self, generation: u64) {
+        if let Transport::Standalone { slot, .. } = &self.transport {
+            let mut slot = slot.lock().await;
+            if slot.generation == generation {
+                slot.conn = None;
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node")
+            .field("name", &self.name)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+/// Errors after which the multiplexed connection cannot be trusted any more.
+fn is_broken(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}

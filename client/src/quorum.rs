@@ -1,0 +1,316 @@
+//! Pure vote counting for Redlock and the per-node report handed back to callers.
+
+use std::fmt;
+use std::time::Duration;
+
+/// The majority of `nodes`: `nodes / 2 + 1`.
+///
+/// With one node the quorum is that node, so a single-server lock is Redlock with N = 1.
+pub fn quorum(nodes: usize) -> usize {
+    nodes / 2 + 1
+}
+
+/// Which round of requests a [`QuorumReport`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// `FENCEDLOCK.ACQUIRE` (followed by `FENCEDLOCK.RAISE` in fenced Redlock).
+    Acquire,
+    /// `FENCEDLOCK.RENEW`.
+    Renew,
+    /// `FENCEDLOCK.RELEASE`.
+    Release,
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Phase::Acquire => "acquire",
+            Phase::Renew => "renew",
+            Phase::Release => "release",
+        })
+    }
+}
+
+/// How one node answered one request.
+#[derive(Debug, Clone)]
+pub enum Vote {
+    /// The node granted the lease (ACQUIRE) or confirmed the raised fence (RAISE) with this fence.
+    Granted {
+        /// The fence the node replied with.
+        fence: u64,
+    },
+    /// The node confirmed that we still held the lease (RENEW or RELEASE replied 1).
+    Confirmed,
+    /// The node refused: another token holds the lease, or ours is no longer held there.
+    Refused,
+    /// The node did not answer within the per-node timeout.
+    TimedOut,
+    /// The node answered with an error or could not be reached.
+    Failed {
+        /// The client or server error.
+        error: redis::RedisError,
+    },
+}
+
+impl Vote {
+    /// Whether this vote counts towards the quorum.
+    pub fn is_yes(&self) -> bool {
+        matches!(self, Vote::Granted { .. } | Vote::Confirmed)
+    }
+
+    /// Whether the node answered definitively (yes or no), as opposed to timing out or failing.
+    pub fn answered(&self) -> bool {
+        matches!(self, Vote::Granted { .. } | Vote::Confirmed | Vote::Refused)
+    }
+
+    /// Whether the failure can never turn into a yes by retrying (e.g. `WRONGTYPE`, unknown command).
+    pub(crate) fn is_permanent_failure(&self) -> bool {
+        match self {
+            Vote::Failed { error } => !crate::error::is_transient(error),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Vote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Vote::Granted { fence } => write!(f, "granted fence {fence}"),
+            Vote::Confirmed => f.write_str("confirmed"),
+            Vote::Refused => f.write_str("refused"),
+            Vote::TimedOut => f.write_str("timed out"),
+            Vote::Failed { error } => write!(f, "failed ({error})"),
+        }
+    }
+}
+
+/// One node's part in a round: its vote and, for fenced Redlock, its answer to the raise.
+#[derive(Debug, Clone)]
+pub struct NodeVote {
+    /// The node's address.
+    pub node: String,
+    /// The node's answer to the round's main command.
+    pub vote: Vote,
+    /// Fenced Redlock only: the node's answer to `FENCEDLOCK.RAISE` (asked only of granting nodes).
+    pub raise: Option<Vote>,
+}
+
+/// How every node voted in one round, with the quorum and the timing that decided it.
+#[derive(Debug, Clone)]
+pub struct QuorumReport {
+    /// The lock key.
+    pub key: String,
+    /// The round.
+    pub phase: Phase,
+    /// Votes needed (`N / 2 + 1`).
+    pub quorum: usize,
+    /// One entry per node, in the order the nodes were configured.
+    pub votes: Vec<NodeVote>,
+    /// Time from before the first request was sent until the round was decided.
+    pub elapsed: Duration,
+    /// The validity left at the end of the round; `None` when the round took longer than
+    /// the ttl minus drift allowed.
+    pub validity: Option<Duration>,
+}
+
+impl QuorumReport {
+    /// Number of nodes that voted yes in the main round.
+    pub fn yes(&self) -> usize {
+        self.votes.iter().filter(|v| v.vote.is_yes()).count()
+    }
+
+    /// Number of nodes that refused in the main round.
+    pub fn refused(&self) -> usize {
+        self.votes
+            .iter()
+            .filter(|v| matches!(v.vote, Vote::Refused))
+            .count()
+    }
+
+    /// Number of nodes that confirmed the raise (fenced Redlock).
+    pub fn raised(&self) -> usize {
+        self.votes
+            .iter()
+            .filter(|v| v.raise.as_ref().is_some_and(Vote::is_yes))
+            .count()
+    }
+
+    /// The highest fence granted in the main round.
+    pub fn max_fence(&self) -> Option<u64> {
+        self.votes
+            .iter()
+            .filter_map(|v| match v.vote {
+                Vote::Granted { fence } => Some(fence),
+                _ => None,
+            })
+            .max()
+    }
+
+    /// Whether a majority voted yes.
+    pub fn reached(&self) -> bool {
+        self.yes() >= self.quorum
+    }
+
+    /// Whether so many nodes refused that no majority can have said yes: the answer is a
+    /// definite no rather than "unknown".
+    pub fn majority_refused(&self) -> bool {
+        self.refused() > self.votes.len() - self.quorum
+    }
+
+    /// Whether enough nodes failed in a way that retrying cannot fix to rule out a majority.
+    pub(crate) fn could_still_succeed(&self) -> bool {
+        let permanent = self
+            .votes
+            .iter()
+            .filter(|v| v.vote.is_permanent_failure())
+            .count();
+        self.votes.len() - permanent >= self.quorum
+    }
+}
+
+impl fmt::Display for QuorumReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} of {:?}: {}/{} yes, need {}",
+            self.phase,
+            self.key,
+            self.yes(),
+            self.votes.len(),
+            self.quorum
+        )?;
+        if self.votes.iter().any(|v| v.raise.is_some()) {
+            write!(f, ", {} raised", self.raised())?;
+        }
+        if self.validity.is_none() && self.phase != Phase::Release {
+            write!(f, ", validity exhausted after {:?}", self.elapsed)?;
+        }
+        f.write_str(" (")?;
+        for (i, v) in self.votes.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{}: {}", v.node, v.vote)?;
+            if let Some(raise) = &v.raise {
+                write!(f, ", raise {raise}")?;
+            }
+        }
+        f.write_str(")")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(votes: Vec<Vote>) -> QuorumReport {
+        QuorumReport {
+            key: "k".into(),
+            phase: Phase::Acquire,
+            quorum: quorum(votes.len()),
+            votes: votes
+                .into_iter()
+                .enumerate()
+                .map(|(i, vote)| NodeVote {
+                    node: format!("n{i}"),
+                    vote,
+                    raise: None,
+                })
+                .collect(),
+            elapsed: Duration::from_millis(3),
+            validity: Some(Duration::from_millis(900)),
+        }
+    }
+
+    fn failed() -> Vote {
+        Vote::Failed {
+            error: redis::RedisError::from((redis::ErrorKind::Io, "connection refused")),
+        }
+    }
+
+    fn wrongtype() -> Vote {
+        Vote::Failed {
+            error: redis::RedisError::from((
+                redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+                "WRONGTYPE",
+            )),
+        }
+    }
+
+    #[test]
+    fn quorum_is_a_strict_majority() {
+        assert_eq!(quorum(1), 1);
+        assert_eq!(quorum(2), 2);
+        assert_eq!(quorum(3), 2);
+        assert_eq!(quorum(4), 3);
+        assert_eq!(quorum(5), 3);
+        assert_eq!(quorum(7), 4);
+        // Two disjoint sets can never both reach the quorum.
+        for n in 1..20 {
+            assert!(2 * quorum(n) > n, "n={n}");
+        }
+    }
+
+    #[test]
+    fn three_of_five_reaches_two_of_five_does_not() {
+        let g = |fence| Vote::Granted { fence };
+        let r = report(vec![g(1), g(9), g(4), Vote::TimedOut, failed()]);
+        assert!(r.reached());
+        assert_eq!(r.yes(), 3);
+        assert_eq!(r.max_fence(), Some(9));
+        assert!(!r.majority_refused());
+
+        let r = report(vec![g(1), g(9), Vote::Refused, Vote::TimedOut, failed()]);
+        assert!(!r.reached());
+        assert_eq!(r.max_fence(), Some(9));
+        assert!(!r.majority_refused(), "one refusal does not rule out a majority");
+    }
+
+    #[test]
+    fn refusals_beyond_the_minority_are_a_definite_no() {
+        let r = report(vec![
+            Vote::Confirmed,
+            Vote::Refused,
+            Vote::Refused,
+            Vote::Refused,
+            Vote::TimedOut,
+        ]);
+        assert!(r.majority_refused());
+        let r = report(vec![Vote::Confirmed, Vote::Refused, Vote::Refused, Vote::TimedOut, Vote::TimedOut]);
+        assert!(!r.majority_refused());
+        let r = report(vec![Vote::Refused]);
+        assert!(r.majority_refused());
+    }
+
+    #[test]
+    fn raise_confirmations_are_counted_separately() {
+        let mut r = report(vec![
+            Vote::Granted { fence: 3 },
+            Vote::Granted { fence: 5 },
+            Vote::Granted { fence: 4 },
+        ]);
+        r.votes[0].raise = Some(Vote::Granted { fence: 5 });
+        r.votes[1].raise = Some(Vote::Refused);
+        r.votes[2].raise = Some(Vote::TimedOut);
+        assert_eq!(r.yes(), 3);
+        assert_eq!(r.raised(), 1);
+        let text = r.to_string();
+        assert!(text.contains("1 raised"), "{text}");
+        assert!(text.contains("n1: granted fence 5, raise refused"), "{text}");
+    }
+
+    #[test]
+    fn permanent_failures_on_a_majority_stop_retries() {
+        let r = report(vec![wrongtype(), wrongtype(), Vote::Refused]);
+        assert!(!r.could_still_succeed());
+        let r = report(vec![wrongtype(), failed(), Vote::Refused]);
+        assert!(r.could_still_succeed());
+    }
+
+    #[test]
+    fn display_mentions_exhausted_validity() {
+        let mut r = report(vec![Vote::Granted { fence: 1 }]);
+        r.validity = None;
+        assert!(r.to_string().contains("validity exhausted"), "{r}");
+    }
+}

@@ -1,0 +1,377 @@
+//! Redlock over N independent masters, and the one lease algorithm every locker runs.
+//!
+//! A single server is simply N = 1 (quorum 1), so [`Locker`](crate::Locker) and [`Redlock`]
+//! share this code: send the command to every node in parallel (each bounded by the per-node
+//! timeout), count votes, and charge the time the round took against the lease:
+//! `validity = ttl - elapsed - drift`, with `elapsed` measured from *before* the first request.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+
+use crate::config::LockConfig;
+use crate::error::{Error, LossCause};
+use crate::fenced::{self, Fencing};
+use crate::keepalive::{self, LeaseHandle};
+use crate::lease::Lease;
+use crate::node::{Failure, Node};
+use crate::quorum::{quorum, NodeVote, Phase, QuorumReport, Vote};
+use crate::token::Token;
+use crate::validity;
+
+/// Takes leases by majority vote of N independent masters (Redlock), with a fence that
+/// increases across successive grants (fenced Redlock, see the [crate docs](crate)).
+///
+/// Cheap to clone; clones share the nodes' connections.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencedlock::Error> {
+/// use fencedlock::{LockConfig, Redlock};
+/// let urls = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+/// let redlock = Redlock::open(&urls, LockConfig::default())?;
+/// let lease = redlock.acquire("invoice:42").await?;
+/// println!("fence {} valid for {:?}", lease.fence(), lease.remaining());
+/// lease.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct Redlock {
+    engine: Arc<Engine>,
+}
+
+impl Redlock {
+    /// A Redlock over `nodes` with fenced Redlock's raise step ([`Fencing::Raise`]).
+    pub fn new(nodes: Vec<Node>, config: LockConfig) -> Result<Redlock, Error> {
+        Redlock::with_fencing(nodes, config, Fencing::Raise)
+    }
+
+    /// A Redlock over `nodes` with an explicit fencing mode.
+    pub fn with_fencing(
+        nodes: Vec<Node>,
+        config: LockConfig,
+        fencing: Fencing,
+    ) -> Result<Redlock, Error> {
+        if nodes.is_empty() {
+            return Err(Error::Config("Redlock needs at least one node".into()));
+        }
+        Ok(Redlock {
+            engine: Engine::new(nodes, config, fencing),
+        })
+    }
+
+    /// A Redlock over standalone servers given by URL. Nothing connects yet.
+    pub fn open<S: AsRef<str>>(urls: &[S], config: LockConfig) -> Result<Redlock, Error> {
+        let nodes = urls
+            .iter()
+            .map(|u| Node::new(u.as_ref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        Redlock::new(nodes, config)
+    }
+
+    /// One acquisition round. On failure every node is asked to release, and the error
+    /// ([`Error::QuorumNotReached`]) reports how each node voted.
+    pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
+        self.engine.acquire(key, false).await
+    }
+
+    /// Acquisition rounds with jittered backoff until one succeeds, a non-retryable error
+    /// occurs, or the configured maximum wait runs out (then the last round's error is
+    /// returned). Cancel-safe: dropping the future leaves no lease behind on any node.
+    pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
+        self.engine.acquire(key, true).await
+    }
+
+    /// Runs `work` under a kept-alive lease on `key` and releases it afterwards.
+    ///
+    /// If the lease is lost (a renewal fails), `work`'s future is dropped at its next
+    /// `.await` and the result is [`Error::LeaseLost`].
+    pub async fn with_lease<F, Fut, T>(&self, key: &str, work: F) -> Result<T, Error>
+    where
+        F: FnOnce(LeaseHandle) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        keepalive::with_lease(self.engine.acquire(key, true).await?, work).await
+    }
+
+    /// Releases `key` on every node for a token obtained elsewhere (for example printed by
+    /// another process). `Ok(true)` if a majority still held it for that token.
+    pub async fn release_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
+        self.engine.release(key, token).await
+    }
+
+    /// The masters, in configuration order.
+    pub fn nodes(&self) -> &[Node] {
+        &self.engine.nodes
+    }
+
+    /// Votes needed for a grant: `N / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        self.engine.quorum()
+    }
+
+    /// The fencing mode.
+    pub fn fencing(&self) -> Fencing {
+        self.engine.fencing
+    }
+
+    /// The options.
+    pub fn config(&self) -> &LockConfig {
+        &self.engine.config
+    }
+}
+
+/// The shared state of a locker: its nodes and options.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub(crate) nodes: Vec<Node>,
+    pub(crate) config: LockConfig,
+    pub(crate) fencing: Fencing,
+}
+
+/// A successful acquisition round.
+pub(crate) struct Grant {
+    pub(crate) fence: u64,
+    pub(crate) deadline: Instant,
+    pub(crate) report: QuorumReport,
+}
+
+/// Releases everywhere if an acquisition is dropped while a round is in flight (the caller's
+/// future was cancelled), so no node is left holding a lease nobody knows about.
+struct ReleaseOnDrop {
+    engine: Arc<Engine>,
+    key: String,
+    token: Token,
+    armed: bool,
+}
+
+impl Drop for ReleaseOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            self.engine
+                .clone()
+                .spawn_release(self.key.clone(), self.token.clone());
+        }
+    }
+}
+
+impl Engine {
+    pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Arc<Engine> {
+        let nodes = nodes
+            .into_iter()
+            .map(|n| n.with_timeout(config.node_timeout()))
+            .collect();
+        Arc::new(Engine {
+            nodes,
+            config,
+            fencing,
+        })
+    }
+
+    pub(crate) fn quorum(&self) -> usize {
+        quorum(self.nodes.len())
+    }
+
+    /// One round, or rounds with backoff when `retry`. One token serves every round of the
+    /// call: ACQUIRE is idempotent for its holder, so a node that granted in a round whose
+    /// reply (or release) was lost simply grants again.
+    pub(crate) async fn acquire(self: &Arc<Self>, key: &str, retry: bool) -> Result<Lease, Error> {
+        let mut guard = ReleaseOnDrop {
+            engine: Arc::clone(self),
+            key: key.to_owned(),
+            token: self.config.new_token(),
+            armed: false,
+        };
+        let give_up = Instant::now() + self.config.max_wait();
+        let mut round = 0u32;
+        loop {
+            guard.armed = true;
+            let result = self.attempt(key, &guard.token).await;
+            // Success: the lease owns the release now. Failure: the round released already.
+            guard.armed = false;
+            let err = match result {
+                Ok(grant) => {
+                    return Ok(Lease::new(
+                        Arc::clone(self),
+                        key.to_owned(),
+                        guard.token.clone(),
+                        grant,
+                    ))
+                }
+                Err(err) => err,
+            };
+            let now = Instant::now();
+            if !retry || !err.is_retryable() || now >= give_up {
+                return Err(err);
+            }
+            let delay = self.config.backoff().delay(round, &mut rand::rng());
+            tracing::debug!(key, round, ?delay, error = %err, "lock busy, retrying");
+            tokio::time::sleep(delay.min(give_up - now)).await;
+            round = round.saturating_add(1);
+        }
+    }
+
+    /// One acquisition round: ACQUIRE everywhere, then (fenced Redlock) RAISE on the granting
+    /// nodes. Releases everywhere unless the lease is handed out.
+    pub(crate) async fn attempt(&self, key: &str, token: &Token) -> Result<Grant, Error> {
+        let ttl = self.config.ttl();
+        let ttl_ms = self.config.ttl_ms();
+        let drift = self.config.drift();
+        let sent = Instant::now();
+        let replies = join_all(self.nodes.iter().map(|n| n.acquire(key, token, ttl_ms))).await;
+        let votes = replies
+            .into_iter()
+            .map(|reply| match reply {
+                Ok(Some(fence)) => Vote::Granted { fence },
+                Ok(None) => Vote::Refused,
+                Err(failure) => failure.into_vote(),
+            })
+            .collect();
+        let mut report = self.report(key, Phase::Acquire, votes, sent, ttl, drift);
+
+        if report.reached() && report.validity.is_some() {
+            let fence = match self.fencing {
+                Fencing::Raise if self.nodes.len() > 1 => {
+                    fenced::raise(&self.nodes, key, token, &mut report).await
+                }
+                _ => report.max_fence(),
+            };
+            report.elapsed = sent.elapsed();
+            report.validity = validity::validity(ttl, report.elapsed, drift);
+            if let (Some(fence), Some(_)) = (fence, report.validity) {
+                return Ok(Grant {
+                    fence,
+                    deadline: validity::deadline(sent, ttl, drift),
+                    report,
+                });
+            }
+        }
+        // No usable majority: give back what we got (and what a node that timed out may have
+        // granted after all). RELEASE by our token cannot hurt another holder.
+        let _ = self.release_report(key, token).await;
+        Err(self.round_error(report, Phase::Acquire))
+    }
+
+    /// RENEW everywhere; the new deadline on success.
+    pub(crate) async fn renew(&self, key: &str, token: &Token) -> Result<Instant, Error> {
+        let ttl = self.config.ttl();
+        let drift = self.config.drift();
+        let sent = Instant::now();
+        let ttl_ms = self.config.ttl_ms();
+        let replies = join_all(self.nodes.iter().map(|n| n.renew(key, token, ttl_ms))).await;
+        let votes = replies.into_iter().map(yes_no).collect();
+        let report = self.report(key, Phase::Renew, votes, sent, ttl, drift);
+        if report.reached() && report.validity.is_some() {
+            return Ok(validity::deadline(sent, ttl, drift));
+        }
+        Err(self.round_error(report, Phase::Renew))
+    }
+
+    /// RELEASE everywhere. `Ok(true)` if a majority (the node, for N = 1) still held the lease.
+    pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Error> {
+        let report = self.release_report(key, token).await;
+        let answered = report.votes.iter().filter(|v| v.vote.answered()).count();
+        if answered >= report.quorum {
+            Ok(report.reached())
+        } else {
+            Err(self.round_error(report, Phase::Release))
+        }
+    }
+
+    async fn release_report(&self, key: &str, token: &Token) -> QuorumReport {
+        let sent = Instant::now();
+        let replies = join_all(self.nodes.iter().map(|n| n.release(key, token))).await;
+        let votes = replies.into_iter().map(yes_no).collect();
+        let report = self.report(key, Phase::Release, votes, sent, Duration::ZERO, Duration::ZERO);
+        if !report.votes.iter().all(|v| v.vote.answered()) {
+            tracing::debug!(%report, "release did not reach every node; their leases expire after the ttl");
+        }
+        report
+    }
+
+    /// Releases in a background task: used by `Drop`, which must never block a runtime thread.
+    /// Without a runtime the lease simply expires after its ttl.
+    pub(crate) fn spawn_release(self: Arc<Self>, key: String, token: Token) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    let _ = self.release_report(&key, &token).await;
+                });
+            }
+            Err(_) => {
+                tracing::debug!(key, "no Tokio runtime to release on drop; the lease expires after its ttl");
+            }
+        }
+    }
+
+    fn report(
+        &self,
+        key: &str,
+        phase: Phase,
+        votes: Vec<Vote>,
+        sent: Instant,
+        ttl: Duration,
+        drift: Duration,
+    ) -> QuorumReport {
+        let elapsed = sent.elapsed();
+        QuorumReport {
+            key: key.to_owned(),
+            phase,
+            quorum: self.quorum(),
+            votes: self
+                .nodes
+                .iter()
+                .zip(votes)
+                .map(|(node, vote)| NodeVote {
+                    node: node.name().to_owned(),
+                    vote,
+                    raise: None,
+                })
+                .collect(),
+            elapsed,
+            validity: if phase == Phase::Release {
+                None
+            } else {
+                validity::validity(ttl, elapsed, drift)
+            },
+        }
+    }
+
+    /// The error for a failed round. With a single node the node's own answer is the error
+    /// (contended, timed out, server error); with several, the whole report is.
+    fn round_error(&self, report: QuorumReport, phase: Phase) -> Error {
+        let lost = |report: &QuorumReport| Error::LeaseLost {
+            key: report.key.clone(),
+            cause: LossCause::Refused,
+        };
+        if phase == Phase::Renew && report.majority_refused() {
+            return lost(&report);
+        }
+        if let ([only], [node]) = (report.votes.as_slice(), self.nodes.as_slice()) {
+            let operation = match phase {
+                Phase::Acquire => "ACQUIRE",
+                Phase::Renew => "RENEW",
+                Phase::Release => "RELEASE",
+            };
+            match &only.vote {
+                Vote::Refused if phase == Phase::Acquire => {
+                    return Error::Contended {
+                        key: report.key.clone(),
+                    }
+                }
+                Vote::TimedOut => return node.error(operation, Failure::TimedOut),
+                Vote::Failed { error } => return node.error(operation, Failure::Redis(error.clone())),
+                _ => {}
+            }
+        }
+        Error::QuorumNotReached(Box::new(report))
+    }
+}
+
+fn yes_no(reply: Result<bool, Failure>) -> Vote {
+    match reply {
+        Ok(true) => Vote::Confirmed,
+        Ok(false) => Vote::Refused,
+        Err(failure) => failure.into_vote(),
+    }
+}
