@@ -399,4 +399,109 @@ mod tests {
         assert_eq!(check_token(&[7u8; MAX_TOKEN_LEN]), Ok(()));
         assert_eq!(check_token(&[7u8; MAX_TOKEN_LEN + 1]), Err(LockError::BadToken));
     }
+
+    /// Random interleavings of every operation by three clients over a moving clock: grants
+    /// strictly increase, a refused or stale caller changes nothing, and at most one token
+    /// holds a live lease at any time.
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Op {
+            Acquire(usize, u64),
+            Renew(usize, u64),
+            Release(usize),
+            Raise(usize, u64),
+            Advance(u64),
+            Reload,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                (0..3usize, 1..50u64).prop_map(|(c, t)| Op::Acquire(c, t)),
+                (0..3usize, 1..50u64).prop_map(|(c, t)| Op::Renew(c, t)),
+                (0..3usize).prop_map(Op::Release),
+                (0..3usize, 0..100u64).prop_map(|(c, f)| Op::Raise(c, f)),
+                (0..40u64).prop_map(Op::Advance),
+                Just(Op::Reload),
+            ]
+        }
+
+        proptest! {
+            #[test]
+            fn leases_and_fences_stay_sound(ops in proptest::collection::vec(op(), 1..200)) {
+                let tokens: [&[u8]; 3] = [b"a", b"b", b"c"];
+                let (mut lock, mut hw, mut now) = (Lock::new(), HighWater::default(), 0u64);
+                let mut last_grant = 0u64;
+                let mut holder: Option<(usize, u64)> = None; // (client, deadline) as the model sees it
+                for op in ops {
+                    let live = holder.filter(|(_, d)| now < *d).map(|(c, _)| c);
+                    match op {
+                        Op::Acquire(c, t) => match lock.acquire(&mut hw, tokens[c], t * MS, now, 0).unwrap() {
+                            Acquired::Granted { fence, .. } => {
+                                prop_assert!(live.is_none());
+                                prop_assert!(fence > last_grant && fence > 0);
+                                last_grant = fence;
+                                holder = Some((c, now + t * MS));
+                            }
+                            Acquired::Reentered { fence } => {
+                                prop_assert_eq!(live, Some(c));
+                                prop_assert_eq!(fence, lock.fence());
+                                holder = Some((c, now + t * MS));
+                            }
+                            Acquired::Busy => prop_assert!(live.is_some() && live != Some(c)),
+                        },
+                        Op::Renew(c, t) => {
+                            let ok = lock.renew(tokens[c], t * MS, now);
+                            prop_assert_eq!(ok, live == Some(c));
+                            if ok {
+                                holder = Some((c, now + t * MS));
+                            }
+                        }
+                        Op::Release(c) => {
+                            let r = lock.release(tokens[c], now);
+                            prop_assert_eq!(r == Released::Released, live == Some(c));
+                            if r == Released::Released {
+                                holder = None;
+                            }
+                        }
+                        Op::Raise(c, f) => {
+                            let before = lock.fence();
+                            match lock.raise(&mut hw, tokens[c], f, now) {
+                                Some(raised) => {
+                                    prop_assert_eq!(live, Some(c));
+                                    prop_assert_eq!(raised, before.max(f));
+                                    last_grant = last_grant.max(raised);
+                                }
+                                None => prop_assert_eq!(lock.fence(), before),
+                            }
+                        }
+                        Op::Advance(ms) => now += ms * MS,
+                        Op::Reload => {
+                            let rec = lock.record(now);
+                            let (fence, holder) = (rec.fence, rec.holder.map(|(t, r)| (t.to_vec(), r)));
+                            let rec = Record { fence, holder: holder.as_ref().map(|(t, r)| (&t[..], *r)) };
+                            lock = Lock::from_record(&rec, now).unwrap();
+                        }
+                    }
+                    prop_assert!(hw.get() >= lock.fence());
+                    prop_assert_eq!(lock.status(now).pttl_ms.is_some(), holder.is_some_and(|(_, d)| now < d));
+                }
+            }
+
+            /// The RDB loader's decisions: any field values either rebuild a lock or are refused.
+            #[test]
+            fn any_record_is_loaded_or_refused(
+                fence in any::<u64>(),
+                token in proptest::collection::vec(any::<u8>(), 0..600),
+                remaining in any::<u64>(),
+                has_holder in any::<bool>(),
+            ) {
+                let rec = Record { fence, holder: has_holder.then_some((&token[..], remaining)) };
+                let valid = fence <= MAX_FENCE && (!has_holder || check_token(&token).is_ok());
+                prop_assert_eq!(Lock::from_record(&rec, 5).is_ok(), valid);
+            }
+        }
+    }
 }
