@@ -1,0 +1,234 @@
+//! Typed wrappers over the module's commands, shared by the module's integration tests.
+//! They panic on unexpected replies so each test reads as the contract it checks.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use harness::{error_text, poll, redis, Server};
+use redis::{RedisResult, ToRedisArgs, Value};
+
+/// One block of the fence space: restarts and promotions jump the high-water mark by this.
+pub const EPOCH_GAP: u64 = 1 << 32;
+/// A ttl long enough that no lease in a test expires by accident.
+pub const LONG_TTL: u64 = 60_000;
+
+/// `FENCEDLOCK.STATUS` decoded: `[fence, held, pttl_ms or -1]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    pub fence: u64,
+    pub held: bool,
+    pub pttl: i64,
+}
+
+/// Run a command; the raw reply or error.
+pub fn run(s: &Server, args: &[&[u8]]) -> RedisResult<Value> {
+    let mut cmd = redis::Cmd::new();
+    for a in args {
+        cmd.arg(*a);
+    }
+    s.query(&cmd)
+}
+
+/// Build a byte-argument list from mixed `&str` / `&[u8]` / numbers.
+#[macro_export]
+macro_rules! args {
+    ($($a:expr),* $(,)?) => {{
+        let v: Vec<Vec<u8>> = vec![$( $crate::common::bytes(&$a) ),*];
+        v
+    }};
+}
+
+/// One argument as bytes.
+pub fn bytes(a: &impl ToRedisArgs) -> Vec<u8> {
+    let mut out = a.to_redis_args();
+    assert_eq!(out.len(), 1, "one argument expected");
+    out.remove(0)
+}
+
+/// Run a command given as owned byte vectors.
+pub fn run_v(s: &Server, args: &[Vec<u8>]) -> RedisResult<Value> {
+    let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+    run(s, &refs)
+}
+
+/// The error text of a command that must fail.
+pub fn expect_err(s: &Server, args: &[Vec<u8>]) -> String {
+    match run_v(s, args) {
+        Err(e) => error_text(&e),
+        Ok(v) => panic!("expected an error from {}, got {v:?}", printable(args)),
+    }
+}
+
+fn printable(args: &[Vec<u8>]) -> String {
+    args.iter()
+        .map(|a| {
+            let s = String::from_utf8_lossy(a);
+            if s.len() > 40 { format!("{}…({} bytes)", &s[..20], a.len()) } else { s.into_owned() }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// `ACQUIRE`: `Ok(Some(fence))` on grant, `Ok(None)` when held by another token.
+pub fn try_acquire(s: &Server, key: &str, token: &[u8], ttl_ms: u64) -> RedisResult<Option<u64>> {
+    match run(s, &[b"FENCEDLOCK.ACQUIRE", key.as_bytes(), token, ttl_ms.to_string().as_bytes()])? {
+        Value::Nil => Ok(None),
+        Value::Int(f) => {
+            assert!(f > 0, "fence must be positive, got {f}");
+            Ok(Some(f as u64))
+        }
+        other => panic!("ACQUIRE replied {other:?}"),
+    }
+}
+
+/// `ACQUIRE` that must not error.
+pub fn acquire(s: &Server, key: &str, token: &[u8], ttl_ms: u64) -> Option<u64> {
+    try_acquire(s, key, token, ttl_ms).unwrap_or_else(|e| panic!("ACQUIRE {key}: {}", error_text(&e)))
+}
+
+/// `ACQUIRE` that must grant.
+pub fn grant(s: &Server, key: &str, token: &[u8], ttl_ms: u64) -> u64 {
+    acquire(s, key, token, ttl_ms).unwrap_or_else(|| panic!("ACQUIRE {key} was refused"))
+}
+
+fn int_reply(s: &Server, args: &[&[u8]]) -> i64 {
+    match run(s, args) {
+        Ok(Value::Int(n)) => n,
+        other => panic!("{} replied {other:?}", String::from_utf8_lossy(args[0])),
+    }
+}
+
+/// `RENEW` -> 0 / 1.
+pub fn renew(s: &Server, key: &str, token: &[u8], ttl_ms: u64) -> i64 {
+    int_reply(s, &[b"FENCEDLOCK.RENEW", key.as_bytes(), token, ttl_ms.to_string().as_bytes()])
+}
+
+/// `RELEASE` -> 0 / 1.
+pub fn release(s: &Server, key: &str, token: &[u8]) -> i64 {
+    int_reply(s, &[b"FENCEDLOCK.RELEASE", key.as_bytes(), token])
+}
+
+/// `CAD` -> 0 / 1.
+pub fn cad(s: &Server, key: &str, value: &[u8]) -> i64 {
+    int_reply(s, &[b"FENCEDLOCK.CAD", key.as_bytes(), value])
+}
+
+/// `RAISE` -> the key's fence after raising, or `None` when the token does not hold it.
+pub fn raise(s: &Server, key: &str, token: &[u8], fence: u64) -> Option<u64> {
+    match run(s, &[b"FENCEDLOCK.RAISE", key.as_bytes(), token, fence.to_string().as_bytes()]) {
+        Ok(Value::Nil) => None,
+        Ok(Value::Int(f)) => Some(f as u64),
+        other => panic!("RAISE replied {other:?}"),
+    }
+}
+
+/// `STATUS`, decoded; checks the reply's shape.
+pub fn status(s: &Server, key: &str) -> Option<Status> {
+    let reply = run(s, &[b"FENCEDLOCK.STATUS", key.as_bytes()])
+        .unwrap_or_else(|e| panic!("STATUS {key}: {}", error_text(&e)));
+    decode_status(&reply)
+}
+
+/// Decode a `STATUS` reply and check its invariants: a held lease has a positive pttl,
+/// a free one has -1.
+pub fn decode_status(reply: &Value) -> Option<Status> {
+    match reply {
+        Value::Nil => None,
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(fence), Value::Int(held), Value::Int(pttl)] => {
+                assert!(*fence > 0, "fence must be positive: {reply:?}");
+                let held = match held {
+                    0 => false,
+                    1 => true,
+                    _ => panic!("held must be 0 or 1: {reply:?}"),
+                };
+                if held {
+                    assert!(*pttl >= 0, "a held lease has a pttl: {reply:?}");
+                } else {
+                    assert_eq!(*pttl, -1, "a free lock has pttl -1: {reply:?}");
+                }
+                Some(Status { fence: *fence as u64, held, pttl: *pttl })
+            }
+            _ => panic!("STATUS must be [fence, held, pttl]: {reply:?}"),
+        },
+        other => panic!("STATUS replied {other:?}"),
+    }
+}
+
+/// `STATUS` of a key that must exist.
+pub fn status_of(s: &Server, key: &str) -> Status {
+    status(s, key).unwrap_or_else(|| panic!("STATUS {key} is nil"))
+}
+
+/// `INFO fencedlock` fields.
+pub fn info(s: &Server) -> HashMap<String, String> {
+    s.info("fencedlock")
+}
+
+/// One numeric `INFO fencedlock` counter.
+pub fn counter(s: &Server, name: &str) -> u64 {
+    let info = info(s);
+    info.get(name)
+        .unwrap_or_else(|| panic!("INFO fencedlock has no {name}: {info:?}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{name} is not a number: {e}"))
+}
+
+/// The server's high-water mark.
+pub fn high_water(s: &Server) -> u64 {
+    counter(s, "fencedlock_high_water_mark")
+}
+
+/// Wait (bounded) until the lease on `key` has expired.
+pub fn wait_expired(s: &Server, key: &str) {
+    poll(&format!("lease on {key} to expire"), Duration::from_secs(5), || {
+        !status_of(s, key).held
+    });
+}
+
+/// `DEBUG DIGEST-VALUE key` (a replica must match its primary).
+pub fn digest_value(s: &Server, key: &str) -> String {
+    let v: Vec<String> = s
+        .cmd(&["DEBUG", "DIGEST-VALUE", key])
+        .unwrap_or_else(|e| panic!("DEBUG DIGEST-VALUE {key}: {}", error_text(&e)));
+    v.into_iter().next().expect("one digest")
+}
+
+/// Everything a failed command must leave alone: the dataset digest, each key's type and
+/// lock state (pttl aside, it moves with time), and the module's counters that a grant or
+/// a refusal would move.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    dataset: String,
+    keys: Vec<(String, String, Option<(u64, bool)>)>,
+    high_water: u64,
+    grants: u64,
+}
+
+pub fn fingerprint(s: &Server, keys: &[&str]) -> Fingerprint {
+    let dataset: String = s.cmd(&["DEBUG", "DIGEST"]).expect("DEBUG DIGEST");
+    let keys = keys
+        .iter()
+        .map(|k| {
+            let ty: String = s.cmd(&["TYPE", k]).expect("TYPE");
+            let lock = if ty == "none" || is_lock_type(&ty) {
+                status(s, k).map(|st| (st.fence, st.held))
+            } else {
+                None
+            };
+            (k.to_string(), ty, lock)
+        })
+        .collect();
+    Fingerprint { dataset, keys, high_water: high_water(s), grants: counter(s, "fencedlock_grants") }
+}
+
+/// Whether a `TYPE` reply names the module's data type (anything not built in).
+pub fn is_lock_type(ty: &str) -> bool {
+    !matches!(ty, "none" | "string" | "list" | "set" | "zset" | "hash" | "stream")
+}
+
+/// A token with bytes that lossy UTF-8 handling would corrupt.
+pub fn binary_token(tag: u8) -> Vec<u8> {
+    vec![0, 0xff, b't', tag, 0x80, b'\n', 0xfe, 0]
+}
