@@ -195,13 +195,21 @@ pub fn digest_value(s: &Server, key: &str) -> String {
     v.into_iter().next().expect("one digest")
 }
 
+/// One key's type and, for a lock, its fence and held flag.
+#[derive(Debug, PartialEq, Eq)]
+pub struct KeyState {
+    key: String,
+    ty: String,
+    lock: Option<(u64, bool)>,
+}
+
 /// Everything a failed command must leave alone: the dataset digest, each key's type and
 /// lock state (pttl aside, it moves with time), and the module's counters that a grant or
 /// a refusal would move.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Fingerprint {
     dataset: String,
-    keys: Vec<(String, String, Option<(u64, bool)>)>,
+    keys: Vec<KeyState>,
     high_water: u64,
     grants: u64,
 }
@@ -217,7 +225,7 @@ pub fn fingerprint(s: &Server, keys: &[&str]) -> Fingerprint {
             } else {
                 None
             };
-            (k.to_string(), ty, lock)
+            KeyState { key: k.to_string(), ty, lock }
         })
         .collect();
     Fingerprint { dataset, keys, high_water: high_water(s), grants: counter(s, "fencedlock_grants") }

@@ -1,0 +1,219 @@
+//! Fences never repeat across reloads and restarts: DEBUG RELOAD, RDB, AOF (with and without
+//! the RDB preamble, before and after BGREWRITEAOF), kill -9, and the restart grace.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use harness::{error_text, poll, Server};
+
+/// Lock state a test writes before a reload and checks after it.
+struct Scenario {
+    /// Held with a long ttl by `held_token`.
+    held_fence: u64,
+    held_token: Vec<u8>,
+    /// Released: fence kept, not held.
+    released_fence: u64,
+    /// Expired without release.
+    expired_fence: u64,
+    /// The highest fence ever issued; its key was deleted, so only the high-water mark
+    /// remembers it.
+    max_fence: u64,
+}
+
+const HELD: &str = "p:held";
+const RELEASED: &str = "p:released";
+const EXPIRED: &str = "p:expired";
+const DELETED: &str = "p:deleted";
+const EXPIRED_TTL: u64 = 30;
+
+fn write_scenario(s: &Server) -> Scenario {
+    let held_token = binary_token(9);
+    let held_fence = grant(s, HELD, &held_token, LONG_TTL);
+    let released_fence = grant(s, RELEASED, b"r", LONG_TTL);
+    assert_eq!(release(s, RELEASED, b"r"), 1);
+    let expired_fence = grant(s, EXPIRED, b"e", EXPIRED_TTL);
+    wait_expired(s, EXPIRED);
+    let max_fence = grant(s, DELETED, b"d", LONG_TTL);
+    let deleted: i64 = s.cmd(&["DEL", DELETED]).unwrap();
+    assert_eq!(deleted, 1);
+    Scenario { held_fence, held_token, released_fence, expired_fence, max_fence }
+}
+
+/// After any reload: the locks are as they were, the held lease is still held (its remaining
+/// time restarts on the loading server's clock, so it can only look longer), the binary token
+/// still works, and every new fence is above everything issued before.
+fn check_scenario(s: &Server, sc: &Scenario) {
+    let held = status_of(s, HELD);
+    assert_eq!((held.fence, held.held), (sc.held_fence, true), "{held:?}");
+    assert!(held.pttl > 0 && held.pttl <= LONG_TTL as i64, "{held:?}");
+    assert_eq!(status_of(s, RELEASED), Status { fence: sc.released_fence, held: false, pttl: -1 });
+    // An AOF replays the grant's effect record, whose remaining time restarts on the new
+    // clock: an expired lease may look live again for at most its original ttl (longer,
+    // never shorter, as the design says). RDB snapshots taken after expiry show it free.
+    let expired = status_of(s, EXPIRED);
+    assert_eq!(expired.fence, sc.expired_fence);
+    assert!(!expired.held || expired.pttl <= EXPIRED_TTL as i64, "{expired:?}");
+    wait_expired(s, EXPIRED);
+    assert_eq!(status(s, DELETED), None);
+    assert!(high_water(s) >= sc.max_fence, "high-water mark lost: {:?}", info(s));
+
+    assert_eq!(acquire(s, HELD, b"intruder", LONG_TTL), None, "the lease survived");
+    for key in [RELEASED, EXPIRED, DELETED, "p:fresh"] {
+        let fence = grant(s, key, b"next", LONG_TTL);
+        assert!(fence > sc.max_fence, "{key}: fence {fence} repeats (max before: {})", sc.max_fence);
+    }
+    assert_eq!(grant(s, HELD, &sc.held_token, LONG_TTL), sc.held_fence, "token survived as bytes");
+    assert_eq!(release(s, HELD, &sc.held_token), 1);
+}
+
+/// After a primary's start-up load the fences jump to a higher 2^32 block.
+fn assert_epoch_jump(s: &Server, max_before: u64, epoch_before: u64) {
+    let epoch = counter(s, "fencedlock_epoch");
+    assert!(epoch > epoch_before, "epoch {epoch} did not move past {epoch_before}");
+    let fence = grant(s, &format!("p:after-jump:{epoch}"), b"j", LONG_TTL);
+    assert!(
+        fence / EPOCH_GAP > max_before / EPOCH_GAP,
+        "fence {fence} is in the same 2^32 block as {max_before}: no epoch jump"
+    );
+}
+
+#[test]
+fn debug_reload_keeps_locks_and_the_high_water_mark() {
+    let s = Server::start();
+    let sc = write_scenario(&s);
+    let digest = digest_value(&s, HELD);
+    let _: () = s.cmd(&["DEBUG", "RELOAD"]).unwrap();
+    assert_eq!(digest_value(&s, HELD), digest);
+    check_scenario(&s, &sc);
+}
+
+#[test]
+fn an_empty_dataset_still_carries_the_high_water_mark() {
+    let s = Server::start();
+    let f = grant(&s, "empty:a", b"t", LONG_TTL);
+    let _: () = s.cmd(&["FLUSHALL"]).unwrap();
+    let _: () = s.cmd(&["DEBUG", "RELOAD"]).unwrap();
+    let dbsize: i64 = s.cmd(&["DBSIZE"]).unwrap();
+    assert_eq!(dbsize, 0);
+    assert!(grant(&s, "empty:a", b"t", LONG_TTL) > f);
+}
+
+#[test]
+fn restart_from_rdb() {
+    let mut s = Server::start();
+    let sc = write_scenario(&s);
+    let epoch = counter(&s, "fencedlock_epoch");
+    s.save();
+    s.kill9();
+    s.restart();
+    check_scenario(&s, &sc);
+    assert_epoch_jump(&s, sc.max_fence, epoch);
+}
+
+#[test]
+fn every_restart_is_a_new_epoch() {
+    let mut s = Server::start();
+    let mut last = grant(&s, "epochs:k", b"t", LONG_TTL);
+    for round in 0..3 {
+        let epoch = counter(&s, "fencedlock_epoch");
+        s.save();
+        s.kill9();
+        s.restart();
+        assert_epoch_jump(&s, last, epoch);
+        assert_eq!(release(&s, "epochs:k", b"t"), 1, "round {round}");
+        last = grant(&s, "epochs:k", b"t", LONG_TTL);
+    }
+}
+
+fn aof_server(preamble: bool) -> Server {
+    Server::builder()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+        .arg("aof-use-rdb-preamble", if preamble { "yes" } else { "no" })
+        .start()
+}
+
+/// Half the scenario before the rewrite (it lands in the rewritten base), half after (it
+/// lands in the incremental AOF as effect records), then a graceful restart.
+fn aof_rewrite_then_restart(preamble: bool) {
+    let mut s = aof_server(preamble);
+    let before = grant(&s, "aof:before-rewrite", b"b", LONG_TTL);
+    let deleted_before = grant(&s, "aof:deleted-before-rewrite", b"b", LONG_TTL);
+    let _: i64 = s.cmd(&["DEL", "aof:deleted-before-rewrite"]).unwrap();
+    s.rewrite_aof();
+    let sc = write_scenario(&s);
+    assert!(sc.max_fence > deleted_before && deleted_before > before);
+    let epoch = counter(&s, "fencedlock_epoch");
+    s.stop();
+    s.restart();
+    assert_eq!(status_of(&s, "aof:before-rewrite").fence, before);
+    check_scenario(&s, &sc);
+    assert_epoch_jump(&s, sc.max_fence, epoch);
+
+    // And a rewrite taken after everything, with the max-fence key already deleted, must
+    // carry the high-water mark on its own.
+    let top = grant(&s, "aof:top", b"t", LONG_TTL);
+    let _: i64 = s.cmd(&["DEL", "aof:top"]).unwrap();
+    s.rewrite_aof();
+    s.stop();
+    s.restart();
+    assert!(grant(&s, "aof:top", b"t", LONG_TTL) > top);
+    assert!(grant(&s, "aof:other", b"t", LONG_TTL) > top);
+}
+
+#[test]
+fn restart_from_aof_after_rewrite_with_rdb_preamble() {
+    aof_rewrite_then_restart(true);
+}
+
+#[test]
+fn restart_from_aof_after_rewrite_without_rdb_preamble() {
+    aof_rewrite_then_restart(false);
+}
+
+#[test]
+fn kill9_with_appendfsync_always_loses_no_fence() {
+    let mut s = aof_server(true);
+    let sc = write_scenario(&s);
+    let epoch = counter(&s, "fencedlock_epoch");
+    s.kill9();
+    s.restart();
+    check_scenario(&s, &sc);
+    assert_epoch_jump(&s, sc.max_fence, epoch);
+}
+
+#[test]
+fn restart_grace_refuses_new_grants_then_lifts() {
+    let mut s = Server::start();
+    let f = grant(&s, "grace:held", b"holder", LONG_TTL);
+    let max = grant(&s, "grace:other", b"x", LONG_TTL);
+    assert_eq!(release(&s, "grace:other", b"x"), 1, "free, so only the grace can refuse it");
+    s.save();
+    s.kill9();
+    s.set_restart_arg("fencedlock.restart-grace-ms", "1500");
+    s.restart();
+
+    let keys = ["grace:held", "grace:other", "grace:new"];
+    let before = fingerprint(&s, &keys);
+    for (key, token) in [("grace:new", "secret-grace-token"), ("grace:other", "secret-grace-token")] {
+        let err = try_acquire(&s, key, token.as_bytes(), LONG_TTL)
+            .map(|fence| panic!("ACQUIRE {key} during the grace was answered {fence:?}"))
+            .unwrap_err();
+        let text = error_text(&err);
+        assert!(text.starts_with("TRYAGAIN"), "{text}");
+        assert!(!text.contains(token), "token leaked: {text}");
+    }
+    assert_eq!(fingerprint(&s, &keys), before, "a refused grant changed state");
+    assert_eq!(status_of(&s, "grace:held").fence, f, "reads work during the grace");
+
+    // Bounded wait for the grace to end; then grants resume above everything before.
+    let mut granted = None;
+    poll("the restart grace to end", Duration::from_secs(10), || {
+        granted = try_acquire(&s, "grace:new", b"late", LONG_TTL).ok().flatten();
+        granted.is_some()
+    });
+    assert!(granted.expect("polled until granted") > max);
+    assert_eq!(acquire(&s, "grace:held", b"intruder", LONG_TTL), None, "the held lease survived");
+}
