@@ -214,6 +214,8 @@ impl Node {
     /// Sends one command and parses the reply, all within the per-node timeout.
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Failure> {
         match tokio::time::timeout(self.timeout, self.query_unbounded(cmd)).await {
+            // The connect timeout inside `redis` fires at the same moment as ours.
+            Ok(Err(e)) if e.is_timeout() => Err(Failure::TimedOut),
             Ok(result) => result.map_err(Failure::Redis),
             Err(_elapsed) => Err(Failure::TimedOut),
         }
