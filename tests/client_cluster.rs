@@ -1,0 +1,73 @@
+//! Single-node leases through a Redis Cluster connection: every command routes by key to the
+//! slot's master, so leases on keys in different slots live on different nodes.
+
+mod client_support;
+
+use std::time::Duration;
+
+use fencedlock::{Error, Locker};
+use harness::redis::{ErrorKind, ServerErrorKind};
+use harness::{Cluster, Server};
+
+/// The `(fence, held)` of `key` on the node that owns its slot; the others answer MOVED.
+fn owner_status(cluster: &Cluster, key: &str) -> Vec<(String, u64, bool)> {
+    cluster
+        .nodes()
+        .iter()
+        .filter_map(|n: &Server| {
+            let reply: Result<Option<(u64, u8, i64)>, _> = n.cmd(&["FENCEDLOCK.STATUS", key]);
+            match reply {
+                Ok(Some((fence, held, _))) => Some((n.addr(), fence, held == 1)),
+                Ok(None) => Some((n.addr(), 0, false)),
+                Err(e) => {
+                    assert_eq!(
+                        e.kind(),
+                        ErrorKind::Server(ServerErrorKind::Moved),
+                        "{}: {e}",
+                        n.addr()
+                    );
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_route_by_key_through_a_cluster_connection() {
+    let cluster = Cluster::builder().masters(3).start();
+    let locker = Locker::open_cluster(&cluster.urls(), client_support::config(10_000, 1_000))
+        .expect("cluster locker");
+    let rival = Locker::open_cluster(&cluster.urls()[1..], client_support::config(10_000, 1_000))
+        .expect("second cluster locker");
+
+    let keys: Vec<String> = (0..24).map(|i| format!("cluster:key:{i}")).collect();
+    let mut leases = Vec::new();
+    for key in &keys {
+        leases.push(locker.try_acquire(key).await.unwrap_or_else(|e| panic!("{key}: {e}")));
+    }
+    let mut owners = std::collections::HashSet::new();
+    for lease in &leases {
+        let owner = owner_status(&cluster, lease.key());
+        assert_eq!(owner.len(), 1, "exactly one node owns {}: {owner:?}", lease.key());
+        assert_eq!((owner[0].1, owner[0].2), (lease.fence(), true));
+        owners.insert(owner[0].0.clone());
+        assert!(matches!(
+            rival.try_acquire(lease.key()).await,
+            Err(Error::Contended { .. })
+        ));
+    }
+    assert_eq!(owners.len(), 3, "24 keys spread over all three masters");
+
+    let mut lease = leases.pop().unwrap();
+    lease.renew().await.expect("renew through the cluster");
+    let kept = lease.keep_alive();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    kept.ensure_valid().unwrap();
+    assert!(kept.release().await.unwrap());
+    for lease in leases {
+        let key = lease.key().to_owned();
+        assert!(lease.release().await.unwrap());
+        assert!(!owner_status(&cluster, &key)[0].2, "{key} released");
+    }
+}
