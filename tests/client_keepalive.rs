@@ -171,3 +171,17 @@ async fn dropping_a_kept_lease_stops_renewing_and_releases() {
     assert!(lease.ensure_valid().is_err(), "no renewals after stop()");
     assert!(!held(&server, "stopped"), "expired on the server too");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_started_late_renews_at_once() {
+    let server = Server::start();
+    let locker = Locker::open(&server.url(), config(400, 100)).unwrap();
+    let lease = locker.try_acquire("late").await.unwrap();
+    // 300 ms of the 400 ms are gone: waiting another ttl/3 would let the lease expire.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let kept = lease.keep_alive();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    kept.ensure_valid().expect("renewed immediately, not after a full interval");
+    assert!(held(&server, "late"));
+    assert!(kept.release().await.unwrap());
+}

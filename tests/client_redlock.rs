@@ -301,3 +301,20 @@ async fn fenced_redlock_fences_increase_across_majorities() {
     assert!(f1 >= 11, "G1 carries A's fence: {f1}");
     assert!(f2 > f1, "the raise step makes G2's fence {f2} exceed G1's {f1}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_round_with_the_same_token_gets_the_same_fence() {
+    let servers = servers(5);
+    let redlock = redlock(&servers, config(5_000, 300));
+    let first = redlock.try_acquire("retry").await.unwrap();
+    let fence = first.fence();
+    let token = first.detach();
+    // As if the replies of the first round were lost and the round ran again.
+    let again = redlock.try_acquire_with_token("retry", &token).await.expect("idempotent");
+    assert_eq!(again.fence(), fence);
+    assert_eq!(again.report().yes(), 5);
+    for s in &servers {
+        assert_eq!(status(s, "retry").unwrap().0, fence, "no node issued a new fence");
+    }
+    assert!(again.release().await.unwrap());
+}

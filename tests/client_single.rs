@@ -303,3 +303,28 @@ async fn binary_keys_and_many_concurrent_holders_of_different_keys() {
     fences.dedup();
     assert_eq!(fences.len(), 50, "the server high-water mark makes fences unique across keys");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reacquiring_with_the_holders_token_is_idempotent() {
+    let server = Server::start();
+    let locker = locker(&server, 1_000);
+    // A process persisted its token, crashed, and comes back before the ttl ran out.
+    let first = locker.try_acquire("resume").await.unwrap();
+    let fence = first.fence();
+    let token = first.detach();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let again = locker
+        .try_acquire_with_token("resume", &token)
+        .await
+        .expect("the holder's own token is granted again");
+    assert_eq!(again.fence(), fence, "same lease, same fence");
+    let (_, _, pttl) = status(&server, "resume").unwrap();
+    assert!(pttl > 900, "the lease restarted for a full ttl: {pttl}");
+    // Anyone else is still refused.
+    let other = Token::from_bytes(b"someone-else".to_vec()).unwrap();
+    assert!(matches!(
+        locker.try_acquire_with_token("resume", &other).await,
+        Err(Error::Contended { .. })
+    ));
+    assert!(again.release().await.unwrap());
+}

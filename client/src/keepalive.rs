@@ -200,15 +200,13 @@ enum Step {
 /// Renews every interval; on the first failure records the loss, cancels the holder's token
 /// and returns the lease (whose drop then releases whatever is left of it).
 async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationToken) -> Lease {
-    let every = lease.renew_interval();
-    let mut next = Instant::now() + every;
     loop {
+        let next = lease.renewal_due();
         tokio::select! {
             biased;
             _ = stop.cancelled() => return lease,
             _ = tokio::time::sleep_until(next.into()) => {}
         }
-        let started = Instant::now();
         let deadline = lease.valid_until();
         let step = tokio::select! {
             biased;
@@ -225,7 +223,6 @@ async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationTok
             Step::Renewed(Ok(())) => {
                 *handle.0.deadline.lock().unwrap_or_else(PoisonError::into_inner) =
                     lease.valid_until();
-                next = started + every;
             }
             Step::Renewed(Err(err)) => {
                 let err = if err.is_lease_lost() {

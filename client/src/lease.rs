@@ -140,8 +140,15 @@ impl Lease {
         }
     }
 
-    pub(crate) fn renew_interval(&self) -> Duration {
-        self.engine.config.renew_interval()
+    /// When the keep-alive should renew next: one renew interval after the request that
+    /// produced the current deadline was sent (`deadline - (ttl - drift)`), so a lease kept
+    /// alive late in its life is renewed at once rather than a full interval later.
+    pub(crate) fn renewal_due(&self) -> Instant {
+        let config = &self.engine.config;
+        let window = config.ttl().saturating_sub(config.drift());
+        self.deadline
+            .checked_sub(window)
+            .map_or(self.deadline, |sent| sent + config.renew_interval())
     }
 }
 

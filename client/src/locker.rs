@@ -78,6 +78,13 @@ impl Locker {
         keepalive::with_lease(self.engine.acquire(key, true).await?, work).await
     }
 
+    /// One attempt with a token the caller chose, e.g. one persisted by a process that
+    /// restarted. ACQUIRE is idempotent for the holder: if `token` still holds the lease, the
+    /// same fence is returned and the lease restarts for a full ttl.
+    pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
+        self.engine.acquire_as(key, token.clone(), false).await
+    }
+
     /// Releases `key` for a token obtained elsewhere. `Ok(true)` if that token held it.
     pub async fn release_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
         self.engine.release(key, token).await

@@ -94,6 +94,13 @@ impl Redlock {
         keepalive::with_lease(self.engine.acquire(key, true).await?, work).await
     }
 
+    /// One acquisition round with a token the caller chose, e.g. one persisted by a process
+    /// that restarted. ACQUIRE is idempotent for the holder: if `token` still holds the lease,
+    /// the same fence is returned and the lease restarts for a full ttl.
+    pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
+        self.engine.acquire_as(key, token.clone(), false).await
+    }
+
     /// Releases `key` on every node for a token obtained elsewhere (for example printed by
     /// another process). `Ok(true)` if a majority still held it for that token.
     pub async fn release_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
@@ -176,10 +183,20 @@ impl Engine {
     /// call: ACQUIRE is idempotent for its holder, so a node that granted in a round whose
     /// reply (or release) was lost simply grants again.
     pub(crate) async fn acquire(self: &Arc<Self>, key: &str, retry: bool) -> Result<Lease, Error> {
+        self.acquire_as(key, self.config.new_token(), retry).await
+    }
+
+    /// [`Engine::acquire`] with a given token (a holder re-taking its own lease gets it back).
+    pub(crate) async fn acquire_as(
+        self: &Arc<Self>,
+        key: &str,
+        token: Token,
+        retry: bool,
+    ) -> Result<Lease, Error> {
         let mut guard = ReleaseOnDrop {
             engine: Arc::clone(self),
             key: key.to_owned(),
-            token: self.config.new_token(),
+            token,
             armed: false,
         };
         let give_up = Instant::now() + self.config.max_wait();
@@ -247,8 +264,16 @@ impl Engine {
             }
         }
         // No usable majority: give back what we got (and what a node that timed out may have
-        // granted after all). RELEASE by our token cannot hurt another holder.
-        let _ = self.release_report(key, token).await;
+        // granted after all). RELEASE by our token cannot hurt another holder. A node that
+        // refused holds another token's lease, so it holds nothing of ours.
+        let skip: Vec<bool> = report
+            .votes
+            .iter()
+            .map(|v| matches!(v.vote, Vote::Refused))
+            .collect();
+        if skip.iter().any(|s| !s) {
+            self.release_some(key, token, &skip).await;
+        }
         Err(self.round_error(report, Phase::Acquire))
     }
 
@@ -275,6 +300,22 @@ impl Engine {
             Ok(report.reached())
         } else {
             Err(self.round_error(report, Phase::Release))
+        }
+    }
+
+    /// RELEASE on the nodes not marked in `skip`, ignoring the outcome (leases that could
+    /// not be released expire after the ttl).
+    async fn release_some(&self, key: &str, token: &Token, skip: &[bool]) {
+        let releases = self
+            .nodes
+            .iter()
+            .zip(skip)
+            .filter(|(_, skip)| !**skip)
+            .map(|(node, _)| node.release(key, token));
+        let replies = join_all(releases).await;
+        let unanswered = replies.iter().filter(|r| r.is_err()).count();
+        if unanswered > 0 {
+            tracing::debug!(key, unanswered, "release after a failed round did not reach every node");
         }
     }
 
