@@ -34,14 +34,6 @@ pub enum HarnessError {
         /// The last lines of that log.
         log_tail: String,
     },
-    /// A condition polled for never became true in time.
-    #[error("timed out after {waited_ms} ms waiting for {what}")]
-    Timeout {
-        /// What we were waiting for.
-        what: String,
-        /// How long we waited.
-        waited_ms: u128,
-    },
     /// Talking to the server failed.
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),

@@ -756,3 +756,25 @@ fn redis_cli_session() {
     let help = cli(&["COMMAND", "INFO", "FENCEDLOCK.ACQUIRE"]);
     assert!(help.to_lowercase().contains("fencedlock.acquire"), "{help}");
 }
+
+// ---------------------------------------------------------------------------------------
+// Cluster routing: the key is declared, so only its slot's owner serves it
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn commands_route_by_key_in_a_cluster() {
+    let cluster = harness::Cluster::builder().start();
+    let mut granted = Vec::new();
+    for node in cluster.nodes() {
+        match try_acquire(node, "cluster:lock", b"t", LONG_TTL) {
+            Ok(Some(fence)) => granted.push((node.port(), fence)),
+            Ok(None) => panic!("{}: refused a free lock", node.addr()),
+            Err(e) => assert!(error_text(&e).starts_with("MOVED"), "{}", error_text(&e)),
+        }
+    }
+    assert_eq!(granted.len(), 1, "exactly the slot owner grants: {granted:?}");
+    let owner = cluster.nodes().iter().find(|n| n.port() == granted[0].0).expect("owner");
+    assert_eq!(status_of(owner, "cluster:lock").fence, granted[0].1);
+    let out = owner.redis_cli(["-c", "FENCEDLOCK.STATUS", "cluster:lock"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().next(), Some(granted[0].1.to_string().as_str()));
+}
