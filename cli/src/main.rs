@@ -1,1 +1,101 @@
-fn main() {}
+//! `fencedlock`: run a command under a distributed lease with a fencing token (cron
+//! coordination), script-level acquire / renew / release / status, and the billing demo.
+
+mod args;
+mod demo;
+mod diagnose;
+mod duration;
+mod error;
+mod logging;
+mod output;
+mod run;
+mod script;
+mod servers;
+mod token_io;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+use error::{code, CliError};
+use output::Output;
+use run::signals::Signals;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(&err),
+    };
+    logging::init(cli.global.verbose, cli.global.quiet);
+    let out = Output {
+        json: cli.global.json,
+        quiet: cli.global.quiet,
+    };
+    // One thread: the command is forked from it, so PR_SET_PDEATHSIG fires only when
+    // fencedlock itself goes away, and a CLI needs no more.
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            out.error(&CliError::Internal(format!("cannot start the async runtime: {e}")));
+            return ExitCode::from(code::INTERNAL);
+        }
+    };
+    let result = runtime.block_on(dispatch(&cli, out));
+    // Background releases (a dropped lease) get a moment; nothing waits longer than that.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    match result {
+        Ok(exit) => ExitCode::from(exit),
+        Err(err) => {
+            out.error(&err);
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
+    let global = &cli.global;
+    match &cli.command {
+        Command::Run(args) => {
+            let mut signals = Signals::install()
+                .map_err(|e| CliError::Internal(format!("cannot install signal handlers: {e}")))?;
+            run::run(args, global, out, &mut signals).await
+        }
+        Command::Acquire(args) => script::acquire(args, global, out).await,
+        Command::Renew(args) => script::renew(args, global, out).await,
+        Command::Release(args) => script::release(args, global, out).await,
+        Command::Status(args) => script::status(args, global, out).await,
+        Command::Demo(args) => demo::run(args, global, out).await,
+    }
+}
+
+/// Prints clap's help / version as usual, and any parse error as one line with exit 64.
+fn usage_error(err: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            return ExitCode::SUCCESS;
+        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = err.print();
+            return ExitCode::from(code::USAGE);
+        }
+        _ => {}
+    }
+    let rendered = err.render().to_string();
+    let first_paragraph = rendered.split("\n\n").next().unwrap_or_default();
+    let line = first_paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    let subcommand = std::env::args()
+        .skip(1)
+        .find(|a| ["run", "acquire", "renew", "release", "status", "demo"].contains(&a.as_str()));
+    let help = match subcommand {
+        Some(sub) => format!("fencedlock {sub} --help"),
+        None => "fencedlock --help".to_string(),
+    };
+    let json = std::env::args().any(|a| a == "--json");
+    let err = CliError::Usage(format!("{line} (see `{help}`)"));
+    Output { json, quiet: false }.error(&err);
+    ExitCode::from(code::USAGE)
+}

@@ -1,0 +1,269 @@
+//! Command-line arguments (clap derive), with the examples and exit codes shown by `--help`.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, Args, Parser, Subcommand};
+
+use crate::duration;
+
+/// The exit codes, as `--help` shows them.
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0        success (run: the command exited 0)
+  1-255    run: the command's own exit code; 128+N if it died from signal N
+  64       usage: bad option, duration, URL or token file
+  65       demo: invariant violated (the double send that --no-fence shows)
+  69       unavailable: server unreachable or timing out, module not loaded, no majority
+  70       internal: unexpected server reply
+  74       the token file could not be written
+  75       busy: the lock is held by another owner (skipped, or --wait ran out)
+  76       lease lost: run terminated the command; renew/release found the lease gone
+  126/127  run: the command is not executable / not found";
+
+const ROOT_AFTER: &str = "\
+Examples:
+  fencedlock run --key nightly-report --ttl 30s -- ./report.sh
+  fencedlock run --key backup --ttl 5m --wait 1m --redis redis://10.0.0.1:6379 -- backup.sh
+  fencedlock run --key sync --redis redis://a:6379,redis://b:6379,redis://c:6379 -- sync.sh
+  fencedlock status --key nightly-report --json
+  fencedlock demo
+
+One --redis (or FENCEDLOCK_REDIS) is a single-server lease; several are fenced Redlock
+(a majority must grant, and the fence still increases across grants).
+Log detail: -v / -vv / -vvv, or FENCEDLOCK_LOG=debug.";
+
+const RUN_AFTER: &str = "\
+The command gets FENCEDLOCK_KEY, FENCEDLOCK_FENCE and FENCEDLOCK_TTL_MS in its environment;
+send FENCEDLOCK_FENCE with every write and have the resource refuse lower fences.
+The lease is renewed every ttl/3 while the command runs. If a renewal fails, the command
+(its whole process group) gets SIGTERM, then SIGKILL after --kill-grace, and fencedlock exits 76.
+SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command; the
+lease is released when it exits. When stdin is not a terminal (cron, systemd) the command
+runs in its own process group so that a lost lease stops all of it.
+
+Examples:
+  # crontab on every host: one of them runs the report, the others exit 75 quietly
+  */5 * * * * fencedlock run -q --key report --ttl 2m -- /opt/report.sh
+  # wait up to a minute for the previous run to finish
+  fencedlock run --key migrate --ttl 30s --wait 1m -- ./migrate.sh
+  # fenced Redlock over three independent servers
+  fencedlock run --key sync --ttl 30s --redis redis://a:6379,redis://b:6379,redis://c:6379 -- ./sync.sh
+  # use the fence in a shell script
+  fencedlock run --key k --ttl 10s -- sh -c 'psql -c \"UPDATE jobs SET fence=$FENCEDLOCK_FENCE WHERE fence <= $FENCEDLOCK_FENCE\"'
+";
+
+const ACQUIRE_AFTER: &str = "\
+Prints \"TOKEN FENCE\" (or only the fence with --token-file). The lease stays held until its
+ttl runs out, `fencedlock renew` extends it, or `fencedlock release` ends it. The token is a
+secret: prefer --token-file (written with mode 0600) over the command line.
+
+Examples:
+  read -r token fence < <(fencedlock acquire --key deploy --ttl 5m)
+  fence=$(fencedlock acquire --key deploy --ttl 5m --token-file /run/deploy.token)
+  fencedlock acquire --key deploy --ttl 5m --wait 30s --json";
+
+const RENEW_AFTER: &str = "\
+Exits 0 if the lease was still held and now runs --ttl from now; 76 if it is gone.
+
+Examples:
+  fencedlock renew --key deploy --ttl 5m --token-file /run/deploy.token
+  FENCEDLOCK_TOKEN=$token fencedlock renew --key deploy --ttl 5m";
+
+const RELEASE_AFTER: &str = "\
+Exits 0 if the lease was still held and is now released; 76 if it had already expired or
+been taken over (the work it protected may have overlapped with another owner's).
+
+Examples:
+  fencedlock release --key deploy --token-file /run/deploy.token
+  fencedlock release --key deploy --token \"$token\"";
+
+const STATUS_AFTER: &str = "\
+Shows the key's fence, whether a lease holds it and how long it has left; never the token.
+With several servers, one line per server, then the majority's view.
+
+Examples:
+  fencedlock status --key deploy
+  fencedlock status --key deploy --json";
+
+const DEMO_AFTER: &str = "\
+Three workers race for the invoice lock. The first to get it reads the invoice, passes its
+lease check, then stalls (a stop-the-world pause) longer than its lease. Another worker
+takes over with a higher fence and sends the invoice. When the stalled worker wakes up and
+writes, the SQLite table refuses its write because its fence is lower:
+  UPDATE invoices SET sent = sent + 1, last_fence = :fence
+   WHERE id = :id AND last_fence <= :fence
+Exit 0: the invoice was sent exactly once. Exit 65: it was sent more than once (what
+--no-fence shows: the same race with the fence check removed from the UPDATE).
+
+Examples:
+  fencedlock demo
+  fencedlock demo --no-fence
+  fencedlock demo --redis redis://127.0.0.1:6380 --ttl 1s";
+
+/// Run a command under a distributed lease, so a job scheduled on many hosts runs once.
+#[derive(Debug, Parser)]
+#[command(name = "fencedlock", version, about, after_help = format!("{ROOT_AFTER}\n\n{EXIT_CODES}"))]
+pub struct Cli {
+    /// Options shared by every subcommand.
+    #[command(flatten)]
+    pub global: Global,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options accepted by every subcommand.
+#[derive(Debug, Args)]
+pub struct Global {
+    /// Lock server URL. Repeat it (or separate with commas) for fenced Redlock over
+    /// independent servers.
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        global = true,
+        env = "FENCEDLOCK_REDIS",
+        value_delimiter = ',',
+        default_value = "redis://127.0.0.1:6379"
+    )]
+    pub redis: Vec<String>,
+
+    /// Per-server request timeout (connecting included).
+    #[arg(long, value_name = "DURATION", global = true, default_value = "500ms", value_parser = duration::parse)]
+    pub timeout: Duration,
+
+    /// Machine-readable output: one JSON object per result (on stderr for `run`).
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// Print only errors (not the "skipped" notice).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// More log detail on stderr (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, global = true, action = ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run COMMAND while holding the lease on KEY (skip it if another owner holds it).
+    #[command(after_help = format!("{RUN_AFTER}\n{EXIT_CODES}"))]
+    Run(RunArgs),
+    /// Take a lease and print its token and fence, for shell scripts.
+    #[command(after_help = format!("{ACQUIRE_AFTER}\n\n{EXIT_CODES}"))]
+    Acquire(AcquireArgs),
+    /// Extend a lease taken with `acquire`.
+    #[command(after_help = format!("{RENEW_AFTER}\n\n{EXIT_CODES}"))]
+    Renew(RenewArgs),
+    /// End a lease taken with `acquire`.
+    #[command(after_help = format!("{RELEASE_AFTER}\n\n{EXIT_CODES}"))]
+    Release(ReleaseArgs),
+    /// Show a key's fence, whether it is held, and the time left.
+    #[command(after_help = format!("{STATUS_AFTER}\n\n{EXIT_CODES}"))]
+    Status(StatusArgs),
+    /// The billing demo: why only a fence checked by the resource stops a paused worker.
+    #[command(after_help = format!("{DEMO_AFTER}\n\n{EXIT_CODES}"))]
+    Demo(DemoArgs),
+}
+
+/// `fencedlock run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The lock key (one job, one key).
+    #[arg(long, short)]
+    pub key: String,
+    /// Lease time; renewed every ttl/3 while the command runs (500ms, 30s, 5m, 1h).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
+    pub ttl: Duration,
+    /// If the lock is busy, wait up to this long (with jittered backoff) instead of skipping.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
+    pub wait: Duration,
+    /// After SIGTERM on a lost lease, wait this long before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse)]
+    pub kill_grace: Duration,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// `fencedlock acquire`.
+#[derive(Debug, Args)]
+pub struct AcquireArgs {
+    /// The lock key.
+    #[arg(long, short)]
+    pub key: String,
+    /// Lease time (500ms, 30s, 5m, 1h).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
+    pub ttl: Duration,
+    /// If the lock is busy, wait up to this long instead of failing with 75.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
+    pub wait: Duration,
+    /// Write the token to this file (mode 0600) instead of printing it.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Where `renew` / `release` find the token.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct TokenSource {
+    /// The token printed by `acquire` (visible in `ps`; prefer --token-file or FENCEDLOCK_TOKEN).
+    #[arg(long, value_name = "TOKEN", env = "FENCEDLOCK_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+    /// A file written by `acquire --token-file`.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// `fencedlock renew`.
+#[derive(Debug, Args)]
+pub struct RenewArgs {
+    /// The lock key.
+    #[arg(long, short)]
+    pub key: String,
+    /// New lease time, counted from now (500ms, 30s, 5m, 1h).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
+    pub ttl: Duration,
+    /// The lease's token.
+    #[command(flatten)]
+    pub token: TokenSource,
+}
+
+/// `fencedlock release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    /// The lock key.
+    #[arg(long, short)]
+    pub key: String,
+    /// The lease's token.
+    #[command(flatten)]
+    pub token: TokenSource,
+}
+
+/// `fencedlock status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The lock key.
+    #[arg(long, short)]
+    pub key: String,
+}
+
+/// `fencedlock demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The invoice lock's key.
+    #[arg(long, short, default_value = "invoice:inv_72")]
+    pub key: String,
+    /// Each worker's lease time; the stalled worker pauses longer than this.
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration::parse)]
+    pub ttl: Duration,
+    /// Run the same race without the fence check in the UPDATE, and watch the double send.
+    #[arg(long)]
+    pub no_fence: bool,
+    /// The SQLite database file (default: a temporary file, removed afterwards).
+    #[arg(long, value_name = "PATH")]
+    pub db: Option<PathBuf>,
+}

@@ -1,0 +1,112 @@
+//! Human durations on the command line (`500ms`, `30s`, `5m`, `1h`, `1m30s`), so an operator
+//! never has to guess whether a bare number means seconds or milliseconds.
+
+use std::time::Duration;
+
+/// Parses `500ms`, `30s`, `1.5s`, `5m`, `1h`, `1m30s`, or `0`. A bare number other than `0`
+/// is refused: it is the classic source of "30 ms instead of 30 s" mistakes.
+pub fn parse(text: &str) -> Result<Duration, String> {
+    let s = text.trim();
+    let usage = || format!("invalid duration {text:?}: use a number with a unit, e.g. 500ms, 30s, 5m or 1h");
+    if s.is_empty() {
+        return Err(usage());
+    }
+    if s.chars().all(|c| c == '0') {
+        return Ok(Duration::ZERO);
+    }
+    if s.chars().all(|c| c.is_ascii_digit() || c == '.') {
+        return Err(format!(
+            "invalid duration {text:?}: it has no unit; write {s}s or {s}ms (units: ms, s, m, h)"
+        ));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let number_len = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(usage)?;
+        let (number, tail) = rest.split_at(number_len);
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
+        let (unit, tail) = tail.split_at(unit_len);
+        let value: f64 = number.parse().map_err(|_| usage())?;
+        let scale = match unit {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(usage()),
+        };
+        let part = Duration::try_from_secs_f64(value * scale).map_err(|_| usage())?;
+        total = total.checked_add(part).ok_or_else(usage)?;
+        rest = tail;
+    }
+    // Whole milliseconds: the server counts in ms, and 1.0001s would be silently truncated.
+    if total.subsec_nanos() % 1_000_000 != 0 {
+        return Err(format!("invalid duration {text:?}: use whole milliseconds"));
+    }
+    Ok(total)
+}
+
+/// A short human rendering: `500ms`, `30s`, `1.5s`, `5m`, `1h`, `2m5s`.
+pub fn format(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    if ms % 1000 != 0 {
+        return format!("{}s", d.as_secs_f64());
+    }
+    let secs = d.as_secs();
+    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
+    let mut out = String::new();
+    if h > 0 {
+        out.push_str(&format!("{h}h"));
+    }
+    if m > 0 {
+        out.push_str(&format!("{m}m"));
+    }
+    if s > 0 {
+        out.push_str(&format!("{s}s"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn accepts_the_documented_forms() {
+        assert_eq!(parse("500ms").unwrap(), 500 * MS);
+        assert_eq!(parse("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse("1.5s").unwrap(), 1500 * MS);
+        assert_eq!(parse("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse("0").unwrap(), Duration::ZERO);
+        assert_eq!(parse("0s").unwrap(), Duration::ZERO);
+        assert_eq!(parse(" 10s ").unwrap(), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn refuses_what_would_be_guessed() {
+        for bad in ["", "30", "1.5", "30x", "s", "ms", "-1s", "1d", "30 s", "1..5s", "0.0001s", "1e3s"] {
+            let err = parse(bad).unwrap_err();
+            assert!(err.contains("invalid duration"), "{bad:?}: {err}");
+        }
+        assert!(parse("30").unwrap_err().contains("30s"));
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        for text in ["500ms", "30s", "1.5s", "5m", "1h", "2m5s", "1h1m1s"] {
+            assert_eq!(format(parse(text).unwrap()), text);
+        }
+        assert_eq!(format(Duration::ZERO), "0s");
+    }
+}

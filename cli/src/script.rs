@@ -1,0 +1,187 @@
+//! `acquire`, `renew`, `release` and `status`: the lease lifecycle as separate commands, for
+//! shell scripts that cannot wrap their work in `fencedlock run`.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::args::{AcquireArgs, Global, ReleaseArgs, RenewArgs, StatusArgs};
+use crate::diagnose::{self, Context};
+use crate::duration;
+use crate::error::{code, CliError};
+use crate::output::Output;
+use crate::servers::{LeaseOptions, Servers};
+use crate::token_io;
+
+fn servers(global: &Global, ttl: Duration, wait: Duration) -> Result<Servers, CliError> {
+    Servers::open(
+        &global.redis,
+        LeaseOptions {
+            ttl,
+            wait,
+            timeout: global.timeout,
+        },
+    )
+}
+
+/// Takes a lease and leaves it held (detached) for later `renew` / `release`.
+pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result<u8, CliError> {
+    let servers = servers(global, args.ttl, args.wait)?;
+    let ctx = Context {
+        key: &args.key,
+        waited: args.wait,
+    };
+    let attempt = if args.wait.is_zero() {
+        servers.try_acquire(&args.key).await
+    } else {
+        servers.acquire(&args.key).await
+    };
+    let lease = attempt.map_err(|e| diagnose::explain(&e, ctx))?;
+    crate::run::warn_about_minority(&lease, out);
+    let fence = lease.fence();
+    let valid_ms = lease.remaining().as_millis() as u64;
+    let key = lease.key().to_owned();
+    let token = lease.detach();
+    let token_text = token_io::to_text(&token);
+    match &args.token_file {
+        Some(path) => {
+            if let Err(err) = token_io::write(path, &token) {
+                // Nobody could ever release it: give it back now rather than block the key.
+                let _ = servers.release_token(&key, &token).await;
+                return Err(err);
+            }
+            out.result(
+                &fence.to_string(),
+                json!({ "key": key, "fence": fence, "ttl_ms": servers.config().ttl_ms(),
+                        "valid_ms": valid_ms, "token_file": path }),
+            );
+        }
+        None => out.result(
+            &format!("{token_text} {fence}"),
+            json!({ "key": key, "fence": fence, "ttl_ms": servers.config().ttl_ms(),
+                    "valid_ms": valid_ms, "token": token_text }),
+        ),
+    }
+    Ok(code::OK)
+}
+
+/// Extends a lease by its token.
+pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8, CliError> {
+    let token = token_io::read(&args.token)?;
+    let servers = servers(global, args.ttl, Duration::ZERO)?;
+    let ctx = Context {
+        key: &args.key,
+        waited: Duration::ZERO,
+    };
+    let held = servers
+        .renew_token(&args.key, &token)
+        .await
+        .map_err(|e| diagnose::explain(&e, ctx))?;
+    if !held {
+        return Err(CliError::LeaseLost(format!(
+            "the lease on {:?} is no longer held by this token (it expired or was taken over); acquire a new one",
+            args.key
+        )));
+    }
+    out.result(
+        &format!("renewed {:?} for {}", args.key, duration::format(args.ttl)),
+        json!({ "key": args.key, "renewed": true, "ttl_ms": servers.config().ttl_ms() }),
+    );
+    Ok(code::OK)
+}
+
+/// Ends a lease by its token.
+pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result<u8, CliError> {
+    let token = token_io::read(&args.token)?;
+    let servers = servers(global, Duration::from_secs(1), Duration::ZERO)?;
+    let ctx = Context {
+        key: &args.key,
+        waited: Duration::ZERO,
+    };
+    let held = servers
+        .release_token(&args.key, &token)
+        .await
+        .map_err(|e| diagnose::explain(&e, ctx))?;
+    if !held {
+        return Err(CliError::LeaseLost(format!(
+            "the lease on {:?} was no longer held by this token (it expired or was taken over before the release)",
+            args.key
+        )));
+    }
+    if let Some(path) = &args.token.token_file {
+        let _ = std::fs::remove_file(path);
+    }
+    out.result(
+        &format!("released {:?}", args.key),
+        json!({ "key": args.key, "released": true }),
+    );
+    Ok(code::OK)
+}
+
+/// Shows the key's state on every server, and the majority's view.
+pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u8, CliError> {
+    let servers = servers(global, Duration::from_secs(1), Duration::ZERO)?;
+    let ctx = Context {
+        key: &args.key,
+        waited: Duration::ZERO,
+    };
+    let answers = servers.status(&args.key).await;
+    let quorum = servers.quorum();
+    let mut lines = Vec::new();
+    let mut per_server = Vec::new();
+    let mut fences = Vec::new();
+    let mut remaining = Vec::new();
+    let mut answered = 0;
+    let mut first_error = None;
+    for answer in &answers {
+        match &answer.status {
+            Ok(state) => {
+                answered += 1;
+                let (fence, held, pttl) = match state {
+                    Some(s) => (s.fence, s.held, s.remaining.map(|d| d.as_millis() as u64)),
+                    None => (0, false, None),
+                };
+                fences.push(fence);
+                if held {
+                    remaining.push(pttl.unwrap_or(0));
+                }
+                lines.push(format!("{}  {}", answer.server, describe(fence, held, pttl)));
+                per_server.push(json!({ "server": answer.server, "fence": fence, "held": held, "pttl_ms": pttl }));
+            }
+            Err(err) => {
+                let explained = diagnose::explain(err, ctx);
+                lines.push(format!("{}  error: {}", answer.server, explained.one_line()));
+                per_server.push(json!({ "server": answer.server, "error": explained.one_line() }));
+                first_error.get_or_insert(explained);
+            }
+        }
+    }
+    if answered < quorum {
+        return Err(first_error.unwrap_or_else(|| CliError::Unavailable("no server answered".into())));
+    }
+    // Held while a majority holds it: until the quorum-th longest remaining time runs out.
+    remaining.sort_unstable_by(|a, b| b.cmp(a));
+    let held = remaining.len() >= quorum;
+    let pttl = held.then(|| remaining[quorum - 1]);
+    let fence = fences.iter().copied().max().unwrap_or(0);
+    let summary = describe(fence, held, pttl);
+    let text = if answers.len() == 1 {
+        format!("{}  {summary}", args.key)
+    } else {
+        format!("{}\n{}  {summary} (majority of {})", lines.join("\n"), args.key, answers.len())
+    };
+    out.result(
+        &text,
+        json!({ "key": args.key, "fence": fence, "held": held, "pttl_ms": pttl, "servers": per_server }),
+    );
+    Ok(code::OK)
+}
+
+fn describe(fence: u64, held: bool, pttl: Option<u64>) -> String {
+    match (held, pttl) {
+        (true, Some(ms)) => format!("fence {fence}  held  {} left", duration::format(Duration::from_millis(ms))),
+        (true, None) => format!("fence {fence}  held"),
+        (false, _) if fence == 0 => "fence 0  free  (never locked)".to_string(),
+        (false, _) => format!("fence {fence}  free"),
+    }
+}

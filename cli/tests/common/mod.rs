@@ -1,0 +1,191 @@
+//! Helpers shared by the CLI integration tests: the real `fencedlock` binary, run with a
+//! clean environment and a hang guard, against real servers started by the harness.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+pub use harness::Server;
+
+/// Generous upper bound for one CLI invocation: only catches hangs.
+pub const HANG: Duration = Duration::from_secs(30);
+
+/// The binary under test, with no inherited fencedlock settings.
+pub fn fencedlock() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencedlock"));
+    for var in ["FENCEDLOCK_REDIS", "FENCEDLOCK_TOKEN", "FENCEDLOCK_LOG", "FENCEDLOCK_KEY", "FENCEDLOCK_FENCE"] {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// What a finished invocation left behind.
+#[derive(Debug)]
+pub struct Outcome {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Outcome {
+    /// The exit code; panics (with the output) if the process died from a signal.
+    pub fn code(&self) -> i32 {
+        self.code.unwrap_or_else(|| panic!("killed by a signal: {self:?}"))
+    }
+
+    /// The stderr lines.
+    pub fn stderr_lines(&self) -> Vec<&str> {
+        self.stderr.lines().collect()
+    }
+}
+
+/// A started invocation whose output is collected in the background.
+pub struct Running {
+    pub child: Child,
+    started: Instant,
+    out: thread::JoinHandle<String>,
+    err: thread::JoinHandle<String>,
+}
+
+impl Running {
+    pub fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Whether it is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.try_wait().expect("try_wait").is_none()
+    }
+
+    /// Waits (at most `limit`, else kills it and panics) and collects the output.
+    pub fn finish_within(mut self, limit: Duration) -> Outcome {
+        let Some(status) = wait_timeout(&mut self.child, limit) else {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            let stderr = self.err.join().unwrap_or_default();
+            panic!("fencedlock did not finish within {limit:?}; stderr:\n{stderr}");
+        };
+        Outcome {
+            code: status.code(),
+            stdout: self.out.join().expect("stdout reader"),
+            stderr: self.err.join().expect("stderr reader"),
+            elapsed: self.started.elapsed(),
+        }
+    }
+
+    pub fn finish(self) -> Outcome {
+        self.finish_within(HANG)
+    }
+
+    /// Sends a signal to the fencedlock process.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(rc, 0, "kill({}, {sig})", self.pid());
+    }
+}
+
+/// Starts `fencedlock ARGS` with piped output.
+pub fn spawn(args: &[&str]) -> Running {
+    spawn_cmd(fencedlock().args(args))
+}
+
+pub fn spawn_cmd(cmd: &mut Command) -> Running {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the fencedlock binary");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut stderr = child.stderr.take().expect("stderr");
+    Running {
+        child,
+        started: Instant::now(),
+        out: thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stdout.read_to_string(&mut s);
+            s
+        }),
+        err: thread::spawn(move || {
+            let mut s = String::new();
+            let _ = stderr.read_to_string(&mut s);
+            s
+        }),
+    }
+}
+
+/// Runs `fencedlock ARGS` to completion.
+pub fn run(args: &[&str]) -> Outcome {
+    spawn(args).finish()
+}
+
+fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Polls until `path` exists; panics after `limit`.
+pub fn wait_for_file(path: &Path, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while !path.exists() {
+        assert!(Instant::now() < deadline, "{} did not appear within {limit:?}", path.display());
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A shell command (for `sh -c`) that creates `started`, then waits (bounded, ~30 s) for
+/// `go` to exist.
+pub fn hold_until(started: &Path, go: &Path) -> String {
+    format!(
+        "touch '{}'; i=0; while [ ! -e '{}' ] && [ $i -lt 1500 ]; do sleep 0.02; i=$((i+1)); done",
+        started.display(),
+        go.display()
+    )
+}
+
+/// `FENCEDLOCK.STATUS key` as (fence, held, pttl); `None` for a key without lock state.
+pub fn status(server: &Server, key: &str) -> Option<(u64, bool, i64)> {
+    let reply: Option<(u64, i64, i64)> = server.cmd(&["FENCEDLOCK.STATUS", key]).expect("STATUS");
+    reply.map(|(fence, held, pttl)| (fence, held == 1, pttl))
+}
+
+/// Whether the key is currently held.
+pub fn held(server: &Server, key: &str) -> bool {
+    status(server, key).is_some_and(|(_, held, _)| held)
+}
+
+/// A fresh scratch directory.
+pub fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("fencedlock-cli-test-").tempdir().expect("tempdir")
+}
+
+/// `dir/name` as a string, for shell commands.
+pub fn p(dir: &Path, name: &str) -> PathBuf {
+    dir.join(name)
+}
+
+/// Asserts the invocation failed with `code` and exactly one stderr line containing every
+/// fragment in `needles`.
+pub fn assert_one_line_error(outcome: &Outcome, code: i32, needles: &[&str]) {
+    assert_eq!(outcome.code(), code, "{outcome:?}");
+    let lines = outcome.stderr_lines();
+    assert_eq!(lines.len(), 1, "expected one stderr line: {outcome:?}");
+    assert!(lines[0].starts_with("fencedlock: error: "), "{outcome:?}");
+    for needle in needles {
+        assert!(lines[0].contains(needle), "missing {needle:?} in {:?}", lines[0]);
+    }
+}
