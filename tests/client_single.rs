@@ -328,3 +328,28 @@ async fn reacquiring_with_the_holders_token_is_idempotent() {
     ));
     assert!(again.release().await.unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_waits_out_the_restart_grace() {
+    let mut server = Server::builder()
+        .arg("appendonly", "yes")
+        .arg("appendfsync", "always")
+        .start();
+    server.set_restart_arg("fencedlock.restart-grace-ms", "800");
+    let server = client_support::blocking(move || {
+        server.restart();
+        server
+    })
+    .await;
+    let locker = locker(&server, 1_000);
+    match locker.try_acquire("grace").await {
+        Err(err @ Error::Server { .. }) => {
+            assert!(err.is_retryable(), "TRYAGAIN is transient: {err}");
+            assert!(err.to_string().contains("TRYAGAIN") || err.to_string().contains("TryAgain"), "{err}");
+        }
+        other => panic!("expected TRYAGAIN during the restart grace, got {other:?}"),
+    }
+    let lease = locker.acquire("grace").await.expect("granted once the grace is over");
+    assert!(lease.fence() > 1 << 32);
+    lease.release().await.unwrap();
+}
