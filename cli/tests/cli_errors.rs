@@ -1,0 +1,136 @@
+//! Every bad argument, bad server and unusable server gives one line that says what to do,
+//! a documented non-zero exit code, and never starts the command.
+
+mod common;
+
+use common::*;
+
+const USAGE: i32 = 64;
+const UNAVAILABLE: i32 = 69;
+
+/// Runs `fencedlock ARGS -- touch MARKER` and checks the command did not run.
+fn refused(args: &[&str]) -> Outcome {
+    let dir = scratch();
+    let marker = p(dir.path(), "ran");
+    let mut full: Vec<&str> = args.to_vec();
+    let marker_s = marker.to_str().unwrap().to_owned();
+    if args.contains(&"run") && !args.contains(&"--") {
+        full.extend(["--", "touch", &marker_s]);
+    }
+    let out = run(&full);
+    assert!(!marker.exists(), "{args:?} ran the command: {out:?}");
+    out
+}
+
+#[test]
+fn bad_durations_name_the_option_and_the_units() {
+    for (flag, value) in [("--ttl", "30x"), ("--ttl", "30"), ("--wait", "soon"), ("--kill-grace", "1d"), ("--timeout", "")] {
+        let out = refused(&["run", "-k", "k", flag, value]);
+        assert_one_line_error(&out, USAGE, &[flag, "invalid duration", "see `fencedlock run --help`"]);
+    }
+    let out = refused(&["run", "-k", "k", "--ttl", "30"]);
+    assert_one_line_error(&out, USAGE, &["no unit", "30s"]);
+}
+
+#[test]
+fn out_of_range_ttls_are_refused_before_any_request() {
+    // No server listens on the default URL in this test, so a request would say 69.
+    let out = refused(&["run", "-k", "k", "--redis", "redis://127.0.0.1:1", "--ttl", "25h"]);
+    assert_one_line_error(&out, USAGE, &["at most", "--ttl"]);
+    let out = refused(&["run", "-k", "k", "--redis", "redis://127.0.0.1:1", "--ttl", "1ms"]);
+    assert_one_line_error(&out, USAGE, &["--ttl"]);
+}
+
+#[test]
+fn bad_urls_say_what_a_url_looks_like() {
+    for url in ["foo://bar", "localhost:6379", "redis://", "redis://host:notaport"] {
+        let out = refused(&["run", "-k", "k", "--redis", url]);
+        assert_one_line_error(&out, USAGE, &["redis://HOST:PORT"]);
+    }
+    let twice = "redis://127.0.0.1:1,redis://127.0.0.1:1";
+    let out = refused(&["run", "-k", "k", "--redis", twice]);
+    assert_one_line_error(&out, USAGE, &["given twice"]);
+}
+
+#[test]
+fn missing_arguments_are_named() {
+    let out = refused(&["run", "--ttl", "1s", "--", "true"]);
+    assert_one_line_error(&out, USAGE, &["--key"]);
+    let out = run(&["run", "-k", "k"]);
+    assert_one_line_error(&out, USAGE, &["<COMMAND>"]);
+    let out = run(&["release", "-k", "k"]);
+    assert_one_line_error(&out, USAGE, &["--token", "--token-file"]);
+    let out = run(&["bogus"]);
+    assert_one_line_error(&out, USAGE, &["bogus", "fencedlock --help"]);
+    let out = refused(&["run", "-k", "k", "--no-such-flag"]);
+    assert_one_line_error(&out, USAGE, &["--no-such-flag"]);
+}
+
+#[test]
+fn an_unreachable_server_is_named_with_what_to_do() {
+    let port = harness::pick_port(false);
+    let url = format!("redis://127.0.0.1:{port}");
+    let out = refused(&["run", "-k", "k", "--redis", &url]);
+    assert_one_line_error(&out, UNAVAILABLE, &[&format!("127.0.0.1:{port}"), "cannot reach", "--redis"]);
+    for args in [
+        vec!["status", "-k", "k", "--redis", &url],
+        vec!["acquire", "-k", "k", "--redis", &url],
+        vec!["release", "-k", "k", "--token", "abc", "--redis", &url],
+        vec!["renew", "-k", "k", "--token", "abc", "--redis", &url],
+        vec!["demo", "--redis", &url],
+    ] {
+        let out = run(&args);
+        assert_one_line_error(&out, UNAVAILABLE, &["cannot reach"]);
+    }
+}
+
+#[test]
+fn a_server_without_the_module_says_to_load_it() {
+    let plain = Server::builder().without_module().start();
+    let url = plain.url();
+    let out = refused(&["run", "-k", "k", "--redis", &url]);
+    assert_one_line_error(&out, UNAVAILABLE, &["does not have the fencedlock module", "loadmodule"]);
+    for args in [
+        vec!["status", "-k", "k", "--redis", &url],
+        vec!["acquire", "-k", "k", "--redis", &url],
+        vec!["renew", "-k", "k", "--token", "abc", "--redis", &url],
+        vec!["release", "-k", "k", "--token", "abc", "--redis", &url],
+        vec!["demo", "--redis", &url],
+    ] {
+        let out = run(&args);
+        assert_one_line_error(&out, UNAVAILABLE, &["does not have the fencedlock module"]);
+        assert!(!out.stderr.contains("abc"), "tokens are never echoed: {out:?}");
+    }
+}
+
+#[test]
+fn a_key_of_another_type_is_a_usage_error() {
+    let server = Server::start();
+    let _: () = server.cmd(&["SET", "plain", "value"]).unwrap();
+    let out = refused(&["run", "-k", "plain", "--redis", &server.url()]);
+    assert_one_line_error(&out, USAGE, &["another kind of data", "--key"]);
+}
+
+#[test]
+fn errors_are_json_with_json() {
+    let out = run(&["run", "--json", "-k", "k", "--ttl", "5x", "--", "true"]);
+    assert_eq!(out.code(), USAGE);
+    let err: serde_json::Value = serde_json::from_str(out.stderr.trim()).expect("one JSON object");
+    assert_eq!(err["error"], "usage");
+    assert_eq!(err["exit_code"], USAGE);
+    assert!(err["message"].as_str().unwrap().contains("5x"));
+}
+
+#[test]
+fn help_documents_examples_and_exit_codes() {
+    for sub in ["run", "acquire", "renew", "release", "status", "demo"] {
+        let out = run(&[sub, "--help"]);
+        assert_eq!(out.code(), 0, "{out:?}");
+        assert!(out.stdout.contains("Examples:"), "{sub} --help has no examples");
+        for code in ["64", "69", "75", "76"] {
+            assert!(out.stdout.contains(code), "{sub} --help misses exit code {code}");
+        }
+    }
+    let out = run(&["--help"]);
+    assert!(out.stdout.contains("fencedlock run") && out.stdout.contains("Exit codes:"));
+}
