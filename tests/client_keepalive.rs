@@ -12,14 +12,14 @@ use fencedlock::{Error, Locker, LossCause};
 use harness::Server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keeps_a_300ms_lease_for_1500ms() {
+async fn keeps_a_450ms_lease_for_1800ms() {
     let server = Server::start();
-    let locker = Locker::open(&server.url(), config(300, 100)).unwrap();
+    let locker = Locker::open(&server.url(), config(450, 120)).unwrap();
     let kept = locker.try_acquire("kept").await.unwrap().keep_alive();
     let fence = kept.fence();
     let started = Instant::now();
     let rival = locker.clone();
-    while started.elapsed() < Duration::from_millis(1_500) {
+    while started.elapsed() < Duration::from_millis(1_800) {
         kept.ensure_valid().expect("kept alive");
         assert!(kept.remaining() > Duration::ZERO);
         assert!(held(&server, "kept"));
@@ -38,7 +38,7 @@ async fn keeps_a_300ms_lease_for_1500ms() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stolen_lease_is_signalled_as_lost() {
     let server = Server::start();
-    let locker = Locker::open(&server.url(), config(300, 100)).unwrap();
+    let locker = Locker::open(&server.url(), config(450, 120)).unwrap();
     let kept = locker.try_acquire("victim").await.unwrap().keep_alive();
     let handle = kept.handle();
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -51,7 +51,7 @@ async fn a_stolen_lease_is_signalled_as_lost() {
         .expect("loss signalled within a renewal period");
     assert!(
         stolen_at.elapsed() < Duration::from_secs(1),
-        "signalled at the next renewal (every 100 ms), not after the ttl; took {:?}",
+        "signalled at the next renewal (every 150 ms), not after the ttl; took {:?}",
         stolen_at.elapsed()
     );
     assert!(matches!(err, Error::LeaseLost { cause: LossCause::Refused, .. }), "{err:?}");
@@ -87,7 +87,7 @@ async fn a_frozen_server_makes_the_first_renewal_fail() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lease_runs_the_work_and_releases() {
     let server = Server::start();
-    let locker = Locker::open(&server.url(), config(300, 100)).unwrap();
+    let locker = Locker::open(&server.url(), config(450, 120)).unwrap();
     let s = &server;
     let fence = locker
         .with_lease("job", |lease| async move {
@@ -108,7 +108,7 @@ async fn with_lease_runs_the_work_and_releases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lease_drops_the_work_when_the_lease_is_lost() {
     let server = Server::start();
-    let locker = Locker::open(&server.url(), config(300, 100)).unwrap();
+    let locker = Locker::open(&server.url(), config(450, 120)).unwrap();
     let dropped = Arc::new(AtomicBool::new(false));
     let steps = Arc::new(AtomicU32::new(0));
 
@@ -156,9 +156,9 @@ async fn with_lease_drops_the_work_when_the_lease_is_lost() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_kept_lease_stops_renewing_and_releases() {
     let server = Server::start();
-    let locker = Locker::open(&server.url(), config(300, 100)).unwrap();
+    let locker = Locker::open(&server.url(), config(450, 120)).unwrap();
     let kept = locker.try_acquire("drop-kept").await.unwrap().keep_alive();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(held(&server, "drop-kept"), "renewed past the ttl");
     drop(kept);
     wait_released(&[&server], "drop-kept", Duration::from_secs(2)).await;
@@ -167,7 +167,7 @@ async fn dropping_a_kept_lease_stops_renewing_and_releases() {
     let kept = locker.try_acquire("stopped").await.unwrap().keep_alive();
     let lease = kept.stop().await.unwrap();
     lease.ensure_valid().unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(lease.ensure_valid().is_err(), "no renewals after stop()");
     assert!(!held(&server, "stopped"), "expired on the server too");
 }
