@@ -44,8 +44,9 @@ lease is released when it exits. When stdin is not a terminal (cron, systemd) th
 runs in its own process group so that a lost lease stops all of it.
 
 Examples:
-  # crontab on every host: one of them runs the report, the others exit 75 quietly
-  */5 * * * * fencedlock run -q --key report --ttl 2m -- /opt/report.sh
+  # crontab on every host: one of them runs the report, the others exit 75 quietly;
+  # --min-hold keeps the lock for 1m so a host whose clock lags cannot run it again
+  */5 * * * * fencedlock run -q --key report --ttl 2m --min-hold 1m -- /opt/report.sh
   # wait up to a minute for the previous run to finish
   fencedlock run --key migrate --ttl 30s --wait 1m -- ./migrate.sh
   # fenced Redlock over three independent servers
@@ -184,6 +185,10 @@ pub struct RunArgs {
     /// After SIGTERM on a lost lease, wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse)]
     pub kill_grace: Duration,
+    /// Keep the lease at least this long after it was granted, even if the command ends
+    /// sooner, so hosts whose cron fires a few seconds late skip this period's run.
+    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
+    pub min_hold: Duration,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -211,7 +216,12 @@ pub struct AcquireArgs {
 #[group(required = true, multiple = false)]
 pub struct TokenSource {
     /// The token printed by `acquire` (visible in `ps`; prefer --token-file or FENCEDLOCK_TOKEN).
-    #[arg(long, value_name = "TOKEN", env = "FENCEDLOCK_TOKEN", hide_env_values = true)]
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "FENCEDLOCK_TOKEN",
+        hide_env_values = true
+    )]
     pub token: Option<String>,
     /// A file written by `acquire --token-file`.
     #[arg(long, value_name = "PATH")]

@@ -92,7 +92,9 @@ pub fn votes(report: &QuorumReport) -> String {
 /// One vote as text, with server errors reduced to what is safe to print.
 pub fn vote(vote: &Vote) -> String {
     match vote {
-        Vote::Failed { error } if is_unknown_command(error) => "fencedlock module not loaded".into(),
+        Vote::Failed { error } if is_unknown_command(error) => {
+            "fencedlock module not loaded".into()
+        }
         Vote::Failed { error } => format!("failed ({})", error_text(error)),
         other => other.to_string(),
     }

@@ -145,19 +145,29 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
                 if held {
                     remaining.push(pttl.unwrap_or(0));
                 }
-                lines.push(format!("{}  {}", answer.server, describe(fence, held, pttl)));
+                lines.push(format!(
+                    "{}  {}",
+                    answer.server,
+                    describe(fence, held, pttl)
+                ));
                 per_server.push(json!({ "server": answer.server, "fence": fence, "held": held, "pttl_ms": pttl }));
             }
             Err(err) => {
                 let explained = diagnose::explain(err, ctx);
-                lines.push(format!("{}  error: {}", answer.server, explained.one_line()));
+                lines.push(format!(
+                    "{}  error: {}",
+                    answer.server,
+                    explained.one_line()
+                ));
                 per_server.push(json!({ "server": answer.server, "error": explained.one_line() }));
                 first_error.get_or_insert(explained);
             }
         }
     }
     if answered < quorum {
-        return Err(first_error.unwrap_or_else(|| CliError::Unavailable("no server answered".into())));
+        return Err(
+            first_error.unwrap_or_else(|| CliError::Unavailable("no server answered".into()))
+        );
     }
     // Held while a majority holds it: until the quorum-th longest remaining time runs out.
     remaining.sort_unstable_by(|a, b| b.cmp(a));
@@ -168,7 +178,12 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     let text = if answers.len() == 1 {
         format!("{}  {summary}", args.key)
     } else {
-        format!("{}\n{}  {summary} (majority of {})", lines.join("\n"), args.key, answers.len())
+        format!(
+            "{}\n{}  {summary} (majority of {})",
+            lines.join("\n"),
+            args.key,
+            answers.len()
+        )
     };
     out.result(
         &text,
@@ -179,7 +194,10 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
 
 fn describe(fence: u64, held: bool, pttl: Option<u64>) -> String {
     match (held, pttl) {
-        (true, Some(ms)) => format!("fence {fence}  held  {} left", duration::format(Duration::from_millis(ms))),
+        (true, Some(ms)) => format!(
+            "fence {fence}  held  {} left",
+            duration::format(Duration::from_millis(ms))
+        ),
         (true, None) => format!("fence {fence}  held"),
         (false, _) if fence == 0 => "fence 0  free  (never locked)".to_string(),
         (false, _) => format!("fence {fence}  free"),

@@ -51,7 +51,11 @@ pub struct NodeStatus {
 impl Servers {
     /// Checks the URLs and builds the locker. Nothing connects yet.
     pub fn open(urls: &[String], options: LeaseOptions) -> Result<Servers, CliError> {
-        let urls: Vec<&str> = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect();
+        let urls: Vec<&str> = urls
+            .iter()
+            .map(|u| u.trim())
+            .filter(|u| !u.is_empty())
+            .collect();
         if urls.is_empty() {
             return Err(CliError::Usage(
                 "no server given: pass --redis redis://HOST:PORT or set FENCEDLOCK_REDIS".into(),
@@ -82,7 +86,9 @@ impl Servers {
                 other => CliError::Internal(other.to_string()),
             })?;
         let mode = if nodes.len() == 1 {
-            let node = nodes.pop().ok_or_else(|| CliError::Internal("no node".into()))?;
+            let node = nodes
+                .pop()
+                .ok_or_else(|| CliError::Internal("no node".into()))?;
             Mode::Single(Locker::new(node, config))
         } else {
             Redlock::new(nodes, config)
@@ -128,7 +134,12 @@ impl Servers {
         let ttl_ms = config.ttl_ms();
         let timeout = config.node_timeout();
         let started = Instant::now();
-        let votes = join_all(self.urls.iter().map(|url| renew_one(url, key, token, ttl_ms, timeout))).await;
+        let votes = join_all(
+            self.urls
+                .iter()
+                .map(|url| renew_one(url, key, token, ttl_ms, timeout)),
+        )
+        .await;
         let nodes = self.nodes();
         let report = QuorumReport {
             key: key.to_owned(),
@@ -245,7 +256,15 @@ async fn renew_one(url: &str, key: &str, token: &Token, ttl_ms: u64, timeout: Du
 }
 
 fn node(url: &str) -> Result<Node, CliError> {
-    let known = ["redis://", "rediss://", "unix://", "redis+unix://", "valkey+unix://", "valkey://", "valkeys://"];
+    let known = [
+        "redis://",
+        "rediss://",
+        "unix://",
+        "redis+unix://",
+        "valkey+unix://",
+        "valkey://",
+        "valkeys://",
+    ];
     if !known.iter().any(|scheme| url.starts_with(scheme)) {
         return Err(CliError::Usage(format!(
             "bad server URL {url:?}: use redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT/DB)"

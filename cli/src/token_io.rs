@@ -54,9 +54,12 @@ pub fn write(path: &Path, token: &Token) -> Result<(), CliError> {
             path.display()
         ))
     };
-    let file_name = path
-        .file_name()
-        .ok_or_else(|| CliError::Usage(format!("--token-file {} is not a file path", path.display())))?;
+    let file_name = path.file_name().ok_or_else(|| {
+        CliError::Usage(format!(
+            "--token-file {} is not a file path",
+            path.display()
+        ))
+    })?;
     let mut tmp_name = file_name.to_os_string();
     tmp_name.push(format!(".tmp{}", std::process::id()));
     let tmp = path.with_file_name(tmp_name);

@@ -26,7 +26,7 @@ use ledger::{Guard, Ledger, Write};
 use timeline::Timeline;
 
 const INVOICE: &str = "inv_72";
-const AMOUNT_CENTS: i64 = 129_00;
+const AMOUNT_CENTS: i64 = 12_900;
 const WORKERS: usize = 3;
 
 /// What one worker did, for the final check.
@@ -52,7 +52,11 @@ struct Race {
 /// Runs the demo; exit 0 if the invoice was sent exactly once and the stale write refused,
 /// 65 if the invariant was violated.
 pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, CliError> {
-    let guard = if args.no_fence { Guard::Unguarded } else { Guard::Fenced };
+    let guard = if args.no_fence {
+        Guard::Unguarded
+    } else {
+        Guard::Fenced
+    };
     let options = LeaseOptions {
         ttl: args.ttl,
         // Long enough for the takeover after the stalled lease expires.
@@ -69,7 +73,11 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
             tmp = tempfile::Builder::new()
                 .prefix("fencedlock-demo-")
                 .tempdir()
-                .map_err(|e| CliError::Io(format!("cannot create a temporary directory: {e}; pass --db PATH")))?;
+                .map_err(|e| {
+                    CliError::Io(format!(
+                        "cannot create a temporary directory: {e}; pass --db PATH"
+                    ))
+                })?;
             tmp.path().join("billing.db")
         }
     };
@@ -96,7 +104,8 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
                 Err(e) => Err(e),
             };
             if let Err(e) = &result {
-                race.timeline.log(&name, format!("failed: {}", e.one_line()));
+                race.timeline
+                    .log(&name, format!("failed: {}", e.one_line()));
             }
             race.done.send_modify(|n| *n += 1);
             result
@@ -142,7 +151,10 @@ fn header(race: &Race, servers: &Servers) {
         duration::format(race.ttl),
         servers.describe()
     ));
-    t.say(format!("Resource: SQLite {}; each send runs", race.db.display()));
+    t.say(format!(
+        "Resource: SQLite {}; each send runs",
+        race.db.display()
+    ));
     t.say(format!("  {}", race.guard.sql()));
     if race.guard == Guard::Unguarded {
         t.say("  (--no-fence: the table does not check the fence; the lock alone must prevent double sends)");
@@ -160,11 +172,19 @@ async fn worker(name: &str, servers: &Servers, race: &Race) -> Result<Report, Cl
     let lease = match servers.try_acquire(&race.key).await {
         Ok(lease) => lease,
         Err(err) if err.is_retryable() => {
-            t.log(name, "lock busy (another worker holds it); retrying with backoff");
-            servers
-                .acquire(&race.key)
-                .await
-                .map_err(|e| diagnose::explain(&e, Context { waited: servers.config().max_wait(), ..ctx }))?
+            t.log(
+                name,
+                "lock busy (another worker holds it); retrying with backoff",
+            );
+            servers.acquire(&race.key).await.map_err(|e| {
+                diagnose::explain(
+                    &e,
+                    Context {
+                        waited: servers.config().max_wait(),
+                        ..ctx
+                    },
+                )
+            })?
         }
         Err(err) => return Err(diagnose::explain(&err, ctx)),
     };
@@ -172,14 +192,20 @@ async fn worker(name: &str, servers: &Servers, race: &Race) -> Result<Report, Cl
     let stalls = !race.first_grant.swap(true, Ordering::SeqCst);
     t.log(
         name,
-        format!("acquired the lock with fence {fence} (lease valid {} ms)", lease.remaining().as_millis()),
+        format!(
+            "acquired the lock with fence {fence} (lease valid {} ms)",
+            lease.remaining().as_millis()
+        ),
     );
 
     let invoice = ledger.invoice(INVOICE).map_err(|e| sqlite(&race.db, e))?;
     if invoice.sent > 0 {
         t.log(
             name,
-            format!("invoice already sent (table's last_fence {}): nothing to do", invoice.last_fence),
+            format!(
+                "invoice already sent (table's last_fence {}): nothing to do",
+                invoice.last_fence
+            ),
         );
         release(name, lease, t).await;
         return Ok(Report::default());
@@ -224,7 +250,10 @@ async fn worker(name: &str, servers: &Servers, race: &Race) -> Result<Report, Cl
     );
     let accepted = write(name, &mut ledger, fence, race, true)?;
     match lease.release().await {
-        Ok(false) => t.log(name, "release: the lease was no longer its own (it expired during the pause)"),
+        Ok(false) => t.log(
+            name,
+            "release: the lease was no longer its own (it expired during the pause)",
+        ),
         Ok(true) => t.log(name, "released"),
         Err(e) => t.log(name, format!("release failed: {e}")),
     }
@@ -235,7 +264,13 @@ async fn worker(name: &str, servers: &Servers, race: &Race) -> Result<Report, Cl
 }
 
 /// The send; `Ok(true)` if the table accepted it.
-fn write(name: &str, ledger: &mut Ledger, fence: u64, race: &Race, stale: bool) -> Result<bool, CliError> {
+fn write(
+    name: &str,
+    ledger: &mut Ledger,
+    fence: u64,
+    race: &Race,
+    stale: bool,
+) -> Result<bool, CliError> {
     let t = &race.timeline;
     match ledger
         .send(INVOICE, name, fence, race.guard)
@@ -248,7 +283,12 @@ fn write(name: &str, ledger: &mut Ledger, fence: u64, race: &Race, stale: bool) 
                     format!("UPDATE with stale fence {fence} ACCEPTED: invoice sent AGAIN (outbox #{outbox_id})"),
                 );
             } else {
-                t.log(name, format!("UPDATE with fence {fence} accepted: invoice sent (outbox #{outbox_id})"));
+                t.log(
+                    name,
+                    format!(
+                        "UPDATE with fence {fence} accepted: invoice sent (outbox #{outbox_id})"
+                    ),
+                );
             }
             Ok(true)
         }
@@ -266,7 +306,10 @@ async fn release(name: &str, lease: fencedlock::Lease, t: &Timeline) {
     match lease.release().await {
         Ok(true) => t.log(name, "released the lock"),
         Ok(false) => t.log(name, "release: the lease had already ended"),
-        Err(e) => t.log(name, format!("release failed ({e}); it expires after its ttl")),
+        Err(e) => t.log(
+            name,
+            format!("release failed ({e}); it expires after its ttl"),
+        ),
     }
 }
 

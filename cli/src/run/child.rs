@@ -62,7 +62,9 @@ impl Job {
             let name = program.to_string_lossy();
             match e.kind() {
                 io::ErrorKind::NotFound => CliError::Spawn {
-                    message: format!("command not found: {name}; check the command after -- and PATH"),
+                    message: format!(
+                        "command not found: {name}; check the command after -- and PATH"
+                    ),
                     code: code::NOT_FOUND,
                 },
                 io::ErrorKind::PermissionDenied => CliError::Spawn {
@@ -78,7 +80,9 @@ impl Job {
         let pid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| CliError::Internal("the command exited before its pid was known".into()))?;
+            .ok_or_else(|| {
+                CliError::Internal("the command exited before its pid was known".into())
+            })?;
         Ok(Job {
             child,
             pid,

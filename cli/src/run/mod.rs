@@ -23,7 +23,12 @@ use child::{exit_code, Job, LeaseEnv};
 use signals::Signals;
 
 /// Runs the command under the lease; the exit code to leave with.
-pub async fn run(args: &RunArgs, global: &Global, out: Output, signals: &mut Signals) -> Result<u8, CliError> {
+pub async fn run(
+    args: &RunArgs,
+    global: &Global,
+    out: Output,
+    signals: &mut Signals,
+) -> Result<u8, CliError> {
     let servers = Servers::open(
         &global.redis,
         LeaseOptions {
@@ -60,6 +65,7 @@ pub async fn run(args: &RunArgs, global: &Global, out: Output, signals: &mut Sig
         }
     };
 
+    let granted_at = tokio::time::Instant::now();
     let fence = lease.fence();
     warn_about_minority(&lease, out);
     tracing::info!(key = %args.key, fence, servers = %servers.describe(), valid = ?lease.remaining(), "lease acquired");
@@ -75,7 +81,9 @@ pub async fn run(args: &RunArgs, global: &Global, out: Output, signals: &mut Sig
         Ok(job) => job,
         Err(err) => {
             if let Err(e) = lease.release().await {
-                out.warning(&format!("could not release the lease ({e}); it expires after its ttl"));
+                out.warning(&format!(
+                    "could not release the lease ({e}); it expires after its ttl"
+                ));
             }
             return Err(err);
         }
@@ -85,6 +93,7 @@ pub async fn run(args: &RunArgs, global: &Global, out: Output, signals: &mut Sig
     let outcome = supervise(&mut job, &kept, args, signals, out).await;
     match outcome {
         Supervised::Exited(status) => {
+            hold(&kept, granted_at + args.min_hold, signals).await;
             release(kept, out).await;
             let exit = exit_code(status);
             tracing::info!(key = %args.key, fence, exit, "command finished, lease released");
@@ -114,7 +123,9 @@ pub async fn run(args: &RunArgs, global: &Global, out: Output, signals: &mut Sig
         Supervised::Failed(err) => {
             job.signal(libc::SIGKILL);
             release(kept, out).await;
-            Err(CliError::Internal(format!("lost track of the command: {err}")))
+            Err(CliError::Internal(format!(
+                "lost track of the command: {err}"
+            )))
         }
     }
 }
@@ -206,7 +217,11 @@ async fn supervise(
 }
 
 /// Terminates the command after a lost lease, still forwarding signals meanwhile.
-async fn terminate(job: &mut Job, args: &RunArgs, signals: &mut Signals) -> std::io::Result<std::process::ExitStatus> {
+async fn terminate(
+    job: &mut Job,
+    args: &RunArgs,
+    signals: &mut Signals,
+) -> std::io::Result<std::process::ExitStatus> {
     let grace = args.kill_grace;
     let stopping = job.terminate(grace);
     tokio::pin!(stopping);
@@ -215,6 +230,21 @@ async fn terminate(job: &mut Job, args: &RunArgs, signals: &mut Signals) -> std:
             status = &mut stopping => return status,
             sig = signals.recv() => tracing::info!(signal = sig, "signal received while terminating the command"),
         }
+    }
+}
+
+/// `--min-hold`: keeps the (kept-alive) lease until `until`, unless it is lost or a signal
+/// asks fencedlock to stop.
+async fn hold(kept: &KeptLease, until: tokio::time::Instant, signals: &mut Signals) {
+    if until <= tokio::time::Instant::now() {
+        return;
+    }
+    tracing::info!(key = kept.key(), "holding the lease for --min-hold");
+    let lost = kept.cancellation();
+    tokio::select! {
+        _ = tokio::time::sleep_until(until) => {}
+        _ = lost.cancelled() => {}
+        sig = signals.recv() => tracing::info!(signal = sig, "signal during --min-hold, releasing now"),
     }
 }
 

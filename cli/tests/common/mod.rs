@@ -17,7 +17,13 @@ pub const HANG: Duration = Duration::from_secs(30);
 /// The binary under test, with no inherited fencedlock settings.
 pub fn fencedlock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencedlock"));
-    for var in ["FENCEDLOCK_REDIS", "FENCEDLOCK_TOKEN", "FENCEDLOCK_LOG", "FENCEDLOCK_KEY", "FENCEDLOCK_FENCE"] {
+    for var in [
+        "FENCEDLOCK_REDIS",
+        "FENCEDLOCK_TOKEN",
+        "FENCEDLOCK_LOG",
+        "FENCEDLOCK_KEY",
+        "FENCEDLOCK_FENCE",
+    ] {
         cmd.env_remove(var);
     }
     cmd.stdin(Stdio::null());
@@ -36,7 +42,8 @@ pub struct Outcome {
 impl Outcome {
     /// The exit code; panics (with the output) if the process died from a signal.
     pub fn code(&self) -> i32 {
-        self.code.unwrap_or_else(|| panic!("killed by a signal: {self:?}"))
+        self.code
+            .unwrap_or_else(|| panic!("killed by a signal: {self:?}"))
     }
 
     /// The stderr lines.
@@ -142,7 +149,11 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 pub fn wait_for_file(path: &Path, limit: Duration) {
     let deadline = Instant::now() + limit;
     while !path.exists() {
-        assert!(Instant::now() < deadline, "{} did not appear within {limit:?}", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "{} did not appear within {limit:?}",
+            path.display()
+        );
         thread::sleep(Duration::from_millis(10));
     }
 }
@@ -170,7 +181,10 @@ pub fn held(server: &Server, key: &str) -> bool {
 
 /// A fresh scratch directory.
 pub fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new().prefix("fencedlock-cli-test-").tempdir().expect("tempdir")
+    tempfile::Builder::new()
+        .prefix("fencedlock-cli-test-")
+        .tempdir()
+        .expect("tempdir")
 }
 
 /// `dir/name` as a string, for shell commands.
@@ -186,6 +200,10 @@ pub fn assert_one_line_error(outcome: &Outcome, code: i32, needles: &[&str]) {
     assert_eq!(lines.len(), 1, "expected one stderr line: {outcome:?}");
     assert!(lines[0].starts_with("fencedlock: error: "), "{outcome:?}");
     for needle in needles {
-        assert!(lines[0].contains(needle), "missing {needle:?} in {:?}", lines[0]);
+        assert!(
+            lines[0].contains(needle),
+            "missing {needle:?} in {:?}",
+            lines[0]
+        );
     }
 }
