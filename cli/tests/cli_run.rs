@@ -532,3 +532,40 @@ fn min_hold_keeps_the_lock_after_a_short_command_so_late_hosts_skip() {
     assert!(first.elapsed >= Duration::from_millis(1500), "{first:?}");
     assert!(!held(&server, "period"), "released after the hold");
 }
+
+#[test]
+fn the_command_dies_with_a_killed_fencedlock_since_nobody_renews_its_lease() {
+    let server = Server::start();
+    let dir = scratch();
+    let (started, pid_file) = (p(dir.path(), "started"), p(dir.path(), "pid"));
+    let script = format!(
+        "echo $$ > '{}'; touch '{}'; exec sleep 30",
+        pid_file.display(),
+        started.display()
+    );
+    let run = spawn(&[
+        "run",
+        "--redis",
+        &server.url(),
+        "-k",
+        "orphan",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    wait_for_file(&started, HANG);
+    let pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    assert!(alive(&pid));
+    run.signal(libc::SIGKILL);
+    let out = run.finish();
+    assert_eq!(out.code, None, "fencedlock was killed");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive(&pid) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command outlived fencedlock"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

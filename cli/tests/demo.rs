@@ -99,7 +99,7 @@ fn without_the_fence_the_paused_worker_sends_the_invoice_twice() {
         "--redis",
         &server.url(),
         "--ttl",
-        "400ms",
+        "1s",
         "--db",
         db.to_str().unwrap(),
     ]);
