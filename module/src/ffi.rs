@@ -179,3 +179,57 @@ pub fn add_acl_category(ctx: Ctx, name: &std::ffi::CStr) -> bool {
             .is_some_and(|add| add(ctx, name.as_ptr() as *const c_char) == raw::REDISMODULE_OK as c_int)
     }
 }
+
+/// One argument in a command's documentation.
+pub enum Arg {
+    Key(&'static std::ffi::CStr),
+    Text(&'static std::ffi::CStr),
+    Integer(&'static std::ffi::CStr),
+}
+
+/// Documents a command for `COMMAND DOCS` / `COMMAND INFO` and lets Redis check its arity before
+/// calling us. Best effort: servers without `RedisModule_SetCommandInfo` skip it.
+pub fn set_command_info(ctx: Ctx, name: &str, arity: c_int, summary: &'static std::ffi::CStr, args: &[Arg]) {
+    let version = raw::RedisModuleCommandInfoVersion {
+        version: 1,
+        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
+        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
+        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
+    };
+    let mut docs: Vec<raw::RedisModuleCommandArg> = args
+        .iter()
+        .map(|arg| {
+            // SAFETY: the bindgen struct is plain data; all-zero is its C "unset" value.
+            let mut doc: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+            let (arg_name, kind, key_spec) = match arg {
+                Arg::Key(n) => (n, raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
+                Arg::Text(n) => (n, raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, -1),
+                Arg::Integer(n) => (n, raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, -1),
+            };
+            doc.name = arg_name.as_ptr();
+            doc.type_ = kind;
+            doc.key_spec_index = key_spec;
+            doc
+        })
+        .collect();
+    // SAFETY: as above; the zeroed entry terminates the argument array.
+    docs.push(unsafe { std::mem::zeroed() });
+    // SAFETY: as above.
+    let mut info: raw::RedisModuleCommandInfo = unsafe { std::mem::zeroed() };
+    info.version = &version;
+    info.summary = summary.as_ptr();
+    info.complexity = c"O(1)".as_ptr();
+    info.since = c"0.1.0".as_ptr();
+    info.arity = arity;
+    info.args = docs.as_mut_ptr();
+    let Ok(c_name) = CString::new(name) else { return };
+    // SAFETY: Redis copies the info during the call; every pointer outlives it.
+    unsafe {
+        if let (Some(get), Some(set)) = (raw::RedisModule_GetCommand, raw::RedisModule_SetCommandInfo) {
+            let command = get(ctx, c_name.as_ptr());
+            if command.is_null() || set(command, &info) != raw::REDISMODULE_OK as c_int {
+                log_warning(ctx, &format!("fencedlock: cannot document {name}"));
+            }
+        }
+    }
+}

@@ -22,12 +22,13 @@ mod stats;
 
 #[cfg(not(test))]
 mod module {
-    use std::ffi::c_int;
+    use std::ffi::{c_int, CStr};
 
     use redis_module::configuration::{register_i64_configuration, ConfigurationFlags};
     use redis_module::{raw, Context, InfoContext, RedisResult, RedisString, Status};
 
     use crate::datatype::LOCK_TYPE;
+    use crate::ffi::Arg;
     use crate::{clock, commands, ffi, state, stats};
 
     macro_rules! command {
@@ -52,26 +53,90 @@ mod module {
 
     type Handler = extern "C" fn(*mut raw::RedisModuleCtx, *mut *mut raw::RedisModuleString, c_int) -> c_int;
 
-    /// Flags follow DESIGN.md: only ACQUIRE is `deny-oom`, so leases can always be renewed and
-    /// freed under memory pressure. APPLY stays out of MONITOR and SLOWLOG: it carries tokens.
-    const COMMANDS: [(&str, Handler, &str); 7] = [
-        ("FENCEDLOCK.ACQUIRE", acquire, "write deny-oom fast"),
-        ("FENCEDLOCK.RENEW", renew, "write fast"),
-        ("FENCEDLOCK.RELEASE", release, "write fast"),
-        ("FENCEDLOCK.RAISE", raise, "write fast"),
-        ("FENCEDLOCK.CAD", cad, "write fast"),
-        ("FENCEDLOCK.STATUS", status, "readonly fast"),
-        ("FENCEDLOCK.APPLY", apply, "write deny-script no-monitor no-slowlog"),
+    struct Command {
+        name: &'static str,
+        handler: Handler,
+        /// Flags follow DESIGN.md: only ACQUIRE is `deny-oom`, so leases can always be renewed
+        /// and freed under memory pressure. APPLY stays out of MONITOR and SLOWLOG: it carries
+        /// tokens.
+        flags: &'static str,
+        arity: c_int,
+        summary: &'static CStr,
+        args: &'static [Arg],
+    }
+
+    const KEY: Arg = Arg::Key(c"key");
+    const TOKEN: Arg = Arg::Text(c"token");
+    const TTL: Arg = Arg::Integer(c"ttl_ms");
+
+    const COMMANDS: [Command; 7] = [
+        Command {
+            name: "FENCEDLOCK.ACQUIRE",
+            handler: acquire,
+            flags: "write deny-oom fast",
+            arity: 4,
+            summary: c"Takes the lease on key for token; replies its fence, or nil while another token holds it",
+            args: &[KEY, TOKEN, TTL],
+        },
+        Command {
+            name: "FENCEDLOCK.RENEW",
+            handler: renew,
+            flags: "write fast",
+            arity: 4,
+            summary: c"Extends the caller's unexpired lease to ttl_ms from now; 1 or 0",
+            args: &[KEY, TOKEN, TTL],
+        },
+        Command {
+            name: "FENCEDLOCK.RELEASE",
+            handler: release,
+            flags: "write fast",
+            arity: 3,
+            summary: c"Ends the caller's unexpired lease, keeping the fence; 1 or 0",
+            args: &[KEY, TOKEN],
+        },
+        Command {
+            name: "FENCEDLOCK.RAISE",
+            handler: raise,
+            flags: "write fast",
+            arity: 4,
+            summary: c"Raises the holder's fence to at least fence (fenced Redlock); the fence, or nil",
+            args: &[KEY, TOKEN, Arg::Integer(c"fence")],
+        },
+        Command {
+            name: "FENCEDLOCK.CAD",
+            handler: cad,
+            flags: "write fast",
+            arity: 3,
+            summary: c"Deletes a string key if it holds value; 1 or 0",
+            args: &[KEY, Arg::Text(c"value")],
+        },
+        Command {
+            name: "FENCEDLOCK.STATUS",
+            handler: status,
+            flags: "readonly fast",
+            arity: 2,
+            summary: c"Replies [fence, held, pttl_ms or -1] for a lock key, nil for a missing key",
+            args: &[KEY],
+        },
+        Command {
+            name: "FENCEDLOCK.APPLY",
+            handler: apply,
+            flags: "write deny-script no-monitor no-slowlog",
+            arity: -4,
+            summary: c"Internal: a lock state record from the replication link or the AOF",
+            args: &[],
+        },
     ];
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
         ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
         let category = ffi::add_acl_category(ctx.ctx, c"fencedlock").then_some(c"fencedlock");
-        for (name, handler, flags) in COMMANDS {
-            if let Err(e) = ffi::create_command(ctx.ctx, name, Some(handler), flags, category) {
+        for c in COMMANDS {
+            if let Err(e) = ffi::create_command(ctx.ctx, c.name, Some(c.handler), c.flags, category) {
                 ctx.log_warning(&format!("fencedlock: {e}"));
                 return Status::Err;
             }
+            ffi::set_command_info(ctx.ctx, c.name, c.arity, c.summary, c.args);
         }
         // Registered here rather than through `redis_module!`, whose config arm needs a string
         // config as well. LoadConfigs applies values from redis.conf or the command line.
