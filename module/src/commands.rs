@@ -86,20 +86,14 @@ pub fn release(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.bytes(2))?;
     let key = Key::open(call.ctx, call.raw(1), true);
     let now = clock::now();
-    let Some(lock) = key.lock()? else {
-        stats::RELEASE_FAILURES.incr();
-        return Ok(Reply::Int(0));
-    };
-    match lock.release(token, now) {
-        Released::Released => {
+    if let Some(lock) = key.lock()? {
+        if lock.release(token, now) == Released::Released {
             replication::replicate(call.ctx, call.raw(1), state::high_water(), &lock.record(now));
-            Ok(Reply::Int(1))
-        }
-        Released::Expired | Released::NotOwner => {
-            stats::RELEASE_FAILURES.incr();
-            Ok(Reply::Int(0))
+            return Ok(Reply::Int(1));
         }
     }
+    stats::RELEASE_FAILURES.incr();
+    Ok(Reply::Int(0))
 }
 
 /// `FENCEDLOCK.RAISE key token fence` → the key's fence, now at least `fence`, if the caller

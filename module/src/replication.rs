@@ -17,27 +17,34 @@ fn ll(v: u64) -> c_longlong {
     c_longlong::try_from(v).unwrap_or(c_longlong::MAX)
 }
 
-/// Sends the key's new state to replicas and the AOF, after the command that changed it.
-pub fn replicate(ctx: Ctx, key: RString, mark: HighWater, record: &Record<'_>) {
-    // SAFETY: a variadic call whose format letters match the arguments that follow:
-    // s = RedisModuleString*, l = long long, b = (char*, size_t).
-    unsafe {
-        let Some(replicate) = raw::RedisModule_Replicate else { return };
-        let status = match record.holder {
-            None => replicate(ctx, APPLY.as_ptr(), c"sll".as_ptr(), key, ll(mark.get()), ll(record.fence)),
-            Some((token, remaining)) => replicate(
-                ctx,
+/// Calls a variadic `RedisModule_Replicate` / `RedisModule_EmitAOF` with the APPLY record.
+/// The format letters match the arguments: s = RedisModuleString*, l = long long,
+/// b = (char*, size_t).
+macro_rules! send_record {
+    ($send:expr, $target:expr, $key:expr, $mark:expr, $record:expr) => {
+        match $record.holder {
+            None => $send($target, APPLY.as_ptr(), c"sll".as_ptr(), $key, ll($mark.get()), ll($record.fence)),
+            Some((token, remaining)) => $send(
+                $target,
                 APPLY.as_ptr(),
                 c"sllbl".as_ptr(),
-                key,
-                ll(mark.get()),
-                ll(record.fence),
+                $key,
+                ll($mark.get()),
+                ll($record.fence),
                 token.as_ptr().cast::<c_char>(),
                 token.len(),
                 ll(remaining),
             ),
-        };
-        if status != raw::REDISMODULE_OK as c_int {
+        }
+    };
+}
+
+/// Sends the key's new state to replicas and the AOF, after the command that changed it.
+pub fn replicate(ctx: Ctx, key: RString, mark: HighWater, record: &Record<'_>) {
+    // SAFETY: a live command context and key; the arguments match the format (see the macro).
+    unsafe {
+        let Some(replicate) = raw::RedisModule_Replicate else { return };
+        if send_record!(replicate, ctx, key, mark, record) != raw::REDISMODULE_OK as c_int {
             crate::ffi::log_warning(ctx, "fencedlock: replicating a lock change failed");
         }
     }
@@ -46,22 +53,10 @@ pub fn replicate(ctx: Ctx, key: RString, mark: HighWater, record: &Record<'_>) {
 /// Writes the key's state into an AOF rewrite. Each record also carries the high-water mark, so
 /// an AOF without an RDB preamble still restores the mark (from the keys that remain).
 pub fn emit_aof(aof: *mut raw::RedisModuleIO, key: RString, mark: HighWater, record: &Record<'_>) {
-    // SAFETY: as in `replicate`.
+    // SAFETY: a live rewrite IO and key; the arguments match the format (see the macro).
     unsafe {
-        let Some(emit) = raw::RedisModule_EmitAOF else { return };
-        match record.holder {
-            None => emit(aof, APPLY.as_ptr(), c"sll".as_ptr(), key, ll(mark.get()), ll(record.fence)),
-            Some((token, remaining)) => emit(
-                aof,
-                APPLY.as_ptr(),
-                c"sllbl".as_ptr(),
-                key,
-                ll(mark.get()),
-                ll(record.fence),
-                token.as_ptr().cast::<c_char>(),
-                token.len(),
-                ll(remaining),
-            ),
+        if let Some(emit) = raw::RedisModule_EmitAOF {
+            send_record!(emit, aof, key, mark, record);
         }
     }
 }
