@@ -113,7 +113,8 @@ impl Cluster {
     }
 
     /// Wait until every running node reports `cluster_state:ok`, all slots assigned and
-    /// every node known.
+    /// every node known, and every replica finished its initial sync (a master lists a
+    /// replica as `online` while the replica may still be loading the RDB).
     pub fn wait_ok(&self) {
         let total = self.nodes.len().to_string();
         for n in &self.nodes {
@@ -125,6 +126,14 @@ impl Cluster {
                 info.get("cluster_state").map(String::as_str) == Some("ok")
                     && info.get("cluster_slots_ok").map(String::as_str) == Some("16384")
                     && info.get("cluster_known_nodes") == Some(&total)
+            });
+        }
+        for n in &self.nodes {
+            poll(&format!("replica {} in sync", n.addr()), CLUSTER_TIMEOUT, || {
+                let info = n.info("replication");
+                info.get("role").map(String::as_str) != Some("slave")
+                    || (info.get("master_link_status").map(String::as_str) == Some("up")
+                        && info.get("master_sync_in_progress").map(String::as_str) == Some("0"))
             });
         }
     }

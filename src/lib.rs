@@ -27,6 +27,7 @@ mod ports;
 mod process;
 mod replication;
 mod reply;
+mod reshard;
 mod server;
 mod wait;
 
@@ -38,6 +39,7 @@ pub use paths::{module_path, redis_cli, workspace_root};
 pub use persistence::PERSIST_TIMEOUT;
 pub use ports::{pick_port, PORT_MAX, PORT_MIN};
 pub use replication::{wait_replica_online, SYNC_TIMEOUT};
+pub use reshard::SlotMigration;
 pub use reply::{error_text, parse_info};
 pub use server::{Server, ServerBuilder, START_TIMEOUT};
 pub use wait::poll;

@@ -29,6 +29,30 @@ impl Server {
         );
     }
 
+    /// Wait until `replica` has applied every write this primary had accepted when called,
+    /// from any client. (`WAIT` only covers the calling connection's own writes: after writes
+    /// made through other connections it returns at once.)
+    pub fn wait_caught_up(&self, replica: &Server) {
+        let target: u64 = self
+            .info_field("replication", "master_repl_offset")
+            .and_then(|o| o.parse().ok())
+            .unwrap_or_else(|| panic!("{} reports no master_repl_offset", self.addr()));
+        poll(
+            &format!("replica {} to reach offset {target} of {}", replica.addr(), self.addr()),
+            SYNC_TIMEOUT,
+            || {
+                let info = replica.info("replication");
+                let offset = info
+                    .get("slave_repl_offset")
+                    .or_else(|| info.get("master_repl_offset"))
+                    .and_then(|o| o.parse::<u64>().ok());
+                info.get("master_link_status").map(String::as_str) == Some("up")
+                    && info.get("master_sync_in_progress").map(String::as_str) == Some("0")
+                    && offset.is_some_and(|o| o >= target)
+            },
+        );
+    }
+
     /// Promote this replica (`REPLICAOF NO ONE`) and wait until it reports `role:master`.
     pub fn promote(&self) {
         let _: () = self

@@ -382,6 +382,18 @@ impl Server {
         self.directives.push(Directive::new(name, [value]));
     }
 
+    /// Like [`Server::set_restart_arg`] for a directive with several arguments, e.g.
+    /// `set_restart_args("replicaof", ["127.0.0.1", "6380"])` to bring a dead primary back as
+    /// a replica of the promoted one.
+    pub fn set_restart_args<I, S>(&mut self, name: &str, values: I)
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.directives.retain(|d| !d.name.eq_ignore_ascii_case(name));
+        self.directives.push(Directive::new(name, values));
+    }
+
     /// Graceful stop: SIGTERM (the server's normal shutdown: flushes the AOF, and saves an
     /// RDB only if `save` points are configured) and wait. Panics if it does not exit.
     pub fn stop(&mut self) {

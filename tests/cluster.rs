@@ -1,0 +1,251 @@
+//! Scale-out: a Redis Cluster of three masters with a replica each (created with
+//! `redis-cli --cluster create`, the module on every node), used through the client's cluster
+//! connection. Leases on keys over the whole slot range; then slots are migrated while leases
+//! are held: each lease survives (same token, same fence, renewals keep working through the
+//! `ASK` / `MOVED` redirections), and the next grant on the target is
+//! `max(key fence, target high-water mark) + 1`.
+
+mod client_support;
+
+use std::collections::{BTreeSet, HashMap};
+use std::time::Duration;
+
+use fencedlock::{Error, Lease, LockConfig, Locker};
+use harness::{error_text, Cluster, Server};
+
+const TTL: Duration = Duration::from_secs(30);
+
+fn config() -> LockConfig {
+    LockConfig::builder()
+        .ttl(TTL)
+        .node_timeout(Duration::from_secs(3))
+        .backoff(Duration::from_millis(5), Duration::from_millis(50))
+        .max_wait(Duration::from_secs(5))
+        .build()
+        .expect("valid config")
+}
+
+fn cluster() -> Cluster {
+    let cluster = Cluster::builder().masters(3).replicas_per_master(1).start();
+    assert_eq!(cluster.masters().len(), 3, "three masters, three replicas");
+    cluster
+}
+
+/// `(fence, held)` of `key` read on `node` directly (not through the client under test).
+fn status_on(node: &Server, key: &str) -> Option<(u64, bool)> {
+    let reply: Option<(u64, u8, i64)> = node
+        .cmd(&["FENCEDLOCK.STATUS", key])
+        .unwrap_or_else(|e| panic!("STATUS {key} on {}: {}", node.addr(), error_text(&e)));
+    reply.map(|(f, h, _)| (f, h == 1))
+}
+
+/// `(fence, held, pttl)` on a replica, which serves reads only after `READONLY`.
+fn status_on_replica(replica: &Server, key: &str) -> Option<(u64, bool, i64)> {
+    let mut conn = replica.conn();
+    let _: () = harness::redis::cmd("READONLY").query(&mut conn).expect("READONLY");
+    let reply: Option<(u64, u8, i64)> = harness::redis::cmd("FENCEDLOCK.STATUS")
+        .arg(key)
+        .query(&mut conn)
+        .unwrap_or_else(|e| panic!("STATUS {key} on replica {}: {}", replica.addr(), error_text(&e)));
+    reply.map(|(f, h, p)| (f, h == 1, p))
+}
+
+/// `(fence, held)` on the target of a migration in progress, which serves an importing
+/// slot only to a client that sent `ASKING`.
+fn status_asking(node: &Server, key: &str) -> Option<(u64, bool)> {
+    let mut conn = node.conn();
+    let _: () = harness::redis::cmd("ASKING").query(&mut conn).expect("ASKING");
+    let reply: Option<(u64, u8, i64)> = harness::redis::cmd("FENCEDLOCK.STATUS")
+        .arg(key)
+        .query(&mut conn)
+        .unwrap_or_else(|e| panic!("ASKING STATUS {key} on {}: {}", node.addr(), error_text(&e)));
+    reply.map(|(f, h, _)| (f, h == 1))
+}
+
+fn high_water(node: &Server) -> u64 {
+    node.info_field("fencedlock", "fencedlock_high_water_mark")
+        .expect("INFO fencedlock")
+        .parse()
+        .expect("a number")
+}
+
+/// The replica whose master is node `master`.
+fn replica_of(cluster: &Cluster, master: usize) -> &Server {
+    let port = cluster.nodes()[master].port().to_string();
+    cluster
+        .nodes()
+        .iter()
+        .find(|n| n.info_field("replication", "master_port").as_deref() == Some(port.as_str()))
+        .unwrap_or_else(|| panic!("no replica of node {master}"))
+}
+
+/// Wait until the replica of master `m` applied everything written to it so far.
+fn sync_replica(cluster: &Cluster, m: usize) {
+    cluster.nodes()[m].wait_caught_up(replica_of(cluster, m));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_on_keys_over_all_slots_through_the_cluster_connection() {
+    let cluster = cluster();
+    let locker = Locker::open_cluster(&cluster.urls(), config()).expect("cluster locker");
+    let rival = Locker::open_cluster(&cluster.urls()[3..], config()).expect("second cluster locker");
+
+    let keys: Vec<String> = (0..300).map(|i| format!("spread:{i}")).collect();
+    let leases: Vec<Lease> = futures::future::join_all(keys.iter().map(|k| locker.try_acquire(k)))
+        .await
+        .into_iter()
+        .zip(&keys)
+        .map(|(r, k)| r.unwrap_or_else(|e| panic!("{k}: {e}")))
+        .collect();
+
+    let mut slots = BTreeSet::new();
+    let mut per_master: HashMap<usize, usize> = HashMap::new();
+    for lease in &leases {
+        let slot = cluster.key_slot(lease.key());
+        slots.insert(slot);
+        let owner = cluster.slot_owner_seen_by(0, slot).expect("every slot is served");
+        *per_master.entry(owner).or_default() += 1;
+        assert_eq!(status_on(&cluster.nodes()[owner], lease.key()), Some((lease.fence(), true)), "{}", lease.key());
+    }
+    assert_eq!(per_master.len(), 3, "keys on every master: {per_master:?}");
+    let (lo, hi) = (*slots.first().expect("slots"), *slots.last().expect("slots"));
+    assert!(lo < 500 && hi > 15_800 && slots.len() > 280, "keys spread over the slot range: {lo}..{hi}, {}", slots.len());
+
+    // Only the slot's master answers; the others redirect.
+    for lease in leases.iter().take(10) {
+        let owner = cluster.slot_owner_seen_by(0, cluster.key_slot(lease.key())).expect("owner");
+        for m in cluster.masters().into_iter().filter(|&m| m != owner) {
+            let err = cluster.nodes()[m].cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", lease.key()]).unwrap_err();
+            assert!(error_text(&err).starts_with("MOVED"), "{}", error_text(&err));
+        }
+    }
+    // Every lease is exclusive, and replicated to its master's replica.
+    for lease in leases.iter().step_by(15) {
+        assert!(matches!(rival.try_acquire(lease.key()).await, Err(Error::Contended { .. })), "{}", lease.key());
+    }
+    for m in cluster.masters() {
+        sync_replica(&cluster, m);
+    }
+    for lease in leases.iter().step_by(7) {
+        let owner = cluster.slot_owner_seen_by(0, cluster.key_slot(lease.key())).expect("owner");
+        let on_replica = status_on_replica(replica_of(&cluster, owner), lease.key());
+        assert_eq!(on_replica.map(|(f, h, _)| (f, h)), Some((lease.fence(), true)), "{} on the replica", lease.key());
+    }
+
+    for lease in leases {
+        let key = lease.key().to_string();
+        assert!(lease.release().await.expect("release"), "{key}");
+    }
+    // Released everywhere: the rival can now take any of them, with a higher fence.
+    let again = rival.try_acquire(&keys[0]).await.expect("free again");
+    assert!(again.release().await.expect("release"));
+}
+
+/// Two hash tags whose slots live on the same master, and a different master.
+fn two_slots_on_one_master(cluster: &Cluster) -> (String, String, usize, usize) {
+    let first = "{mig0}".to_string();
+    let source = cluster.slot_owner(cluster.key_slot(&first));
+    let second = (1..200)
+        .map(|n| format!("{{mig{n}}}"))
+        .find(|tag| cluster.slot_owner(cluster.key_slot(tag)) == source)
+        .expect("another tag on the same master");
+    let target = cluster.masters().into_iter().find(|&m| m != source).expect("another master");
+    (first, second, source, target)
+}
+
+/// Retake a lease with its own token: the same fence comes back (after a RAISE, the raised one).
+async fn retake(locker: &Locker, lease: Lease) -> Lease {
+    let key = lease.key().to_string();
+    let token = lease.detach();
+    locker.try_acquire_with_token(&key, &token).await.unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+fn raise(node: &Server, key: &str, token: &[u8], fence: u64) -> u64 {
+    let mut cmd = harness::redis::cmd("FENCEDLOCK.RAISE");
+    cmd.arg(key).arg(token).arg(fence);
+    let raised: Option<u64> = node.query(&cmd).unwrap_or_else(|e| panic!("RAISE {key}: {}", error_text(&e)));
+    raised.expect("the holder raises")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
+    let cluster = cluster();
+    let locker = Locker::open_cluster(&cluster.urls(), config()).expect("cluster locker");
+    let rival = Locker::open_cluster(&cluster.urls(), config()).expect("rival locker");
+    let (tag_high, tag_low, source, target) = two_slots_on_one_master(&cluster);
+    let (src, dst) = (&cluster.nodes()[source], &cluster.nodes()[target]);
+
+    // Case "key fence above the target's mark": `high` carries a fence far above anything
+    // the target has issued. Case "target's mark above the key fence": `low` keeps a small
+    // fence while the target's mark is pushed above it.
+    let key_low = format!("{tag_low}:lease");
+    let low = locker.try_acquire(&key_low).await.expect("low");
+    let dummy = (0..500)
+        .map(|n| format!("dummy:{n}"))
+        .find(|k| cluster.slot_owner_seen_by(0, cluster.key_slot(k)) == Some(target))
+        .expect("a key on the target");
+    let d: Option<u64> = dst.cmd(&["FENCEDLOCK.ACQUIRE", &dummy, "dummy", "60000"]).expect("dummy grant");
+    d.expect("granted");
+    let target_mark = raise(dst, &dummy, b"dummy", low.fence() + 1_000_000);
+    assert_eq!(high_water(dst), target_mark, "RAISE moves the mark");
+
+    let key_high = format!("{tag_high}:lease");
+    let high = locker.try_acquire(&key_high).await.expect("high");
+    raise(src, &key_high, high.token().as_bytes(), target_mark + 1_000_000);
+    let high = retake(&locker, high).await;
+    assert_eq!(high.fence(), target_mark + 1_000_000, "the retaken lease carries the raised fence");
+    // A kept-alive lease on the same slot renews in the background through the migration.
+    let kept = locker.try_acquire(&format!("{tag_high}:kept")).await.expect("kept").keep_alive();
+    let kept_fence = kept.fence();
+
+    // Migrate the slot of `high` step by step, renewing between the steps.
+    let slot_high = cluster.key_slot(&key_high);
+    let migration = cluster.begin_slot_migration(slot_high, target);
+    let mut high = high;
+    high.renew().await.expect("renew while MIGRATING: the source still has the key");
+    migration.move_keys();
+    let moved = dst.cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).unwrap_err();
+    assert!(error_text(&moved).starts_with("MOVED"), "the target serves it only after ASKING: {}", error_text(&moved));
+    assert_eq!(status_asking(dst, &key_high), Some((high.fence(), true)), "MIGRATE carried the lease");
+    high.renew().await.expect("renew after MIGRATE: the source answers ASK, the target serves it");
+    migration.finish();
+    high.renew().await.expect("renew after the slot moved: MOVED to the target");
+
+    let on_target = status_on(dst, &key_high).expect("the lease moved with its key");
+    assert_eq!(on_target, (high.fence(), true), "same fence, still held");
+    assert!(high_water(dst) >= high.fence(), "a restored lock raises the target's mark");
+    assert!(matches!(rival.try_acquire(&key_high).await, Err(Error::Contended { .. })));
+    assert!(src.cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).is_err(), "the source redirects");
+    kept.ensure_valid().expect("the kept-alive lease survived the migration");
+    assert_eq!(status_on(dst, &format!("{tag_high}:kept")), Some((kept_fence, true)));
+    sync_replica(&cluster, target);
+    let replica = status_on_replica(replica_of(&cluster, target), &key_high).expect("on the target's replica");
+    assert_eq!((replica.0, replica.1), (high.fence(), true));
+
+    // The next grant on the target: max(key fence, mark) + 1.
+    let fence_high = high.fence();
+    assert!(high.release().await.expect("release on the target"));
+    let mark = high_water(dst);
+    let next = rival.try_acquire(&key_high).await.expect("free after release");
+    assert_eq!(next.fence(), fence_high.max(mark) + 1);
+    assert!(next.fence() > fence_high);
+    assert!(next.release().await.expect("release"));
+    assert!(kept.release().await.expect("release the kept lease"));
+
+    // Migrate `low` in one go: its fence is below the target's mark.
+    let slot_low = cluster.key_slot(&key_low);
+    let fence_low = low.fence();
+    let mark = high_water(dst);
+    assert!(mark > fence_low);
+    cluster.migrate_slot(slot_low, target);
+    assert_eq!(status_on(dst, &key_low), Some((fence_low, true)), "same fence, still held");
+    let mut low = low;
+    low.renew().await.expect("renew on the new owner");
+    assert!(matches!(rival.try_acquire(&key_low).await, Err(Error::Contended { .. })));
+    assert!(low.release().await.expect("release"));
+    let mark = high_water(dst);
+    let next = rival.try_acquire(&key_low).await.expect("free after release");
+    assert_eq!(next.fence(), fence_low.max(mark) + 1);
+    assert!(next.fence() > mark, "the target's mark orders the migrated key's next fence");
+    assert!(next.release().await.expect("release"));
+}
