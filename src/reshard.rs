@@ -39,21 +39,24 @@ impl Cluster {
 
     /// Index of the master serving `slot` according to node `viewer`'s `CLUSTER SLOTS`.
     pub fn slot_owner_seen_by(&self, viewer: usize, slot: u16) -> Option<usize> {
-        let node = &self.nodes()[viewer];
-        let ranges: Value = node
-            .query(redis::cmd("CLUSTER").arg("SLOTS"))
-            .unwrap_or_else(|e| panic!("CLUSTER SLOTS on {}: {e}", node.addr()));
-        let port = slot_owner_port(&ranges, slot)?;
-        self.nodes().iter().position(|n| i64::from(n.port()) == port)
+        self.slot_view(viewer, slot)
+            .unwrap_or_else(|e| panic!("CLUSTER SLOTS on {}: {e}", self.nodes()[viewer].addr()))
     }
 
-    /// Index of the master serving `slot`, once every running node agrees on it.
+    fn slot_view(&self, viewer: usize, slot: u16) -> redis::RedisResult<Option<usize>> {
+        let ranges: Value = self.nodes()[viewer].query(redis::cmd("CLUSTER").arg("SLOTS"))?;
+        Ok(slot_owner_port(&ranges, slot)
+            .and_then(|port| self.nodes().iter().position(|n| i64::from(n.port()) == port)))
+    }
+
+    /// Index of the master serving `slot`, once every node that answers agrees on it (a
+    /// killed node does not answer).
     pub fn slot_owner(&self, slot: u16) -> usize {
         let mut owner = None;
         poll(&format!("every node to agree on the owner of slot {slot}"), CLUSTER_TIMEOUT, || {
             let seen: Vec<Option<usize>> =
-                (0..self.nodes().len()).map(|v| self.slot_owner_seen_by(v, slot)).collect();
-            owner = seen[0];
+                (0..self.nodes().len()).filter_map(|v| self.slot_view(v, slot).ok()).collect();
+            owner = seen.first().copied().flatten();
             owner.is_some() && seen.iter().all(|s| *s == owner)
         });
         owner.expect("polled until known")

@@ -249,3 +249,71 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     assert!(next.fence() > mark, "the target's mark orders the migrated key's next fence");
     assert!(next.release().await.expect("release"));
 }
+
+/// Run `op` until it returns something other than a transient error (a connection to the
+/// dead node, a timeout, a redirect the client has not learnt yet), for at most 20 s.
+async fn through_failover<T, F, Fut>(what: &str, mut op: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match op().await {
+            Err(Error::Timeout { .. } | Error::Server { .. }) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e @ (Error::Timeout { .. } | Error::Server { .. })) => panic!("{what}: still failing after 20 s: {e}"),
+            other => return other,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_failover_keeps_leases_and_jumps_to_a_new_epoch() {
+    let mut cluster = cluster();
+    let locker = Locker::open_cluster(&cluster.urls(), config()).expect("cluster locker");
+    let rival = Locker::open_cluster(&cluster.urls(), config()).expect("rival locker");
+    let slot = cluster.key_slot("{fo}");
+    let victim = cluster.slot_owner(slot);
+    let heir_port = replica_of(&cluster, victim).port();
+    let heir = cluster.nodes().iter().position(|n| n.port() == heir_port).expect("the replica");
+
+    let mut leases = Vec::new();
+    for i in 0..10 {
+        leases.push(locker.try_acquire(&format!("{{fo}}:{i}")).await.expect("grant"));
+    }
+    let old_mark = high_water(&cluster.nodes()[victim]);
+    assert!(leases.iter().all(|l| l.fence() <= old_mark));
+    sync_replica(&cluster, victim);
+
+    // The master dies; its replica takes over without waiting for a vote.
+    cluster.nodes_mut()[victim].kill9();
+    let new_master = &cluster.nodes()[heir];
+    let _: () = new_master
+        .cmd(&["CLUSTER", "FAILOVER", "TAKEOVER"])
+        .unwrap_or_else(|e| panic!("CLUSTER FAILOVER TAKEOVER: {}", error_text(&e)));
+    harness::poll("the replica to become master", Duration::from_secs(10), || {
+        new_master.info_field("replication", "role").as_deref() == Some("master")
+    });
+    assert_eq!(cluster.slot_owner(slot), heir, "every live node routes the slot to the new master");
+
+    // Every lease survived: same fence, still held, refused to others, and its own token
+    // takes it back with the same fence.
+    for lease in leases {
+        let key = lease.key().to_string();
+        assert_eq!(status_on(new_master, &key), Some((lease.fence(), true)), "{key} on the new master");
+        let refused = through_failover(&key, || rival.try_acquire(&key)).await;
+        assert!(matches!(refused, Err(Error::Contended { .. })), "{key}: {refused:?}");
+        let fence = lease.fence();
+        let token = lease.detach();
+        let again = through_failover(&key, || locker.try_acquire_with_token(&key, &token)).await.expect("retake");
+        assert_eq!(again.fence(), fence, "{key}: the same token holds it");
+        assert!(again.release().await.expect("release"));
+    }
+    // New grants on the new master are in a later 2^32 block than anything before.
+    let next = through_failover("new grant", || locker.try_acquire("{fo}:new")).await.expect("grant");
+    assert!(next.fence() > old_mark && next.fence() >> 32 > old_mark >> 32, "{} vs {old_mark}", next.fence());
+    let next_on_old_key = locker.try_acquire("{fo}:0").await.expect("grant");
+    assert!(next_on_old_key.fence() > next.fence());
+}

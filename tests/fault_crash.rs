@@ -108,10 +108,11 @@ fn kill9_under_load_with_appendfsync_everysec_never_repeats_a_fence() {
 // ---------------------------------------------------------------------------------------
 
 const AOF_DIR: &str = "appendonlydir";
-/// Leases granted after the "last fsync": short enough that a grace longer than them is a
-/// short wait, long enough that they are certainly unexpired when the restarted server is
-/// asked about them.
+/// Leases granted after the "last fsync". With a grace: short, so a grace longer than them
+/// is a short wait. Without: long, so they are certainly unexpired when the restarted server
+/// is asked about them, however slowly it restarts.
 const LOST_TTL_MS: u64 = 1_500;
+const LOST_LONG_TTL_MS: u64 = 20_000;
 const LOST_KEYS: usize = 5;
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -155,9 +156,10 @@ struct LostLease {
     until: Instant,
 }
 
-/// Run a load, take the disk image, grant `LOST_KEYS` more leases (acknowledged), crash, and
-/// put the old image back. Returns the history (all acknowledged fences) and the lost leases.
-fn power_loss(s: &mut Server, rt: &tokio::runtime::Runtime) -> (Vec<Event>, Vec<LostLease>) {
+/// Run a load, take the disk image, grant `LOST_KEYS` more leases of `ttl_ms` (acknowledged),
+/// crash, and put the old image back. Returns the history (all acknowledged fences) and the
+/// lost leases.
+fn power_loss(s: &mut Server, rt: &tokio::runtime::Runtime, ttl_ms: u64) -> (Vec<Event>, Vec<LostLease>) {
     let spec = LoadSpec::new("before-fsync", "pl", 3, 8, LONG_TTL_MS);
     let load = start_load(rt, &s.url(), &spec);
     run_for(Duration::from_millis(200));
@@ -170,9 +172,9 @@ fn power_loss(s: &mut Server, rt: &tokio::runtime::Runtime) -> (Vec<Event>, Vec<
         let key = format!("pl:after-fsync:{i}");
         let token = format!("holder-{i}");
         let sent = Instant::now();
-        let fence: Option<u64> = s.cmd(&["FENCEDLOCK.ACQUIRE", &key, &token, &LOST_TTL_MS.to_string()]).unwrap();
+        let fence: Option<u64> = s.cmd(&["FENCEDLOCK.ACQUIRE", &key, &token, &ttl_ms.to_string()]).unwrap();
         let fence = fence.expect("a fresh key is granted");
-        lost.push(LostLease { key, token, fence, until: sent + Duration::from_millis(LOST_TTL_MS) });
+        lost.push(LostLease { key, token, fence, until: sent + Duration::from_millis(ttl_ms) });
     }
     assert!(lost.iter().all(|l| l.fence > max_fence(&history)));
     s.kill9();
@@ -184,7 +186,7 @@ fn power_loss(s: &mut Server, rt: &tokio::runtime::Runtime) -> (Vec<Event>, Vec<
 fn power_loss_with_everysec_can_lose_acknowledged_leases_but_never_repeats_a_fence() {
     let rt = runtime();
     let mut s = aof_server("everysec");
-    let (history, lost) = power_loss(&mut s, &rt);
+    let (history, lost) = power_loss(&mut s, &rt, LOST_LONG_TTL_MS);
     let acked_max = lost.iter().map(|l| l.fence).max().unwrap_or(0).max(max_fence(&history));
     s.restart();
 
@@ -217,7 +219,7 @@ fn restart_grace_closes_the_lease_gap_after_a_power_loss() {
     // The grace must be at least the longest ttl (README: "Guarantees").
     let grace = Duration::from_millis(LOST_TTL_MS + 300);
     s.set_restart_arg("fencedlock.restart-grace-ms", &grace.as_millis().to_string());
-    let (history, lost) = power_loss(&mut s, &rt);
+    let (history, lost) = power_loss(&mut s, &rt, LOST_TTL_MS);
     let acked_max = lost.iter().map(|l| l.fence).max().unwrap_or(0).max(max_fence(&history));
     s.restart();
     let grace_refusals_before = counter(&s, "fencedlock_grace_refusals");

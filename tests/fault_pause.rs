@@ -18,7 +18,7 @@ use harness::{poll, Server};
 use rusqlite::{params, Connection};
 
 const ROUNDS: u32 = 20;
-const TTL_MS: u64 = 150;
+const TTL_MS: u64 = 250;
 /// Set in the worker process: the server URL.
 const WORKER_ENV: &str = "FENCEDLOCK_PAUSE_WORKER_URL";
 const WORKER_DB_ENV: &str = "FENCEDLOCK_PAUSE_WORKER_DB";
