@@ -2,7 +2,8 @@
 //! then a restart from the AOF. Assertions are on the clients' recorded history.
 //!
 //! - `appendfsync always`: every acknowledged grant is on disk, so no acknowledged, unexpired
-//!   lease is lost and fences follow real time across the crash.
+//!   lease is lost and fences follow real time across the crash (also when an AOF rewrite
+//!   runs during the load).
 //! - `appendfsync everysec`: a crash of the *machine* can lose the last second of the AOF.
 //!   A `kill -9` alone rarely loses anything (the AOF was already written to the page cache),
 //!   so the power-loss tests cut the AOF back to a copy taken earlier, which is exactly what
@@ -34,7 +35,14 @@ fn kill9_under_load_with_appendfsync_always_loses_no_acknowledged_grant_or_lease
     for round in 0..3 {
         let spec = LoadSpec::new(&format!("round{round}"), "crash", 4, 12, LONG_TTL_MS);
         let load = start_load(&rt, &s.url(), &spec);
-        run_for(LOAD_TIME);
+        // Round 1: an AOF rewrite runs in the middle of the load. Round 2: the kill lands
+        // while a rewrite has just started.
+        let rewrite_after = [None, Some(LOAD_TIME / 2), Some(LOAD_TIME)][round];
+        if let Some(at) = rewrite_after {
+            run_for(at);
+            let _: harness::redis::Value = s.cmd(&["BGREWRITEAOF"]).expect("BGREWRITEAOF");
+        }
+        run_for(LOAD_TIME - rewrite_after.unwrap_or(Duration::ZERO));
         s.kill9();
         let events = load.stop(&rt);
         let cut_off = events.iter().filter(|e| e.acked.is_none()).count();
