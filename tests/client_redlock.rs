@@ -6,7 +6,7 @@ mod client_support;
 use std::time::{Duration, Instant};
 
 use client_support::{config, held, nodes, servers, status, wait_released};
-use fencedlock::{Error, Fencing, LockConfig, Redlock, Vote};
+use fencedlock::{Error, Fencing, LockConfig, Redlock, Token, TokenFormat, Vote};
 use harness::Server;
 
 fn redlock(servers: &[Server], config: LockConfig) -> Redlock {
@@ -24,8 +24,29 @@ async fn warm_up(redlock: &Redlock) {
     assert!(lease.release().await.unwrap());
 }
 
-fn timed_out(v: &Vote) -> bool {
-    matches!(v, Vote::TimedOut)
+fn not_awaited(v: &Vote) -> bool {
+    matches!(v, Vote::NotAwaited)
+}
+
+/// Grants `key` to `token` on every server directly, as if an earlier round had reached
+/// them all (a round that ends at a majority need not), so a test knows who holds it.
+fn grant_everywhere(servers: &[Server], key: &str, token: &Token, ttl_ms: u64) {
+    let token = std::str::from_utf8(token.as_bytes()).expect("a hex token");
+    for s in servers {
+        let fence: Option<u64> = s
+            .cmd(&["FENCEDLOCK.ACQUIRE", key, token, &ttl_ms.to_string()])
+            .unwrap();
+        assert!(fence.is_some(), "{} refused", s.addr());
+    }
+}
+
+/// Waits (bounded) until every server in `servers` holds `key`.
+async fn wait_held(servers: &[&Server], key: &str) {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while !servers.iter().all(|s| held(s, key)) {
+        assert!(Instant::now() < deadline, "{key:?} never became held on all of {servers:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -34,24 +55,42 @@ async fn five_masters_grant_raise_and_release() {
     let redlock = redlock(&servers, config(5_000, 300));
     assert_eq!(redlock.quorum(), 3);
     assert_eq!(redlock.fencing(), Fencing::Raise);
+    warm_up(&redlock).await;
 
     let lease = redlock.try_acquire("r").await.expect("grant");
     let report = lease.report();
-    assert_eq!(report.yes(), 5, "{report}");
-    assert_eq!(report.raised(), 5, "{report}");
+    // The round ends at the third grant; the others may or may not have been in by then.
+    assert!(report.yes() >= 3, "{report}");
+    assert!(report.raised() >= 3, "{report}");
     assert_eq!(Some(lease.fence()), report.max_fence());
-    for s in &servers {
-        let (fence, is_held, _) = status(s, "r").unwrap();
-        assert!(is_held);
-        assert_eq!(fence, lease.fence(), "every node was raised to the lease's fence");
+    for (s, v) in servers.iter().zip(&report.votes) {
+        match (&v.vote, &v.raise) {
+            (Vote::Granted { .. }, Some(Vote::Granted { .. })) => {
+                let (fence, is_held, _) = status(s, "r").unwrap();
+                assert!(is_held);
+                assert!(fence >= lease.fence(), "a confirming node was raised to the lease's fence");
+            }
+            (Vote::Granted { .. }, Some(Vote::NotAwaited)) | (Vote::NotAwaited, None) => {}
+            other => panic!("unexpected vote {other:?} in {report}"),
+        }
     }
     assert!(lease.remaining() > Duration::from_secs(4));
 
     let rival = redlock.clone();
     match rival.try_acquire("r").await {
-        Err(Error::QuorumNotReached(report)) => {
-            assert!(report.majority_refused(), "{report}");
-            assert_eq!(report.yes(), 0);
+        Err(Error::QuorumNotReached(rival_report)) => {
+            assert!(rival_report.majority_refused(), "{rival_report}");
+            // Every node that granted us refuses the rival. (A node whose ACQUIRE the round
+            // did not wait for may never have received it, and may grant the rival; that
+            // grant was released again by the rival's failed round.)
+            for (ours, theirs) in report.votes.iter().zip(&rival_report.votes) {
+                if ours.vote.is_yes() {
+                    assert!(
+                        matches!(theirs.vote, Vote::Refused | Vote::NotAwaited),
+                        "{rival_report}"
+                    );
+                }
+            }
         }
         other => panic!("expected QuorumNotReached, got {other:?}"),
     }
@@ -65,37 +104,96 @@ async fn five_masters_grant_raise_and_release() {
     next.release().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_stopped_masters_still_grant_within_the_node_timeout() {
-    let servers = servers(5);
-    let node_timeout = Duration::from_millis(300);
-    let redlock = redlock(&servers, config(5_000, 300));
-    warm_up(&redlock).await;
+/// Acquires "stall" with masters 1 and 3 stopped and a long node timeout; returns the lease
+/// (resuming the masters first if there is none).
+async fn grant_with_two_stopped(servers: &[Server], redlock: &Redlock) -> (fencedlock::Lease, Duration) {
+    warm_up(redlock).await;
     servers[1].pause();
     servers[3].pause();
     let started = Instant::now();
     let result = redlock.try_acquire("stall").await;
     let took = started.elapsed();
-    let lease = match result {
-        Ok(lease) => lease,
+    match result {
+        Ok(lease) => (lease, took),
         Err(e) => {
             servers[1].resume();
             servers[3].resume();
             panic!("expected a grant from 3 of 5, got {e}");
         }
-    };
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_stopped_masters_do_not_delay_a_grant() {
+    let servers = servers(5);
+    let node_timeout = Duration::from_secs(2);
+    let redlock = redlock(&servers, config(10_000, 2_000));
+    let (lease, took) = grant_with_two_stopped(&servers, &redlock).await;
     let report = lease.report().clone();
-    assert_eq!(report.yes(), 3, "{report}");
-    assert!(timed_out(&report.votes[1].vote) && timed_out(&report.votes[3].vote), "{report}");
-    assert_eq!(report.raised(), 3, "{report}");
-    assert!(took >= node_timeout, "waited for the stalled nodes up to the timeout: {took:?}");
-    assert!(took < node_timeout + Duration::from_secs(2), "bounded by the node timeout: {took:?}");
-    // The time spent waiting is charged against the validity.
-    assert!(lease.remaining() <= Duration::from_millis(5_000) - node_timeout);
-    assert!(lease.release().await.unwrap(), "3 of 5 confirmed the release");
     servers[1].resume();
     servers[3].resume();
-    // The stopped nodes run the queued ACQUIRE and then the queued RELEASE.
+    // Decided by the third grant: the stopped masters were not waited for.
+    assert!(took < Duration::from_secs(1), "a majority answered at once, yet it took {took:?}");
+    assert!(took < node_timeout);
+    assert_eq!(report.yes(), 3, "{report}");
+    assert!(not_awaited(&report.votes[1].vote) && not_awaited(&report.votes[3].vote), "{report}");
+    assert_eq!(report.raised(), 3, "the raise went to the three granting masters: {report}");
+    assert!(report.elapsed < Duration::from_secs(1), "{report}");
+    // Validity is still measured from before the first request.
+    assert!(lease.remaining() <= Duration::from_millis(10_000) - report.elapsed);
+    assert!(lease.remaining() > Duration::from_secs(8), "{:?}", lease.remaining());
+    // The release goes to every master; whatever the resumed masters did with the ACQUIRE
+    // they may have had queued, nothing is left.
+    assert!(lease.release().await.unwrap());
+    wait_released(&all(&servers), "stall", Duration::from_secs(3)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_grant_on_a_master_not_waited_for_is_released_with_the_lease() {
+    let servers = servers(5);
+    let redlock = redlock(&servers, config(10_000, 2_000));
+    warm_up(&redlock).await;
+    // Masters 1 and 3 stopped; master 4 stopped for 300 ms only, so the round (which needs
+    // it for a majority) lasts long enough that the ACQUIREs for 1 and 3 are surely written
+    // to their sockets before it ends without them.
+    for i in [1, 3, 4] {
+        servers[i].pause();
+    }
+    let resume_4 = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        servers[4].resume();
+    };
+    let started = Instant::now();
+    let (result, ()) = tokio::join!(redlock.try_acquire("late"), resume_4);
+    let took = started.elapsed();
+    servers[1].resume();
+    servers[3].resume();
+    let lease = result.expect("granted by 0, 2 and the resumed 4");
+    let report = lease.report().clone();
+    assert!(took < Duration::from_secs(1), "the stopped masters were not waited for: {took:?}");
+    assert!(report.votes[4].vote.is_yes(), "{report}");
+    assert!(not_awaited(&report.votes[1].vote) && not_awaited(&report.votes[3].vote), "{report}");
+    // Resumed, masters 1 and 3 run the queued ACQUIRE: late grants to our token.
+    wait_held(&[&servers[1], &servers[3]], "late").await;
+    // The release goes to every master, so the late grants are cleaned up too.
+    assert!(lease.release().await.unwrap());
+    for s in &servers {
+        assert!(!held(s, "late"), "{} still holds the lease", s.addr());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_released_while_masters_are_stopped_leaves_nothing_when_they_resume() {
+    let servers = servers(5);
+    let redlock = redlock(&servers, config(10_000, 300));
+    let (lease, _took) = grant_with_two_stopped(&servers, &redlock).await;
+    assert_eq!(lease.report().yes(), 3);
+    // The stopped masters time out on the RELEASE; the other three confirm it.
+    let released = lease.release().await;
+    servers[1].resume();
+    servers[3].resume();
+    assert!(released.unwrap(), "3 of 5 confirmed the release");
+    // The stopped masters run the queued ACQUIRE and then the queued RELEASE.
     wait_released(&all(&servers), "stall", Duration::from_secs(3)).await;
 }
 
@@ -107,8 +205,13 @@ async fn two_killed_masters_still_grant_and_renew() {
     servers[4].kill9();
     let mut lease = redlock.try_acquire("dead2").await.expect("grant from 3 of 5");
     let report = lease.report();
-    assert!(matches!(report.votes[0].vote, Vote::Failed { .. }), "{report}");
-    assert!(matches!(report.votes[4].vote, Vote::Failed { .. }), "{report}");
+    // A refused connection is usually in before the third grant, but need not be.
+    for i in [0, 4] {
+        assert!(
+            matches!(report.votes[i].vote, Vote::Failed { .. } | Vote::NotAwaited),
+            "{report}"
+        );
+    }
     assert_eq!(report.yes(), 3);
     tokio::time::sleep(Duration::from_millis(100)).await;
     let before = lease.valid_until();
@@ -131,12 +234,22 @@ async fn three_killed_masters_grant_nothing_and_leave_nothing() {
             .unwrap(),
     )
     .unwrap();
+    // Open connections, so that the live nodes get the ACQUIRE even if the three failures
+    // decide the round before they answer.
+    warm_up(&redlock).await;
     for i in [0, 2, 4] {
         servers[i].kill9();
     }
     match redlock.try_acquire("dead3").await {
         Err(Error::QuorumNotReached(report)) => {
-            assert_eq!(report.yes(), 2, "{report}");
+            // The three failures decide the round, whether or not the two grants are in.
+            let failed = report
+                .votes
+                .iter()
+                .filter(|v| matches!(v.vote, Vote::Failed { .. }))
+                .count();
+            assert_eq!(failed, 3, "{report}");
+            assert!(report.yes() <= 2, "{report}");
             assert!(!report.majority_refused(), "unreachable is not a refusal");
         }
         other => panic!("expected QuorumNotReached, got {other:?}"),
@@ -176,26 +289,31 @@ async fn three_stopped_masters_grant_nothing_and_leave_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_slower_than_the_ttl_gets_no_lease() {
     let servers = servers(5);
-    // The two stopped nodes make the round last the 400 ms node timeout, longer than the
-    // 150 ms lease: the three grants are worthless by the time the round is decided.
-    let redlock = redlock(&servers, config(150, 400));
+    // Three stopped masters keep the round open until they resume after 250 ms, longer than
+    // the 150 ms lease: the majority's grants are worthless by the time the round is decided.
+    let redlock = redlock(&servers, config(150, 2_000));
     warm_up(&redlock).await;
-    servers[0].pause();
-    servers[1].pause();
-    let result = redlock.try_acquire("slow").await;
-    let live_held: Vec<bool> = (2..5).map(|i| held(&servers[i], "slow")).collect();
-    servers[0].resume();
-    servers[1].resume();
+    for i in [0, 1, 2] {
+        servers[i].pause();
+    }
+    let resume_later = async {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        for i in [0, 1, 2] {
+            servers[i].resume();
+        }
+    };
+    let (result, ()) = tokio::join!(redlock.try_acquire("slow"), resume_later);
+    let held_after: Vec<bool> = servers.iter().map(|s| held(s, "slow")).collect();
     match result {
         Err(Error::QuorumNotReached(report)) => {
-            assert_eq!(report.yes(), 3, "the live majority did grant: {report}");
+            assert!(report.yes() >= 3, "a majority did grant, late: {report}");
             assert!(report.validity.is_none(), "{report}");
-            assert!(report.elapsed >= Duration::from_millis(150));
+            assert!(report.elapsed >= Duration::from_millis(250), "{report}");
             assert!(report.to_string().contains("validity exhausted"), "{report}");
         }
         other => panic!("expected no grant, got {other:?}"),
     }
-    assert_eq!(live_held, vec![false, false, false], "released everywhere");
+    assert_eq!(held_after, vec![false; 5], "released everywhere before returning");
     wait_released(&all(&servers), "slow", Duration::from_secs(3)).await;
 }
 
@@ -204,8 +322,10 @@ async fn dropping_acquire_mid_flight_leaves_no_lease_anywhere() {
     let servers = servers(5);
     let redlock = redlock(&servers, config(10_000, 2_000));
     warm_up(&redlock).await;
-    servers[0].pause();
-    servers[1].pause();
+    // With three stopped, two grants cannot decide the round: it waits for the stopped ones.
+    for i in [0, 1, 2] {
+        servers[i].pause();
+    }
 
     // Abort a spawned acquire while it waits for the stopped nodes.
     let task = {
@@ -213,20 +333,21 @@ async fn dropping_acquire_mid_flight_leaves_no_lease_anywhere() {
         tokio::spawn(async move { redlock.acquire("cancel").await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let granted_meanwhile: Vec<bool> = (2..5).map(|i| held(&servers[i], "cancel")).collect();
+    let granted_meanwhile: Vec<bool> = (3..5).map(|i| held(&servers[i], "cancel")).collect();
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
-    assert_eq!(granted_meanwhile, vec![true, true, true], "the round was in flight");
-    let live: Vec<&Server> = servers[2..].iter().collect();
+    assert_eq!(granted_meanwhile, vec![true, true], "the round was in flight");
+    let live: Vec<&Server> = servers[3..].iter().collect();
     wait_released(&live, "cancel", Duration::from_secs(2)).await;
 
     // Drop the future through a timeout as well.
     let dropped = tokio::time::timeout(Duration::from_millis(300), redlock.acquire("cancel2")).await;
-    assert!(dropped.is_err(), "the round cannot finish while two nodes are stopped");
+    assert!(dropped.is_err(), "the round cannot finish while three nodes are stopped");
     wait_released(&live, "cancel2", Duration::from_secs(2)).await;
 
-    servers[0].resume();
-    servers[1].resume();
+    for i in [0, 1, 2] {
+        servers[i].resume();
+    }
     wait_released(&all(&servers), "cancel", Duration::from_secs(3)).await;
     wait_released(&all(&servers), "cancel2", Duration::from_secs(3)).await;
 }
@@ -235,7 +356,10 @@ async fn dropping_acquire_mid_flight_leaves_no_lease_anywhere() {
 async fn quorum_renew_survives_a_minority_and_not_a_majority() {
     let servers = servers(5);
     let redlock = redlock(&servers, config(5_000, 300));
-    let mut lease = redlock.try_acquire("renew").await.unwrap();
+    // Held on all five (a round ends at three grants, so a lease need not reach all).
+    let token = Token::generate(TokenFormat::Hex);
+    grant_everywhere(&servers, "renew", &token, 5_000);
+    let mut lease = redlock.try_acquire_with_token("renew", &token).await.unwrap();
     for i in [0, 1] {
         let _: i64 = servers[i].cmd(&["DEL", "renew"]).unwrap();
     }
@@ -249,6 +373,44 @@ async fn quorum_renew_survives_a_minority_and_not_a_majority() {
     assert!(!lease.release().await.unwrap(), "only 2 of 5 still held it");
     for s in &servers {
         assert!(!held(s, "renew"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_token_needs_a_majority() {
+    let servers = servers(5);
+    let redlock = redlock(&servers, config(5_000, 300));
+    warm_up(&redlock).await;
+    // A lease another process took on all five masters; we only know its token.
+    let token = Token::generate(TokenFormat::Hex);
+    grant_everywhere(&servers, "handed", &token, 5_000);
+    assert!(redlock.renew_token("handed", &token).await.unwrap());
+
+    // Three stopped: nobody can say whether a majority holds it.
+    for i in [0, 1, 2] {
+        servers[i].pause();
+    }
+    let unknown = redlock.renew_token("handed", &token).await;
+    for i in [0, 1, 2] {
+        servers[i].resume();
+    }
+    match unknown {
+        Err(Error::QuorumNotReached(report)) => {
+            assert_eq!(report.yes(), 2, "{report}");
+            assert!(!report.majority_refused(), "{report}");
+        }
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+
+    for i in [0, 1] {
+        let _: i64 = servers[i].cmd(&["DEL", "handed"]).unwrap();
+    }
+    assert!(redlock.renew_token("handed", &token).await.unwrap(), "3 of 5 still hold it");
+    let _: i64 = servers[2].cmd(&["DEL", "handed"]).unwrap();
+    assert!(!redlock.renew_token("handed", &token).await.unwrap(), "3 of 5 lost it");
+    assert!(!redlock.release_token("handed", &token).await.unwrap());
+    for s in &servers {
+        assert!(!held(s, "handed"));
     }
 }
 
@@ -306,15 +468,28 @@ async fn fenced_redlock_fences_increase_across_majorities() {
 async fn a_retried_round_with_the_same_token_gets_the_same_fence() {
     let servers = servers(5);
     let redlock = redlock(&servers, config(5_000, 300));
+    warm_up(&redlock).await;
     let first = redlock.try_acquire("retry").await.unwrap();
     let fence = first.fence();
+    let first_report = first.report().clone();
     let token = first.detach();
+    let before: Vec<Option<u64>> = servers.iter().map(|s| status(s, "retry").map(|st| st.0)).collect();
     // As if the replies of the first round were lost and the round ran again.
     let again = redlock.try_acquire_with_token("retry", &token).await.expect("idempotent");
     assert_eq!(again.fence(), fence);
-    assert_eq!(again.report().yes(), 5);
-    for s in &servers {
-        assert_eq!(status(s, "retry").unwrap().0, fence, "no node issued a new fence");
+    let report = again.report();
+    assert!(report.yes() >= 3, "{report}");
+    // Every node that held the first grant answers the retry with the fence it had.
+    let mut both = 0;
+    for (i, s) in servers.iter().enumerate() {
+        if let (Vote::Granted { .. }, Vote::Granted { fence: granted }) =
+            (&first_report.votes[i].vote, &report.votes[i].vote)
+        {
+            assert_eq!(Some(*granted), before[i], "{} issued a new fence: {report}", s.addr());
+            assert_eq!(status(s, "retry").unwrap().0, *granted);
+            both += 1;
+        }
     }
+    assert!(both >= 1, "two majorities of five share a node");
     assert!(again.release().await.unwrap());
 }

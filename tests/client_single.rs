@@ -137,6 +137,40 @@ async fn renew_is_refused_after_the_key_was_taken_over() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renew_token_extends_a_lease_known_only_by_its_token() {
+    let server = Server::start();
+    let locker = locker(&server, 2_000);
+    let token = locker.try_acquire("handed").await.unwrap().detach();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let (fence, _, before) = status(&server, "handed").unwrap();
+    assert!(before <= 1_700, "{before}");
+    assert!(locker.renew_token("handed", &token).await.unwrap());
+    let (after_fence, is_held, after) = status(&server, "handed").unwrap();
+    assert!(is_held && after > before + 200, "renewed to a full ttl: {before} -> {after}");
+    assert_eq!(after_fence, fence, "renewing keeps the fence");
+
+    // Another token is a definite "not yours", and changes nothing.
+    let wrong = Token::from_bytes(b"not-the-token".to_vec()).unwrap();
+    assert!(!locker.renew_token("handed", &wrong).await.unwrap());
+    assert!(held(&server, "handed"));
+
+    // An unanswered renewal is an error, not a "no".
+    server.pause();
+    let unknown = locker.renew_token("handed", &token).await;
+    server.resume();
+    match unknown {
+        Err(Error::Timeout { operation: "RENEW", .. }) => {}
+        other => panic!("expected a RENEW timeout, got {other:?}"),
+    }
+
+    // Taken over: `false`, where `Lease::renew` says LeaseLost; the thief keeps its lease.
+    steal(&server, "handed");
+    assert!(!locker.renew_token("handed", &token).await.unwrap());
+    assert!(held(&server, "handed"));
+    assert!(!locker.release_token("handed", &token).await.unwrap());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_lease_releases_it_in_the_background() {
     let server = Server::start();
     let locker = locker(&server, 30_000);

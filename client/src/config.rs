@@ -181,7 +181,8 @@ impl LockConfigBuilder {
     }
 
     /// Per-node request timeout, connecting included. Keep it well below the ttl: a Redlock
-    /// round waits for the slowest node up to this long. Default 250 ms.
+    /// round whose outcome is still open waits for the slowest node up to this long (a round
+    /// that a majority already decided does not). Default 250 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.config.node_timeout = timeout;
         self

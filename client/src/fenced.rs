@@ -18,18 +18,30 @@
 //! lease there**, and replies with the resulting fence (nil otherwise). The lease is handed to
 //! the caller, with fence `F`, only after a majority `M1` confirmed a reply `>= F`.
 //!
+//! Both rounds end as soon as their outcome is certain. "Granting nodes" are the nodes whose
+//! grant the client *received* before the acquisition round was decided, and `M1` is the set
+//! of nodes whose raise confirmation it received. A straggler whose grant arrives late (or is
+//! never waited for) gets no raise and is not in `M1`; neither is a granting node whose
+//! confirmation was not waited for. The argument below uses only `M1`, so stragglers do not
+//! weaken it: a late grant to our token merely holds that node until the lease is released
+//! (on every node) or expires, and a late raise can only increase a fence.
+//!
 //! # Safety argument
 //!
 //! Let grant `G1` carry fence `F1`, confirmed by majority `M1`, and let `G2` be any later grant,
 //! by majority `Q2`, whose fence is `F2`. Claim: `F2 > F1`.
 //!
-//! 1. `M1` and `Q2` are majorities of the same N masters, so they share a node `n`.
+//! 1. `M1` and `Q2` are majorities of the same N masters, so they share a node `n`. (`Q2` is
+//!    the set of nodes whose grants `G2`'s client received and took the maximum over; it is
+//!    a majority, or `G2` would not have been handed out.)
 //! 2. On `n`, `G1`'s raise succeeded, and it is owner-checked: it ran while `n` held `G1`'s
 //!    token. `n` cannot grant `G2` (a different token) before `G1`'s lease on `n` ended, so on
 //!    `n` the order is: grant `G1`, raise to `F1`, end of `G1`, grant `G2`.
 //! 3. When `n` grants `G2` its fence is `max(key fence, high-water mark) + 1 >= F1 + 1`,
 //!    because the raise left the key's fence (and so the node's high-water mark) at `>= F1`.
 //! 4. `G2`'s fence is the maximum over `Q2`, which includes `n`: `F2 >= fence_n(G2) > F1`.
+//!    A node outside `Q2` (one `G2` did not wait for) plays no part, so stopping early at a
+//!    majority loses nothing here.
 //!
 //! The argument needs only that `G2`'s grant on `n` comes after `G1`'s on `n`, which holds for
 //! any two grants whose leases do not overlap — the same condition under which Redlock
@@ -49,10 +61,9 @@
 //! have forgotten `F1`, and `F2 <= F1` becomes possible — the same failure that breaks
 //! Redlock's mutual exclusion without persistence or delayed restarts.
 
-use futures::future::join_all;
-
 use crate::node::Node;
 use crate::quorum::{QuorumReport, Vote};
+use crate::round;
 use crate::token::Token;
 
 /// How a [`Redlock`](crate::Redlock) derives a lease's fence from the per-node fences.
@@ -70,7 +81,8 @@ pub enum Fencing {
 }
 
 /// Raises the fence on every node that granted in `report` to the report's maximum and
-/// records each node's answer. Returns the fence if a majority confirmed it.
+/// records each node's answer, until a majority confirmed or no longer can. Returns the fence
+/// if a majority confirmed it.
 pub(crate) async fn raise(
     nodes: &[Node],
     key: &str,
@@ -85,19 +97,18 @@ pub(crate) async fn raise(
         .filter(|(_, v)| matches!(v.vote, Vote::Granted { .. }))
         .map(|(i, _)| i)
         .collect();
-    let replies = join_all(
-        granting
-            .iter()
-            .filter_map(|&i| nodes.get(i))
-            .map(|node| node.raise(key, token, target)),
-    )
-    .await;
-    for (&i, reply) in granting.iter().zip(replies) {
-        let vote = match reply {
-            Ok(Some(fence)) if fence >= target => Vote::Granted { fence },
-            Ok(_) => Vote::Refused,
-            Err(failure) => failure.into_vote(),
-        };
+    let requests = granting
+        .iter()
+        .filter_map(|&i| nodes.get(i))
+        .map(|node| async move {
+            match node.raise(key, token, target).await {
+                Ok(Some(fence)) if fence >= target => Vote::Granted { fence },
+                Ok(_) => Vote::Refused,
+                Err(failure) => failure.into_vote(),
+            }
+        });
+    let votes = round::until_decided(requests, report.quorum).await;
+    for (&i, vote) in granting.iter().zip(votes) {
         if let Some(entry) = report.votes.get_mut(i) {
             entry.raise = Some(vote);
         }

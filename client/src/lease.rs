@@ -95,7 +95,11 @@ impl Lease {
     ///
     /// [`Error::LeaseLost`] if the validity already ran out locally or the server (a majority
     /// of masters) no longer holds our token. A timeout or server error leaves the lease as it
-    /// was: it may still be held until [`Lease::valid_until`].
+    /// was: it may still be held until [`Lease::valid_until`]. A Redlock renewal ends as soon
+    /// as a majority confirmed (or can no longer confirm); when it fails early because some
+    /// nodes failed, the error is [`Error::QuorumNotReached`] rather than a loss even if the
+    /// nodes not waited for would have refused. [`Locker::renew_token`](crate::Locker::renew_token)
+    /// is the same round for a token without a lease.
     pub async fn renew(&mut self) -> Result<(), Error> {
         self.ensure_valid()?;
         match self.engine.renew(&self.key, &self.token).await {

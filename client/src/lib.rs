@@ -13,6 +13,8 @@
 //! - [`Lease`]: key, fence, 128-bit random token, validity on the local monotonic clock
 //!   measured from *before* the request minus clock drift; [`Lease::ensure_valid`],
 //!   [`Lease::renew`], [`Lease::release`].
+//! - [`Locker::renew_token`] / [`Locker::release_token`] (and the [`Redlock`] equivalents):
+//!   renew or end a lease known only by its token, e.g. one handed over by another process.
 //! - [`KeptLease`] / [`LeaseHandle`]: background renewal at ttl / 3 that cancels a
 //!   [`CancellationToken`](tokio_util::sync::CancellationToken) on the first failed renewal;
 //!   [`Locker::with_lease`] runs a closure under a kept-alive lease and drops it when the lease
@@ -48,10 +50,22 @@
 //! (`appendfsync always`, or the module's restart epoch jump / restart grace). The full
 //! argument is in [`fenced`].
 //!
+//! # Tokens stay secret
+//!
+//! A token is all it takes to renew or release a lease, so it never appears in what the
+//! crate shows: [`Token`]'s `Debug` is redacted, and server error text is cleaned before it
+//! becomes an [`Error`] or a [`QuorumReport`] vote (a server without the module echoes the
+//! arguments of the command it does not know, token included; that echo and any occurrence
+//! of the token are replaced). The error keeps its kind and code, so retry decisions and
+//! `WRONGTYPE` / `TRYAGAIN` checks work as before.
+//!
 //! # Time
 //!
 //! All validity arithmetic uses [`std::time::Instant`] (monotonic) and starts before the first
 //! request of a round is sent: `validity = ttl - elapsed - (ttl * drift_factor + 2 ms)`.
+//! A Redlock round ends as soon as its outcome is certain — a majority granted, or enough
+//! nodes refused or failed to rule a majority out — so stopped or slow masters cost nothing
+//! while a majority answers quickly; nodes not waited for show as [`Vote::NotAwaited`].
 //! Servers decide expiry on their own monotonic clocks; no wall-clock time is exchanged.
 
 #![warn(missing_docs)]
@@ -65,7 +79,9 @@ mod lease;
 mod locker;
 pub mod node;
 pub mod quorum;
+mod redact;
 mod redlock;
+mod round;
 pub mod token;
 pub mod validity;
 

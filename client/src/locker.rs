@@ -90,6 +90,17 @@ impl Locker {
         self.engine.release(key, token).await
     }
 
+    /// Renews `key` for a token obtained elsewhere (for example printed by another process),
+    /// as [`Lease::renew`] does for a lease object.
+    ///
+    /// `Ok(true)` if `token` still held the lease and it now runs a full ttl from now;
+    /// `Ok(false)` if it no longer did (expired, released or taken over — where
+    /// [`Lease::renew`] reports [`Error::LeaseLost`]); `Err` ([`Error::Timeout`],
+    /// [`Error::Server`]) when the server's answer is unknown.
+    pub async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
+        self.engine.renew_token(key, token).await
+    }
+
     /// The server.
     pub fn node(&self) -> &Node {
         &self.engine.nodes[0]

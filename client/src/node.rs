@@ -4,8 +4,10 @@
 //! replaced after an I/O error so a restarted server is picked up again) or a Redis Cluster
 //! (a `redis::cluster_async` connection that routes every command by its key). Every request
 //! is bounded by the per-node timeout, connecting included, so a stopped server costs at most
-//! that long.
+//! that long. Every error is passed through [`redact`](crate::redact) here, before anything
+//! else sees it, so no error can carry a lease token.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -15,6 +17,7 @@ use tokio::sync::Mutex;
 
 use crate::error::Error;
 use crate::quorum::Vote;
+use crate::redact;
 use crate::token::Token;
 
 /// The default per-node timeout of a node used outside a [`Locker`](crate::Locker) or
@@ -33,12 +36,12 @@ pub struct Node {
 
 enum Transport {
     Standalone {
-        client: redis::Client,
-        slot: Mutex<Slot<MultiplexedConnection>>,
+        client: Box<redis::Client>,
+        slot: Arc<Mutex<Slot<MultiplexedConnection>>>,
     },
     Cluster {
-        client: redis::cluster::ClusterClient,
-        slot: Mutex<Slot<ClusterConnection>>,
+        client: Box<redis::cluster::ClusterClient>,
+        slot: Arc<Mutex<Slot<ClusterConnection>>>,
     },
 }
 
@@ -99,8 +102,8 @@ impl Node {
         Ok(Node {
             name,
             transport: Transport::Standalone {
-                client,
-                slot: Mutex::new(Slot::new()),
+                client: Box::new(client),
+                slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
         })
@@ -118,8 +121,8 @@ impl Node {
         Ok(Node {
             name: format!("cluster({})", urls.join(",")),
             transport: Transport::Cluster {
-                client,
-                slot: Mutex::new(Slot::new()),
+                client: Box::new(client),
+                slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
         })
@@ -147,7 +150,7 @@ impl Node {
         let mut cmd = redis::cmd("FENCEDLOCK.STATUS");
         cmd.arg(key);
         let reply: Option<(u64, u8, i64)> = self
-            .query(&cmd)
+            .query(&cmd, None)
             .await
             .map_err(|f| self.error("STATUS", f))?;
         Ok(reply.map(|(fence, held, pttl)| LockStatus {
@@ -166,21 +169,21 @@ impl Node {
     ) -> Result<Option<u64>, Failure> {
         let mut cmd = redis::cmd("FENCEDLOCK.ACQUIRE");
         cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
-        self.query(&cmd).await
+        self.query(&cmd, Some(token)).await
     }
 
     /// `FENCEDLOCK.RENEW`: whether we still held the lease (it now runs `ttl_ms` from now).
     pub(crate) async fn renew(&self, key: &str, token: &Token, ttl_ms: u64) -> Result<bool, Failure> {
         let mut cmd = redis::cmd("FENCEDLOCK.RENEW");
         cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
-        self.query::<i64>(&cmd).await.map(|n| n == 1)
+        self.query::<i64>(&cmd, Some(token)).await.map(|n| n == 1)
     }
 
     /// `FENCEDLOCK.RELEASE`: whether we held the lease and it ended now.
     pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Failure> {
         let mut cmd = redis::cmd("FENCEDLOCK.RELEASE");
         cmd.arg(key).arg(token.as_bytes());
-        self.query::<i64>(&cmd).await.map(|n| n == 1)
+        self.query::<i64>(&cmd, Some(token)).await.map(|n| n == 1)
     }
 
     /// `FENCEDLOCK.RAISE`: the key's fence after raising it to at least `fence`, or `None`
@@ -193,7 +196,7 @@ impl Node {
     ) -> Result<Option<u64>, Failure> {
         let mut cmd = redis::cmd("FENCEDLOCK.RAISE");
         cmd.arg(key).arg(token.as_bytes()).arg(fence);
-        self.query(&cmd).await
+        self.query(&cmd, Some(token)).await
     }
 
     /// Turns a failed request into the crate error, naming this node.
@@ -211,12 +214,13 @@ impl Node {
         }
     }
 
-    /// Sends one command and parses the reply, all within the per-node timeout.
-    async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, Failure> {
+    /// Sends one command and parses the reply, all within the per-node timeout. An error
+    /// comes back without echoed arguments and without `secret` (the token the command carries).
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd, secret: Option<&Token>) -> Result<T, Failure> {
         match tokio::time::timeout(self.timeout, self.query_unbounded(cmd)).await {
             // The connect timeout inside `redis` fires at the same moment as ours.
             Ok(Err(e)) if e.is_timeout() => Err(Failure::TimedOut),
-            Ok(result) => result.map_err(Failure::Redis),
+            Ok(result) => result.map_err(|e| Failure::Redis(redact::error(e, secret))),
             Err(_elapsed) => Err(Failure::TimedOut),
         }
     }
@@ -238,31 +242,47 @@ impl Node {
 
     /// The cached connection, opening one if there is none. Concurrent callers wait for the
     /// same connect instead of each opening their own.
+    ///
+    /// The connect runs in a task of its own that stores the connection even if the request
+    /// that started it is dropped: a Redlock round decided without this node drops its
+    /// request, and a node slower to connect than the others to answer would otherwise never
+    /// get a connection. The task holds the slot until it is done, bounded by the timeout.
     async fn connection(&self) -> Result<Conn, RedisError> {
+        let timeout = self.timeout;
         match &self.transport {
             Transport::Standalone { client, slot } => {
-                let mut slot = slot.lock().await;
+                let mut slot = Arc::clone(slot).lock_owned().await;
                 if let Some(conn) = &slot.conn {
                     return Ok(Conn::Standalone(conn.clone(), slot.generation));
                 }
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(None);
-                let conn = client
-                    .get_multiplexed_async_connection_with_config(&config)
+                let client = client.clone();
+                let connect = tokio::spawn(async move {
+                    let config = AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(timeout))
+                        .set_response_timeout(None);
+                    let conn = bounded(
+                        timeout,
+                        client.get_multiplexed_async_connection_with_config(&config),
+                    )
                     .await?;
-                slot.generation += 1;
-                slot.conn = Some(conn.clone());
-                Ok(Conn::Standalone(conn, slot.generation))
+                    slot.generation += 1;
+                    slot.conn = Some(conn.clone());
+                    Ok(Conn::Standalone(conn, slot.generation))
+                });
+                joined(connect.await)
             }
             Transport::Cluster { client, slot } => {
-                let mut slot = slot.lock().await;
+                let mut slot = Arc::clone(slot).lock_owned().await;
                 if let Some(conn) = &slot.conn {
                     return Ok(Conn::Cluster(conn.clone()));
                 }
-                let conn = client.get_async_connection().await?;
-                slot.conn = Some(conn.clone());
-                Ok(Conn::Cluster(conn))
+                let client = client.clone();
+                let connect = tokio::spawn(async move {
+                    let conn = bounded(timeout, client.get_async_connection()).await?;
+                    slot.conn = Some(conn.clone());
+                    Ok(Conn::Cluster(conn))
+                });
+                joined(connect.await)
             }
         }
     }
@@ -285,6 +305,24 @@ impl std::fmt::Debug for Node {
             .field("timeout", &self.timeout)
             .finish()
     }
+}
+
+/// `connect` within `limit`; running out of time is an I/O timeout like the client's own.
+async fn bounded<C>(
+    limit: Duration,
+    connect: impl std::future::Future<Output = Result<C, RedisError>>,
+) -> Result<C, RedisError> {
+    tokio::time::timeout(limit, connect)
+        .await
+        .unwrap_or_else(|_elapsed| Err(std::io::Error::from(std::io::ErrorKind::TimedOut).into()))
+}
+
+/// The connect task's result; a task that panicked or was cancelled (runtime shutdown) is
+/// an I/O error, so the connection is tried again next time.
+fn joined(
+    result: Result<Result<Conn, RedisError>, tokio::task::JoinError>,
+) -> Result<Conn, RedisError> {
+    result.unwrap_or_else(|e| Err(std::io::Error::other(format!("connect task ended: {e}")).into()))
 }
 
 /// Errors after which the multiplexed connection cannot be trusted any more.

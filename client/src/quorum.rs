@@ -45,11 +45,16 @@ pub enum Vote {
     Refused,
     /// The node did not answer within the per-node timeout.
     TimedOut,
-    /// The node answered with an error or could not be reached.
+    /// The node answered with an error or could not be reached. The error never contains
+    /// the lease token (see [`Error`](crate::Error)).
     Failed {
         /// The client or server error.
         error: redis::RedisError,
     },
+    /// The round was decided (a majority said yes, or enough said no to rule one out) before
+    /// this node answered, so its answer was not waited for. Its request may or may not reach
+    /// the node; a lease is released on every node either way, so a late grant is cleaned up.
+    NotAwaited,
 }
 
 impl Vote {
@@ -58,7 +63,8 @@ impl Vote {
         matches!(self, Vote::Granted { .. } | Vote::Confirmed)
     }
 
-    /// Whether the node answered definitively (yes or no), as opposed to timing out or failing.
+    /// Whether the node answered definitively (yes or no), as opposed to timing out, failing
+    /// or not being waited for.
     pub fn answered(&self) -> bool {
         matches!(self, Vote::Granted { .. } | Vote::Confirmed | Vote::Refused)
     }
@@ -80,7 +86,42 @@ impl fmt::Display for Vote {
             Vote::Refused => f.write_str("refused"),
             Vote::TimedOut => f.write_str("timed out"),
             Vote::Failed { error } => write!(f, "failed ({error})"),
+            Vote::NotAwaited => f.write_str("not awaited"),
         }
+    }
+}
+
+/// Counts a round's votes as they arrive and says when its outcome can no longer change:
+/// `quorum` yes votes are in, or so few requests are still out that the yes votes can no
+/// longer reach `quorum` (refusals and failures exceed the `N - quorum` a majority can spare).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Tally {
+    quorum: usize,
+    outstanding: usize,
+    yes: usize,
+}
+
+impl Tally {
+    /// A round of `requests` requests needing `quorum` yes votes.
+    pub(crate) fn new(quorum: usize, requests: usize) -> Tally {
+        Tally {
+            quorum,
+            outstanding: requests,
+            yes: 0,
+        }
+    }
+
+    /// Counts one answer (a yes, or anything else).
+    pub(crate) fn record(&mut self, vote: &Vote) {
+        self.outstanding = self.outstanding.saturating_sub(1);
+        if vote.is_yes() {
+            self.yes += 1;
+        }
+    }
+
+    /// Whether the remaining answers cannot change whether the quorum is reached.
+    pub(crate) fn decided(&self) -> bool {
+        self.yes >= self.quorum || self.yes + self.outstanding < self.quorum
     }
 }
 
@@ -106,7 +147,8 @@ pub struct QuorumReport {
     pub quorum: usize,
     /// One entry per node, in the order the nodes were configured.
     pub votes: Vec<NodeVote>,
-    /// Time from before the first request was sent until the round was decided.
+    /// Time from before the first request was sent until the round was decided (a round ends
+    /// as soon as its outcome is certain; see [`Vote::NotAwaited`]).
     pub elapsed: Duration,
     /// The validity left at the end of the round; `None` when the round took longer than
     /// the ttl minus drift allowed.
@@ -305,6 +347,64 @@ mod tests {
         assert!(!r.could_still_succeed());
         let r = report(vec![wrongtype(), failed(), Vote::Refused]);
         assert!(r.could_still_succeed());
+    }
+
+    #[test]
+    fn a_round_is_decided_by_a_majority_of_yes_or_of_no() {
+        let yes = Vote::Granted { fence: 1 };
+        let no = Vote::Refused;
+        // 5 nodes: decided after the third yes, however the others answer.
+        let mut t = Tally::new(quorum(5), 5);
+        for v in [&yes, &no, &yes] {
+            t.record(v);
+            assert!(!t.decided(), "{t:?}");
+        }
+        t.record(&yes);
+        assert!(t.decided());
+        // 5 nodes: three refusals or failures rule out a majority even with two out.
+        let mut t = Tally::new(quorum(5), 5);
+        t.record(&no);
+        t.record(&failed());
+        assert!(!t.decided(), "{t:?}");
+        t.record(&Vote::TimedOut);
+        assert!(t.decided(), "{t:?}");
+        // 2 yes and 3 still out is undecided: those 3 may still say yes.
+        let mut t = Tally::new(quorum(5), 5);
+        t.record(&yes);
+        t.record(&yes);
+        assert!(!t.decided());
+        // One node: decided by its answer only.
+        let mut t = Tally::new(quorum(1), 1);
+        assert!(!t.decided());
+        t.record(&no);
+        assert!(t.decided());
+        // A raise sent to 3 granting nodes of 5 needs all 3.
+        let mut t = Tally::new(quorum(5), 3);
+        t.record(&yes);
+        t.record(&yes);
+        assert!(!t.decided());
+        let mut u = t;
+        t.record(&yes);
+        u.record(&no);
+        assert!(t.decided() && u.decided());
+        // Nothing to ask: decided at once (and not reached).
+        assert!(Tally::new(2, 0).decided());
+    }
+
+    #[test]
+    fn not_awaited_is_neither_yes_nor_no() {
+        let r = report(vec![
+            Vote::Granted { fence: 2 },
+            Vote::Granted { fence: 3 },
+            Vote::Granted { fence: 1 },
+            Vote::NotAwaited,
+            Vote::NotAwaited,
+        ]);
+        assert!(r.reached());
+        assert_eq!(r.refused(), 0);
+        assert!(!Vote::NotAwaited.answered() && !Vote::NotAwaited.is_yes());
+        assert!(r.could_still_succeed());
+        assert!(r.to_string().contains("n4: not awaited"), "{r}");
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //!
 //! A single server is simply N = 1 (quorum 1), so [`Locker`](crate::Locker) and [`Redlock`]
 //! share this code: send the command to every node in parallel (each bounded by the per-node
-//! timeout), count votes, and charge the time the round took against the lease:
-//! `validity = ttl - elapsed - drift`, with `elapsed` measured from *before* the first request.
+//! timeout), count votes until the outcome is certain (a majority said yes, or enough said no
+//! or failed to rule one out; slower nodes are not waited for), and charge the time the round
+//! took against the lease: `validity = ttl - elapsed - drift`, with `elapsed` measured from
+//! *before* the first request.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,6 +19,7 @@ use crate::keepalive::{self, LeaseHandle};
 use crate::lease::Lease;
 use crate::node::{Failure, Node};
 use crate::quorum::{quorum, NodeVote, Phase, QuorumReport, Vote};
+use crate::round;
 use crate::token::Token;
 use crate::validity;
 
@@ -105,6 +108,19 @@ impl Redlock {
     /// another process). `Ok(true)` if a majority still held it for that token.
     pub async fn release_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
         self.engine.release(key, token).await
+    }
+
+    /// Renews `key` for a token obtained elsewhere (for example printed by another process):
+    /// the same quorum round as [`Lease::renew`], for a caller that holds only the token.
+    ///
+    /// - `Ok(true)`: a majority still held the lease for `token`, and it now runs a full ttl
+    ///   from before the request (minus drift) on each of them.
+    /// - `Ok(false)`: a majority no longer holds it (expired, released or taken over) — the
+    ///   case in which [`Lease::renew`] reports [`Error::LeaseLost`].
+    /// - `Err`: the answer is unknown (too many nodes timed out or failed, or the round took
+    ///   longer than the lease), as for [`Lease::renew`].
+    pub async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
+        self.engine.renew_token(key, token).await
     }
 
     /// The masters, in configuration order.
@@ -235,15 +251,14 @@ impl Engine {
         let ttl_ms = self.config.ttl_ms();
         let drift = self.config.drift();
         let sent = Instant::now();
-        let replies = join_all(self.nodes.iter().map(|n| n.acquire(key, token, ttl_ms))).await;
-        let votes = replies
-            .into_iter()
-            .map(|reply| match reply {
+        let requests = self.nodes.iter().map(|node| async move {
+            match node.acquire(key, token, ttl_ms).await {
                 Ok(Some(fence)) => Vote::Granted { fence },
                 Ok(None) => Vote::Refused,
                 Err(failure) => failure.into_vote(),
-            })
-            .collect();
+            }
+        });
+        let votes = round::until_decided(requests, self.quorum()).await;
         let mut report = self.report(key, Phase::Acquire, votes, sent, ttl, drift);
 
         if report.reached() && report.validity.is_some() {
@@ -263,8 +278,9 @@ impl Engine {
                 });
             }
         }
-        // No usable majority: give back what we got (and what a node that timed out may have
-        // granted after all). RELEASE by our token cannot hurt another holder. A node that
+        // No usable majority: give back what we got (and what a node that timed out, or was
+        // not waited for, may have granted after all; the RELEASE follows the ACQUIRE on the
+        // node's connection). RELEASE by our token cannot hurt another holder. A node that
         // refused holds another token's lease, so it holds nothing of ours.
         let skip: Vec<bool> = report
             .votes
@@ -283,13 +299,29 @@ impl Engine {
         let drift = self.config.drift();
         let sent = Instant::now();
         let ttl_ms = self.config.ttl_ms();
-        let replies = join_all(self.nodes.iter().map(|n| n.renew(key, token, ttl_ms))).await;
-        let votes = replies.into_iter().map(yes_no).collect();
+        let requests = self
+            .nodes
+            .iter()
+            .map(|node| async move { yes_no(node.renew(key, token, ttl_ms).await) });
+        let votes = round::until_decided(requests, self.quorum()).await;
         let report = self.report(key, Phase::Renew, votes, sent, ttl, drift);
         if report.reached() && report.validity.is_some() {
             return Ok(validity::deadline(sent, ttl, drift));
         }
         Err(self.round_error(report, Phase::Renew))
+    }
+
+    /// [`Engine::renew`] for a token without a [`Lease`]: a definite "no longer held" is
+    /// `Ok(false)` rather than [`Error::LeaseLost`].
+    pub(crate) async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
+        match self.renew(key, token).await {
+            Ok(_deadline) => Ok(true),
+            Err(Error::LeaseLost {
+                cause: LossCause::Refused,
+                ..
+            }) => Ok(false),
+            Err(err) => Err(err),
+        }
     }
 
     /// RELEASE everywhere. `Ok(true)` if a majority (the node, for N = 1) still held the lease.

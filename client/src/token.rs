@@ -61,12 +61,18 @@ impl Token {
         if text.len() % 2 != 0 {
             return Err(Error::Config("a hex token needs an even number of digits".into()));
         }
+        // The message names the position, never the text: a mistyped token is nearly a token.
         let bytes = (0..text.len())
             .step_by(2)
             .map(|i| {
                 text.get(i..i + 2)
                     .and_then(|pair| u8::from_str_radix(pair, 16).ok())
-                    .ok_or_else(|| Error::Config(format!("not a hex token: {text:?}")))
+                    .ok_or_else(|| {
+                        Error::Config(format!(
+                            "not a hex token: no hex digit pair at position {i} of {}",
+                            text.len()
+                        ))
+                    })
             })
             .collect::<Result<Vec<u8>, Error>>()?;
         Token::from_bytes(bytes)
@@ -135,6 +141,10 @@ mod tests {
         assert!(matches!(Token::from_hex("abc"), Err(Error::Config(_))));
         assert!(matches!(Token::from_hex("zz"), Err(Error::Config(_))));
         assert!(matches!(Token::from_hex(""), Err(Error::Config(_))));
+        let Err(err) = Token::from_hex("00112233445566778899aabbccddeefX") else {
+            panic!("a bad digit is refused");
+        };
+        assert!(!err.to_string().contains("00112233"), "the almost-token is not echoed: {err}");
     }
 
     #[test]
