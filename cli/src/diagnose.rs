@@ -78,8 +78,8 @@ fn quorum(report: &QuorumReport, ctx: Context<'_>) -> CliError {
     ))
 }
 
-/// Each node's vote, without anything a server may have echoed back (an "unknown command"
-/// error quotes the arguments, which include the secret token).
+/// Each node's vote. (The client crate already strips tokens and echoed arguments from
+/// server errors, so any vote is safe to print.)
 pub fn votes(report: &QuorumReport) -> String {
     report
         .votes
@@ -89,7 +89,8 @@ pub fn votes(report: &QuorumReport) -> String {
         .join("; ")
 }
 
-/// One vote as text, with server errors reduced to what is safe to print.
+/// One vote as text, with a missing module named as such and server errors as the server
+/// sent them.
 pub fn vote(vote: &Vote) -> String {
     match vote {
         Vote::Failed { error } if is_unknown_command(error) => {
@@ -139,15 +140,7 @@ fn server(node: &str, source: &RedisError, ctx: Context<'_>) -> CliError {
     if text.starts_with("ERR ttl") || text.starts_with("ERR token") {
         return CliError::Usage(format!("the server at {node} refused the request: {text}"));
     }
-    CliError::Internal(format!("unexpected reply from {node}: {}", redact(&text)))
-}
-
-/// Cuts an error text before any echoed arguments.
-fn redact(text: &str) -> &str {
-    match text.find(", with args beginning with") {
-        Some(i) => &text[..i],
-        None => text,
-    }
+    CliError::Internal(format!("unexpected reply from {node}: {text}"))
 }
 
 fn no_module(node: &str) -> CliError {

@@ -1,12 +1,9 @@
 //! The lock servers given on the command line: one URL is a single-server [`Locker`], several
 //! are a fenced [`Redlock`]. Everything else in the CLI goes through this one type.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fencedlock::{
-    Error, Lease, LockConfig, LockStatus, Locker, Node, NodeVote, Phase, QuorumReport, Redlock,
-    Token, TokenFormat, Vote,
-};
+use fencedlock::{Error, Lease, LockConfig, LockStatus, Locker, Node, Redlock, Token, TokenFormat};
 use futures::future::join_all;
 
 use crate::error::CliError;
@@ -15,8 +12,6 @@ use crate::error::CliError;
 #[derive(Debug, Clone)]
 pub struct Servers {
     mode: Mode,
-    /// The URLs, in order (for requests the client crate has no API for).
-    urls: Vec<String>,
 }
 
 /// One server or several.
@@ -95,10 +90,7 @@ impl Servers {
                 .map(Mode::Quorum)
                 .map_err(|e| CliError::Usage(e.to_string()))?
         };
-        Ok(Servers {
-            mode,
-            urls: urls.iter().map(|u| u.to_string()).collect(),
-        })
+        Ok(Servers { mode })
     }
 
     /// One attempt.
@@ -125,63 +117,14 @@ impl Servers {
         }
     }
 
-    /// Renews a lease known only by its token (the client crate renews only the `Lease`
-    /// objects it handed out, so this sends `FENCEDLOCK.RENEW` itself). `Ok(true)` if a
-    /// majority (the server) still held it and it now runs a full ttl from now, `Ok(false)`
-    /// if a majority refused.
+    /// Renews a lease known only by its token. `Ok(true)` if a majority (the server) still
+    /// held it and it now runs a full ttl from now, `Ok(false)` if a majority no longer holds
+    /// it; an error when that is unknown (no answer, no module, round slower than the ttl).
     pub async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
-        let config = self.config();
-        let ttl_ms = config.ttl_ms();
-        let timeout = config.node_timeout();
-        let started = Instant::now();
-        let votes = join_all(
-            self.urls
-                .iter()
-                .map(|url| renew_one(url, key, token, ttl_ms, timeout)),
-        )
-        .await;
-        let nodes = self.nodes();
-        let report = QuorumReport {
-            key: key.to_owned(),
-            phase: Phase::Renew,
-            quorum: self.quorum(),
-            votes: nodes
-                .iter()
-                .zip(votes)
-                .map(|(node, vote)| NodeVote {
-                    node: node.name().to_owned(),
-                    vote,
-                    raise: None,
-                })
-                .collect(),
-            elapsed: started.elapsed(),
-            validity: config.ttl().checked_sub(started.elapsed() + config.drift()),
-        };
-        if report.reached() {
-            return Ok(true);
+        match &self.mode {
+            Mode::Single(l) => l.renew_token(key, token).await,
+            Mode::Quorum(r) => r.renew_token(key, token).await,
         }
-        if report.majority_refused() {
-            return Ok(false);
-        }
-        if let [only] = report.votes.as_slice() {
-            match &only.vote {
-                Vote::TimedOut => {
-                    return Err(Error::Timeout {
-                        node: only.node.clone(),
-                        operation: "RENEW",
-                        after: timeout,
-                    })
-                }
-                Vote::Failed { error } => {
-                    return Err(Error::Server {
-                        node: only.node.clone(),
-                        source: error.clone(),
-                    })
-                }
-                _ => {}
-            }
-        }
-        Err(Error::QuorumNotReached(Box::new(report)))
     }
 
     /// The servers.
@@ -232,26 +175,6 @@ impl Servers {
                 status,
             })
             .collect()
-    }
-}
-
-/// `FENCEDLOCK.RENEW` on one server over a fresh connection, bounded by `timeout`.
-async fn renew_one(url: &str, key: &str, token: &Token, ttl_ms: u64, timeout: Duration) -> Vote {
-    let request = async {
-        let client = redis::Client::open(url)?;
-        let mut conn = client.get_multiplexed_async_connection().await?;
-        redis::cmd("FENCEDLOCK.RENEW")
-            .arg(key)
-            .arg(token.as_bytes())
-            .arg(ttl_ms)
-            .query_async::<i64>(&mut conn)
-            .await
-    };
-    match tokio::time::timeout(timeout, request).await {
-        Ok(Ok(1)) => Vote::Confirmed,
-        Ok(Ok(_)) => Vote::Refused,
-        Ok(Err(error)) => Vote::Failed { error },
-        Err(_) => Vote::TimedOut,
     }
 }
 

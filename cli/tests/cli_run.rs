@@ -453,11 +453,21 @@ fn several_servers_mean_fenced_redlock_that_survives_a_minority() {
         "run", "--redis", &urls, "-k", "quorum", "--", "sh", "-c", &script,
     ]);
     assert_eq!(first.code(), 0, "{first:?}");
-    // Every node was raised to the fence the command saw.
+    // A majority was raised to the fence the command saw, and no server has a larger one.
+    // (The round ends at the second grant: the third server's ACQUIRE may never be sent.)
     let fence: u64 = fs::read_to_string(&fences).unwrap().trim().parse().unwrap();
-    for s in &servers {
-        assert_eq!(status(s, "quorum").unwrap().0, fence);
-    }
+    let fences_seen: Vec<u64> = servers
+        .iter()
+        .filter_map(|s| status(s, "quorum").map(|st| st.0))
+        .collect();
+    assert!(
+        fences_seen.iter().filter(|&&f| f == fence).count() >= 2,
+        "{fences_seen:?} vs {fence}"
+    );
+    assert!(
+        fences_seen.iter().all(|&f| f <= fence),
+        "{fences_seen:?} vs {fence}"
+    );
 
     let mut servers = servers;
     servers[2].kill9();

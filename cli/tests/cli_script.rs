@@ -222,9 +222,16 @@ fn several_servers_acquire_by_majority_with_one_fence() {
     ]));
     let fence = acquired["fence"].as_u64().unwrap();
     let token = acquired["token"].as_str().unwrap().to_owned();
-    for s in &servers {
-        assert_eq!(status(s, "m").unwrap().0, fence);
-    }
+    // A majority holds the lease with that fence. (The round ends at the second grant; the
+    // third server's ACQUIRE may never be sent.)
+    let holding = servers
+        .iter()
+        .filter(|s| status(s, "m").is_some_and(|st| st.0 == fence && st.1))
+        .count();
+    assert!(
+        holding >= 2,
+        "only {holding} of 3 servers hold fence {fence}"
+    );
     let st = json(&run(&["status", "--json", "--redis", &urls, "-k", "m"]));
     assert_eq!(st["held"], true);
     assert_eq!(st["servers"].as_array().unwrap().len(), 3);

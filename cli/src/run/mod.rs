@@ -10,7 +10,7 @@ pub mod signals;
 
 use std::io::IsTerminal;
 
-use fencedlock::{KeptLease, Lease};
+use fencedlock::{KeptLease, Lease, Vote};
 use serde_json::json;
 
 use crate::args::{Global, RunArgs};
@@ -131,13 +131,14 @@ pub async fn run(
 }
 
 /// A Redlock grant can hide failing servers; an operator wants to hear about them before
-/// the majority is gone too.
+/// the majority is gone too. Only failures seen before the majority was in can be reported:
+/// servers the round did not wait for ([`Vote::NotAwaited`]) are not counted as failing.
 pub(crate) fn warn_about_minority(lease: &Lease, out: Output) {
     let failing: Vec<String> = lease
         .report()
         .votes
         .iter()
-        .filter(|v| !v.vote.answered())
+        .filter(|v| matches!(v.vote, Vote::TimedOut | Vote::Failed { .. }))
         .map(|v| format!("{}: {}", v.node, crate::diagnose::vote(&v.vote)))
         .collect();
     if !failing.is_empty() {
