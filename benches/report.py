@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Turns the results of benches/server.py and the criterion benches into RESULTS.md.
+
+Reads <results>/server.json, <results>/client_paired.json, <results>/contention.json and
+criterion's <target>/criterion/*/*/new/estimates.json. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sh(*cmd: str) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def version(binary: str) -> str:
+    m = re.search(r"v=([0-9.]+)", sh(binary, "--version"))
+    return m.group(1) if m else "?"
+
+
+def machine(valkey: str, load_before: str) -> list[str]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1024 / 1024:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    bench_version = re.search(r"([0-9]+\.[0-9]+\.[0-9]+)", sh("redis-benchmark", "--version"))
+    return [
+        f"- CPU: {cpu}, {os.cpu_count()} cores (`nproc` {sh('nproc')}), {mem} RAM",
+        f"- Kernel: {platform.system()} {platform.release()}",
+        f"- Redis {version('redis-server')} (Debian), Valkey {version(valkey)}, "
+        f"redis-benchmark {bench_version.group(1) if bench_version else '?'}",
+        f"- {sh('rustc', '--version')}",
+        f"- Load average when the run started: {load_before or '?'} (the machine is shared: "
+        "absolute numbers are noisy; ratios measured in the same run are what count)",
+    ]
+
+
+def fmt_ratio(x: float | None) -> str:
+    return "–" if x is None else f"{x:.2f}×"
+
+
+def verdict(ratio: float | None, target: float | None, higher_is_better: bool) -> str:
+    if ratio is None or target is None:
+        return ""
+    ok = ratio >= target if higher_is_better else ratio <= target
+    return "met" if ok else "**missed**"
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def server_section(s: dict) -> list[str]:
+    rows = {(r["name"], r["pipeline"]): r for r in s["throughput"]}
+    ping = {
+        "redis": {p: rows[("PING (redis)", p)]["rps_median"] for p in (1, 16)},
+        "valkey": {p: rows[("PING (valkey)", p)]["rps_median"] for p in (1, 16)},
+    }
+    by_label: dict[str, dict[int, dict]] = {}
+    for r in s["ratios"]:
+        by_label.setdefault(r["label"], {})[r["pipeline"]] = r
+    st = s["settings"]
+    out = [
+        "## Server side: throughput ratios (redis-benchmark)",
+        "",
+        f"{st['clients']} clients, unpipelined and pipelined (`-P 16`), {st['rounds']} alternating rounds; "
+        f"each ratio is the median of the per-round ratios (higher = fencedlock faster). "
+        f"Requests per run: {st['requests']['1']:,} unpipelined, {st['requests']['16']:,} pipelined; "
+        f"{st['token_len']}-hex-char token; lease / PX {st['ttl_ms']} ms.",
+        "",
+        "| comparison | unpipelined | pipelined (-P 16) | target | unpipelined | pipelined |",
+        "| --- | ---: | ---: | ---: | --- | --- |",
+    ]
+    notes = []
+    for label, by_p in by_label.items():
+        r1, r16 = by_p.get(1), by_p.get(16)
+        target = (r1 or r16)["target"]
+        v1 = verdict(r1["ratio"], target, True) if r1 else ""
+        if r1 and target and r1["ratio"] < target:
+            base = rows[(r1["b"], 1)]
+            server = base["server"]
+            share = base["rps_median"] / ping[server][1]
+            if share * target > 1:
+                v1 += f" (round-trip bound: the baseline already runs at {share:.0%} of PING)"
+        v16 = verdict(r16["ratio"], target, True) if r16 else ""
+        t = f"≥ {target}×" if target else "–"
+        out.append(
+            f"| {label} | {fmt_ratio(r1 and r1['ratio'])} | {fmt_ratio(r16 and r16['ratio'])} | {t} | {v1} | {v16} |"
+        )
+    out += [
+        "",
+        "Throughput (median requests/s) and the share of requests that did real work (matched and "
+        "wrote) where it varies:",
+        "",
+        "| command | server | unpipelined | pipelined | real work (P=1 / P=16) |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    names = []
+    for r in s["throughput"]:
+        if r["name"] not in names:
+            names.append(r["name"])
+    for name in names:
+        a, b = rows[(name, 1)], rows[(name, 16)]
+        work = "" if a["work"] is None else f"{a['work']:.0%} / {b['work']:.0%}"
+        out.append(f"| {name} | {a['server']} | {a['rps_median']:,.0f} | {b['rps_median']:,.0f} | {work} |")
+    out += notes
+    return out
+
+
+def memory_section(s: dict) -> list[str]:
+    m = s["memory"]
+    lock, string = m["lock"], m["string"]
+    k = m["keys"]
+    out = [
+        "",
+        "## Server side: memory and persistence (Redis)",
+        "",
+        "A lock key (`FENCEDLOCK.ACQUIRE`, held) vs a `SET key token NX PX` string with the same "
+        "32-hex-char token; the bulk rows load distinct random tokens into an empty server.",
+        "",
+        "| measure | lock key | string key | ratio | target |",
+        "| --- | ---: | ---: | ---: | --- |",
+        f"| `MEMORY USAGE` of one key (bytes) | {m['usage_lock']} | {m['usage_string']} | "
+        f"{fmt_ratio(m['ratio'])} | ≤ 1.5×: {verdict(m['ratio'], 1.5, False)} |",
+        f"| `used_memory` growth per key, {k:,} keys (bytes) | {lock['bytes_per_key']:.1f} | "
+        f"{string['bytes_per_key']:.1f} | {fmt_ratio(m['ratio_bulk'])} | ≤ 1.5×: {verdict(m['ratio_bulk'], 1.5, False)} |",
+        f"| RDB file, {k:,} keys (MB) | {lock['rdb_bytes'] / 1e6:.1f} | {string['rdb_bytes'] / 1e6:.1f} | "
+        f"{fmt_ratio(lock['rdb_bytes'] / string['rdb_bytes'])} | |",
+        f"| `SAVE`, {k:,} keys (s) | {lock['save_s']:.2f} | {string['save_s']:.2f} | "
+        f"{fmt_ratio(lock['save_s'] / string['save_s'])} | |",
+        f"| RDB load at start-up, {k:,} keys (s, from the server log) | {lock['rdb_load_s']:.2f} | "
+        f"{string['rdb_load_s']:.2f} | {fmt_ratio(lock['rdb_load_s'] / string['rdb_load_s'])} | |",
+        f"| pipelined load of {k:,} keys by a Python client (s) | {lock['pipelined_load_s']:.2f} | "
+        f"{string['pipelined_load_s']:.2f} | | |",
+    ]
+    return out
+
+
+INSTRUCTION_PAIRS = [
+    ("redis", "FENCEDLOCK.ACQUIRE (fresh key)", "SET NX PX (fresh key)"),
+    ("redis", "FENCEDLOCK.RELEASE (holder)", "EVALSHA compare-and-delete (match)"),
+    ("redis", "FENCEDLOCK.CAD (match)", "EVALSHA compare-and-delete (match)"),
+    ("redis", "FENCEDLOCK.RENEW (holder)", "EVALSHA renew (match)"),
+    ("redis", "FENCEDLOCK.ACQUIRE (fresh key)", "PING"),
+    ("valkey", "FENCEDLOCK.CAD (match)", "DELIFEQ (match)"),
+    ("valkey", "FENCEDLOCK.CAD (wrong value)", "DELIFEQ (wrong value)"),
+    ("valkey", "FENCEDLOCK.CAD (match)", "EVALSHA compare-and-delete (match)"),
+]
+
+
+def instructions_section(p: dict | None) -> list[str]:
+    out = ["", "## Server side: instructions per command (callgrind)", ""]
+    if p is None:
+        return out + ["(no callgrind results: run benches/profile.py)"]
+    ins = p["instructions"]
+    out += [
+        "Deterministic, unlike the timings above: instructions the whole server executes per "
+        f"command (event loop, parsing, reply included), {p['commands']:,} pipelined commands each "
+        "on their own prepared key, counted by valgrind's callgrind (`benches/profile.py`). "
+        "Lower is cheaper; at `-P 16` the server is the bottleneck, so these ratios predict the "
+        "pipelined throughput ratios (inverted) up to cache effects.",
+        "",
+        "| server | fencedlock | instructions | baseline | instructions | fencedlock ÷ baseline |",
+        "| --- | --- | ---: | --- | ---: | ---: |",
+    ]
+    for server, a, b in INSTRUCTION_PAIRS:
+        x, y = ins.get(server, {}).get(a), ins.get(server, {}).get(b)
+        if x is None or y is None:
+            continue
+        out.append(f"| {server} | {a} | {x:,.0f} | {b} | {y:,.0f} | {x / y:.2f}× |")
+    return out
+
+
+def ratio_median(samples: dict, a: str, b: str) -> float | None:
+    if a not in samples or b not in samples:
+        return None
+    return statistics.median(x / y for x, y in zip(samples[a], samples[b]))
+
+
+def client_section(paired: dict | None, estimates: dict) -> list[str]:
+    out = ["", "## Client side: one lease (acquire + release), criterion", ""]
+    if paired is None:
+        return out + ["(no paired results: run `cargo bench --bench client`)"]
+    single, red = paired.get("single_node", {}), paired.get("redlock_5", {})
+    rounds = max((len(v) for v in list(single.values()) + list(red.values())), default=0)
+    rows = [
+        ("single node: `Locker` acquire + release / two PINGs", single, "fencedlock_single_node", "two_pings", 1.15),
+        ("single node: raw ACQUIRE + RELEASE commands / two PINGs", single, "raw_acquire_release", "two_pings", None),
+        ("Redlock, 5 masters, plain / rslock", red, "fencedlock_redlock_plain", "rslock", 1.0),
+        ("Redlock, 5 masters, fenced / rslock", red, "fencedlock_redlock_fenced", "rslock", 1.5),
+        ("Redlock plain / single node", red, "fencedlock_redlock_plain", "fencedlock_single_node", None),
+        ("Redlock fenced / plain", red, "fencedlock_redlock_fenced", "fencedlock_redlock_plain", None),
+        ("rslock / single node", red, "rslock", "fencedlock_single_node", None),
+    ]
+    out += [
+        "Time ratios (lower = fencedlock faster), from the paired pass: the operations of a group "
+        f"run in alternating ~25 ms blocks (up to {rounds} rounds), each ratio is the median of the "
+        "per-round ratios. All servers are local Redis processes with the module.",
+        "",
+        "| comparison | time ratio | target | verdict |",
+        "| --- | ---: | ---: | --- |",
+    ]
+    for label, group, a, b, target in rows:
+        r = ratio_median(group, a, b)
+        t = f"≤ {target}×" if target else "–"
+        out.append(f"| {label} | {fmt_ratio(r)} | {t} | {verdict(r, target, False)} |")
+    out += [
+        "",
+        "Absolute times (µs per lease): criterion's median of its own run of each operation, and the "
+        "median of the paired blocks.",
+        "",
+        "| operation | criterion median | paired median |",
+        "| --- | ---: | ---: |",
+    ]
+    for group_name, group in (("single_node", single), ("redlock_5", red)):
+        for name, samples in group.items():
+            est = estimates.get((group_name, name))
+            crit = f"{est / 1000:.1f}" if est is not None else "–"
+            out.append(f"| {group_name}/{name} | {crit} | {statistics.median(samples):.1f} |")
+    return out
+
+
+def contention_section(c: dict | None, estimates: dict) -> list[str]:
+    out = ["", "## Client side: contention on one hot key", ""]
+    if c is None:
+        return out + ["(no contention results: run `cargo bench --bench contention`)"]
+    st = c["settings"]
+    out += [
+        f"{st['tasks']} tasks on one `Locker` take turns on one key until {st['grants_per_batch']} grants "
+        f"were handed out; each holder works ~{st['hold_ms']} ms and releases. Server commands per "
+        "grant from `INFO commandstats`, over every batch criterion ran.",
+        "",
+        "| strategy | grants/s | server commands per grant | of which ACQUIRE | criterion median per batch |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    labels = {
+        "fencedlock_backoff": "`Locker::acquire` (jittered exponential backoff, 20 → 400 ms)",
+        "fixed_20ms_poll": f"fixed-delay poll (`try_acquire`, sleep {st['poll_ms']} ms)",
+    }
+    for key, label in labels.items():
+        r = c.get(key)
+        if not r:
+            continue
+        est = estimates.get(("contention_64_tasks", key))
+        crit = f"{est / 1e9:.2f} s" if est is not None else "–"
+        acq = r["by_command"].get("FENCEDLOCK.ACQUIRE", r["by_command"].get("fencedlock.acquire", 0))
+        out.append(f"| {label} | {r['grants_per_s']:.0f} | {r['commands_per_grant']:.2f} | {acq:.2f} | {crit} |")
+    return out
+
+
+def criterion_estimates(target: Path) -> dict:
+    out = {}
+    for f in (target / "criterion").glob("*/*/new/estimates.json"):
+        try:
+            out[(f.parts[-4], f.parts[-3])] = json.loads(f.read_text())["median"]["point_estimate"]
+        except (OSError, ValueError, KeyError):
+            pass
+    return out
+
+
+def load(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    target_default = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    if not target_default.is_absolute():
+        target_default = ROOT / target_default
+    ap.add_argument("--target", default=str(target_default))
+    ap.add_argument("--results", default=None)
+    ap.add_argument("--valkey", default=os.environ.get("FENCEDLOCK_VALKEY_SERVER", str(ROOT / ".cache/valkey/valkey-server")))
+    ap.add_argument("--out", default=str(ROOT / "benches" / "RESULTS.md"))
+    opts = ap.parse_args()
+    target = Path(opts.target)
+    results = Path(opts.results) if opts.results else target / "bench-results"
+    server = load(results / "server.json")
+    paired = load(results / "client_paired.json")
+    contention = load(results / "contention.json")
+    profile = load(results / "profile.json")
+    estimates = criterion_estimates(target)
+    load_before = ""
+    try:
+        load_before = (results / "load-before.txt").read_text().strip()
+    except OSError:
+        pass
+
+    lines = [
+        "# fencedlock benchmarks",
+        "",
+        f"Written by `benches/run-all` on {time.strftime('%Y-%m-%d %H:%M %Z')}. "
+        "Every comparison ran on the same machine in the same run; see benches/README.md for the method.",
+        "",
+        *machine(opts.valkey, load_before),
+        "",
+    ]
+    if server:
+        lines += server_section(server) + memory_section(server) + instructions_section(profile)
+    else:
+        lines += ["(no server results: run benches/server.py)"]
+    lines += client_section(paired, estimates)
+    lines += contention_section(contention, estimates)
+    lines.append("")
+    Path(opts.out).write_text("\n".join(lines))
+    print(f"wrote {opts.out}")
+
+
+if __name__ == "__main__":
+    main()
