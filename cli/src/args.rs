@@ -25,7 +25,7 @@ Exit codes:
 const ROOT_AFTER: &str = "\
 Examples:
   fencedlock run --key nightly-report --ttl 30s -- ./report.sh
-  fencedlock run --key backup --ttl 5m --wait 1m --redis redis://10.0.0.1:6379 -- backup.sh
+  fencedlock run --key backup --ttl 5m --wait 1m --redis redis://lock1:6379 -- backup.sh
   fencedlock run --key sync --redis redis://a:6379,redis://b:6379,redis://c:6379 -- sync.sh
   fencedlock status --key nightly-report --json
   fencedlock demo

@@ -31,7 +31,7 @@ use crate::validity;
 /// ```no_run
 /// # async fn demo() -> Result<(), fencedlock::Error> {
 /// use fencedlock::{LockConfig, Redlock};
-/// let urls = ["redis://10.0.0.1:6379", "redis://10.0.0.2:6379", "redis://10.0.0.3:6379"];
+/// let urls = ["redis://lock1:6379", "redis://lock2:6379", "redis://lock3:6379"];
 /// let redlock = Redlock::open(&urls, LockConfig::default())?;
 /// let lease = redlock.acquire("invoice:42").await?;
 /// println!("fence {} valid for {:?}", lease.fence(), lease.remaining());
