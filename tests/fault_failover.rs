@@ -53,6 +53,8 @@ fn assert_converged(nodes: &[&Server], keys: &[String]) {
 #[test]
 fn fences_after_a_failover_are_above_every_fence_of_the_old_primary() {
     let rt = runtime();
+    let t0 = Instant::now();
+    let phase = |name: &str| eprintln!("[{:>6} ms] {name}", t0.elapsed().as_millis());
     let mut old = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start();
     let r1 = old.start_replica();
     let r2 = old.start_replica();
@@ -68,11 +70,13 @@ fn fences_after_a_failover_are_above_every_fence_of_the_old_primary() {
     eprintln!("old primary: {}", summary(&before));
 
     // Fail over: promote r1, re-point r2 at it.
+    phase("old primary killed");
     r1.promote();
     let _: () = r2
         .cmd(&["REPLICAOF", "127.0.0.1", &r1.port().to_string()])
         .unwrap_or_else(|e| panic!("REPLICAOF on r2: {}", error_text(&e)));
     wait_replica_online(&r1, &r2);
+    phase("r1 promoted, r2 following it");
 
     // Replication is asynchronous: grants the old primary acknowledged in its last moments
     // may never have reached r1. Count them for the log; the fences below must not care.
@@ -110,13 +114,16 @@ fn fences_after_a_failover_are_above_every_fence_of_the_old_primary() {
     // The old primary comes back as a replica of the new one and converges.
     old.set_restart_args("replicaof", ["127.0.0.1".to_string(), r1.port().to_string()]);
     old.restart();
+    phase("old primary restarted as a replica");
     wait_replica_online(&r1, &old);
+    phase("old primary online");
     r1.wait_caught_up(&r2);
     r1.wait_caught_up(&old);
     let mut keys = spec.keys.clone();
     keys.extend(durable.iter().map(|l| l.key.clone()));
     keys.push("fresh-after-fault".into());
     assert_converged(&[&r1, &r2, &old], &keys);
+    phase("converged");
     assert_eq!(old.info_field("replication", "role").as_deref(), Some("slave"));
 
     // And the new primary keeps issuing fences above everything.
