@@ -98,8 +98,14 @@ impl Fixture {
             Op::TwoPings => {
                 let mut conn = self.conn.clone();
                 Box::pin(async move {
-                    let a: String = redis::cmd("PING").query_async(&mut conn).await.expect("PING");
-                    let b: String = redis::cmd("PING").query_async(&mut conn).await.expect("PING");
+                    let a: String = redis::cmd("PING")
+                        .query_async(&mut conn)
+                        .await
+                        .expect("PING");
+                    let b: String = redis::cmd("PING")
+                        .query_async(&mut conn)
+                        .await
+                        .expect("PING");
                     black_box((a, b));
                 })
             }
@@ -119,7 +125,10 @@ impl Fixture {
                         .query_async(&mut conn)
                         .await
                         .expect("RELEASE");
-                    assert!(fence.is_some() && released == 1, "raw lease not granted/released");
+                    assert!(
+                        fence.is_some() && released == 1,
+                        "raw lease not granted/released"
+                    );
                 })
             }
             Op::SingleNode => {
@@ -145,7 +154,10 @@ impl Fixture {
             Op::Rslock => {
                 let rslock = self.rslock.clone();
                 Box::pin(async move {
-                    let lock = rslock.lock("bench:rslock", TTL).await.expect("rslock grant");
+                    let lock = rslock
+                        .lock("bench:rslock", TTL)
+                        .await
+                        .expect("rslock grant");
                     rslock.unlock(&lock).await;
                 })
             }
@@ -154,8 +166,19 @@ impl Fixture {
 }
 
 const GROUPS: [(&str, &[Op]); 2] = [
-    ("single_node", &[Op::TwoPings, Op::RawAcquireRelease, Op::SingleNode]),
-    ("redlock_5", &[Op::SingleNode, Op::RedlockPlain, Op::RedlockFenced, Op::Rslock]),
+    (
+        "single_node",
+        &[Op::TwoPings, Op::RawAcquireRelease, Op::SingleNode],
+    ),
+    (
+        "redlock_5",
+        &[
+            Op::SingleNode,
+            Op::RedlockPlain,
+            Op::RedlockFenced,
+            Op::Rslock,
+        ],
+    ),
 ];
 
 fn criterion_pass(c: &mut Criterion, rt: &tokio::runtime::Runtime, fx: &Fixture) {
@@ -193,7 +216,7 @@ fn paired_pass(rt: &tokio::runtime::Runtime, fx: &Fixture, budget: Duration) {
         let mut round = 0usize;
         while started.elapsed() < budget && round < 10_000 {
             // Alternate the order so no op always runs right after the same neighbour.
-            let order: Vec<usize> = if round % 2 == 0 {
+            let order: Vec<usize> = if round & 1 == 0 {
                 (0..ops.len()).collect()
             } else {
                 (0..ops.len()).rev().collect()
@@ -217,13 +240,19 @@ fn paired_pass(rt: &tokio::runtime::Runtime, fx: &Fixture, budget: Duration) {
             .map(|(name, v)| format!("  \"{name}\": [{}]", join(v)))
             .collect();
         eprintln!("paired pass {group_name}: {round} rounds");
-        groups.push(format!(" \"{group_name}\": {{\n{}\n }}", entries.join(",\n")));
+        groups.push(format!(
+            " \"{group_name}\": {{\n{}\n }}",
+            entries.join(",\n")
+        ));
     }
     out += &groups.join(",\n");
     out += "\n}\n";
     let path = support::results_file("client_paired.json");
     std::fs::write(&path, out).unwrap_or_else(|e| panic!("write {path:?}: {e}"));
-    eprintln!("paired per-round times (µs per lease) written to {}", path.display());
+    eprintln!(
+        "paired per-round times (µs per lease) written to {}",
+        path.display()
+    );
 }
 
 fn join(v: &[f64]) -> String {

@@ -63,7 +63,10 @@ async fn one_grant(locker: &Locker, key: &str, strategy: Strategy) {
         },
     };
     tokio::time::sleep(HOLD).await;
-    assert!(lease.release().await.expect("release"), "lease lost while holding it");
+    assert!(
+        lease.release().await.expect("release"),
+        "lease lost while holding it"
+    );
 }
 
 /// Hands out exactly `GRANTS` grants among `TASKS` tasks; returns the wall time.
@@ -94,7 +97,11 @@ fn command_calls(server: &Server) -> BTreeMap<String, u64> {
         .into_iter()
         .filter_map(|(k, v)| {
             let name = k.strip_prefix("cmdstat_")?.to_owned();
-            let calls = v.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
+            let calls = v
+                .split(',')
+                .find_map(|f| f.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
             Some((name, calls))
         })
         .collect()
