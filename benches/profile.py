@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ in benches/
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from server import (  # noqa: E402  (server.py is this directory's library of helpers)
     CAD_LUA, RENEW_LUA, ROOT, Conn, Server, encode, flush, free_port,
