@@ -32,10 +32,7 @@ const TTL: Duration = Duration::from_secs(10);
 const RAW_TOKEN: &[u8] = b"0123456789abcdef";
 
 fn config() -> LockConfig {
-    LockConfig::builder()
-        .ttl(TTL)
-        .build()
-        .expect("a valid lock config")
+    LockConfig::builder().ttl(TTL).build().expect("a valid lock config")
 }
 
 /// The operations measured, each one lease (or its floor), runnable any number of times.
@@ -77,11 +74,7 @@ impl Fixture {
     fn start(rt: &tokio::runtime::Runtime) -> Fixture {
         let servers = support::redis_servers(5);
         let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
-        let nodes = || {
-            urls.iter()
-                .map(|u| Node::new(u).expect("node"))
-                .collect::<Vec<_>>()
-        };
+        let nodes = || urls.iter().map(|u| Node::new(u).expect("node")).collect::<Vec<_>>();
         Fixture {
             conn: rt.block_on(servers[0].async_conn()),
             single: Locker::open(&urls[0], config()).expect("locker"),
@@ -98,14 +91,8 @@ impl Fixture {
             Op::TwoPings => {
                 let mut conn = self.conn.clone();
                 Box::pin(async move {
-                    let a: String = redis::cmd("PING")
-                        .query_async(&mut conn)
-                        .await
-                        .expect("PING");
-                    let b: String = redis::cmd("PING")
-                        .query_async(&mut conn)
-                        .await
-                        .expect("PING");
+                    let a: String = redis::cmd("PING").query_async(&mut conn).await.expect("PING");
+                    let b: String = redis::cmd("PING").query_async(&mut conn).await.expect("PING");
                     black_box((a, b));
                 })
             }
@@ -125,10 +112,7 @@ impl Fixture {
                         .query_async(&mut conn)
                         .await
                         .expect("RELEASE");
-                    assert!(
-                        fence.is_some() && released == 1,
-                        "raw lease not granted/released"
-                    );
+                    assert!(fence.is_some() && released == 1, "raw lease not granted/released");
                 })
             }
             Op::SingleNode => {
@@ -154,10 +138,7 @@ impl Fixture {
             Op::Rslock => {
                 let rslock = self.rslock.clone();
                 Box::pin(async move {
-                    let lock = rslock
-                        .lock("bench:rslock", TTL)
-                        .await
-                        .expect("rslock grant");
+                    let lock = rslock.lock("bench:rslock", TTL).await.expect("rslock grant");
                     rslock.unlock(&lock).await;
                 })
             }
@@ -166,19 +147,8 @@ impl Fixture {
 }
 
 const GROUPS: [(&str, &[Op]); 2] = [
-    (
-        "single_node",
-        &[Op::TwoPings, Op::RawAcquireRelease, Op::SingleNode],
-    ),
-    (
-        "redlock_5",
-        &[
-            Op::SingleNode,
-            Op::RedlockPlain,
-            Op::RedlockFenced,
-            Op::Rslock,
-        ],
-    ),
+    ("single_node", &[Op::TwoPings, Op::RawAcquireRelease, Op::SingleNode]),
+    ("redlock_5", &[Op::SingleNode, Op::RedlockPlain, Op::RedlockFenced, Op::Rslock]),
 ];
 
 fn criterion_pass(c: &mut Criterion, rt: &tokio::runtime::Runtime, fx: &Fixture) {
@@ -216,11 +186,8 @@ fn paired_pass(rt: &tokio::runtime::Runtime, fx: &Fixture, budget: Duration) {
         let mut round = 0usize;
         while started.elapsed() < budget && round < 10_000 {
             // Alternate the order so no op always runs right after the same neighbour.
-            let order: Vec<usize> = if round & 1 == 0 {
-                (0..ops.len()).collect()
-            } else {
-                (0..ops.len()).rev().collect()
-            };
+            let order: Vec<usize> =
+                if round & 1 == 0 { (0..ops.len()).collect() } else { (0..ops.len()).rev().collect() };
             for i in order {
                 let op = ops[i];
                 let n = per_block[i];
@@ -235,31 +202,20 @@ fn paired_pass(rt: &tokio::runtime::Runtime, fx: &Fixture, budget: Duration) {
             }
             round += 1;
         }
-        let entries: Vec<String> = samples
-            .iter()
-            .map(|(name, v)| format!("  \"{name}\": [{}]", join(v)))
-            .collect();
+        let entries: Vec<String> =
+            samples.iter().map(|(name, v)| format!("  \"{name}\": [{}]", join(v))).collect();
         eprintln!("paired pass {group_name}: {round} rounds");
-        groups.push(format!(
-            " \"{group_name}\": {{\n{}\n }}",
-            entries.join(",\n")
-        ));
+        groups.push(format!(" \"{group_name}\": {{\n{}\n }}", entries.join(",\n")));
     }
     out += &groups.join(",\n");
     out += "\n}\n";
     let path = support::results_file("client_paired.json");
     std::fs::write(&path, out).unwrap_or_else(|e| panic!("write {path:?}: {e}"));
-    eprintln!(
-        "paired per-round times (µs per lease) written to {}",
-        path.display()
-    );
+    eprintln!("paired per-round times (µs per lease) written to {}", path.display());
 }
 
 fn join(v: &[f64]) -> String {
-    v.iter()
-        .map(|x| format!("{x:.2}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    v.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(", ")
 }
 
 fn main() {

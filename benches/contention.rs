@@ -55,18 +55,13 @@ async fn one_grant(locker: &Locker, key: &str, strategy: Strategy) {
         Strategy::FixedPoll => loop {
             match locker.try_acquire(key).await {
                 Ok(lease) => break lease,
-                Err(Error::Contended { .. }) if Instant::now() < give_up => {
-                    tokio::time::sleep(POLL).await
-                }
+                Err(Error::Contended { .. }) if Instant::now() < give_up => tokio::time::sleep(POLL).await,
                 Err(e) => panic!("fixed poll: {e}"),
             }
         },
     };
     tokio::time::sleep(HOLD).await;
-    assert!(
-        lease.release().await.expect("release"),
-        "lease lost while holding it"
-    );
+    assert!(lease.release().await.expect("release"), "lease lost while holding it");
 }
 
 /// Hands out exactly `GRANTS` grants among `TASKS` tasks; returns the wall time.
@@ -97,11 +92,7 @@ fn command_calls(server: &Server) -> BTreeMap<String, u64> {
         .into_iter()
         .filter_map(|(k, v)| {
             let name = k.strip_prefix("cmdstat_")?.to_owned();
-            let calls = v
-                .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
+            let calls = v.split(',').find_map(|f| f.strip_prefix("calls="))?.parse().ok()?;
             Some((name, calls))
         })
         .collect()
@@ -120,11 +111,8 @@ fn contention(c: &mut Criterion) {
         .warm_up_time(Duration::from_millis(500))
         .measurement_time(Duration::from_secs(4));
     for strategy in [Strategy::Backoff, Strategy::FixedPoll] {
-        let config = LockConfig::builder()
-            .ttl(Duration::from_secs(5))
-            .max_wait(MAX_WAIT)
-            .build()
-            .expect("config");
+        let config =
+            LockConfig::builder().ttl(Duration::from_secs(5)).max_wait(MAX_WAIT).build().expect("config");
         let locker = Locker::open(&server.url(), config).expect("locker");
         let key: &'static str = match strategy {
             Strategy::Backoff => "hot:backoff",

@@ -67,10 +67,7 @@ impl ClusterBuilder {
         for n in &nodes {
             create.arg(n.addr());
         }
-        create
-            .arg("--cluster-replicas")
-            .arg(self.replicas_per_master.to_string())
-            .arg("--cluster-yes");
+        create.arg("--cluster-replicas").arg(self.replicas_per_master.to_string()).arg("--cluster-yes");
         let out = create.output().unwrap_or_else(|e| panic!("run redis-cli --cluster create: {e}"));
         assert!(
             out.status.success(),

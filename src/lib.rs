@@ -39,8 +39,8 @@ pub use paths::{module_path, redis_cli, workspace_root};
 pub use persistence::PERSIST_TIMEOUT;
 pub use ports::{pick_port, PORT_MAX, PORT_MIN};
 pub use replication::{wait_replica_online, SYNC_TIMEOUT};
-pub use reshard::SlotMigration;
 pub use reply::{error_text, parse_info};
+pub use reshard::SlotMigration;
 pub use server::{Server, ServerBuilder, START_TIMEOUT};
 pub use wait::poll;
 

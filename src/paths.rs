@@ -50,9 +50,8 @@ fn build_module() -> Result<PathBuf, HarnessError> {
             String::from_utf8_lossy(&output.stderr)
         )));
     }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("target"));
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
     let target = if target.is_absolute() { target } else { root.join(target) };
     let so = target.join("release").join("libfencedlock_module.so");
     if so.is_file() {
@@ -69,9 +68,7 @@ pub fn find_program(name: &Path) -> Option<PathBuf> {
         return name.is_file().then(|| name.to_path_buf());
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|candidate| candidate.is_file())
+    std::env::split_paths(&path).map(|dir| dir.join(name)).find(|candidate| candidate.is_file())
 }
 
 /// The `redis-cli` binary (env `FENCEDLOCK_REDIS_CLI`, default `redis-cli`); it also

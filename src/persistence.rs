@@ -11,9 +11,8 @@ pub const PERSIST_TIMEOUT: Duration = Duration::from_secs(15);
 impl Server {
     /// `SAVE` (foreground RDB snapshot); panics on error.
     pub fn save(&self) {
-        let _: () = self
-            .query(&redis::cmd("SAVE"))
-            .unwrap_or_else(|e| panic!("SAVE on {}: {e}", self.addr()));
+        let _: () =
+            self.query(&redis::cmd("SAVE")).unwrap_or_else(|e| panic!("SAVE on {}: {e}", self.addr()));
     }
 
     /// `BGREWRITEAOF`, then wait until `aof_rewrite_in_progress:0` and no rewrite is

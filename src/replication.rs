@@ -71,16 +71,9 @@ impl Server {
 /// command stream flows; after that `WAIT` is meaningful.
 pub fn wait_replica_online(primary: &Server, replica: &Server) {
     let needle = format!("port={},state=online", replica.port());
-    poll(
-        &format!("replica {} online at primary {}", replica.addr(), primary.addr()),
-        SYNC_TIMEOUT,
-        || {
-            let online = primary
-                .info("replication")
-                .iter()
-                .any(|(k, v)| k.starts_with("slave") && v.contains(&needle));
-            online
-                && replica.info_field("replication", "master_link_status").as_deref() == Some("up")
-        },
-    );
+    poll(&format!("replica {} online at primary {}", replica.addr(), primary.addr()), SYNC_TIMEOUT, || {
+        let online =
+            primary.info("replication").iter().any(|(k, v)| k.starts_with("slave") && v.contains(&needle));
+        online && replica.info_field("replication", "master_link_status").as_deref() == Some("up")
+    });
 }

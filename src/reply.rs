@@ -29,7 +29,8 @@ mod tests {
 
     #[test]
     fn parses_info_fields() {
-        let info = parse_info("# Replication\r\nrole:master\r\nslave0:ip=127.0.0.1,port=1,state=online\r\n\r\n");
+        let info =
+            parse_info("# Replication\r\nrole:master\r\nslave0:ip=127.0.0.1,port=1,state=online\r\n\r\n");
         assert_eq!(info["role"], "master");
         assert_eq!(info["slave0"], "ip=127.0.0.1,port=1,state=online");
         assert_eq!(info.len(), 2);

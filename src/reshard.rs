@@ -133,12 +133,7 @@ impl SlotMigration<'_> {
         let source = &self.cluster.nodes()[self.from];
         for _ in 0..MAX_MIGRATE_ROUNDS {
             let keys: Vec<Vec<u8>> = source
-                .query(
-                    redis::cmd("CLUSTER")
-                        .arg("GETKEYSINSLOT")
-                        .arg(self.slot)
-                        .arg(KEYS_PER_MIGRATE),
-                )
+                .query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(self.slot).arg(KEYS_PER_MIGRATE))
                 .unwrap_or_else(|e| panic!("CLUSTER GETKEYSINSLOT on {}: {e}", source.addr()));
             if keys.is_empty() {
                 return;
@@ -160,11 +155,9 @@ impl SlotMigration<'_> {
             }
         }
         let (slot, to) = (self.slot, self.to);
-        poll(
-            &format!("every node to see slot {slot} on node {to}"),
-            CLUSTER_TIMEOUT,
-            || (0..self.cluster.nodes().len()).all(|v| self.cluster.slot_owner_seen_by(v, slot) == Some(to)),
-        );
+        poll(&format!("every node to see slot {slot} on node {to}"), CLUSTER_TIMEOUT, || {
+            (0..self.cluster.nodes().len()).all(|v| self.cluster.slot_owner_seen_by(v, slot) == Some(to))
+        });
     }
 
     fn setslot(&self, node: usize, rest: &[&str]) {

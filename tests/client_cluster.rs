@@ -20,12 +20,7 @@ fn owner_status(cluster: &Cluster, key: &str) -> Vec<(String, u64, bool)> {
                 Ok(Some((fence, held, _))) => Some((n.addr(), fence, held == 1)),
                 Ok(None) => Some((n.addr(), 0, false)),
                 Err(e) => {
-                    assert_eq!(
-                        e.kind(),
-                        ErrorKind::Server(ServerErrorKind::Moved),
-                        "{}: {e}",
-                        n.addr()
-                    );
+                    assert_eq!(e.kind(), ErrorKind::Server(ServerErrorKind::Moved), "{}: {e}", n.addr());
                     None
                 }
             }
@@ -36,8 +31,8 @@ fn owner_status(cluster: &Cluster, key: &str) -> Vec<(String, u64, bool)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_route_by_key_through_a_cluster_connection() {
     let cluster = Cluster::builder().masters(3).start();
-    let locker = Locker::open_cluster(&cluster.urls(), client_support::config(10_000, 1_000))
-        .expect("cluster locker");
+    let locker =
+        Locker::open_cluster(&cluster.urls(), client_support::config(10_000, 1_000)).expect("cluster locker");
     let rival = Locker::open_cluster(&cluster.urls()[1..], client_support::config(10_000, 1_000))
         .expect("second cluster locker");
 
@@ -52,10 +47,7 @@ async fn leases_route_by_key_through_a_cluster_connection() {
         assert_eq!(owner.len(), 1, "exactly one node owns {}: {owner:?}", lease.key());
         assert_eq!((owner[0].1, owner[0].2), (lease.fence(), true));
         owners.insert(owner[0].0.clone());
-        assert!(matches!(
-            rival.try_acquire(lease.key()).await,
-            Err(Error::Contended { .. })
-        ));
+        assert!(matches!(rival.try_acquire(lease.key()).await, Err(Error::Contended { .. })));
     }
     assert_eq!(owners.len(), 3, "24 keys spread over all three masters");
 

@@ -35,11 +35,7 @@ struct Step {
 }
 
 const fn step(after: usize, fault: Fault) -> Step {
-    Step {
-        after,
-        granted_by: None,
-        fault,
-    }
+    Step { after, granted_by: None, fault }
 }
 
 /// Never more than two masters down at once. The third step kills master 0 again right after
@@ -48,11 +44,7 @@ const fn step(after: usize, fault: Fault) -> Step {
 const SCHEDULE: &[Step] = &[
     step(60, Fault::Kill(0)),
     step(60, Fault::Restart(0)),
-    Step {
-        after: 10,
-        granted_by: Some((0, 10)),
-        fault: Fault::Kill(0),
-    },
+    Step { after: 10, granted_by: Some((0, 10)), fault: Fault::Kill(0) },
     step(60, Fault::Kill(1)),
     step(60, Fault::Restart(0)),
     step(60, Fault::Restart(1)),
@@ -93,18 +85,10 @@ struct Outcome {
 /// (or a 40 s safety deadline passes, which the callers' assertions then report).
 async fn contended_run(fencing: Fencing, target: usize, schedule: &[Step]) -> Outcome {
     let servers: Vec<Arc<Mutex<Server>>> = (0..MASTERS)
-        .map(|_| {
-            Server::builder()
-                .arg("appendonly", "yes")
-                .arg("appendfsync", "always")
-                .start()
-        })
+        .map(|_| Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start())
         .map(|s| Arc::new(Mutex::new(s)))
         .collect();
-    let client_nodes = servers
-        .iter()
-        .map(|s| Node::new(&s.lock().unwrap().url()).unwrap())
-        .collect();
+    let client_nodes = servers.iter().map(|s| Node::new(&s.lock().unwrap().url()).unwrap()).collect();
     let config = LockConfig::builder()
         .ttl(Duration::from_millis(2_000))
         .node_timeout(Duration::from_millis(200))
@@ -121,9 +105,8 @@ async fn contended_run(fencing: Fencing, target: usize, schedule: &[Step]) -> Ou
     for _ in 0..WORKERS {
         let (redlock, ledger, schedule_done) = (redlock.clone(), ledger.clone(), schedule_done.clone());
         workers.push(tokio::spawn(async move {
-            let finished = || {
-                schedule_done.load(Ordering::SeqCst) && ledger.lock().unwrap().fences.len() >= target
-            };
+            let finished =
+                || schedule_done.load(Ordering::SeqCst) && ledger.lock().unwrap().fences.len() >= target;
             while !finished() && Instant::now() < deadline {
                 let lease = match redlock.acquire(KEY).await {
                     Ok(lease) => lease,
@@ -161,8 +144,7 @@ async fn contended_run(fencing: Fencing, target: usize, schedule: &[Step]) -> Ou
                 let l = ledger.lock().unwrap();
                 let since = &l.granted_by[start.min(l.granted_by.len())..];
                 since.len() >= s.after
-                    && s.granted_by
-                        .is_none_or(|(node, n)| since.iter().filter(|by| by[node]).count() >= n)
+                    && s.granted_by.is_none_or(|(node, n)| since.iter().filter(|by| by[node]).count() >= n)
             };
             if ready || Instant::now() >= deadline {
                 break;
@@ -202,22 +184,11 @@ async fn contended_run(fencing: Fencing, target: usize, schedule: &[Step]) -> Ou
         .await;
     }
     let l = std::mem::take(&mut *ledger.lock().unwrap());
-    Outcome {
-        fences: l.fences,
-        granted_by: l.granted_by,
-        expired: l.expired,
-        failures: l.failures,
-        faults,
-    }
+    Outcome { fences: l.fences, granted_by: l.granted_by, expired: l.expired, failures: l.failures, faults }
 }
 
 fn backwards_steps(fences: &[u64]) -> Vec<(usize, u64, u64)> {
-    fences
-        .windows(2)
-        .enumerate()
-        .filter(|(_, w)| w[1] <= w[0])
-        .map(|(i, w)| (i + 1, w[0], w[1]))
-        .collect()
+    fences.windows(2).enumerate().filter(|(_, w)| w[1] <= w[0]).map(|(i, w)| (i + 1, w[0], w[1])).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -235,16 +206,10 @@ async fn fenced_redlock_fences_strictly_increase_under_kills_and_restarts() {
     );
     assert!(out.fences.len() >= target, "only {} grants", out.fences.len());
     assert_eq!(out.faults, SCHEDULE.len(), "every fault was injected");
-    let minority_grants = out
-        .granted_by
-        .iter()
-        .filter(|by| by.iter().filter(|&&b| b).count() < MASTERS)
-        .count();
+    let minority_grants =
+        out.granted_by.iter().filter(|by| by.iter().filter(|&&b| b).count() < MASTERS).count();
     assert!(minority_grants > 100, "grants with masters down: {minority_grants}");
-    assert!(
-        out.fences.iter().any(|&f| f > 1 << 32),
-        "restarted masters issued epoch-jumped fences"
-    );
+    assert!(out.fences.iter().any(|&f| f > 1 << 32), "restarted masters issued epoch-jumped fences");
     let distinct: HashSet<u64> = out.fences.iter().copied().collect();
     assert_eq!(distinct.len(), out.fences.len(), "a fence repeated");
     let back = backwards_steps(&out.fences);
@@ -256,10 +221,8 @@ async fn plain_per_node_fences_go_backwards_in_the_same_run() {
     // The first three faults (kill, restart, kill master 0) and a few hundred grants suffice.
     let out = contended_run(Fencing::QuorumMax, 300, &SCHEDULE[..3]).await;
     let back = backwards_steps(&out.fences);
-    let across_epoch: Vec<_> = back
-        .iter()
-        .filter(|(_, before, after)| *before > 1 << 32 && *after < 1 << 32)
-        .collect();
+    let across_epoch: Vec<_> =
+        back.iter().filter(|(_, before, after)| *before > 1 << 32 && *after < 1 << 32).collect();
     eprintln!(
         "plain: {} grants, {} faults, {} backwards steps ({} across the restart epoch), first {:?}",
         out.fences.len(),

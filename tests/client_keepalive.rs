@@ -23,10 +23,7 @@ async fn keeps_a_450ms_lease_for_1800ms() {
         kept.ensure_valid().expect("kept alive");
         assert!(kept.remaining() > Duration::ZERO);
         assert!(held(&server, "kept"));
-        assert!(matches!(
-            rival.try_acquire("kept").await,
-            Err(Error::Contended { .. })
-        ));
+        assert!(matches!(rival.try_acquire("kept").await, Err(Error::Contended { .. })));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!kept.cancellation().is_cancelled());
@@ -74,10 +71,9 @@ async fn a_frozen_server_makes_the_first_renewal_fail() {
     server.resume();
     let err = err.expect("loss signalled");
     match err {
-        Error::LeaseLost {
-            cause: LossCause::RenewFailed(inner),
-            ..
-        } => assert!(matches!(*inner, Error::Timeout { operation: "RENEW", .. }), "{inner:?}"),
+        Error::LeaseLost { cause: LossCause::RenewFailed(inner), .. } => {
+            assert!(matches!(*inner, Error::Timeout { operation: "RENEW", .. }), "{inner:?}")
+        }
         other => panic!("expected RenewFailed(Timeout), got {other:?}"),
     }
     drop(kept);
@@ -142,10 +138,7 @@ async fn with_lease_drops_the_work_when_the_lease_is_lost() {
         })
         .await;
     thief.await.unwrap();
-    assert!(
-        matches!(result, Err(Error::LeaseLost { cause: LossCause::Refused, .. })),
-        "{result:?}"
-    );
+    assert!(matches!(result, Err(Error::LeaseLost { cause: LossCause::Refused, .. })), "{result:?}");
     assert!(dropped.load(Ordering::SeqCst), "the work future was dropped");
     assert!(started.elapsed() < Duration::from_secs(2), "stopped promptly: {:?}", started.elapsed());
     let at_stop = steps.load(Ordering::SeqCst);

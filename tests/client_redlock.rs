@@ -33,9 +33,7 @@ fn not_awaited(v: &Vote) -> bool {
 fn grant_everywhere(servers: &[Server], key: &str, token: &Token, ttl_ms: u64) {
     let token = std::str::from_utf8(token.as_bytes()).expect("a hex token");
     for s in servers {
-        let fence: Option<u64> = s
-            .cmd(&["FENCEDLOCK.ACQUIRE", key, token, &ttl_ms.to_string()])
-            .unwrap();
+        let fence: Option<u64> = s.cmd(&["FENCEDLOCK.ACQUIRE", key, token, &ttl_ms.to_string()]).unwrap();
         assert!(fence.is_some(), "{} refused", s.addr());
     }
 }
@@ -85,10 +83,7 @@ async fn five_masters_grant_raise_and_release() {
             // grant was released again by the rival's failed round.)
             for (ours, theirs) in report.votes.iter().zip(&rival_report.votes) {
                 if ours.vote.is_yes() {
-                    assert!(
-                        matches!(theirs.vote, Vote::Refused | Vote::NotAwaited),
-                        "{rival_report}"
-                    );
+                    assert!(matches!(theirs.vote, Vote::Refused | Vote::NotAwaited), "{rival_report}");
                 }
             }
         }
@@ -207,10 +202,7 @@ async fn two_killed_masters_still_grant_and_renew() {
     let report = lease.report();
     // A refused connection is usually in before the third grant, but need not be.
     for i in [0, 4] {
-        assert!(
-            matches!(report.votes[i].vote, Vote::Failed { .. } | Vote::NotAwaited),
-            "{report}"
-        );
+        assert!(matches!(report.votes[i].vote, Vote::Failed { .. } | Vote::NotAwaited), "{report}");
     }
     assert_eq!(report.yes(), 3);
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -243,11 +235,7 @@ async fn three_killed_masters_grant_nothing_and_leave_nothing() {
     match redlock.try_acquire("dead3").await {
         Err(Error::QuorumNotReached(report)) => {
             // The three failures decide the round, whether or not the two grants are in.
-            let failed = report
-                .votes
-                .iter()
-                .filter(|v| matches!(v.vote, Vote::Failed { .. }))
-                .count();
+            let failed = report.votes.iter().filter(|v| matches!(v.vote, Vote::Failed { .. })).count();
             assert_eq!(failed, 3, "{report}");
             assert!(report.yes() <= 2, "{report}");
             assert!(!report.majority_refused(), "unreachable is not a refusal");

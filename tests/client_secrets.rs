@@ -22,22 +22,13 @@ fn tokens() -> Vec<Token> {
 /// Every way the token could show up in `shown`.
 fn assert_no_token(shown: &str, token: &Token) {
     let text = String::from_utf8_lossy(token.as_bytes()).into_owned();
-    for spelling in [
-        text.clone(),
-        text.replace(['\r', '\n'], " "),
-        token.to_hex(),
-        token.to_hex().to_uppercase(),
-    ] {
-        assert!(
-            !shown.contains(&spelling),
-            "the token {spelling:?} leaked into: {shown}"
-        );
+    for spelling in
+        [text.clone(), text.replace(['\r', '\n'], " "), token.to_hex(), token.to_hex().to_uppercase()]
+    {
+        assert!(!shown.contains(&spelling), "the token {spelling:?} leaked into: {shown}");
     }
     for line in text.split(['\r', '\n']).filter(|l| l.len() >= 4) {
-        assert!(
-            !shown.contains(line),
-            "part of the token {line:?} leaked into: {shown}"
-        );
+        assert!(!shown.contains(line), "part of the token {line:?} leaked into: {shown}");
     }
 }
 
@@ -69,10 +60,7 @@ async fn a_locker_on_a_server_without_the_module_never_shows_the_token() {
     let plain = Server::builder().without_module().start();
     let locker = Locker::new(Node::new(&plain.url()).unwrap(), config(5_000, 1_000));
     for token in tokens() {
-        let acquired = locker
-            .try_acquire_with_token("k", &token)
-            .await
-            .unwrap_err();
+        let acquired = locker.try_acquire_with_token("k", &token).await.unwrap_err();
         assert_error_hides(&acquired, &token);
         assert_unknown_command(&acquired);
         let renewed = locker.renew_token("k", &token).await.unwrap_err();
@@ -88,10 +76,7 @@ async fn a_locker_on_a_server_without_the_module_never_shows_the_token() {
     match locker.try_acquire_with_token("k", &token).await {
         Err(Error::Server { source, .. }) => {
             assert_eq!(source.code(), Some("ERR"));
-            assert!(
-                source.to_string().contains("FENCEDLOCK.ACQUIRE"),
-                "{source}"
-            );
+            assert!(source.to_string().contains("FENCEDLOCK.ACQUIRE"), "{source}");
         }
         other => panic!("expected the server's error, got {other:?}"),
     }
@@ -100,73 +85,41 @@ async fn a_locker_on_a_server_without_the_module_never_shows_the_token() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_reports_never_show_the_token() {
     let with_module = servers(2);
-    let plain = [
-        Server::builder().without_module().start(),
-        Server::builder().without_module().start(),
-    ];
+    let plain = [Server::builder().without_module().start(), Server::builder().without_module().start()];
     let one_plain = [plain[0].url(), with_module[0].url(), with_module[1].url()];
     let two_plain = [plain[0].url(), plain[1].url(), with_module[0].url()];
     for token in tokens() {
         // One plain server, one grant, one refusal (a rival holds the key there): the plain
         // server's answer decides the round, so the report holds its error.
         let redlock = Redlock::open(&one_plain, config(5_000, 1_000)).unwrap();
-        let rival: Option<u64> = with_module[1]
-            .cmd(&["FENCEDLOCK.ACQUIRE", "r", "rival", "60000"])
-            .unwrap();
+        let rival: Option<u64> = with_module[1].cmd(&["FENCEDLOCK.ACQUIRE", "r", "rival", "60000"]).unwrap();
         assert!(rival.is_some());
-        let err = redlock
-            .try_acquire_with_token("r", &token)
-            .await
-            .unwrap_err();
+        let err = redlock.try_acquire_with_token("r", &token).await.unwrap_err();
         assert_error_hides(&err, &token);
         let Error::QuorumNotReached(report) = &err else {
             panic!("expected QuorumNotReached, got {err:?}");
         };
-        assert!(
-            matches!(report.votes[0].vote, Vote::Failed { .. }),
-            "{report}"
-        );
+        assert!(matches!(report.votes[0].vote, Vote::Failed { .. }), "{report}");
         assert!(matches!(report.votes[2].vote, Vote::Refused), "{report}");
-        let _: i64 = with_module[1]
-            .cmd(&["FENCEDLOCK.RELEASE", "r", "rival"])
-            .unwrap();
+        let _: i64 = with_module[1].cmd(&["FENCEDLOCK.RELEASE", "r", "rival"]).unwrap();
 
         // Granted by the two servers with the module; whatever the report holds is clean.
-        let lease = redlock
-            .try_acquire_with_token("r", &token)
-            .await
-            .expect("2 of 3");
+        let lease = redlock.try_acquire_with_token("r", &token).await.expect("2 of 3");
         let report = lease.report().clone();
         assert_no_token(&format!("{report} {report:?} {lease:?}"), &token);
         assert!(lease.release().await.unwrap());
 
         // Two plain servers: no majority, and no retry can help.
         let redlock = Redlock::open(&two_plain, config(5_000, 1_000)).unwrap();
-        let err = redlock
-            .try_acquire_with_token("r", &token)
-            .await
-            .unwrap_err();
+        let err = redlock.try_acquire_with_token("r", &token).await.unwrap_err();
         assert_error_hides(&err, &token);
         let Error::QuorumNotReached(report) = &err else {
             panic!("expected QuorumNotReached, got {err:?}");
         };
-        let failed = report
-            .votes
-            .iter()
-            .filter(|v| matches!(v.vote, Vote::Failed { .. }))
-            .count();
-        assert_eq!(
-            failed, 2,
-            "the two plain servers decided the round: {report}"
-        );
-        assert!(
-            !err.is_retryable(),
-            "a majority without the module is final: {err}"
-        );
-        for call in [
-            redlock.renew_token("r", &token).await,
-            redlock.release_token("r", &token).await,
-        ] {
+        let failed = report.votes.iter().filter(|v| matches!(v.vote, Vote::Failed { .. })).count();
+        assert_eq!(failed, 2, "the two plain servers decided the round: {report}");
+        assert!(!err.is_retryable(), "a majority without the module is final: {err}");
+        for call in [redlock.renew_token("r", &token).await, redlock.release_token("r", &token).await] {
             let err = call.expect_err("no majority has the module");
             assert_error_hides(&err, &token);
             assert!(matches!(err, Error::QuorumNotReached(_)), "{err:?}");

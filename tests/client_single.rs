@@ -194,10 +194,7 @@ async fn dropping_a_lease_releases_it_in_the_background() {
 #[test]
 fn dropping_a_lease_outside_a_runtime_neither_panics_nor_blocks() {
     let server = Server::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let lease = runtime.block_on(async { locker(&server, 800).try_acquire("orphan").await.unwrap() });
     drop(runtime);
     let started = Instant::now();
@@ -205,9 +202,7 @@ fn dropping_a_lease_outside_a_runtime_neither_panics_nor_blocks() {
     assert!(started.elapsed() < Duration::from_millis(100));
     // Nobody could release it, so the ttl ends it.
     assert!(held(&server, "orphan"));
-    harness::poll("the orphaned lease to expire", Duration::from_secs(3), || {
-        !held(&server, "orphan")
-    });
+    harness::poll("the orphaned lease to expire", Duration::from_secs(3), || !held(&server, "orphan"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -252,9 +247,7 @@ async fn server_errors_are_typed_and_not_retried() {
     assert!(started.elapsed() < Duration::from_secs(1), "WRONGTYPE must not be retried");
 
     // A ttl above the server's max-ttl is a server error, not contention.
-    let _: () = server
-        .cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "1000"])
-        .unwrap();
+    let _: () = server.cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "1000"]).unwrap();
     let long = Locker::open(&server.url(), config(5_000, 500)).unwrap();
     match long.acquire("long").await {
         Err(err @ Error::Server { .. }) => assert!(err.to_string().contains("ttl"), "{err}"),
@@ -270,10 +263,7 @@ async fn server_errors_are_typed_and_not_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_locker_reconnects_after_a_server_restart() {
-    let mut server = Server::builder()
-        .arg("appendonly", "yes")
-        .arg("appendfsync", "always")
-        .start();
+    let mut server = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start();
     let locker = locker(&server, 2_000);
     let before = locker.try_acquire("restart").await.unwrap();
     let before_fence = before.fence();
@@ -299,11 +289,8 @@ async fn the_locker_reconnects_after_a_server_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hex_tokens_can_be_used_from_redis_cli() {
     let server = Server::start();
-    let config = LockConfig::builder()
-        .ttl(Duration::from_secs(30))
-        .token_format(TokenFormat::Hex)
-        .build()
-        .unwrap();
+    let config =
+        LockConfig::builder().ttl(Duration::from_secs(30)).token_format(TokenFormat::Hex).build().unwrap();
     let locker = Locker::open(&server.url(), config).unwrap();
     let lease = locker.try_acquire("hex").await.unwrap();
     let text = String::from_utf8(lease.token().as_bytes().to_vec()).expect("hex token is text");
@@ -356,19 +343,13 @@ async fn reacquiring_with_the_holders_token_is_idempotent() {
     assert!(pttl > 900, "the lease restarted for a full ttl: {pttl}");
     // Anyone else is still refused.
     let other = Token::from_bytes(b"someone-else".to_vec()).unwrap();
-    assert!(matches!(
-        locker.try_acquire_with_token("resume", &other).await,
-        Err(Error::Contended { .. })
-    ));
+    assert!(matches!(locker.try_acquire_with_token("resume", &other).await, Err(Error::Contended { .. })));
     assert!(again.release().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_waits_out_the_restart_grace() {
-    let mut server = Server::builder()
-        .arg("appendonly", "yes")
-        .arg("appendfsync", "always")
-        .start();
+    let mut server = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start();
     server.set_restart_arg("fencedlock.restart-grace-ms", "800");
     let server = client_support::blocking(move || {
         server.restart();

@@ -105,23 +105,38 @@ async fn leases_on_keys_over_all_slots_through_the_cluster_connection() {
         slots.insert(slot);
         let owner = cluster.slot_owner_seen_by(0, slot).expect("every slot is served");
         *per_master.entry(owner).or_default() += 1;
-        assert_eq!(status_on(&cluster.nodes()[owner], lease.key()), Some((lease.fence(), true)), "{}", lease.key());
+        assert_eq!(
+            status_on(&cluster.nodes()[owner], lease.key()),
+            Some((lease.fence(), true)),
+            "{}",
+            lease.key()
+        );
     }
     assert_eq!(per_master.len(), 3, "keys on every master: {per_master:?}");
     let (lo, hi) = (*slots.first().expect("slots"), *slots.last().expect("slots"));
-    assert!(lo < 500 && hi > 15_800 && slots.len() > 280, "keys spread over the slot range: {lo}..{hi}, {}", slots.len());
+    assert!(
+        lo < 500 && hi > 15_800 && slots.len() > 280,
+        "keys spread over the slot range: {lo}..{hi}, {}",
+        slots.len()
+    );
 
     // Only the slot's master answers; the others redirect.
     for lease in leases.iter().take(10) {
         let owner = cluster.slot_owner_seen_by(0, cluster.key_slot(lease.key())).expect("owner");
         for m in cluster.masters().into_iter().filter(|&m| m != owner) {
-            let err = cluster.nodes()[m].cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", lease.key()]).unwrap_err();
+            let err = cluster.nodes()[m]
+                .cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", lease.key()])
+                .unwrap_err();
             assert!(error_text(&err).starts_with("MOVED"), "{}", error_text(&err));
         }
     }
     // Every lease is exclusive, and replicated to its master's replica.
     for lease in leases.iter().step_by(15) {
-        assert!(matches!(rival.try_acquire(lease.key()).await, Err(Error::Contended { .. })), "{}", lease.key());
+        assert!(
+            matches!(rival.try_acquire(lease.key()).await, Err(Error::Contended { .. })),
+            "{}",
+            lease.key()
+        );
     }
     for m in cluster.masters() {
         sync_replica(&cluster, m);
@@ -129,7 +144,12 @@ async fn leases_on_keys_over_all_slots_through_the_cluster_connection() {
     for lease in leases.iter().step_by(7) {
         let owner = cluster.slot_owner_seen_by(0, cluster.key_slot(lease.key())).expect("owner");
         let on_replica = status_on_replica(replica_of(&cluster, owner), lease.key());
-        assert_eq!(on_replica.map(|(f, h, _)| (f, h)), Some((lease.fence(), true)), "{} on the replica", lease.key());
+        assert_eq!(
+            on_replica.map(|(f, h, _)| (f, h)),
+            Some((lease.fence(), true)),
+            "{} on the replica",
+            lease.key()
+        );
     }
 
     for lease in leases {
@@ -205,7 +225,11 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     high.renew().await.expect("renew while MIGRATING: the source still has the key");
     migration.move_keys();
     let moved = dst.cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).unwrap_err();
-    assert!(error_text(&moved).starts_with("MOVED"), "the target serves it only after ASKING: {}", error_text(&moved));
+    assert!(
+        error_text(&moved).starts_with("MOVED"),
+        "the target serves it only after ASKING: {}",
+        error_text(&moved)
+    );
     assert_eq!(status_asking(dst, &key_high), Some((high.fence(), true)), "MIGRATE carried the lease");
     high.renew().await.expect("renew after MIGRATE: the source answers ASK, the target serves it");
     migration.finish();
@@ -215,11 +239,15 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     assert_eq!(on_target, (high.fence(), true), "same fence, still held");
     assert!(high_water(dst) >= high.fence(), "a restored lock raises the target's mark");
     assert!(matches!(rival.try_acquire(&key_high).await, Err(Error::Contended { .. })));
-    assert!(src.cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).is_err(), "the source redirects");
+    assert!(
+        src.cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).is_err(),
+        "the source redirects"
+    );
     kept.ensure_valid().expect("the kept-alive lease survived the migration");
     assert_eq!(status_on(dst, &format!("{tag_high}:kept")), Some((kept_fence, true)));
     sync_replica(&cluster, target);
-    let replica = status_on_replica(replica_of(&cluster, target), &key_high).expect("on the target's replica");
+    let replica =
+        status_on_replica(replica_of(&cluster, target), &key_high).expect("on the target's replica");
     assert_eq!((replica.0, replica.1), (high.fence(), true));
 
     // The next grant on the target: max(key fence, mark) + 1.
@@ -263,7 +291,9 @@ where
             Err(Error::Timeout { .. } | Error::Server { .. }) if std::time::Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            Err(e @ (Error::Timeout { .. } | Error::Server { .. })) => panic!("{what}: still failing after 20 s: {e}"),
+            Err(e @ (Error::Timeout { .. } | Error::Server { .. })) => {
+                panic!("{what}: still failing after 20 s: {e}")
+            }
             other => return other,
         }
     }
@@ -307,7 +337,8 @@ async fn a_cluster_failover_keeps_leases_and_jumps_to_a_new_epoch() {
         assert!(matches!(refused, Err(Error::Contended { .. })), "{key}: {refused:?}");
         let fence = lease.fence();
         let token = lease.detach();
-        let again = through_failover(&key, || locker.try_acquire_with_token(&key, &token)).await.expect("retake");
+        let again =
+            through_failover(&key, || locker.try_acquire_with_token(&key, &token)).await.expect("retake");
         assert_eq!(again.fence(), fence, "{key}: the same token holds it");
         assert!(again.release().await.expect("release"));
     }

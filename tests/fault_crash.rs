@@ -239,18 +239,22 @@ fn restart_grace_closes_the_lease_gap_after_a_power_loss() {
     poll("the restart grace to end", grace + Duration::from_secs(10), || {
         for l in &lost {
             let asked = Instant::now();
-            let reply: Result<Option<u64>, _> =
-                s.cmd(&["FENCEDLOCK.ACQUIRE", &l.key, "intruder", "10000"]);
+            let reply: Result<Option<u64>, _> = s.cmd(&["FENCEDLOCK.ACQUIRE", &l.key, "intruder", "10000"]);
             match reply {
                 Ok(Some(fence)) => {
                     first_grant = Some((asked, fence));
                     return true;
                 }
-                Ok(None) => panic!("{}: refused with nil, but the key was lost, so only the grace can refuse", l.key),
+                Ok(None) => {
+                    panic!("{}: refused with nil, but the key was lost, so only the grace can refuse", l.key)
+                }
                 Err(e) => {
                     let text = error_text(&e);
                     assert!(text.starts_with("TRYAGAIN"), "{text}");
-                    assert!(!text.contains(&l.token) && !text.contains("intruder"), "token in an error: {text}");
+                    assert!(
+                        !text.contains(&l.token) && !text.contains("intruder"),
+                        "token in an error: {text}"
+                    );
                     refusals += 1;
                 }
             }

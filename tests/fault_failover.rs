@@ -20,7 +20,8 @@ fn durable_leases(p: &Server, n: usize) -> Vec<HeldLease> {
         .map(|i| {
             let (key, token) = (format!("fo:durable:{i}"), format!("durable-holder-{i}"));
             let sent = Instant::now();
-            let fence: Option<u64> = p.cmd(&["FENCEDLOCK.ACQUIRE", &key, &token, &LONG_TTL_MS.to_string()]).unwrap();
+            let fence: Option<u64> =
+                p.cmd(&["FENCEDLOCK.ACQUIRE", &key, &token, &LONG_TTL_MS.to_string()]).unwrap();
             let fence = fence.expect("a fresh key is granted");
             HeldLease { key, token, fence, until: sent + Duration::from_millis(LONG_TTL_MS) }
         })
@@ -45,7 +46,13 @@ fn assert_converged(nodes: &[&Server], keys: &[String]) {
             assert_eq!(dv(n), dv(first), "{key}: value digests differ");
         }
         for field in ["fencedlock_high_water_mark", "fencedlock_epoch"] {
-            assert_eq!(counter(n, field), counter(first, field), "{field} on {} vs {}", n.addr(), first.addr());
+            assert_eq!(
+                counter(n, field),
+                counter(first, field),
+                "{field} on {} vs {}",
+                n.addr(),
+                first.addr()
+            );
         }
     }
 }

@@ -107,7 +107,9 @@ fn volatile_eviction_spares_lock_keys_and_oom_refuses_only_new_grants() {
 
     // New grants are refused (deny-oom), and so is a re-acquire: ACQUIRE may allocate.
     for (key, token) in [("vol:new", "t"), ("vol:0", "holder")] {
-        let err = acquire(&s, key, token, 60_000).map(|f| panic!("ACQUIRE {key} under OOM answered {f:?}")).unwrap_err();
+        let err = acquire(&s, key, token, 60_000)
+            .map(|f| panic!("ACQUIRE {key} under OOM answered {f:?}"))
+            .unwrap_err();
         assert!(error_text(&err).starts_with("OOM"), "{key}: {}", error_text(&err));
     }
     assert!(!exists(&s, "vol:new"));

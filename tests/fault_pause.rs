@@ -251,9 +251,10 @@ async fn paused_worker_writes_are_refused_by_the_fenced_table() {
         let key = "invoice:run";
         a.send(&format!("acquire {key} {round}"));
         let checked = a.reply();
-        let fence_a: u64 = checked.strip_prefix("checked ").and_then(|f| f.parse().ok()).unwrap_or_else(|| {
-            panic!("round {round}: worker A said {checked:?}")
-        });
+        let fence_a: u64 = checked
+            .strip_prefix("checked ")
+            .and_then(|f| f.parse().ok())
+            .unwrap_or_else(|| panic!("round {round}: worker A said {checked:?}"));
 
         // A is frozen between its lease check and its write; the write order is queued.
         a.freeze();
@@ -274,16 +275,17 @@ async fn paused_worker_writes_are_refused_by_the_fenced_table() {
         let ["wrote", accepted, locally_valid, renewal] = words.as_slice() else {
             panic!("round {round}: worker A said {wrote:?}");
         };
-        assert_eq!(*accepted, "0", "round {round}: the fenced table accepted A's stale write (fence {fence_a} after {fence_b})");
+        assert_eq!(
+            *accepted, "0",
+            "round {round}: the fenced table accepted A's stale write (fence {fence_a} after {fence_b})"
+        );
         refused += 1;
         assert_eq!(*locally_valid, "0", "round {round}: A's own clock knows the lease ran out, too late");
         assert_eq!(*renewal, "lost", "round {round}: A's renewal must report the lost lease");
         let (ledger_writer, lock_only_writer): (String, String) = conn
-            .query_row(
-                "SELECT ledger.last_writer, lock_only.last_writer FROM ledger, lock_only",
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
+            .query_row("SELECT ledger.last_writer, lock_only.last_writer FROM ledger, lock_only", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
             .expect("read the rows");
         assert_eq!(ledger_writer, "B", "round {round}");
         assert_eq!(lock_only_writer, "A", "round {round}: the lock alone did not stop the stale write");

@@ -180,7 +180,10 @@ fn node(url: &str) -> Node {
 }
 
 fn assert_bounded(what: &str, took: Duration) {
-    assert!(took < NODE_TIMEOUT + STALL_SLACK, "{what} stalled: {took:?} with a {NODE_TIMEOUT:?} node timeout");
+    assert!(
+        took < NODE_TIMEOUT + STALL_SLACK,
+        "{what} stalled: {took:?} with a {NODE_TIMEOUT:?} node timeout"
+    );
 }
 
 /// The vote of a node the round got no answer from: timed out, or (for a client that stops
@@ -196,7 +199,8 @@ async fn a_silent_node_and_a_late_node_do_not_stall_redlock() {
     let late = DelayProxy::start(&live[3], Duration::ZERO);
     // Node order: three good servers, the silent one, the late one.
     let urls = [live[0].url(), live[1].url(), live[2].url(), silent.url(), late.url()];
-    let redlock = Redlock::new(urls.iter().map(|u| node(u)).collect(), config(Duration::from_secs(5))).expect("redlock");
+    let redlock = Redlock::new(urls.iter().map(|u| node(u)).collect(), config(Duration::from_secs(5)))
+        .expect("redlock");
     // Open the late node's connection while it is still quick; then it turns slow. The
     // silent node is never connected: each round's handshake with it hangs.
     redlock.nodes()[4].status("warm-up").await.expect("the proxy forwards");
@@ -220,7 +224,8 @@ async fn a_silent_node_and_a_late_node_do_not_stall_redlock() {
     // Now one good node refuses (another token holds the key there): the outcome hangs on
     // the silent and the late node, so the round must wait for them, and only up to the
     // node timeout.
-    let blocker: Option<u64> = live[2].cmd(&["FENCEDLOCK.ACQUIRE", "slow:other", "blocker", "60000"]).expect("grant");
+    let blocker: Option<u64> =
+        live[2].cmd(&["FENCEDLOCK.ACQUIRE", "slow:other", "blocker", "60000"]).expect("grant");
     assert!(blocker.is_some());
     let started = Instant::now();
     let result = redlock.try_acquire("slow:other").await;
@@ -278,7 +283,8 @@ async fn a_silent_majority_fails_within_the_bound_and_leaves_nothing() {
     let silent: Vec<Blackhole> = (0..3).map(|_| Blackhole::start()).collect();
     let mut urls: Vec<String> = silent.iter().map(Blackhole::url).collect();
     urls.extend(live.iter().map(Server::url));
-    let redlock = Redlock::new(urls.iter().map(|u| node(u)).collect(), config(Duration::from_secs(5))).expect("redlock");
+    let redlock = Redlock::new(urls.iter().map(|u| node(u)).collect(), config(Duration::from_secs(5)))
+        .expect("redlock");
 
     let started = Instant::now();
     match redlock.try_acquire("silent:key").await {

@@ -88,10 +88,8 @@ fn pause_and_resume() {
     server.pause();
     // The kernel still accepts the TCP connection; the frozen server answers nothing, so
     // either the client's handshake or the PING times out.
-    let paused = server
-        .client()
-        .get_connection_with_timeout(Duration::from_millis(300))
-        .and_then(|mut conn| {
+    let paused =
+        server.client().get_connection_with_timeout(Duration::from_millis(300)).and_then(|mut conn| {
             conn.set_read_timeout(Some(Duration::from_millis(300)))?;
             redis::cmd("PING").query::<String>(&mut conn)
         });

@@ -37,7 +37,10 @@ fn arity(cmd: &str) -> usize {
 /// Seed from `FENCEDLOCK_FUZZ_SEED`, else from the clock; printed so a failure can be replayed.
 fn seed() -> u64 {
     let seed = std::env::var("FENCEDLOCK_FUZZ_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(7)
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(7)
     });
     eprintln!("FENCEDLOCK_FUZZ_SEED={seed}");
     seed
@@ -86,7 +89,9 @@ impl Gen {
     /// its own test below), and the run would stop exercising grants.
     fn number(&mut self, valid_huge: bool) -> Vec<u8> {
         let n: String = match self.rng.random_range(0..24) {
-            0 => self.pick(&["0", "-0", "-1", "+5", " 5", "5 ", "1e3", "0x10", "1.5", "", "abc", "00010"]).into(),
+            0 => self
+                .pick(&["0", "-0", "-1", "+5", " 5", "5 ", "1e3", "0x10", "1.5", "", "abc", "00010"])
+                .into(),
             1 if valid_huge => i64::MAX.to_string(),
             1 | 2 => i64::MIN.to_string(),
             3 => u64::MAX.to_string(),
@@ -134,7 +139,11 @@ fn check_reply(cmd: &str, args: &[Vec<u8>], reply: &Result<Value, redis::RedisEr
         args.iter()
             .map(|a| {
                 let s = String::from_utf8_lossy(&a[..a.len().min(24)]).into_owned();
-                if a.len() > 24 { format!("{s}…({} bytes)", a.len()) } else { s }
+                if a.len() > 24 {
+                    format!("{s}…({} bytes)", a.len())
+                } else {
+                    s
+                }
             })
             .collect::<Vec<_>>()
             .join(" ")
@@ -196,7 +205,11 @@ fn random_commands_keep_the_server_up_and_every_reply_well_formed() {
         let (cmd, args) = g.call();
         let reply = query(&mut conn, &args);
         if let Err(e) = &reply {
-            assert!(e.code().is_some(), "call {i} (seed {seed}): connection-level failure {e}; server log:\n{}", primary.log_tail(30));
+            assert!(
+                e.code().is_some(),
+                "call {i} (seed {seed}): connection-level failure {e}; server log:\n{}",
+                primary.log_tail(30)
+            );
             errors += 1;
         }
         if let Some(fence) = check_reply(&cmd, &args, &reply) {
@@ -204,11 +217,20 @@ fn random_commands_keep_the_server_up_and_every_reply_well_formed() {
             let before = last.get(&key).copied().unwrap_or(0);
             match cmd.as_str() {
                 "ACQUIRE" if fence != before => {
-                    assert!(fence > top, "call {i} (seed {seed}): new grant {fence} not above every earlier fence ({top})");
+                    assert!(
+                        fence > top,
+                        "call {i} (seed {seed}): new grant {fence} not above every earlier fence ({top})"
+                    );
                     grants += 1;
                 }
-                "STATUS" => assert_eq!(fence, before, "call {i} (seed {seed}): STATUS fence differs from the last one issued"),
-                _ => assert!(fence >= before, "call {i} (seed {seed}): fence of a key went backwards: {before} -> {fence}"),
+                "STATUS" => assert_eq!(
+                    fence, before,
+                    "call {i} (seed {seed}): STATUS fence differs from the last one issued"
+                ),
+                _ => assert!(
+                    fence >= before,
+                    "call {i} (seed {seed}): fence of a key went backwards: {before} -> {fence}"
+                ),
             }
             last.insert(key, fence);
             top = top.max(fence);
@@ -277,7 +299,13 @@ fn oversized_inputs_are_handled_cleanly() {
         assert!(text.len() < 200, "the error does not echo the token");
     }
     // ttl of 2^63 and beyond, and below zero.
-    for ttl in ["9223372036854775808", "9223372036854775807", "18446744073709551616", "-9223372036854775808", "1000000000000000000000000"] {
+    for ttl in [
+        "9223372036854775808",
+        "9223372036854775807",
+        "18446744073709551616",
+        "-9223372036854775808",
+        "1000000000000000000000000",
+    ] {
         let text = err(&s, &[b"FENCEDLOCK.ACQUIRE", b"big:ttl", b"t", ttl.as_bytes()]);
         assert!(text.starts_with("ERR ttl"), "ttl {ttl}: {text}");
     }
@@ -287,7 +315,9 @@ fn oversized_inputs_are_handled_cleanly() {
     // The largest configurable ttl (2^42 ms) must not overflow the deadline: the lease is
     // held, and another token is refused.
     let max: String = {
-        let _: () = s.cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "4398046511104"]).expect("CONFIG SET the maximum");
+        let _: () = s
+            .cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "4398046511104"])
+            .expect("CONFIG SET the maximum");
         let refused = s.cmd::<()>(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "4398046511105"]);
         assert!(refused.is_err(), "a max-ttl-ms above 2^42 is refused");
         let got: Vec<String> = s.cmd(&["CONFIG", "GET", "fencedlock.max-ttl-ms"]).expect("CONFIG GET");

@@ -306,7 +306,12 @@ fn token_length_is_checked() {
     let long = vec![b'x'; 513];
     for token in [Vec::new(), long.clone()] {
         assert_refused(&s, &keys, args!["FENCEDLOCK.ACQUIRE", "bad:new", token.clone(), "1000"], "ERR token");
-        assert_refused(&s, &keys, args!["FENCEDLOCK.ACQUIRE", "bad:lock", token.clone(), "1000"], "ERR token");
+        assert_refused(
+            &s,
+            &keys,
+            args!["FENCEDLOCK.ACQUIRE", "bad:lock", token.clone(), "1000"],
+            "ERR token",
+        );
         assert_refused(&s, &keys, args!["FENCEDLOCK.RENEW", "bad:lock", token.clone(), "1000"], "ERR token");
         assert_refused(&s, &keys, args!["FENCEDLOCK.RELEASE", "bad:lock", token.clone()], "ERR token");
     }
@@ -354,9 +359,8 @@ fn apply_is_refused_from_clients_and_scripts() {
 
     // Nor can a script launder it into a trusted context.
     let before = fingerprint(&s, &keys);
-    let script = format!(
-        "return redis.call('FENCEDLOCK.APPLY', KEYS[1], '{huge}', '{huge}', 'intruder', '60000000')"
-    );
+    let script =
+        format!("return redis.call('FENCEDLOCK.APPLY', KEYS[1], '{huge}', '{huge}', 'intruder', '60000000')");
     let res: redis::RedisResult<Value> = s.query(redis::cmd("EVAL").arg(script).arg(1).arg("bad:lock"));
     assert!(res.is_err(), "APPLY from a script must be refused, got {res:?}");
     assert_eq!(fingerprint(&s, &keys), before);
@@ -563,7 +567,8 @@ fn corrupt_dump_payloads_are_refused_without_crashing() {
     // body = [type][module value ...][2-byte RDB version]
     let (value, version) = body.split_at(body.len() - 2);
 
-    let restore = |p: &[u8]| s.query::<()>(redis::cmd("RESTORE").arg("corrupt:dst").arg(0).arg(p).arg("REPLACE"));
+    let restore =
+        |p: &[u8]| s.query::<()>(redis::cmd("RESTORE").arg("corrupt:dst").arg(0).arg(p).arg("REPLACE"));
 
     // A bad checksum is refused by Redis itself.
     let mut bad_crc = payload.clone();
@@ -728,7 +733,8 @@ fn redis_cli_session() {
         assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).trim_end().to_string()
     };
-    let fence_a: u64 = cli(&["FENCEDLOCK.ACQUIRE", "invoice:42", "worker-a", "300"]).parse().expect("a fence");
+    let fence_a: u64 =
+        cli(&["FENCEDLOCK.ACQUIRE", "invoice:42", "worker-a", "300"]).parse().expect("a fence");
     assert_eq!(cli(&["FENCEDLOCK.ACQUIRE", "invoice:42", "worker-b", "30000"]), "", "nil prints empty");
     let status = cli(&["FENCEDLOCK.STATUS", "invoice:42"]);
     let lines: Vec<&str> = status.lines().collect();
@@ -738,7 +744,8 @@ fn redis_cli_session() {
 
     sleep(Duration::from_millis(350));
     wait_expired(&s, "invoice:42");
-    let fence_b: u64 = cli(&["FENCEDLOCK.ACQUIRE", "invoice:42", "worker-b", "30000"]).parse().expect("a fence");
+    let fence_b: u64 =
+        cli(&["FENCEDLOCK.ACQUIRE", "invoice:42", "worker-b", "30000"]).parse().expect("a fence");
     assert!(fence_b > fence_a);
     assert_eq!(cli(&["FENCEDLOCK.RENEW", "invoice:42", "worker-a", "30000"]), "0");
     assert_eq!(cli(&["FENCEDLOCK.RELEASE", "invoice:42", "worker-a"]), "0");

@@ -72,15 +72,17 @@ fn full_sync_and_stream_keep_the_replica_identical() {
     let _: i64 = p.cmd(&["DEL", "r:released"]).unwrap();
     p.wait_for_replicas(1, ACK);
 
-    let keys = [
-        "r:held", "r:released", "r:deleted", "r:timeline", "r:renewed", "r:shortened", "r:raised", "r:cad",
-    ];
+    let keys =
+        ["r:held", "r:released", "r:deleted", "r:timeline", "r:renewed", "r:shortened", "r:raised", "r:cad"];
     assert_same_locks(&p, &r, &keys);
     assert_eq!(high_water(&r), raised);
     let renewed = status_of(&r, "r:renewed");
     assert!(renewed.held && renewed.pttl > 1_000, "the renewal reached the replica: {renewed:?}");
     let shortened = status_of(&r, "r:shortened");
-    assert!(shortened.held && shortened.pttl <= 2_000, "the restarted lease reached the replica: {shortened:?}");
+    assert!(
+        shortened.held && shortened.pttl <= 2_000,
+        "the restarted lease reached the replica: {shortened:?}"
+    );
     let exists: i64 = r.cmd(&["EXISTS", "r:cad"]).unwrap();
     assert_eq!(exists, 0);
 
@@ -158,7 +160,10 @@ fn a_promoted_replica_is_above_grants_it_never_received() {
     r.promote();
     for key in ["lost:49", "lost:0", "lost:new"] {
         let fence = grant(&r, key, b"new-owner", LONG_TTL);
-        assert!(fence > lost_max, "{key}: fence {fence} repeats one the dead primary issued (max {lost_max})");
+        assert!(
+            fence > lost_max,
+            "{key}: fence {fence} repeats one the dead primary issued (max {lost_max})"
+        );
     }
     let st = status_of(&r, "lost:kept");
     assert_eq!((st.fence, st.held), (kept, true), "replicated leases survive");

@@ -144,12 +144,19 @@ fn the_fencedlock_acl_category_where_the_server_supports_it() {
     if !has_category(&s) {
         // Redis 7.0: the module loads without its category; ACL rules name the commands.
         let err = setuser(&s, "cat", "~lock:* -@all +@fencedlock").unwrap_err();
-        assert!(error_text(&err).contains("category") || error_text(&err).starts_with("ERR"), "{}", error_text(&err));
+        assert!(
+            error_text(&err).contains("category") || error_text(&err).starts_with("ERR"),
+            "{}",
+            error_text(&err)
+        );
         return;
     }
     let listed: Vec<String> = s.cmd(&["ACL", "CAT", "fencedlock"]).expect("ACL CAT fencedlock");
     for cmd in ["acquire", "renew", "release", "raise", "status", "cad"] {
-        assert!(listed.iter().any(|c| c.eq_ignore_ascii_case(&format!("fencedlock.{cmd}"))), "{cmd} in @fencedlock: {listed:?}");
+        assert!(
+            listed.iter().any(|c| c.eq_ignore_ascii_case(&format!("fencedlock.{cmd}"))),
+            "{cmd} in @fencedlock: {listed:?}"
+        );
     }
     setuser(&s, "cat", "~lock:* -@all +@fencedlock").expect("ACL SETUSER with +@fencedlock");
     let mut c = connect_as(&s, "cat");
@@ -243,7 +250,8 @@ fn monitor_and_slowlog_show_arguments_and_acls_keep_lock_users_out() {
     assert!(monitor_until(&mut monitor, "OK", Duration::from_secs(5)).is_some(), "MONITOR started");
     let _: () = s.cmd(&["CONFIG", "SET", "slowlog-log-slower-than", "0"]).expect("slowlog everything");
     let _: Option<u64> = s.cmd(&["FENCEDLOCK.ACQUIRE", "lock:m", SECRET, "30000"]).expect("grant");
-    let line = monitor_until(&mut monitor, "fencedlock.acquire", Duration::from_secs(5)).expect("MONITOR shows the command");
+    let line = monitor_until(&mut monitor, "fencedlock.acquire", Duration::from_secs(5))
+        .expect("MONITOR shows the command");
     assert!(line.contains(SECRET), "MONITOR shows the arguments, as for any command: {line}");
     let slowlog: Value = s.cmd(&["SLOWLOG", "GET", "10"]).expect("SLOWLOG GET");
     assert!(format!("{slowlog:?}").contains(SECRET), "SLOWLOG keeps the arguments: {slowlog:?}");

@@ -10,22 +10,12 @@ use harness::{Flavor, Server};
 /// Redis servers with the module, quiet logs, no persistence (the harness default).
 /// Started when the bench runs, never when it is only built (`cargo bench --no-run`).
 pub fn redis_servers(n: usize) -> Vec<Server> {
-    (0..n)
-        .map(|_| {
-            Server::builder()
-                .flavor(Flavor::Redis)
-                .arg("loglevel", "notice")
-                .start()
-        })
-        .collect()
+    (0..n).map(|_| Server::builder().flavor(Flavor::Redis).arg("loglevel", "notice").start()).collect()
 }
 
 /// The runtime every bench runs on: tokio's default multi-threaded one, as applications use.
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
+    tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("a tokio runtime")
 }
 
 /// `target/bench-results/<name>` (honouring `CARGO_TARGET_DIR`), read by benches/report.py.
@@ -33,11 +23,7 @@ pub fn results_file(name: &str) -> PathBuf {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| harness::workspace_root().join("target"));
-    let target = if target.is_absolute() {
-        target
-    } else {
-        harness::workspace_root().join(target)
-    };
+    let target = if target.is_absolute() { target } else { harness::workspace_root().join(target) };
     let dir = target.join("bench-results");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {dir:?}: {e}"));
     dir.join(name)

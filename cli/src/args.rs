@@ -216,12 +216,7 @@ pub struct AcquireArgs {
 #[group(required = true, multiple = false)]
 pub struct TokenSource {
     /// The token printed by `acquire` (visible in `ps`; prefer --token-file or FENCEDLOCK_TOKEN).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "FENCEDLOCK_TOKEN",
-        hide_env_values = true
-    )]
+    #[arg(long, value_name = "TOKEN", env = "FENCEDLOCK_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// A file written by `acquire --token-file`.
     #[arg(long, value_name = "PATH")]

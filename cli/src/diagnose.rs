@@ -81,21 +81,14 @@ fn quorum(report: &QuorumReport, ctx: Context<'_>) -> CliError {
 /// Each node's vote. (The client crate already strips tokens and echoed arguments from
 /// server errors, so any vote is safe to print.)
 pub fn votes(report: &QuorumReport) -> String {
-    report
-        .votes
-        .iter()
-        .map(|v| format!("{}: {}", v.node, vote(&v.vote)))
-        .collect::<Vec<_>>()
-        .join("; ")
+    report.votes.iter().map(|v| format!("{}: {}", v.node, vote(&v.vote))).collect::<Vec<_>>().join("; ")
 }
 
 /// One vote as text, with a missing module named as such and server errors as the server
 /// sent them.
 pub fn vote(vote: &Vote) -> String {
     match vote {
-        Vote::Failed { error } if is_unknown_command(error) => {
-            "fencedlock module not loaded".into()
-        }
+        Vote::Failed { error } if is_unknown_command(error) => "fencedlock module not loaded".into(),
         Vote::Failed { error } => format!("failed ({})", error_text(error)),
         other => other.to_string(),
     }

@@ -7,9 +7,7 @@ use std::time::Duration;
 /// is refused: it is the classic source of "30 ms instead of 30 s" mistakes.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let s = text.trim();
-    let usage = || {
-        format!("invalid duration {text:?}: use a number with a unit, e.g. 500ms, 30s, 5m or 1h")
-    };
+    let usage = || format!("invalid duration {text:?}: use a number with a unit, e.g. 500ms, 30s, 5m or 1h");
     if s.is_empty() {
         return Err(usage());
     }
@@ -24,13 +22,9 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = s;
     while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(usage)?;
+        let number_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).ok_or_else(usage)?;
         let (number, tail) = rest.split_at(number_len);
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
+        let unit_len = tail.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let value: f64 = number.parse().map_err(|_| usage())?;
         let scale = match unit {
@@ -99,9 +93,7 @@ mod tests {
 
     #[test]
     fn refuses_what_would_be_guessed() {
-        for bad in [
-            "", "30", "1.5", "30x", "s", "ms", "-1s", "1d", "30 s", "1..5s", "0.0001s", "1e3s",
-        ] {
+        for bad in ["", "30", "1.5", "30x", "s", "ms", "-1s", "1d", "30 s", "1..5s", "0.0001s", "1e3s"] {
             let err = parse(bad).unwrap_err();
             assert!(err.contains("invalid duration"), "{bad:?}: {err}");
         }

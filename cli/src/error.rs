@@ -90,9 +90,6 @@ impl CliError {
 
     /// The message flattened to one line (server errors may carry newlines).
     pub fn one_line(&self) -> String {
-        self.to_string()
-            .split_whitespace()
-            .collect::<Vec<_>>()
-            .join(" ")
+        self.to_string().split_whitespace().collect::<Vec<_>>().join(" ")
     }
 }

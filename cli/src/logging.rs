@@ -21,9 +21,5 @@ pub fn init(verbose: u8, quiet: bool) {
         .with_writer(std::io::stderr)
         .with_target(verbose >= 2)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
-    let _ = if verbose == 0 {
-        builder.without_time().try_init()
-    } else {
-        builder.try_init()
-    };
+    let _ = if verbose == 0 { builder.without_time().try_init() } else { builder.try_init() };
 }

@@ -28,21 +28,13 @@ fn main() -> ExitCode {
         Err(err) => return usage_error(&err),
     };
     logging::init(cli.global.verbose, cli.global.quiet);
-    let out = Output {
-        json: cli.global.json,
-        quiet: cli.global.quiet,
-    };
+    let out = Output { json: cli.global.json, quiet: cli.global.quiet };
     // One thread: the command is forked from it, so PR_SET_PDEATHSIG fires only when
     // fencedlock itself goes away, and a CLI needs no more.
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
-            out.error(&CliError::Internal(format!(
-                "cannot start the async runtime: {e}"
-            )));
+            out.error(&CliError::Internal(format!("cannot start the async runtime: {e}")));
             return ExitCode::from(code::INTERNAL);
         }
     };
@@ -90,10 +82,7 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     }
     let rendered = err.render().to_string();
     let first_paragraph = rendered.split("\n\n").next().unwrap_or_default();
-    let line = first_paragraph
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ");
+    let line = first_paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
     let line = line.strip_prefix("error: ").unwrap_or(&line);
     let subcommand = std::env::args()
         .skip(1)

@@ -20,11 +20,7 @@ impl Output {
     /// A result on stdout: `text` normally, `value` with `--json`.
     pub fn result(&self, text: &str, value: Value) {
         let mut out = std::io::stdout().lock();
-        let _ = if self.json {
-            writeln!(out, "{value}")
-        } else {
-            writeln!(out, "{text}")
-        };
+        let _ = if self.json { writeln!(out, "{value}") } else { writeln!(out, "{text}") };
         let _ = out.flush();
     }
 

@@ -14,23 +14,13 @@ use crate::servers::{LeaseOptions, Servers};
 use crate::token_io;
 
 fn servers(global: &Global, ttl: Duration, wait: Duration) -> Result<Servers, CliError> {
-    Servers::open(
-        &global.redis,
-        LeaseOptions {
-            ttl,
-            wait,
-            timeout: global.timeout,
-        },
-    )
+    Servers::open(&global.redis, LeaseOptions { ttl, wait, timeout: global.timeout })
 }
 
 /// Takes a lease and leaves it held (detached) for later `renew` / `release`.
 pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let servers = servers(global, args.ttl, args.wait)?;
-    let ctx = Context {
-        key: &args.key,
-        waited: args.wait,
-    };
+    let ctx = Context { key: &args.key, waited: args.wait };
     let attempt = if args.wait.is_zero() {
         servers.try_acquire(&args.key).await
     } else {
@@ -69,14 +59,8 @@ pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result
 pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let token = token_io::read(&args.token)?;
     let servers = servers(global, args.ttl, Duration::ZERO)?;
-    let ctx = Context {
-        key: &args.key,
-        waited: Duration::ZERO,
-    };
-    let held = servers
-        .renew_token(&args.key, &token)
-        .await
-        .map_err(|e| diagnose::explain(&e, ctx))?;
+    let ctx = Context { key: &args.key, waited: Duration::ZERO };
+    let held = servers.renew_token(&args.key, &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
     if !held {
         return Err(CliError::LeaseLost(format!(
             "the lease on {:?} is no longer held by this token (it expired or was taken over); acquire a new one",
@@ -94,14 +78,8 @@ pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8,
 pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let token = token_io::read(&args.token)?;
     let servers = servers(global, Duration::from_secs(1), Duration::ZERO)?;
-    let ctx = Context {
-        key: &args.key,
-        waited: Duration::ZERO,
-    };
-    let held = servers
-        .release_token(&args.key, &token)
-        .await
-        .map_err(|e| diagnose::explain(&e, ctx))?;
+    let ctx = Context { key: &args.key, waited: Duration::ZERO };
+    let held = servers.release_token(&args.key, &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
     if !held {
         return Err(CliError::LeaseLost(format!(
             "the lease on {:?} was no longer held by this token (it expired or was taken over before the release)",
@@ -111,20 +89,14 @@ pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result
     if let Some(path) = &args.token.token_file {
         let _ = std::fs::remove_file(path);
     }
-    out.result(
-        &format!("released {:?}", args.key),
-        json!({ "key": args.key, "released": true }),
-    );
+    out.result(&format!("released {:?}", args.key), json!({ "key": args.key, "released": true }));
     Ok(code::OK)
 }
 
 /// Shows the key's state on every server, and the majority's view.
 pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let servers = servers(global, Duration::from_secs(1), Duration::ZERO)?;
-    let ctx = Context {
-        key: &args.key,
-        waited: Duration::ZERO,
-    };
+    let ctx = Context { key: &args.key, waited: Duration::ZERO };
     let answers = servers.status(&args.key).await;
     let quorum = servers.quorum();
     let mut lines = Vec::new();
@@ -145,29 +117,20 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
                 if held {
                     remaining.push(pttl.unwrap_or(0));
                 }
-                lines.push(format!(
-                    "{}  {}",
-                    answer.server,
-                    describe(fence, held, pttl)
-                ));
-                per_server.push(json!({ "server": answer.server, "fence": fence, "held": held, "pttl_ms": pttl }));
+                lines.push(format!("{}  {}", answer.server, describe(fence, held, pttl)));
+                per_server
+                    .push(json!({ "server": answer.server, "fence": fence, "held": held, "pttl_ms": pttl }));
             }
             Err(err) => {
                 let explained = diagnose::explain(err, ctx);
-                lines.push(format!(
-                    "{}  error: {}",
-                    answer.server,
-                    explained.one_line()
-                ));
+                lines.push(format!("{}  error: {}", answer.server, explained.one_line()));
                 per_server.push(json!({ "server": answer.server, "error": explained.one_line() }));
                 first_error.get_or_insert(explained);
             }
         }
     }
     if answered < quorum {
-        return Err(
-            first_error.unwrap_or_else(|| CliError::Unavailable("no server answered".into()))
-        );
+        return Err(first_error.unwrap_or_else(|| CliError::Unavailable("no server answered".into())));
     }
     // Held while a majority holds it: until the quorum-th longest remaining time runs out.
     remaining.sort_unstable_by(|a, b| b.cmp(a));
@@ -178,12 +141,7 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     let text = if answers.len() == 1 {
         format!("{}  {summary}", args.key)
     } else {
-        format!(
-            "{}\n{}  {summary} (majority of {})",
-            lines.join("\n"),
-            args.key,
-            answers.len()
-        )
+        format!("{}\n{}  {summary} (majority of {})", lines.join("\n"), args.key, answers.len())
     };
     out.result(
         &text,
@@ -194,10 +152,9 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
 
 fn describe(fence: u64, held: bool, pttl: Option<u64>) -> String {
     match (held, pttl) {
-        (true, Some(ms)) => format!(
-            "fence {fence}  held  {} left",
-            duration::format(Duration::from_millis(ms))
-        ),
+        (true, Some(ms)) => {
+            format!("fence {fence}  held  {} left", duration::format(Duration::from_millis(ms)))
+        }
         (true, None) => format!("fence {fence}  held"),
         (false, _) if fence == 0 => "fence 0  free  (never locked)".to_string(),
         (false, _) => format!("fence {fence}  free"),

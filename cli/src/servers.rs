@@ -46,11 +46,7 @@ pub struct NodeStatus {
 impl Servers {
     /// Checks the URLs and builds the locker. Nothing connects yet.
     pub fn open(urls: &[String], options: LeaseOptions) -> Result<Servers, CliError> {
-        let urls: Vec<&str> = urls
-            .iter()
-            .map(|u| u.trim())
-            .filter(|u| !u.is_empty())
-            .collect();
+        let urls: Vec<&str> = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect();
         if urls.is_empty() {
             return Err(CliError::Usage(
                 "no server given: pass --redis redis://HOST:PORT or set FENCEDLOCK_REDIS".into(),
@@ -75,20 +71,16 @@ impl Servers {
             .token_format(TokenFormat::Hex)
             .build()
             .map_err(|e| match e {
-                Error::Config(msg) => CliError::Usage(format!(
-                    "{msg}; use e.g. --ttl 30s (the server's limit is 1 day)"
-                )),
+                Error::Config(msg) => {
+                    CliError::Usage(format!("{msg}; use e.g. --ttl 30s (the server's limit is 1 day)"))
+                }
                 other => CliError::Internal(other.to_string()),
             })?;
         let mode = if nodes.len() == 1 {
-            let node = nodes
-                .pop()
-                .ok_or_else(|| CliError::Internal("no node".into()))?;
+            let node = nodes.pop().ok_or_else(|| CliError::Internal("no node".into()))?;
             Mode::Single(Locker::new(node, config))
         } else {
-            Redlock::new(nodes, config)
-                .map(Mode::Quorum)
-                .map_err(|e| CliError::Usage(e.to_string()))?
+            Redlock::new(nodes, config).map(Mode::Quorum).map_err(|e| CliError::Usage(e.to_string()))?
         };
         Ok(Servers { mode })
     }
@@ -155,11 +147,9 @@ impl Servers {
     pub fn describe(&self) -> String {
         match &self.mode {
             Mode::Single(l) => l.node().name().to_owned(),
-            Mode::Quorum(r) => format!(
-                "fenced Redlock over {} servers (quorum {})",
-                r.nodes().len(),
-                r.quorum()
-            ),
+            Mode::Quorum(r) => {
+                format!("fenced Redlock over {} servers (quorum {})", r.nodes().len(), r.quorum())
+            }
         }
     }
 
@@ -170,24 +160,14 @@ impl Servers {
         nodes
             .iter()
             .zip(answers)
-            .map(|(node, status)| NodeStatus {
-                server: node.name().to_owned(),
-                status,
-            })
+            .map(|(node, status)| NodeStatus { server: node.name().to_owned(), status })
             .collect()
     }
 }
 
 fn node(url: &str) -> Result<Node, CliError> {
-    let known = [
-        "redis://",
-        "rediss://",
-        "unix://",
-        "redis+unix://",
-        "valkey+unix://",
-        "valkey://",
-        "valkeys://",
-    ];
+    let known =
+        ["redis://", "rediss://", "unix://", "redis+unix://", "valkey+unix://", "valkey://", "valkeys://"];
     if !known.iter().any(|scheme| url.starts_with(scheme)) {
         return Err(CliError::Usage(format!(
             "bad server URL {url:?}: use redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT/DB)"
@@ -198,8 +178,6 @@ fn node(url: &str) -> Result<Node, CliError> {
             Error::Config(msg) => msg,
             other => other.to_string(),
         };
-        CliError::Usage(format!(
-            "{detail}; use redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT/DB)"
-        ))
+        CliError::Usage(format!("{detail}; use redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT/DB)"))
     })
 }

@@ -41,8 +41,11 @@ pub fn read(source: &TokenSource) -> Result<Token, CliError> {
             "the {origin} holds more than one word; it must contain only the token printed by `fencedlock acquire`"
         )));
     }
-    Token::from_bytes(text.as_bytes().to_vec())
-        .map_err(|_| CliError::Usage(format!("the {origin} is empty or longer than 512 bytes; pass the token printed by `fencedlock acquire`")))
+    Token::from_bytes(text.as_bytes().to_vec()).map_err(|_| {
+        CliError::Usage(format!(
+            "the {origin} is empty or longer than 512 bytes; pass the token printed by `fencedlock acquire`"
+        ))
+    })
 }
 
 /// Writes the token to `path`, readable by the owner only (mode 0600, replaced atomically
@@ -54,21 +57,14 @@ pub fn write(path: &Path, token: &Token) -> Result<(), CliError> {
             path.display()
         ))
     };
-    let file_name = path.file_name().ok_or_else(|| {
-        CliError::Usage(format!(
-            "--token-file {} is not a file path",
-            path.display()
-        ))
-    })?;
+    let file_name = path
+        .file_name()
+        .ok_or_else(|| CliError::Usage(format!("--token-file {} is not a file path", path.display())))?;
     let mut tmp_name = file_name.to_os_string();
     tmp_name.push(format!(".tmp{}", std::process::id()));
     let tmp = path.with_file_name(tmp_name);
     let result = (|| {
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let mut file = OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
         file.write_all(to_text(token).as_bytes())?;
         file.write_all(b"\n")?;
         file.sync_all()?;

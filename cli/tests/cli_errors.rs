@@ -24,19 +24,11 @@ fn refused(args: &[&str]) -> Outcome {
 
 #[test]
 fn bad_durations_name_the_option_and_the_units() {
-    for (flag, value) in [
-        ("--ttl", "30x"),
-        ("--ttl", "30"),
-        ("--wait", "soon"),
-        ("--kill-grace", "1d"),
-        ("--timeout", ""),
-    ] {
+    for (flag, value) in
+        [("--ttl", "30x"), ("--ttl", "30"), ("--wait", "soon"), ("--kill-grace", "1d"), ("--timeout", "")]
+    {
         let out = refused(&["run", "-k", "k", flag, value]);
-        assert_one_line_error(
-            &out,
-            USAGE,
-            &[flag, "invalid duration", "see `fencedlock run --help`"],
-        );
+        assert_one_line_error(&out, USAGE, &[flag, "invalid duration", "see `fencedlock run --help`"]);
     }
     let out = refused(&["run", "-k", "k", "--ttl", "30"]);
     assert_one_line_error(&out, USAGE, &["no unit", "30s"]);
@@ -45,36 +37,15 @@ fn bad_durations_name_the_option_and_the_units() {
 #[test]
 fn out_of_range_ttls_are_refused_before_any_request() {
     // No server listens on the default URL in this test, so a request would say 69.
-    let out = refused(&[
-        "run",
-        "-k",
-        "k",
-        "--redis",
-        "redis://127.0.0.1:1",
-        "--ttl",
-        "25h",
-    ]);
+    let out = refused(&["run", "-k", "k", "--redis", "redis://127.0.0.1:1", "--ttl", "25h"]);
     assert_one_line_error(&out, USAGE, &["at most", "--ttl"]);
-    let out = refused(&[
-        "run",
-        "-k",
-        "k",
-        "--redis",
-        "redis://127.0.0.1:1",
-        "--ttl",
-        "1ms",
-    ]);
+    let out = refused(&["run", "-k", "k", "--redis", "redis://127.0.0.1:1", "--ttl", "1ms"]);
     assert_one_line_error(&out, USAGE, &["--ttl"]);
 }
 
 #[test]
 fn bad_urls_say_what_a_url_looks_like() {
-    for url in [
-        "foo://bar",
-        "localhost:6379",
-        "redis://",
-        "redis://host:notaport",
-    ] {
+    for url in ["foo://bar", "localhost:6379", "redis://", "redis://host:notaport"] {
         let out = refused(&["run", "-k", "k", "--redis", url]);
         assert_one_line_error(&out, USAGE, &["redis://HOST:PORT"]);
     }
@@ -102,11 +73,7 @@ fn an_unreachable_server_is_named_with_what_to_do() {
     let port = harness::pick_port(false);
     let url = format!("redis://127.0.0.1:{port}");
     let out = refused(&["run", "-k", "k", "--redis", &url]);
-    assert_one_line_error(
-        &out,
-        UNAVAILABLE,
-        &[&format!("127.0.0.1:{port}"), "cannot reach", "--redis"],
-    );
+    assert_one_line_error(&out, UNAVAILABLE, &[&format!("127.0.0.1:{port}"), "cannot reach", "--redis"]);
     for args in [
         vec!["status", "-k", "k", "--redis", &url],
         vec!["acquire", "-k", "k", "--redis", &url],
@@ -124,11 +91,7 @@ fn a_server_without_the_module_says_to_load_it() {
     let plain = Server::builder().without_module().start();
     let url = plain.url();
     let out = refused(&["run", "-k", "k", "--redis", &url]);
-    assert_one_line_error(
-        &out,
-        UNAVAILABLE,
-        &["does not have the fencedlock module", "loadmodule"],
-    );
+    assert_one_line_error(&out, UNAVAILABLE, &["does not have the fencedlock module", "loadmodule"]);
     for args in [
         vec!["status", "-k", "k", "--redis", &url],
         vec!["acquire", "-k", "k", "--redis", &url],
@@ -138,10 +101,7 @@ fn a_server_without_the_module_says_to_load_it() {
     ] {
         let out = run(&args);
         assert_one_line_error(&out, UNAVAILABLE, &["does not have the fencedlock module"]);
-        assert!(
-            !out.stderr.contains("abc"),
-            "tokens are never echoed: {out:?}"
-        );
+        assert!(!out.stderr.contains("abc"), "tokens are never echoed: {out:?}");
     }
 }
 
@@ -168,15 +128,9 @@ fn help_documents_examples_and_exit_codes() {
     for sub in ["run", "acquire", "renew", "release", "status", "demo"] {
         let out = run(&[sub, "--help"]);
         assert_eq!(out.code(), 0, "{out:?}");
-        assert!(
-            out.stdout.contains("Examples:"),
-            "{sub} --help has no examples"
-        );
+        assert!(out.stdout.contains("Examples:"), "{sub} --help has no examples");
         for code in ["64", "69", "75", "76"] {
-            assert!(
-                out.stdout.contains(code),
-                "{sub} --help misses exit code {code}"
-            );
+            assert!(out.stdout.contains(code), "{sub} --help misses exit code {code}");
         }
     }
     let out = run(&["--help"]);

@@ -22,19 +22,7 @@ fn two_concurrent_runs_on_one_key_one_runs_and_one_skips() {
         ran.display(),
         go.display()
     );
-    let args = [
-        "run",
-        "--redis",
-        &server.url(),
-        "--key",
-        "job",
-        "--ttl",
-        "5s",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ];
+    let args = ["run", "--redis", &server.url(), "--key", "job", "--ttl", "5s", "--", "sh", "-c", &script];
     let mut a = spawn(&args);
     let mut b = spawn(&args);
     // One of them must give up quickly with the documented code; the other keeps running.
@@ -48,10 +36,7 @@ fn two_concurrent_runs_on_one_key_one_runs_and_one_skips() {
     assert_eq!(skipped.code(), SKIPPED, "{skipped:?}");
     let lines = skipped.stderr_lines();
     assert_eq!(lines.len(), 1, "{skipped:?}");
-    assert!(
-        lines[0].contains("held by another owner") && lines[0].contains("skipped"),
-        "{lines:?}"
-    );
+    assert!(lines[0].contains("held by another owner") && lines[0].contains("skipped"), "{lines:?}");
     assert!(held(&server, "job"));
 
     fs::write(&go, "").unwrap();
@@ -60,65 +45,26 @@ fn two_concurrent_runs_on_one_key_one_runs_and_one_skips() {
     assert_eq!(runner.stderr, "", "a successful run prints nothing");
     let ran = fs::read_to_string(&ran).unwrap();
     assert_eq!(ran.lines().count(), 1, "exactly one command ran: {ran:?}");
-    assert!(
-        !held(&server, "job"),
-        "the lease is released when the command exits"
-    );
+    assert!(!held(&server, "job"), "the lease is released when the command exits");
 }
 
 #[test]
 fn a_skip_is_silent_with_quiet_and_a_record_with_json() {
     let server = Server::start();
     let dir = scratch();
-    let (started, go, other) = (
-        p(dir.path(), "started"),
-        p(dir.path(), "go"),
-        p(dir.path(), "other"),
-    );
-    let holder = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "-k",
-        "q",
-        "--",
-        "sh",
-        "-c",
-        &hold_until(&started, &go),
-    ]);
+    let (started, go, other) = (p(dir.path(), "started"), p(dir.path(), "go"), p(dir.path(), "other"));
+    let holder =
+        spawn(&["run", "--redis", &server.url(), "-k", "q", "--", "sh", "-c", &hold_until(&started, &go)]);
     wait_for_file(&started, HANG);
     let touch = format!("touch '{}'", other.display());
 
-    let quiet = run(&[
-        "run",
-        "-q",
-        "--redis",
-        &server.url(),
-        "-k",
-        "q",
-        "--",
-        "sh",
-        "-c",
-        &touch,
-    ]);
+    let quiet = run(&["run", "-q", "--redis", &server.url(), "-k", "q", "--", "sh", "-c", &touch]);
     assert_eq!(quiet.code(), SKIPPED, "{quiet:?}");
     assert_eq!(quiet.stderr, "", "-q silences the skip notice");
 
-    let json = run(&[
-        "run",
-        "--json",
-        "--redis",
-        &server.url(),
-        "-k",
-        "q",
-        "--",
-        "sh",
-        "-c",
-        &touch,
-    ]);
+    let json = run(&["run", "--json", "--redis", &server.url(), "-k", "q", "--", "sh", "-c", &touch]);
     assert_eq!(json.code(), SKIPPED, "{json:?}");
-    let record: serde_json::Value =
-        serde_json::from_str(json.stderr.trim()).expect("one JSON record");
+    let record: serde_json::Value = serde_json::from_str(json.stderr.trim()).expect("one JSON record");
     assert_eq!(record["outcome"], "skipped");
     assert_eq!(record["exit_code"], SKIPPED);
     assert!(!other.exists(), "a skipped run must not start its command");
@@ -136,55 +82,25 @@ fn wait_succeeds_once_the_holder_finishes_and_gives_up_when_it_runs_out() {
     let record = format!("echo $FENCEDLOCK_FENCE >> '{}'", fences.display());
     let holder_script = format!("{record}; {}", hold_until(&started, &go));
     let url = server.url();
-    let holder = spawn(&[
-        "run",
-        "--redis",
-        &url,
-        "-k",
-        "w",
-        "--ttl",
-        "3s",
-        "--",
-        "sh",
-        "-c",
-        &holder_script,
-    ]);
+    let holder = spawn(&["run", "--redis", &url, "-k", "w", "--ttl", "3s", "--", "sh", "-c", &holder_script]);
     wait_for_file(&started, HANG);
 
     // A short wait runs out while the holder still runs.
-    let gave_up = run(&[
-        "run", "--redis", &url, "-k", "w", "--wait", "300ms", "--", "sh", "-c", &record,
-    ]);
+    let gave_up = run(&["run", "--redis", &url, "-k", "w", "--wait", "300ms", "--", "sh", "-c", &record]);
     assert_eq!(gave_up.code(), SKIPPED, "{gave_up:?}");
-    assert!(
-        gave_up.stderr.contains("after waiting 300ms"),
-        "{gave_up:?}"
-    );
+    assert!(gave_up.stderr.contains("after waiting 300ms"), "{gave_up:?}");
     assert!(gave_up.elapsed >= Duration::from_millis(300), "{gave_up:?}");
 
     // A long wait is still waiting when the holder finishes, then runs.
-    let mut waiter = spawn(&[
-        "run", "--redis", &url, "-k", "w", "--wait", "20s", "--", "sh", "-c", &record,
-    ]);
+    let mut waiter = spawn(&["run", "--redis", &url, "-k", "w", "--wait", "20s", "--", "sh", "-c", &record]);
     std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        waiter.is_running(),
-        "--wait must wait while the lock is held"
-    );
+    assert!(waiter.is_running(), "--wait must wait while the lock is held");
     fs::write(&go, "").unwrap();
     assert_eq!(holder.finish().code(), 0);
     let waited = waiter.finish();
     assert_eq!(waited.code(), 0, "{waited:?}");
-    let fences: Vec<u64> = fs::read_to_string(&fences)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(
-        fences.len(),
-        2,
-        "holder and waiter ran, the one that gave up did not: {fences:?}"
-    );
+    let fences: Vec<u64> = fs::read_to_string(&fences).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    assert_eq!(fences.len(), 2, "holder and waiter ran, the one that gave up did not: {fences:?}");
     assert!(fences[1] > fences[0], "{fences:?}");
 }
 
@@ -218,24 +134,15 @@ fn a_lost_lease_terminates_the_command_and_exits_76() {
     assert!(held);
     // Another owner takes the lock: the next renewal (every ttl/3) is refused.
     let _: i64 = server.cmd(&["DEL", "lost"]).unwrap();
-    let taken: u64 = server
-        .cmd(&["FENCEDLOCK.ACQUIRE", "lost", "intruder", "60000"])
-        .unwrap();
+    let taken: u64 = server.cmd(&["FENCEDLOCK.ACQUIRE", "lost", "intruder", "60000"]).unwrap();
     assert!(taken > fence);
 
     let out = run.finish();
     assert_eq!(out.code(), LEASE_LOST, "{out:?}");
-    assert_eq!(
-        fs::read_to_string(&term).unwrap().trim(),
-        "TERM",
-        "the command got SIGTERM"
-    );
+    assert_eq!(fs::read_to_string(&term).unwrap().trim(), "TERM", "the command got SIGTERM");
     assert!(out.stderr.contains("lost"), "{out:?}");
     assert!(out.stderr.contains("terminated"), "{out:?}");
-    assert!(
-        out.elapsed < Duration::from_secs(15),
-        "the command was stopped, not waited for: {out:?}"
-    );
+    assert!(out.elapsed < Duration::from_secs(15), "the command was stopped, not waited for: {out:?}");
     // The intruder's lease is untouched by our release attempt.
     let (now_fence, still_held, _) = status(&server, "lost").unwrap();
     assert_eq!((now_fence, still_held), (taken, true));
@@ -282,10 +189,7 @@ fn the_fence_in_the_environment_strictly_increases_across_runs() {
     let server = Server::start();
     let dir = scratch();
     let env = p(dir.path(), "env");
-    let script = format!(
-        "echo $FENCEDLOCK_KEY $FENCEDLOCK_FENCE $FENCEDLOCK_TTL_MS >> '{}'",
-        env.display()
-    );
+    let script = format!("echo $FENCEDLOCK_KEY $FENCEDLOCK_FENCE $FENCEDLOCK_TTL_MS >> '{}'", env.display());
     for _ in 0..4 {
         let out = run(&[
             "run",
@@ -303,22 +207,9 @@ fn the_fence_in_the_environment_strictly_increases_across_runs() {
         assert_eq!(out.code(), 0, "{out:?}");
     }
     // Another key's grants in between push the server's high-water mark, never back.
-    let _: u64 = server
-        .cmd(&["FENCEDLOCK.ACQUIRE", "other", "t", "1000"])
-        .unwrap();
-    let out = run(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "-k",
-        "report",
-        "--ttl",
-        "1.5s",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let _: u64 = server.cmd(&["FENCEDLOCK.ACQUIRE", "other", "t", "1000"]).unwrap();
+    let out =
+        run(&["run", "--redis", &server.url(), "-k", "report", "--ttl", "1.5s", "--", "sh", "-c", &script]);
     assert_eq!(out.code(), 0, "{out:?}");
 
     let text = fs::read_to_string(&env).unwrap();
@@ -326,14 +217,8 @@ fn the_fence_in_the_environment_strictly_increases_across_runs() {
     assert_eq!(rows.len(), 5);
     let fences: Vec<u64> = rows.iter().map(|r| r[1].parse().unwrap()).collect();
     assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
-    assert!(
-        rows.iter().all(|r| r[0] == "report" && r[2] == "1500"),
-        "{rows:?}"
-    );
-    assert_eq!(
-        status(&server, "report").unwrap().0,
-        *fences.last().unwrap()
-    );
+    assert!(rows.iter().all(|r| r[0] == "report" && r[2] == "1500"), "{rows:?}");
+    assert_eq!(status(&server, "report").unwrap().0, *fences.last().unwrap());
 }
 
 #[test]
@@ -357,15 +242,7 @@ fn exit_codes_pass_through_and_the_lease_is_always_released() {
     let dir = scratch();
     let plain = p(dir.path(), "not-executable");
     fs::write(&plain, "echo should not run\n").unwrap();
-    let not_exec = run(&[
-        "run",
-        "--redis",
-        &url,
-        "-k",
-        "codes",
-        "--",
-        plain.to_str().unwrap(),
-    ]);
+    let not_exec = run(&["run", "--redis", &url, "-k", "codes", "--", plain.to_str().unwrap()]);
     assert_one_line_error(&not_exec, 126, &["not executable"]);
     assert!(!held(&server, "codes"));
 }
@@ -380,33 +257,15 @@ fn sigterm_is_forwarded_to_the_command_and_the_lease_released() {
         got.display(),
         started.display()
     );
-    let run = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "-k",
-        "sig",
-        "--ttl",
-        "2s",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let run =
+        spawn(&["run", "--redis", &server.url(), "-k", "sig", "--ttl", "2s", "--", "sh", "-c", &script]);
     wait_for_file(&started, HANG);
     assert!(held(&server, "sig"));
     run.signal(libc::SIGTERM);
     let out = run.finish_within(Duration::from_secs(10));
-    assert_eq!(
-        out.code(),
-        0,
-        "the command's own exit code after handling SIGTERM: {out:?}"
-    );
+    assert_eq!(out.code(), 0, "the command's own exit code after handling SIGTERM: {out:?}");
     assert_eq!(fs::read_to_string(&got).unwrap().trim(), "TERM");
-    assert!(
-        !held(&server, "sig"),
-        "the lease is released after the forwarded signal"
-    );
+    assert!(!held(&server, "sig"), "the lease is released after the forwarded signal");
 }
 
 #[test]
@@ -414,22 +273,8 @@ fn sigint_kills_a_plain_command_and_the_exit_code_says_so() {
     let server = Server::start();
     let dir = scratch();
     let (started, pid_file) = (p(dir.path(), "started"), p(dir.path(), "pid"));
-    let script = format!(
-        "echo $$ > '{}'; touch '{}'; exec sleep 30",
-        pid_file.display(),
-        started.display()
-    );
-    let run = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "-k",
-        "int",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let script = format!("echo $$ > '{}'; touch '{}'; exec sleep 30", pid_file.display(), started.display());
+    let run = spawn(&["run", "--redis", &server.url(), "-k", "int", "--", "sh", "-c", &script]);
     wait_for_file(&started, HANG);
     run.signal(libc::SIGINT);
     let out = run.finish_within(Duration::from_secs(10));
@@ -441,54 +286,28 @@ fn sigint_kills_a_plain_command_and_the_exit_code_says_so() {
 #[test]
 fn several_servers_mean_fenced_redlock_that_survives_a_minority() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
-    let urls = servers
-        .iter()
-        .map(Server::url)
-        .collect::<Vec<_>>()
-        .join(",");
+    let urls = servers.iter().map(Server::url).collect::<Vec<_>>().join(",");
     let dir = scratch();
     let fences = p(dir.path(), "fences");
     let script = format!("echo $FENCEDLOCK_FENCE >> '{}'", fences.display());
-    let first = run(&[
-        "run", "--redis", &urls, "-k", "quorum", "--", "sh", "-c", &script,
-    ]);
+    let first = run(&["run", "--redis", &urls, "-k", "quorum", "--", "sh", "-c", &script]);
     assert_eq!(first.code(), 0, "{first:?}");
     // A majority was raised to the fence the command saw, and no server has a larger one.
     // (The round ends at the second grant: the third server's ACQUIRE may never be sent.)
     let fence: u64 = fs::read_to_string(&fences).unwrap().trim().parse().unwrap();
-    let fences_seen: Vec<u64> = servers
-        .iter()
-        .filter_map(|s| status(s, "quorum").map(|st| st.0))
-        .collect();
-    assert!(
-        fences_seen.iter().filter(|&&f| f == fence).count() >= 2,
-        "{fences_seen:?} vs {fence}"
-    );
-    assert!(
-        fences_seen.iter().all(|&f| f <= fence),
-        "{fences_seen:?} vs {fence}"
-    );
+    let fences_seen: Vec<u64> = servers.iter().filter_map(|s| status(s, "quorum").map(|st| st.0)).collect();
+    assert!(fences_seen.iter().filter(|&&f| f == fence).count() >= 2, "{fences_seen:?} vs {fence}");
+    assert!(fences_seen.iter().all(|&f| f <= fence), "{fences_seen:?} vs {fence}");
 
     let mut servers = servers;
     servers[2].kill9();
-    let second = run(&[
-        "run", "--redis", &urls, "-k", "quorum", "--", "sh", "-c", &script,
-    ]);
+    let second = run(&["run", "--redis", &urls, "-k", "quorum", "--", "sh", "-c", &script]);
     assert_eq!(second.code(), 0, "{second:?}");
-    assert!(
-        second.stderr.contains("1 of 3 servers failed"),
-        "the degraded quorum is reported: {second:?}"
-    );
+    assert!(second.stderr.contains("1 of 3 servers failed"), "the degraded quorum is reported: {second:?}");
     servers[1].kill9();
-    let third = run(&[
-        "run", "--redis", &urls, "-k", "quorum", "--", "sh", "-c", &script,
-    ]);
+    let third = run(&["run", "--redis", &urls, "-k", "quorum", "--", "sh", "-c", &script]);
     assert_eq!(third.code(), 69, "no majority, no run: {third:?}");
-    let seen: Vec<u64> = fs::read_to_string(&fences)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
+    let seen: Vec<u64> = fs::read_to_string(&fences).unwrap().lines().map(|l| l.parse().unwrap()).collect();
     assert_eq!(seen.len(), 2);
     assert!(seen[1] > seen[0], "{seen:?}");
 }
@@ -497,13 +316,7 @@ fn several_servers_mean_fenced_redlock_that_survives_a_minority() {
 fn alive(pid: &str) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
-            let state = stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .split_whitespace()
-                .next()
-                .unwrap_or("");
+            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("");
             state != "Z" && state != "X"
         }
         Err(_) => false,
@@ -514,23 +327,10 @@ fn alive(pid: &str) -> bool {
 fn min_hold_keeps_the_lock_after_a_short_command_so_late_hosts_skip() {
     let server = Server::start();
     let url = server.url();
-    let first = spawn(&[
-        "run",
-        "--redis",
-        &url,
-        "-k",
-        "period",
-        "--min-hold",
-        "1500ms",
-        "--",
-        "true",
-    ]);
+    let first = spawn(&["run", "--redis", &url, "-k", "period", "--min-hold", "1500ms", "--", "true"]);
     let deadline = std::time::Instant::now() + HANG;
     while !held(&server, "period") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the first run never took the lock"
-        );
+        assert!(std::time::Instant::now() < deadline, "the first run never took the lock");
         std::thread::sleep(Duration::from_millis(5));
     }
     // The command is long done, but a late host still skips.
@@ -548,22 +348,8 @@ fn the_command_dies_with_a_killed_fencedlock_since_nobody_renews_its_lease() {
     let server = Server::start();
     let dir = scratch();
     let (started, pid_file) = (p(dir.path(), "started"), p(dir.path(), "pid"));
-    let script = format!(
-        "echo $$ > '{}'; touch '{}'; exec sleep 30",
-        pid_file.display(),
-        started.display()
-    );
-    let run = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "-k",
-        "orphan",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let script = format!("echo $$ > '{}'; touch '{}'; exec sleep 30", pid_file.display(), started.display());
+    let run = spawn(&["run", "--redis", &server.url(), "-k", "orphan", "--", "sh", "-c", &script]);
     wait_for_file(&started, HANG);
     let pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();
     assert!(alive(&pid));
@@ -572,10 +358,7 @@ fn the_command_dies_with_a_killed_fencedlock_since_nobody_renews_its_lease() {
     assert_eq!(out.code, None, "fencedlock was killed");
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while alive(&pid) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command outlived fencedlock"
-        );
+        assert!(std::time::Instant::now() < deadline, "the command outlived fencedlock");
         std::thread::sleep(Duration::from_millis(10));
     }
 }

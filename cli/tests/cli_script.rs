@@ -23,9 +23,7 @@ fn a_printed_token_acquires_renews_and_releases() {
     let out = run(&["acquire", "--redis", &url, "-k", "deploy", "--ttl", "2s"]);
     assert_eq!(out.code(), 0, "{out:?}");
     let words: Vec<&str> = out.stdout.split_whitespace().collect();
-    let [token, fence] = words[..] else {
-        panic!("expected TOKEN FENCE: {out:?}")
-    };
+    let [token, fence] = words[..] else { panic!("expected TOKEN FENCE: {out:?}") };
     let fence: u64 = fence.parse().unwrap();
     assert_eq!(token.len(), 32, "a 128-bit hex token");
     let (server_fence, is_held, pttl) = status(&server, "deploy").unwrap();
@@ -33,17 +31,13 @@ fn a_printed_token_acquires_renews_and_releases() {
     assert!(pttl > 0 && pttl <= 2000, "{pttl}");
 
     // The same token works from redis-cli as it is (the server stores its text).
-    let still: i64 = server
-        .cmd(&["FENCEDLOCK.RENEW", "deploy", token, "2000"])
-        .unwrap();
+    let still: i64 = server.cmd(&["FENCEDLOCK.RENEW", "deploy", token, "2000"]).unwrap();
     assert_eq!(still, 1);
 
     let busy = run(&["acquire", "--redis", &url, "-k", "deploy"]);
     assert_eq!(busy.code(), BUSY, "{busy:?}");
 
-    let renewed = run(&[
-        "renew", "--redis", &url, "-k", "deploy", "--ttl", "60s", "--token", token,
-    ]);
+    let renewed = run(&["renew", "--redis", &url, "-k", "deploy", "--ttl", "60s", "--token", token]);
     assert_eq!(renewed.code(), 0, "{renewed:?}");
     let (_, _, pttl) = status(&server, "deploy").unwrap();
     assert!(pttl > 2000, "renew extended the lease to 60 s: {pttl}");
@@ -51,11 +45,7 @@ fn a_printed_token_acquires_renews_and_releases() {
     let released = run(&["release", "--redis", &url, "-k", "deploy", "--token", token]);
     assert_eq!(released.code(), 0, "{released:?}");
     assert!(!held(&server, "deploy"));
-    assert_eq!(
-        status(&server, "deploy").unwrap().0,
-        fence,
-        "the fence is kept"
-    );
+    assert_eq!(status(&server, "deploy").unwrap().0, fence, "the fence is kept");
 
     // A second release, or a renew after it, says the lease is gone.
     let again = run(&["release", "--redis", &url, "-k", "deploy", "--token", token]);
@@ -77,27 +67,10 @@ fn a_token_file_is_private_and_removed_on_release() {
     let dir = scratch();
     let file = p(dir.path(), "deploy.token");
     let file_s = file.to_str().unwrap();
-    let out = run(&[
-        "acquire",
-        "--redis",
-        &url,
-        "-k",
-        "f",
-        "--ttl",
-        "5s",
-        "--token-file",
-        file_s,
-    ]);
+    let out = run(&["acquire", "--redis", &url, "-k", "f", "--ttl", "5s", "--token-file", file_s]);
     assert_eq!(out.code(), 0, "{out:?}");
-    let fence: u64 = out
-        .stdout
-        .trim()
-        .parse()
-        .expect("only the fence is printed");
-    assert_eq!(
-        fs::metadata(&file).unwrap().permissions().mode() & 0o777,
-        0o600
-    );
+    let fence: u64 = out.stdout.trim().parse().expect("only the fence is printed");
+    assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
     let token = fs::read_to_string(&file).unwrap();
     assert!(!out.stdout.contains(token.trim()));
     assert_eq!(status(&server, "f").unwrap().0, fence);
@@ -111,42 +84,21 @@ fn a_token_file_is_private_and_removed_on_release() {
     .finish();
     assert_eq!(renewed.code(), 0, "{renewed:?}");
 
-    let released = run(&[
-        "release",
-        "--redis",
-        &url,
-        "-k",
-        "f",
-        "--token-file",
-        file_s,
-    ]);
+    let released = run(&["release", "--redis", &url, "-k", "f", "--token-file", file_s]);
     assert_eq!(released.code(), 0, "{released:?}");
     assert!(!file.exists(), "the token file is removed with the lease");
     assert!(!held(&server, "f"));
 
-    let unwritable = run(&[
-        "acquire",
-        "--redis",
-        &url,
-        "-k",
-        "g",
-        "--token-file",
-        "/nonexistent/dir/t",
-    ]);
+    let unwritable = run(&["acquire", "--redis", &url, "-k", "g", "--token-file", "/nonexistent/dir/t"]);
     assert_one_line_error(&unwritable, 74, &["token file"]);
-    assert!(
-        !held(&server, "g"),
-        "a lease nobody could release is given back at once"
-    );
+    assert!(!held(&server, "g"), "a lease nobody could release is given back at once");
 }
 
 #[test]
 fn json_output_is_machine_readable() {
     let server = Server::start();
     let url = server.url();
-    let acquired = json(&run(&[
-        "acquire", "--json", "--redis", &url, "-k", "j", "--ttl", "3s",
-    ]));
+    let acquired = json(&run(&["acquire", "--json", "--redis", &url, "-k", "j", "--ttl", "3s"]));
     let token = acquired["token"].as_str().unwrap().to_owned();
     let fence = acquired["fence"].as_u64().unwrap();
     assert_eq!(acquired["key"], "j");
@@ -157,52 +109,28 @@ fn json_output_is_machine_readable() {
     assert_eq!(st["fence"], fence);
     assert_eq!(st["held"], true);
     assert!(st["pttl_ms"].as_u64().unwrap() <= 3000);
-    assert!(
-        !st.to_string().contains(&token),
-        "status never shows the token"
-    );
+    assert!(!st.to_string().contains(&token), "status never shows the token");
 
-    let renewed = json(&run(&[
-        "renew", "--json", "--redis", &url, "-k", "j", "--token", &token,
-    ]));
+    let renewed = json(&run(&["renew", "--json", "--redis", &url, "-k", "j", "--token", &token]));
     assert_eq!(renewed["renewed"], true);
-    let released = json(&run(&[
-        "release", "--json", "--redis", &url, "-k", "j", "--token", &token,
-    ]));
+    let released = json(&run(&["release", "--json", "--redis", &url, "-k", "j", "--token", &token]));
     assert_eq!(released["released"], true);
 
     let st = json(&run(&["status", "--json", "--redis", &url, "-k", "j"]));
-    assert_eq!(
-        (st["held"].clone(), st["pttl_ms"].clone()),
-        (Value::Bool(false), Value::Null)
-    );
-    let never = json(&run(&[
-        "status",
-        "--json",
-        "--redis",
-        &url,
-        "-k",
-        "never-locked",
-    ]));
-    assert_eq!(
-        (never["fence"].as_u64(), never["held"].as_bool()),
-        (Some(0), Some(false))
-    );
+    assert_eq!((st["held"].clone(), st["pttl_ms"].clone()), (Value::Bool(false), Value::Null));
+    let never = json(&run(&["status", "--json", "--redis", &url, "-k", "never-locked"]));
+    assert_eq!((never["fence"].as_u64(), never["held"].as_bool()), (Some(0), Some(false)));
 }
 
 #[test]
 fn status_text_shows_fence_held_and_time_left() {
     let server = Server::start();
     let url = server.url();
-    let _: u64 = server
-        .cmd(&["FENCEDLOCK.ACQUIRE", "t", "tok", "60000"])
-        .unwrap();
+    let _: u64 = server.cmd(&["FENCEDLOCK.ACQUIRE", "t", "tok", "60000"]).unwrap();
     let out = run(&["status", "--redis", &url, "-k", "t"]);
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(
-        out.stdout.contains("fence 1")
-            && out.stdout.contains("held")
-            && out.stdout.contains("left"),
+        out.stdout.contains("fence 1") && out.stdout.contains("held") && out.stdout.contains("left"),
         "{out:?}"
     );
     let free = run(&["status", "--redis", &url, "-k", "nothing"]);
@@ -212,39 +140,23 @@ fn status_text_shows_fence_held_and_time_left() {
 #[test]
 fn several_servers_acquire_by_majority_with_one_fence() {
     let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
-    let urls = servers
-        .iter()
-        .map(Server::url)
-        .collect::<Vec<_>>()
-        .join(",");
-    let acquired = json(&run(&[
-        "acquire", "--json", "--redis", &urls, "-k", "m", "--ttl", "5s",
-    ]));
+    let urls = servers.iter().map(Server::url).collect::<Vec<_>>().join(",");
+    let acquired = json(&run(&["acquire", "--json", "--redis", &urls, "-k", "m", "--ttl", "5s"]));
     let fence = acquired["fence"].as_u64().unwrap();
     let token = acquired["token"].as_str().unwrap().to_owned();
     // A majority holds the lease with that fence. (The round ends at the second grant; the
     // third server's ACQUIRE may never be sent.)
-    let holding = servers
-        .iter()
-        .filter(|s| status(s, "m").is_some_and(|st| st.0 == fence && st.1))
-        .count();
-    assert!(
-        holding >= 2,
-        "only {holding} of 3 servers hold fence {fence}"
-    );
+    let holding = servers.iter().filter(|s| status(s, "m").is_some_and(|st| st.0 == fence && st.1)).count();
+    assert!(holding >= 2, "only {holding} of 3 servers hold fence {fence}");
     let st = json(&run(&["status", "--json", "--redis", &urls, "-k", "m"]));
     assert_eq!(st["held"], true);
     assert_eq!(st["servers"].as_array().unwrap().len(), 3);
     assert_eq!(
-        json(&run(&[
-            "renew", "--json", "--redis", &urls, "-k", "m", "--token", &token
-        ]))["renewed"],
+        json(&run(&["renew", "--json", "--redis", &urls, "-k", "m", "--token", &token]))["renewed"],
         true
     );
     assert_eq!(
-        json(&run(&[
-            "release", "--json", "--redis", &urls, "-k", "m", "--token", &token
-        ]))["released"],
+        json(&run(&["release", "--json", "--redis", &urls, "-k", "m", "--token", &token]))["released"],
         true
     );
     for s in &servers {

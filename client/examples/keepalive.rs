@@ -17,9 +17,7 @@ async fn main() -> Result<(), Error> {
         .or_else(|| std::env::var("FENCEDLOCK_URL").ok())
         .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
     // A 1.5 s lease, renewed every 500 ms, held for 5 s of work.
-    let config = LockConfig::builder()
-        .ttl(Duration::from_millis(1_500))
-        .build()?;
+    let config = LockConfig::builder().ttl(Duration::from_millis(1_500)).build()?;
     let locker = Locker::open(&url, config)?;
 
     let result = locker

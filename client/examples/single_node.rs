@@ -15,19 +15,12 @@ async fn main() -> Result<(), Error> {
         .nth(1)
         .or_else(|| std::env::var("FENCEDLOCK_URL").ok())
         .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
-    let config = LockConfig::builder()
-        .ttl(Duration::from_secs(5))
-        .max_wait(Duration::from_secs(3))
-        .build()?;
+    let config =
+        LockConfig::builder().ttl(Duration::from_secs(5)).max_wait(Duration::from_secs(3)).build()?;
     let locker = Locker::open(&url, config)?;
 
     let lease = locker.acquire("example:report").await?;
-    println!(
-        "holding {:?} on {url} with fence {} for {:?}",
-        lease.key(),
-        lease.fence(),
-        lease.remaining()
-    );
+    println!("holding {:?} on {url} with fence {} for {:?}", lease.key(), lease.fence(), lease.remaining());
     // A second owner is refused while we hold it.
     match locker.try_acquire("example:report").await {
         Err(Error::Contended { .. }) => println!("a second try_acquire is refused: contended"),

@@ -35,10 +35,7 @@ impl Backoff {
 
 impl Default for Backoff {
     fn default() -> Self {
-        Backoff {
-            min: Duration::from_millis(20),
-            max: Duration::from_millis(400),
-        }
+        Backoff { min: Duration::from_millis(20), max: Duration::from_millis(400) }
     }
 }
 
@@ -48,10 +45,7 @@ mod tests {
 
     #[test]
     fn delays_stay_within_bounds_and_grow() {
-        let b = Backoff {
-            min: Duration::from_millis(10),
-            max: Duration::from_millis(300),
-        };
+        let b = Backoff { min: Duration::from_millis(10), max: Duration::from_millis(300) };
         let mut rng = rand::rng();
         for attempt in 0..80 {
             let hi = b.ceiling(attempt);
@@ -70,22 +64,15 @@ mod tests {
 
     #[test]
     fn delays_are_jittered() {
-        let b = Backoff {
-            min: Duration::from_millis(1),
-            max: Duration::from_secs(1),
-        };
+        let b = Backoff { min: Duration::from_millis(1), max: Duration::from_secs(1) };
         let mut rng = rand::rng();
-        let samples: std::collections::HashSet<Duration> =
-            (0..100).map(|_| b.delay(10, &mut rng)).collect();
+        let samples: std::collections::HashSet<Duration> = (0..100).map(|_| b.delay(10, &mut rng)).collect();
         assert!(samples.len() > 90, "only {} distinct delays", samples.len());
     }
 
     #[test]
     fn equal_bounds_give_a_fixed_delay() {
-        let b = Backoff {
-            min: Duration::from_millis(7),
-            max: Duration::from_millis(7),
-        };
+        let b = Backoff { min: Duration::from_millis(7), max: Duration::from_millis(7) };
         let mut rng = rand::rng();
         assert_eq!(b.delay(3, &mut rng), Duration::from_millis(7));
     }

@@ -31,9 +31,7 @@ pub struct LockConfig {
 impl LockConfig {
     /// A builder starting from the defaults.
     pub fn builder() -> LockConfigBuilder {
-        LockConfigBuilder {
-            config: LockConfig::unchecked_default(),
-        }
+        LockConfigBuilder { config: LockConfig::unchecked_default() }
     }
 
     fn unchecked_default() -> LockConfig {
@@ -108,11 +106,7 @@ impl LockConfig {
             return bad(format!("drift factor must be in [0, 1), got {}", self.drift_factor));
         }
         if self.drift() >= self.ttl {
-            return bad(format!(
-                "drift {:?} leaves no validity in a {:?} ttl",
-                self.drift(),
-                self.ttl
-            ));
+            return bad(format!("drift {:?} leaves no validity in a {:?} ttl", self.drift(), self.ttl));
         }
         if self.node_timeout.is_zero() {
             return bad("node timeout must be positive".into());
@@ -238,11 +232,7 @@ mod tests {
         assert!(LockConfig::builder().ttl(MAX_TTL).build().is_ok());
         // 2 ms of constant drift leaves nothing in a 2 ms lease.
         assert!(err(LockConfig::builder().ttl(2 * MS)).contains("drift"));
-        assert!(LockConfig::builder()
-            .ttl(2 * MS)
-            .drift_constant(Duration::ZERO)
-            .build()
-            .is_ok());
+        assert!(LockConfig::builder().ttl(2 * MS).drift_constant(Duration::ZERO).build().is_ok());
     }
 
     #[test]

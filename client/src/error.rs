@@ -125,30 +125,20 @@ mod tests {
     use redis::{ErrorKind, RedisError, ServerErrorKind};
 
     fn server(kind: ErrorKind, text: &'static str) -> Error {
-        Error::Server {
-            node: "n".into(),
-            source: RedisError::from((kind, text)),
-        }
+        Error::Server { node: "n".into(), source: RedisError::from((kind, text)) }
     }
 
     #[test]
     fn transient_conditions_are_retried_and_final_ones_are_not() {
         assert!(Error::Contended { key: "k".into() }.is_retryable());
-        assert!(Error::Timeout {
-            node: "n".into(),
-            operation: "ACQUIRE",
-            after: Duration::from_millis(5)
-        }
-        .is_retryable());
+        assert!(Error::Timeout { node: "n".into(), operation: "ACQUIRE", after: Duration::from_millis(5) }
+            .is_retryable());
         assert!(server(ErrorKind::Io, "reset").is_retryable());
         assert!(server(ErrorKind::Server(ServerErrorKind::TryAgain), "restart grace").is_retryable());
         assert!(server(ErrorKind::Server(ServerErrorKind::BusyLoading), "loading").is_retryable());
         assert!(!server(ErrorKind::Server(ServerErrorKind::ResponseError), "WRONGTYPE").is_retryable());
         assert!(!Error::Config("bad".into()).is_retryable());
-        let lost = Error::LeaseLost {
-            key: "k".into(),
-            cause: LossCause::Expired,
-        };
+        let lost = Error::LeaseLost { key: "k".into(), cause: LossCause::Expired };
         assert!(!lost.is_retryable());
         assert!(lost.is_lease_lost());
         assert_eq!(lost.to_string(), "lease on \"k\" lost: validity expired");

@@ -97,16 +97,13 @@ pub(crate) async fn raise(
         .filter(|(_, v)| matches!(v.vote, Vote::Granted { .. }))
         .map(|(i, _)| i)
         .collect();
-    let requests = granting
-        .iter()
-        .filter_map(|&i| nodes.get(i))
-        .map(|node| async move {
-            match node.raise(key, token, target).await {
-                Ok(Some(fence)) if fence >= target => Vote::Granted { fence },
-                Ok(_) => Vote::Refused,
-                Err(failure) => failure.into_vote(),
-            }
-        });
+    let requests = granting.iter().filter_map(|&i| nodes.get(i)).map(|node| async move {
+        match node.raise(key, token, target).await {
+            Ok(Some(fence)) if fence >= target => Vote::Granted { fence },
+            Ok(_) => Vote::Refused,
+            Err(failure) => failure.into_vote(),
+        }
+    });
     let votes = round::until_decided(requests, report.quorum).await;
     for (&i, vote) in granting.iter().zip(votes) {
         if let Some(entry) = report.votes.get_mut(i) {

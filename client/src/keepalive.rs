@@ -63,21 +63,14 @@ impl LeaseHandle {
             return Err(err);
         }
         if Instant::now() >= self.valid_until() {
-            return Err(Error::LeaseLost {
-                key: self.0.key.clone(),
-                cause: LossCause::Expired,
-            });
+            return Err(Error::LeaseLost { key: self.0.key.clone(), cause: LossCause::Expired });
         }
         Ok(())
     }
 
     /// The reason the lease was lost, once it was.
     pub fn loss(&self) -> Option<Error> {
-        self.0
-            .loss
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.0.loss.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// A token cancelled when the lease is lost. Clones of it can be handed to sub-tasks.
@@ -121,11 +114,7 @@ impl KeptLease {
         }));
         let stop = CancellationToken::new();
         let task = tokio::spawn(renew_loop(lease, handle.clone(), stop.clone()));
-        KeptLease {
-            handle,
-            stop,
-            task: Some(task),
-        }
+        KeptLease { handle, stop, task: Some(task) }
     }
 
     /// A cloneable handle for the protected work.
@@ -221,8 +210,7 @@ async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationTok
         match step {
             Step::Stop => return lease,
             Step::Renewed(Ok(())) => {
-                *handle.0.deadline.lock().unwrap_or_else(PoisonError::into_inner) =
-                    lease.valid_until();
+                *handle.0.deadline.lock().unwrap_or_else(PoisonError::into_inner) = lease.valid_until();
             }
             Step::Renewed(Err(err)) => {
                 let err = if err.is_lease_lost() {

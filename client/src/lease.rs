@@ -138,10 +138,7 @@ impl Lease {
     }
 
     pub(crate) fn lost(&self, cause: LossCause) -> Error {
-        Error::LeaseLost {
-            key: self.key.clone(),
-            cause,
-        }
+        Error::LeaseLost { key: self.key.clone(), cause }
     }
 
     /// When the keep-alive should renew next: one renew interval after the request that
@@ -150,9 +147,7 @@ impl Lease {
     pub(crate) fn renewal_due(&self) -> Instant {
         let config = &self.engine.config;
         let window = config.ttl().saturating_sub(config.drift());
-        self.deadline
-            .checked_sub(window)
-            .map_or(self.deadline, |sent| sent + config.renew_interval())
+        self.deadline.checked_sub(window).map_or(self.deadline, |sent| sent + config.renew_interval())
     }
 }
 
@@ -170,9 +165,7 @@ impl std::fmt::Debug for Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if self.armed {
-            self.engine
-                .clone()
-                .spawn_release(self.key.clone(), self.token.clone());
+            self.engine.clone().spawn_release(self.key.clone(), self.token.clone());
         }
     }
 }

@@ -37,9 +37,7 @@ pub struct Locker {
 impl Locker {
     /// A locker over `node`, applying `config` (including its per-node timeout).
     pub fn new(node: Node, config: LockConfig) -> Locker {
-        Locker {
-            engine: Engine::new(vec![node], config, Fencing::QuorumMax),
-        }
+        Locker { engine: Engine::new(vec![node], config, Fencing::QuorumMax) }
     }
 
     /// A locker over a standalone server URL such as `redis://127.0.0.1:6379`.

@@ -35,14 +35,8 @@ pub struct Node {
 }
 
 enum Transport {
-    Standalone {
-        client: Box<redis::Client>,
-        slot: Arc<Mutex<Slot<MultiplexedConnection>>>,
-    },
-    Cluster {
-        client: Box<redis::cluster::ClusterClient>,
-        slot: Arc<Mutex<Slot<ClusterConnection>>>,
-    },
+    Standalone { client: Box<redis::Client>, slot: Arc<Mutex<Slot<MultiplexedConnection>>> },
+    Cluster { client: Box<redis::cluster::ClusterClient>, slot: Arc<Mutex<Slot<ClusterConnection>>> },
 }
 
 /// The cached connection and a generation number, so a task that saw an I/O error on an old
@@ -54,10 +48,7 @@ struct Slot<C> {
 
 impl<C> Slot<C> {
     fn new() -> Self {
-        Slot {
-            conn: None,
-            generation: 0,
-        }
+        Slot { conn: None, generation: 0 }
     }
 }
 
@@ -96,8 +87,8 @@ pub struct LockStatus {
 impl Node {
     /// A standalone server, e.g. `redis://127.0.0.1:6379`.
     pub fn new(url: &str) -> Result<Node, Error> {
-        let client = redis::Client::open(url)
-            .map_err(|e| Error::Config(format!("bad server URL {url:?}: {e}")))?;
+        let client =
+            redis::Client::open(url).map_err(|e| Error::Config(format!("bad server URL {url:?}: {e}")))?;
         let name = client.get_connection_info().addr().to_string();
         Ok(Node {
             name,
@@ -149,10 +140,8 @@ impl Node {
     pub async fn status(&self, key: &str) -> Result<Option<LockStatus>, Error> {
         let mut cmd = redis::cmd("FENCEDLOCK.STATUS");
         cmd.arg(key);
-        let reply: Option<(u64, u8, i64)> = self
-            .query(&cmd, None)
-            .await
-            .map_err(|f| self.error("STATUS", f))?;
+        let reply: Option<(u64, u8, i64)> =
+            self.query(&cmd, None).await.map_err(|f| self.error("STATUS", f))?;
         Ok(reply.map(|(fence, held, pttl)| LockStatus {
             fence,
             held: held == 1,
@@ -188,12 +177,7 @@ impl Node {
 
     /// `FENCEDLOCK.RAISE`: the key's fence after raising it to at least `fence`, or `None`
     /// when our token no longer holds the lease there.
-    pub(crate) async fn raise(
-        &self,
-        key: &str,
-        token: &Token,
-        fence: u64,
-    ) -> Result<Option<u64>, Failure> {
+    pub(crate) async fn raise(&self, key: &str, token: &Token, fence: u64) -> Result<Option<u64>, Failure> {
         let mut cmd = redis::cmd("FENCEDLOCK.RAISE");
         cmd.arg(key).arg(token.as_bytes()).arg(fence);
         self.query(&cmd, Some(token)).await
@@ -202,15 +186,8 @@ impl Node {
     /// Turns a failed request into the crate error, naming this node.
     pub(crate) fn error(&self, operation: &'static str, failure: Failure) -> Error {
         match failure {
-            Failure::TimedOut => Error::Timeout {
-                node: self.name.clone(),
-                operation,
-                after: self.timeout,
-            },
-            Failure::Redis(source) => Error::Server {
-                node: self.name.clone(),
-                source,
-            },
+            Failure::TimedOut => Error::Timeout { node: self.name.clone(), operation, after: self.timeout },
+            Failure::Redis(source) => Error::Server { node: self.name.clone(), source },
         }
     }
 
@@ -260,11 +237,8 @@ impl Node {
                     let config = AsyncConnectionConfig::new()
                         .set_connection_timeout(Some(timeout))
                         .set_response_timeout(None);
-                    let conn = bounded(
-                        timeout,
-                        client.get_multiplexed_async_connection_with_config(&config),
-                    )
-                    .await?;
+                    let conn = bounded(timeout, client.get_multiplexed_async_connection_with_config(&config))
+                        .await?;
                     slot.generation += 1;
                     slot.conn = Some(conn.clone());
                     Ok(Conn::Standalone(conn, slot.generation))
@@ -300,10 +274,7 @@ impl Node {
 
 impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Node")
-            .field("name", &self.name)
-            .field("timeout", &self.timeout)
-            .finish()
+        f.debug_struct("Node").field("name", &self.name).field("timeout", &self.timeout).finish()
     }
 }
 
@@ -319,9 +290,7 @@ async fn bounded<C>(
 
 /// The connect task's result; a task that panicked or was cancelled (runtime shutdown) is
 /// an I/O error, so the connection is tried again next time.
-fn joined(
-    result: Result<Result<Conn, RedisError>, tokio::task::JoinError>,
-) -> Result<Conn, RedisError> {
+fn joined(result: Result<Result<Conn, RedisError>, tokio::task::JoinError>) -> Result<Conn, RedisError> {
     result.unwrap_or_else(|e| Err(std::io::Error::other(format!("connect task ended: {e}")).into()))
 }
 

@@ -104,11 +104,7 @@ pub(crate) struct Tally {
 impl Tally {
     /// A round of `requests` requests needing `quorum` yes votes.
     pub(crate) fn new(quorum: usize, requests: usize) -> Tally {
-        Tally {
-            quorum,
-            outstanding: requests,
-            yes: 0,
-        }
+        Tally { quorum, outstanding: requests, yes: 0 }
     }
 
     /// Counts one answer (a yes, or anything else).
@@ -163,18 +159,12 @@ impl QuorumReport {
 
     /// Number of nodes that refused in the main round.
     pub fn refused(&self) -> usize {
-        self.votes
-            .iter()
-            .filter(|v| matches!(v.vote, Vote::Refused))
-            .count()
+        self.votes.iter().filter(|v| matches!(v.vote, Vote::Refused)).count()
     }
 
     /// Number of nodes that confirmed the raise (fenced Redlock).
     pub fn raised(&self) -> usize {
-        self.votes
-            .iter()
-            .filter(|v| v.raise.as_ref().is_some_and(Vote::is_yes))
-            .count()
+        self.votes.iter().filter(|v| v.raise.as_ref().is_some_and(Vote::is_yes)).count()
     }
 
     /// The highest fence granted in the main round.
@@ -201,11 +191,7 @@ impl QuorumReport {
 
     /// Whether enough nodes failed in a way that retrying cannot fix to rule out a majority.
     pub(crate) fn could_still_succeed(&self) -> bool {
-        let permanent = self
-            .votes
-            .iter()
-            .filter(|v| v.vote.is_permanent_failure())
-            .count();
+        let permanent = self.votes.iter().filter(|v| v.vote.is_permanent_failure()).count();
         self.votes.len() - permanent >= self.quorum
     }
 }
@@ -253,11 +239,7 @@ mod tests {
             votes: votes
                 .into_iter()
                 .enumerate()
-                .map(|(i, vote)| NodeVote {
-                    node: format!("n{i}"),
-                    vote,
-                    raise: None,
-                })
+                .map(|(i, vote)| NodeVote { node: format!("n{i}"), vote, raise: None })
                 .collect(),
             elapsed: Duration::from_millis(3),
             validity: Some(Duration::from_millis(900)),
@@ -265,9 +247,7 @@ mod tests {
     }
 
     fn failed() -> Vote {
-        Vote::Failed {
-            error: redis::RedisError::from((redis::ErrorKind::Io, "connection refused")),
-        }
+        Vote::Failed { error: redis::RedisError::from((redis::ErrorKind::Io, "connection refused")) }
     }
 
     fn wrongtype() -> Vote {
@@ -310,13 +290,7 @@ mod tests {
 
     #[test]
     fn refusals_beyond_the_minority_are_a_definite_no() {
-        let r = report(vec![
-            Vote::Confirmed,
-            Vote::Refused,
-            Vote::Refused,
-            Vote::Refused,
-            Vote::TimedOut,
-        ]);
+        let r = report(vec![Vote::Confirmed, Vote::Refused, Vote::Refused, Vote::Refused, Vote::TimedOut]);
         assert!(r.majority_refused());
         let r = report(vec![Vote::Confirmed, Vote::Refused, Vote::Refused, Vote::TimedOut, Vote::TimedOut]);
         assert!(!r.majority_refused());
@@ -326,11 +300,8 @@ mod tests {
 
     #[test]
     fn raise_confirmations_are_counted_separately() {
-        let mut r = report(vec![
-            Vote::Granted { fence: 3 },
-            Vote::Granted { fence: 5 },
-            Vote::Granted { fence: 4 },
-        ]);
+        let mut r =
+            report(vec![Vote::Granted { fence: 3 }, Vote::Granted { fence: 5 }, Vote::Granted { fence: 4 }]);
         r.votes[0].raise = Some(Vote::Granted { fence: 5 });
         r.votes[1].raise = Some(Vote::Refused);
         r.votes[2].raise = Some(Vote::TimedOut);

@@ -47,10 +47,8 @@ pub(crate) fn error(err: RedisError, token: Option<&Token>) -> RedisError {
 fn server_error(server: ServerError, needles: &[String]) -> RedisError {
     let code = text(server.code(), needles);
     let detail = server.details().map(|d| text(d, needles));
-    let unchanged = matches!(code, Cow::Borrowed(_))
-        && detail
-            .as_ref()
-            .is_none_or(|d| matches!(d, Cow::Borrowed(_)));
+    let unchanged =
+        matches!(code, Cow::Borrowed(_)) && detail.as_ref().is_none_or(|d| matches!(d, Cow::Borrowed(_)));
     if unchanged {
         return server.into();
     }
@@ -126,20 +124,15 @@ mod tests {
         );
         let clean = error(original, Some(&token));
         assert_clean(&clean, &token);
-        assert_eq!(
-            clean.kind(),
-            ErrorKind::Server(ServerErrorKind::ResponseError)
-        );
+        assert_eq!(clean.kind(), ErrorKind::Server(ServerErrorKind::ResponseError));
         assert_eq!(clean.code(), Some("ERR"));
         assert_eq!(
             clean.detail(),
             Some("unknown command 'FENCEDLOCK.ACQUIRE', with args beginning with: <redacted>")
         );
         // Even without knowing the token, the echoed arguments go.
-        let anonymous = error(
-            reply_error(b"-ERR unknown command 'X', with args beginning with: 'secret' \r\n"),
-            None,
-        );
+        let anonymous =
+            error(reply_error(b"-ERR unknown command 'X', with args beginning with: 'secret' \r\n"), None);
         assert!(!anonymous.to_string().contains("secret"), "{anonymous}");
     }
 
@@ -150,11 +143,7 @@ mod tests {
         for line in [
             b"-WRONGTYPE s3cr3t  line is not a lock\r\n".to_vec(),
             format!("-TRYAGAIN lease for {} refused\r\n", token.to_hex()).into_bytes(),
-            format!(
-                "-TRYAGAIN lease for {} refused\r\n",
-                token.to_hex().to_uppercase()
-            )
-            .into_bytes(),
+            format!("-TRYAGAIN lease for {} refused\r\n", token.to_hex().to_uppercase()).into_bytes(),
         ] {
             let original = reply_error(&line);
             let (kind, code) = (original.kind(), original.code().map(str::to_owned));
@@ -165,10 +154,7 @@ mod tests {
             assert!(clean.to_string().contains("<token>"), "{clean}");
         }
         let retry = error(reply_error(b"-TRYAGAIN s3cr3t  line\r\n"), Some(&token));
-        assert!(
-            crate::error::is_transient(&retry),
-            "still retryable: {retry}"
-        );
+        assert!(crate::error::is_transient(&retry), "still retryable: {retry}");
     }
 
     #[test]
@@ -176,26 +162,17 @@ mod tests {
         let token = Token::from_bytes(b"tok".to_vec()).unwrap();
         let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         let kept = error(io, Some(&token));
-        assert!(
-            kept.is_io_error() && kept.is_connection_refusal(),
-            "{kept:?}"
-        );
+        assert!(kept.is_io_error() && kept.is_connection_refusal(), "{kept:?}");
         let loading = error(reply_error(b"-LOADING Redis is loading\r\n"), Some(&token));
-        assert_eq!(
-            loading.kind(),
-            ErrorKind::Server(ServerErrorKind::BusyLoading)
-        );
+        assert_eq!(loading.kind(), ErrorKind::Server(ServerErrorKind::BusyLoading));
         assert_eq!(loading.detail(), Some("Redis is loading"));
     }
 
     #[test]
     fn client_errors_that_quote_the_token_keep_their_kind() {
         let token = Token::from_bytes(b"hunter2hunter2".to_vec()).unwrap();
-        let original = RedisError::from((
-            ErrorKind::UnexpectedReturnType,
-            "bad reply",
-            "got hunter2hunter2".to_owned(),
-        ));
+        let original =
+            RedisError::from((ErrorKind::UnexpectedReturnType, "bad reply", "got hunter2hunter2".to_owned()));
         let clean = error(original, Some(&token));
         assert_clean(&clean, &token);
         assert_eq!(clean.kind(), ErrorKind::UnexpectedReturnType);

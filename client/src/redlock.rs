@@ -50,25 +50,16 @@ impl Redlock {
     }
 
     /// A Redlock over `nodes` with an explicit fencing mode.
-    pub fn with_fencing(
-        nodes: Vec<Node>,
-        config: LockConfig,
-        fencing: Fencing,
-    ) -> Result<Redlock, Error> {
+    pub fn with_fencing(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Result<Redlock, Error> {
         if nodes.is_empty() {
             return Err(Error::Config("Redlock needs at least one node".into()));
         }
-        Ok(Redlock {
-            engine: Engine::new(nodes, config, fencing),
-        })
+        Ok(Redlock { engine: Engine::new(nodes, config, fencing) })
     }
 
     /// A Redlock over standalone servers given by URL. Nothing connects yet.
     pub fn open<S: AsRef<str>>(urls: &[S], config: LockConfig) -> Result<Redlock, Error> {
-        let nodes = urls
-            .iter()
-            .map(|u| Node::new(u.as_ref()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let nodes = urls.iter().map(|u| Node::new(u.as_ref())).collect::<Result<Vec<_>, _>>()?;
         Redlock::new(nodes, config)
     }
 
@@ -171,24 +162,15 @@ struct ReleaseOnDrop {
 impl Drop for ReleaseOnDrop {
     fn drop(&mut self) {
         if self.armed {
-            self.engine
-                .clone()
-                .spawn_release(self.key.clone(), self.token.clone());
+            self.engine.clone().spawn_release(self.key.clone(), self.token.clone());
         }
     }
 }
 
 impl Engine {
     pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Arc<Engine> {
-        let nodes = nodes
-            .into_iter()
-            .map(|n| n.with_timeout(config.node_timeout()))
-            .collect();
-        Arc::new(Engine {
-            nodes,
-            config,
-            fencing,
-        })
+        let nodes = nodes.into_iter().map(|n| n.with_timeout(config.node_timeout())).collect();
+        Arc::new(Engine { nodes, config, fencing })
     }
 
     pub(crate) fn quorum(&self) -> usize {
@@ -209,12 +191,7 @@ impl Engine {
         token: Token,
         retry: bool,
     ) -> Result<Lease, Error> {
-        let mut guard = ReleaseOnDrop {
-            engine: Arc::clone(self),
-            key: key.to_owned(),
-            token,
-            armed: false,
-        };
+        let mut guard = ReleaseOnDrop { engine: Arc::clone(self), key: key.to_owned(), token, armed: false };
         let give_up = Instant::now() + self.config.max_wait();
         let mut round = 0u32;
         loop {
@@ -224,12 +201,7 @@ impl Engine {
             guard.armed = false;
             let err = match result {
                 Ok(grant) => {
-                    return Ok(Lease::new(
-                        Arc::clone(self),
-                        key.to_owned(),
-                        guard.token.clone(),
-                        grant,
-                    ))
+                    return Ok(Lease::new(Arc::clone(self), key.to_owned(), guard.token.clone(), grant))
                 }
                 Err(err) => err,
             };
@@ -271,22 +243,14 @@ impl Engine {
             report.elapsed = sent.elapsed();
             report.validity = validity::validity(ttl, report.elapsed, drift);
             if let (Some(fence), Some(_)) = (fence, report.validity) {
-                return Ok(Grant {
-                    fence,
-                    deadline: validity::deadline(sent, ttl, drift),
-                    report,
-                });
+                return Ok(Grant { fence, deadline: validity::deadline(sent, ttl, drift), report });
             }
         }
         // No usable majority: give back what we got (and what a node that timed out, or was
         // not waited for, may have granted after all; the RELEASE follows the ACQUIRE on the
         // node's connection). RELEASE by our token cannot hurt another holder. A node that
         // refused holds another token's lease, so it holds nothing of ours.
-        let skip: Vec<bool> = report
-            .votes
-            .iter()
-            .map(|v| matches!(v.vote, Vote::Refused))
-            .collect();
+        let skip: Vec<bool> = report.votes.iter().map(|v| matches!(v.vote, Vote::Refused)).collect();
         if skip.iter().any(|s| !s) {
             self.release_some(key, token, &skip).await;
         }
@@ -299,10 +263,8 @@ impl Engine {
         let drift = self.config.drift();
         let sent = Instant::now();
         let ttl_ms = self.config.ttl_ms();
-        let requests = self
-            .nodes
-            .iter()
-            .map(|node| async move { yes_no(node.renew(key, token, ttl_ms).await) });
+        let requests =
+            self.nodes.iter().map(|node| async move { yes_no(node.renew(key, token, ttl_ms).await) });
         let votes = round::until_decided(requests, self.quorum()).await;
         let report = self.report(key, Phase::Renew, votes, sent, ttl, drift);
         if report.reached() && report.validity.is_some() {
@@ -316,10 +278,7 @@ impl Engine {
     pub(crate) async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
         match self.renew(key, token).await {
             Ok(_deadline) => Ok(true),
-            Err(Error::LeaseLost {
-                cause: LossCause::Refused,
-                ..
-            }) => Ok(false),
+            Err(Error::LeaseLost { cause: LossCause::Refused, .. }) => Ok(false),
             Err(err) => Err(err),
         }
     }
@@ -338,12 +297,8 @@ impl Engine {
     /// RELEASE on the nodes not marked in `skip`, ignoring the outcome (leases that could
     /// not be released expire after the ttl).
     async fn release_some(&self, key: &str, token: &Token, skip: &[bool]) {
-        let releases = self
-            .nodes
-            .iter()
-            .zip(skip)
-            .filter(|(_, skip)| !**skip)
-            .map(|(node, _)| node.release(key, token));
+        let releases =
+            self.nodes.iter().zip(skip).filter(|(_, skip)| !**skip).map(|(node, _)| node.release(key, token));
         let replies = join_all(releases).await;
         let unanswered = replies.iter().filter(|r| r.is_err()).count();
         if unanswered > 0 {
@@ -395,28 +350,18 @@ impl Engine {
                 .nodes
                 .iter()
                 .zip(votes)
-                .map(|(node, vote)| NodeVote {
-                    node: node.name().to_owned(),
-                    vote,
-                    raise: None,
-                })
+                .map(|(node, vote)| NodeVote { node: node.name().to_owned(), vote, raise: None })
                 .collect(),
             elapsed,
-            validity: if phase == Phase::Release {
-                None
-            } else {
-                validity::validity(ttl, elapsed, drift)
-            },
+            validity: if phase == Phase::Release { None } else { validity::validity(ttl, elapsed, drift) },
         }
     }
 
     /// The error for a failed round. With a single node the node's own answer is the error
     /// (contended, timed out, server error); with several, the whole report is.
     fn round_error(&self, report: QuorumReport, phase: Phase) -> Error {
-        let lost = |report: &QuorumReport| Error::LeaseLost {
-            key: report.key.clone(),
-            cause: LossCause::Refused,
-        };
+        let lost =
+            |report: &QuorumReport| Error::LeaseLost { key: report.key.clone(), cause: LossCause::Refused };
         if phase == Phase::Renew && report.majority_refused() {
             return lost(&report);
         }
@@ -428,9 +373,7 @@ impl Engine {
             };
             match &only.vote {
                 Vote::Refused if phase == Phase::Acquire => {
-                    return Error::Contended {
-                        key: report.key.clone(),
-                    }
+                    return Error::Contended { key: report.key.clone() }
                 }
                 Vote::TimedOut => return node.error(operation, Failure::TimedOut),
                 Vote::Failed { error } => return node.error(operation, Failure::Redis(error.clone())),

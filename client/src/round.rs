@@ -23,11 +23,8 @@ where
     I: IntoIterator<Item = Fut>,
     Fut: Future<Output = Vote>,
 {
-    let mut pending: FuturesUnordered<_> = requests
-        .into_iter()
-        .enumerate()
-        .map(|(i, request)| request.map(move |vote| (i, vote)))
-        .collect();
+    let mut pending: FuturesUnordered<_> =
+        requests.into_iter().enumerate().map(|(i, request)| request.map(move |vote| (i, vote))).collect();
     let mut votes: Vec<Option<Vote>> = (0..pending.len()).map(|_| None).collect();
     let mut tally = Tally::new(quorum, pending.len());
     while !tally.decided() {
@@ -41,10 +38,7 @@ where
     while let Some(Some((i, vote))) = pending.next().now_or_never() {
         votes[i] = Some(vote);
     }
-    votes
-        .into_iter()
-        .map(|vote| vote.unwrap_or(Vote::NotAwaited))
-        .collect()
+    votes.into_iter().map(|vote| vote.unwrap_or(Vote::NotAwaited)).collect()
 }
 
 #[cfg(test)]
@@ -133,11 +127,7 @@ mod tests {
             2,
         )
         .await;
-        assert_eq!(
-            kinds(&ready),
-            ["yes", "yes", "no"],
-            "the ready third answer is kept"
-        );
+        assert_eq!(kinds(&ready), ["yes", "yes", "no"], "the ready third answer is kept");
     }
 
     #[tokio::test]

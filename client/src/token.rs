@@ -65,14 +65,12 @@ impl Token {
         let bytes = (0..text.len())
             .step_by(2)
             .map(|i| {
-                text.get(i..i + 2)
-                    .and_then(|pair| u8::from_str_radix(pair, 16).ok())
-                    .ok_or_else(|| {
-                        Error::Config(format!(
-                            "not a hex token: no hex digit pair at position {i} of {}",
-                            text.len()
-                        ))
-                    })
+                text.get(i..i + 2).and_then(|pair| u8::from_str_radix(pair, 16).ok()).ok_or_else(|| {
+                    Error::Config(format!(
+                        "not a hex token: no hex digit pair at position {i} of {}",
+                        text.len()
+                    ))
+                })
             })
             .collect::<Result<Vec<u8>, Error>>()?;
         Token::from_bytes(bytes)
@@ -125,10 +123,7 @@ mod tests {
         assert_eq!(distinct.len(), tokens.len());
         // Every bit position is set in roughly half of the tokens.
         for bit in 0..128 {
-            let ones = tokens
-                .iter()
-                .filter(|t| t.as_bytes()[bit / 8] >> (bit % 8) & 1 == 1)
-                .count();
+            let ones = tokens.iter().filter(|t| t.as_bytes()[bit / 8] >> (bit % 8) & 1 == 1).count();
             assert!((4_000..6_000).contains(&ones), "bit {bit} set in {ones} of 10000");
         }
     }

@@ -17,9 +17,7 @@ pub fn drift(ttl: Duration, factor: f64, constant: Duration) -> Duration {
 ///
 /// `None` when nothing is left: the round was slower than the lease.
 pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
-    ttl.checked_sub(elapsed)?
-        .checked_sub(drift)
-        .filter(|left| !left.is_zero())
+    ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|left| !left.is_zero())
 }
 
 /// The instant at which a lease granted for `ttl` to requests sent at `sent` stops being

@@ -20,7 +20,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     }
     let token = args::token(call.bytes(2))?;
     let ttl = args::ttl(call.bytes(3), state::max_ttl_ms())?;
-    let key = Key::open(call.ctx, call.raw(1), true);
+    let mut key = Key::open(call.ctx, call.raw(1), true);
     let now = clock::now();
     let mut mark = state::high_water();
 
@@ -66,7 +66,7 @@ pub fn renew(call: &Call) -> Result<Reply, LockError> {
     }
     let token = args::token(call.bytes(2))?;
     let ttl = args::ttl(call.bytes(3), state::max_ttl_ms())?;
-    let key = Key::open(call.ctx, call.raw(1), true);
+    let mut key = Key::open(call.ctx, call.raw(1), true);
     let now = clock::now();
     if let Some(lock) = key.lock()? {
         if lock.renew(token, ttl, now) {
@@ -84,7 +84,7 @@ pub fn release(call: &Call) -> Result<Reply, LockError> {
         return Ok(wrong);
     }
     let token = args::token(call.bytes(2))?;
-    let key = Key::open(call.ctx, call.raw(1), true);
+    let mut key = Key::open(call.ctx, call.raw(1), true);
     let now = clock::now();
     if let Some(lock) = key.lock()? {
         if lock.release(token, now) == Released::Released {
@@ -104,7 +104,7 @@ pub fn raise(call: &Call) -> Result<Reply, LockError> {
     }
     let token = args::token(call.bytes(2))?;
     let fence = args::fence(call.bytes(3))?;
-    let key = Key::open(call.ctx, call.raw(1), true);
+    let mut key = Key::open(call.ctx, call.raw(1), true);
     let now = clock::now();
     let mut mark = state::high_water();
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
@@ -139,7 +139,7 @@ pub fn status(call: &Call) -> Result<Reply, LockError> {
     if let Some(wrong) = arity(call, 2) {
         return Ok(wrong);
     }
-    let key = Key::open(call.ctx, call.raw(1), false);
+    let mut key = Key::open(call.ctx, call.raw(1), false);
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
     let status = lock.status(clock::now());
     let as_int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
@@ -163,7 +163,7 @@ pub fn apply(call: &Call) -> Result<Reply, LockError> {
     let fields: Vec<&[u8]> = (2..call.argc()).map(|i| call.bytes(i)).collect();
     let (high_water, record) = args::record(&fields)?;
     let lock = Lock::from_record(&record, clock::now())?;
-    let key = Key::open(call.ctx, call.raw(1), true);
+    let mut key = Key::open(call.ctx, call.raw(1), true);
     match key.lock()? {
         Some(stored) => *stored = lock,
         None => key.set_lock(lock)?,

@@ -92,7 +92,11 @@ fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
     Some(lock)
 }
 
-unsafe extern "C" fn aof_rewrite(aof: *mut raw::RedisModuleIO, key: *mut raw::RedisModuleString, value: *mut c_void) {
+unsafe extern "C" fn aof_rewrite(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    value: *mut c_void,
+) {
     guard("aof_rewrite", (), || {
         // SAFETY: Redis passes a value of our type.
         if let Some(lock) = unsafe { value.cast::<Lock>().as_ref() } {

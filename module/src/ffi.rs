@@ -156,11 +156,9 @@ pub fn create_command(
         if create(ctx, c_name.as_ptr(), handler, c_flags.as_ptr(), 1, 1, 1) != raw::REDISMODULE_OK as c_int {
             return Err(format!("cannot create command {name} with flags '{flags}'"));
         }
-        if let (Some(category), Some(set), Some(get)) = (
-            acl_category,
-            raw::RedisModule_SetCommandACLCategories,
-            raw::RedisModule_GetCommand,
-        ) {
+        if let (Some(category), Some(set), Some(get)) =
+            (acl_category, raw::RedisModule_SetCommandACLCategories, raw::RedisModule_GetCommand)
+        {
             let command = get(ctx, c_name.as_ptr());
             if command.is_null() || set(command, category.as_ptr()) != raw::REDISMODULE_OK as c_int {
                 log_warning(ctx, &format!("fencedlock: cannot set ACL category of {name}"));

@@ -41,7 +41,7 @@ impl Key {
     }
 
     /// The lock stored here, `None` for an empty key, `WRONGTYPE` for anything else.
-    pub fn lock(&self) -> Result<Option<&mut Lock>, LockError> {
+    pub fn lock(&mut self) -> Result<Option<&mut Lock>, LockError> {
         if self.kind() == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
             return Ok(None);
         }
@@ -84,8 +84,9 @@ impl Key {
                 let mut len = 0;
                 // SAFETY: ptr is an open string key; the DMA pointer lives until the key closes.
                 unsafe {
-                    let dma = raw::RedisModule_StringDMA
-                        .map_or(std::ptr::null_mut(), |f| f(self.ptr, &mut len, raw::REDISMODULE_READ as c_int));
+                    let dma = raw::RedisModule_StringDMA.map_or(std::ptr::null_mut(), |f| {
+                        f(self.ptr, &mut len, raw::REDISMODULE_READ as c_int)
+                    });
                     if dma.is_null() {
                         return Err(LockError::Internal);
                     }
@@ -98,7 +99,9 @@ impl Key {
 
     pub fn delete(&self) -> Result<(), LockError> {
         // SAFETY: ptr is open for writing.
-        let ok = unsafe { raw::RedisModule_DeleteKey.is_some_and(|f| f(self.ptr) == raw::REDISMODULE_OK as c_int) };
+        let ok = unsafe {
+            raw::RedisModule_DeleteKey.is_some_and(|f| f(self.ptr) == raw::REDISMODULE_OK as c_int)
+        };
         ok.then_some(()).ok_or(LockError::Internal)
     }
 }

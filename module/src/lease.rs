@@ -177,10 +177,7 @@ impl Lock {
 
     /// The state to replicate or persist. An expired lease travels as no lease.
     pub fn record(&self, now: Micros) -> Record<'_> {
-        Record {
-            fence: self.fence,
-            holder: self.live_holder(now).map(|h| (&*h.token, h.deadline - now)),
-        }
+        Record { fence: self.fence, holder: self.live_holder(now).map(|h| (&*h.token, h.deadline - now)) }
     }
 
     /// Rebuilds a lock from a record received at `now`, rejecting anything we would never write.

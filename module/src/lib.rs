@@ -75,7 +75,8 @@ mod module {
             handler: acquire,
             flags: "write deny-oom fast",
             arity: 4,
-            summary: c"Takes the lease on key for token; replies its fence, or nil while another token holds it",
+            summary:
+                c"Takes the lease on key for token; replies its fence, or nil while another token holds it",
             args: &[KEY, TOKEN, TTL],
         },
         Command {
@@ -145,7 +146,16 @@ mod module {
             ("restart-grace-ms", &state::RESTART_GRACE_MS, 0),
         ] {
             let min = i64::from(name == "max-ttl-ms");
-            register_i64_configuration(ctx, name, value, default, min, state::MAX_MAX_TTL_MS, ConfigurationFlags::DEFAULT, None);
+            register_i64_configuration(
+                ctx,
+                name,
+                value,
+                default,
+                min,
+                state::MAX_MAX_TTL_MS,
+                ConfigurationFlags::DEFAULT,
+                None,
+            );
         }
         // SAFETY: called from OnLoad with the module's context, after registering the configs.
         if let Some(load_configs) = unsafe { raw::RedisModule_LoadConfigs } {

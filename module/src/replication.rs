@@ -7,8 +7,8 @@ use std::ffi::{c_char, c_int, c_longlong};
 
 use redis_module::raw;
 
-use crate::ffi::{Ctx, RString};
 use crate::fence::HighWater;
+use crate::ffi::{Ctx, RString};
 use crate::lease::Record;
 
 pub const APPLY: &std::ffi::CStr = c"FENCEDLOCK.APPLY";

@@ -29,10 +29,7 @@ pub fn servers(n: usize) -> Vec<Server> {
 
 /// Client nodes for `servers`.
 pub fn nodes(servers: &[Server]) -> Vec<Node> {
-    servers
-        .iter()
-        .map(|s| Node::new(&s.url()).expect("valid URL"))
-        .collect()
+    servers.iter().map(|s| Node::new(&s.url()).expect("valid URL")).collect()
 }
 
 /// A config with the given ttl and per-node timeout (and short retry delays).
@@ -50,18 +47,11 @@ pub fn config(ttl_ms: u64, node_timeout_ms: u64) -> LockConfig {
 pub async fn wait_released(servers: &[&Server], key: &str, limit: Duration) {
     let deadline = Instant::now() + limit;
     loop {
-        let holding: Vec<String> = servers
-            .iter()
-            .filter(|s| held(s, key))
-            .map(|s| s.addr())
-            .collect();
+        let holding: Vec<String> = servers.iter().filter(|s| held(s, key)).map(|s| s.addr()).collect();
         if holding.is_empty() {
             return;
         }
-        assert!(
-            Instant::now() < deadline,
-            "after {limit:?} these servers still hold {key:?}: {holding:?}"
-        );
+        assert!(Instant::now() < deadline, "after {limit:?} these servers still hold {key:?}: {holding:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

@@ -64,7 +64,11 @@ fn printable(args: &[Vec<u8>]) -> String {
     args.iter()
         .map(|a| {
             let s = String::from_utf8_lossy(a);
-            if s.len() > 40 { format!("{}…({} bytes)", &s[..20], a.len()) } else { s.into_owned() }
+            if s.len() > 40 {
+                format!("{}…({} bytes)", &s[..20], a.len())
+            } else {
+                s.into_owned()
+            }
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -182,9 +186,7 @@ pub fn high_water(s: &Server) -> u64 {
 
 /// Wait (bounded) until the lease on `key` has expired.
 pub fn wait_expired(s: &Server, key: &str) {
-    poll(&format!("lease on {key} to expire"), Duration::from_secs(5), || {
-        !status_of(s, key).held
-    });
+    poll(&format!("lease on {key} to expire"), Duration::from_secs(5), || !status_of(s, key).held);
 }
 
 /// `DEBUG DIGEST-VALUE key` (a replica must match its primary).

@@ -27,11 +27,7 @@ const MAX_OPS_PER_TASK: usize = 50_000;
 /// A multi-threaded runtime for the load; the test's own thread stays free to kill, pause
 /// and restart servers while the tasks run.
 pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime")
 }
 
 /// What a task asked the server.
@@ -182,7 +178,8 @@ async fn run_task(url: String, spec: LoadSpec, task: usize, stop: Arc<AtomicBool
             Op::Release => vec![b"FENCEDLOCK.RELEASE".to_vec(), key.into(), token.into()],
         };
         let mut conn = conn.clone();
-        let (key, token, label, ttl_ms) = (key.to_string(), token.to_string(), spec.label.clone(), spec.ttl_ms);
+        let (key, token, label, ttl_ms) =
+            (key.to_string(), token.to_string(), spec.label.clone(), spec.ttl_ms);
         async move {
             let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
             let sent = Instant::now();
@@ -275,7 +272,12 @@ pub fn assert_fences_follow_real_time(events: &[Event]) {
     let mut seen: HashMap<u64, &Event> = HashMap::new();
     for g in grants(events) {
         if let Some(prev) = seen.insert(g.fence().expect("grant"), g) {
-            assert_eq!(prev.token, g.token, "fence {} issued twice: {prev:?} and {g:?}", g.fence().unwrap_or(0));
+            assert_eq!(
+                prev.token,
+                g.token,
+                "fence {} issued twice: {prev:?} and {g:?}",
+                g.fence().unwrap_or(0)
+            );
         }
     }
 }
@@ -306,7 +308,10 @@ pub fn certainly_held(events: &[Event], now: Instant) -> Vec<HeldLease> {
             match (&e.op, &e.outcome) {
                 (Op::Acquire, Outcome::Granted(f)) => {
                     let until = e.sent + Duration::from_millis(e.ttl_ms);
-                    held.insert(id, HeldLease { key: e.key.clone(), token: e.token.clone(), fence: *f, until });
+                    held.insert(
+                        id,
+                        HeldLease { key: e.key.clone(), token: e.token.clone(), fence: *f, until },
+                    );
                 }
                 (Op::Renew, Outcome::Done(true)) => {
                     if let Some(l) = held.get_mut(&id) {
@@ -354,7 +359,10 @@ pub fn assert_new_grants_above(server: &Server, keys: &[String], max_before: u64
             .cmd(&["FENCEDLOCK.ACQUIRE", key, "checker", "60000"])
             .unwrap_or_else(|e| panic!("ACQUIRE {key}: {}", error_text(&e)));
         let Some(fence) = fence else { continue };
-        assert!(fence > max_before, "{key}: fence {fence} is not above {max_before}, issued before the fault");
+        assert!(
+            fence > max_before,
+            "{key}: fence {fence} is not above {max_before}, issued before the fault"
+        );
         assert!(
             !new_epoch || fence / EPOCH_GAP > max_before / EPOCH_GAP,
             "{key}: fence {fence} is in the same 2^32 block as {max_before}: no epoch jump"

@@ -107,27 +107,17 @@ impl Ledger {
 
     /// "Sends" the invoice: the guarded (or unguarded) update and, if it took, an outbox row,
     /// in one transaction.
-    pub fn send(
-        &mut self,
-        id: &str,
-        worker: &str,
-        fence: u64,
-        guard: Guard,
-    ) -> rusqlite::Result<Write> {
-        let fence = i64::try_from(fence)
-            .map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, i64::MAX))?;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+    pub fn send(&mut self, id: &str, worker: &str, fence: u64, guard: Guard) -> rusqlite::Result<Write> {
+        let fence =
+            i64::try_from(fence).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, i64::MAX))?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let changed = tx.execute(guard.sql(), named_params! { ":id": id, ":fence": fence })?;
         let outcome = if changed == 1 {
             tx.execute(
                 "INSERT INTO outbox (invoice_id, worker, fence) VALUES (:id, :worker, :fence)",
                 named_params! { ":id": id, ":worker": worker, ":fence": fence },
             )?;
-            Write::Accepted {
-                outbox_id: tx.last_insert_rowid(),
-            }
+            Write::Accepted { outbox_id: tx.last_insert_rowid() }
         } else {
             let last: Option<i64> = tx
                 .query_row(
@@ -136,9 +126,7 @@ impl Ledger {
                     |row| row.get(0),
                 )
                 .optional()?;
-            Write::Refused {
-                last_fence: last.and_then(|v| u64::try_from(v).ok()).unwrap_or(0),
-            }
+            Write::Refused { last_fence: last.and_then(|v| u64::try_from(v).ok()).unwrap_or(0) }
         };
         tx.commit()?;
         Ok(outcome)
@@ -146,14 +134,10 @@ impl Ledger {
 
     /// The outbox entries for the invoice: (worker, fence), in order.
     pub fn outbox(&self, id: &str) -> rusqlite::Result<Vec<(String, u64)>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT worker, fence FROM outbox WHERE invoice_id = :id ORDER BY id")?;
+        let mut stmt =
+            self.conn.prepare("SELECT worker, fence FROM outbox WHERE invoice_id = :id ORDER BY id")?;
         let rows = stmt.query_map(named_params! { ":id": id }, |row| {
-            Ok((
-                row.get::<_, String>(0)?,
-                u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0),
-            ))
+            Ok((row.get::<_, String>(0)?, u64::try_from(row.get::<_, i64>(1)?).unwrap_or(0)))
         })?;
         rows.collect()
     }
@@ -169,25 +153,13 @@ mod tests {
         let path = dir.path().join("t.db");
         Ledger::create(&path, "inv", 100).unwrap();
         let mut db = Ledger::open(&path).unwrap();
-        assert!(matches!(
-            db.send("inv", "b", 8, Guard::Fenced).unwrap(),
-            Write::Accepted { .. }
-        ));
-        assert!(matches!(
-            db.send("inv", "a", 7, Guard::Fenced).unwrap(),
-            Write::Refused { last_fence: 8 }
-        ));
+        assert!(matches!(db.send("inv", "b", 8, Guard::Fenced).unwrap(), Write::Accepted { .. }));
+        assert!(matches!(db.send("inv", "a", 7, Guard::Fenced).unwrap(), Write::Refused { last_fence: 8 }));
         let inv = db.invoice("inv").unwrap();
         assert_eq!((inv.sent, inv.last_fence), (1, 8));
-        assert!(matches!(
-            db.send("inv", "a", 7, Guard::Unguarded).unwrap(),
-            Write::Accepted { .. }
-        ));
+        assert!(matches!(db.send("inv", "a", 7, Guard::Unguarded).unwrap(), Write::Accepted { .. }));
         assert_eq!(db.invoice("inv").unwrap().sent, 2);
-        assert_eq!(
-            db.outbox("inv").unwrap(),
-            vec![("b".to_string(), 8), ("a".to_string(), 7)]
-        );
+        assert_eq!(db.outbox("inv").unwrap(), vec![("b".to_string(), 8), ("a".to_string(), 7)]);
         // Creating again resets the table.
         Ledger::create(&path, "inv", 100).unwrap();
         assert_eq!(Ledger::open(&path).unwrap().invoice("inv").unwrap().sent, 0);

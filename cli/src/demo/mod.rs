@@ -52,11 +52,7 @@ struct Race {
 /// Runs the demo; exit 0 if the invoice was sent exactly once and the stale write refused,
 /// 65 if the invariant was violated.
 pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, CliError> {
-    let guard = if args.no_fence {
-        Guard::Unguarded
-    } else {
-        Guard::Fenced
-    };
+    let guard = if args.no_fence { Guard::Unguarded } else { Guard::Fenced };
     let options = LeaseOptions {
         ttl: args.ttl,
         // Long enough for the takeover after the stalled lease expires.
@@ -70,14 +66,9 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
     let db = match &args.db {
         Some(path) => path.clone(),
         None => {
-            tmp = tempfile::Builder::new()
-                .prefix("fencedlock-demo-")
-                .tempdir()
-                .map_err(|e| {
-                    CliError::Io(format!(
-                        "cannot create a temporary directory: {e}; pass --db PATH"
-                    ))
-                })?;
+            tmp = tempfile::Builder::new().prefix("fencedlock-demo-").tempdir().map_err(|e| {
+                CliError::Io(format!("cannot create a temporary directory: {e}; pass --db PATH"))
+            })?;
             tmp.path().join("billing.db")
         }
     };
@@ -104,8 +95,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
                 Err(e) => Err(e),
             };
             if let Err(e) = &result {
-                race.timeline
-                    .log(&name, format!("failed: {}", e.one_line()));
+                race.timeline.log(&name, format!("failed: {}", e.one_line()));
             }
             race.done.send_modify(|n| *n += 1);
             result
@@ -122,10 +112,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
 
 /// Fails early, with the usual one-line advice, if the server is unusable.
 async fn preflight(servers: &Servers, key: &str) -> Result<(), CliError> {
-    let ctx = Context {
-        key,
-        waited: Duration::ZERO,
-    };
+    let ctx = Context { key, waited: Duration::ZERO };
     let answers = servers.status(key).await;
     let mut ok = 0;
     let mut first_error = None;
@@ -151,10 +138,7 @@ fn header(race: &Race, servers: &Servers) {
         duration::format(race.ttl),
         servers.describe()
     ));
-    t.say(format!(
-        "Resource: SQLite {}; each send runs",
-        race.db.display()
-    ));
+    t.say(format!("Resource: SQLite {}; each send runs", race.db.display()));
     t.say(format!("  {}", race.guard.sql()));
     if race.guard == Guard::Unguarded {
         t.say("  (--no-fence: the table does not check the fence; the lock alone must prevent double sends)");
@@ -164,27 +148,16 @@ fn header(race: &Race, servers: &Servers) {
 
 async fn worker(name: &str, servers: &Servers, race: &Race) -> Result<Report, CliError> {
     let t = &race.timeline;
-    let ctx = Context {
-        key: &race.key,
-        waited: Duration::ZERO,
-    };
+    let ctx = Context { key: &race.key, waited: Duration::ZERO };
     let mut ledger = Ledger::open(&race.db).map_err(|e| sqlite(&race.db, e))?;
     let lease = match servers.try_acquire(&race.key).await {
         Ok(lease) => lease,
         Err(err) if err.is_retryable() => {
-            t.log(
-                name,
-                "lock busy (another worker holds it); retrying with backoff",
-            );
-            servers.acquire(&race.key).await.map_err(|e| {
-                diagnose::explain(
-                    &e,
-                    Context {
-                        waited: servers.config().max_wait(),
-                        ..ctx
-                    },
-                )
-            })?
+            t.log(name, "lock busy (another worker holds it); retrying with backoff");
+            servers
+                .acquire(&race.key)
+                .await
+                .map_err(|e| diagnose::explain(&e, Context { waited: servers.config().max_wait(), ..ctx }))?
         }
         Err(err) => return Err(diagnose::explain(&err, ctx)),
     };
@@ -192,20 +165,14 @@ async fn worker(name: &str, servers: &Servers, race: &Race) -> Result<Report, Cl
     let stalls = !race.first_grant.swap(true, Ordering::SeqCst);
     t.log(
         name,
-        format!(
-            "acquired the lock with fence {fence} (lease valid {} ms)",
-            lease.remaining().as_millis()
-        ),
+        format!("acquired the lock with fence {fence} (lease valid {} ms)", lease.remaining().as_millis()),
     );
 
     let invoice = ledger.invoice(INVOICE).map_err(|e| sqlite(&race.db, e))?;
     if invoice.sent > 0 {
         t.log(
             name,
-            format!(
-                "invoice already sent (table's last_fence {}): nothing to do",
-                invoice.last_fence
-            ),
+            format!("invoice already sent (table's last_fence {}): nothing to do", invoice.last_fence),
         );
         release(name, lease, t).await;
         return Ok(Report::default());
@@ -250,44 +217,29 @@ async fn worker(name: &str, servers: &Servers, race: &Race) -> Result<Report, Cl
     );
     let accepted = write(name, &mut ledger, fence, race, true)?;
     match lease.release().await {
-        Ok(false) => t.log(
-            name,
-            "release: the lease was no longer its own (it expired during the pause)",
-        ),
+        Ok(false) => t.log(name, "release: the lease was no longer its own (it expired during the pause)"),
         Ok(true) => t.log(name, "released"),
         Err(e) => t.log(name, format!("release failed: {e}")),
     }
-    Ok(Report {
-        stale_writes_refused: usize::from(!accepted),
-        stale_writes_accepted: usize::from(accepted),
-    })
+    Ok(Report { stale_writes_refused: usize::from(!accepted), stale_writes_accepted: usize::from(accepted) })
 }
 
 /// The send; `Ok(true)` if the table accepted it.
-fn write(
-    name: &str,
-    ledger: &mut Ledger,
-    fence: u64,
-    race: &Race,
-    stale: bool,
-) -> Result<bool, CliError> {
+fn write(name: &str, ledger: &mut Ledger, fence: u64, race: &Race, stale: bool) -> Result<bool, CliError> {
     let t = &race.timeline;
-    match ledger
-        .send(INVOICE, name, fence, race.guard)
-        .map_err(|e| sqlite(&race.db, e))?
-    {
+    match ledger.send(INVOICE, name, fence, race.guard).map_err(|e| sqlite(&race.db, e))? {
         Write::Accepted { outbox_id } => {
             if stale {
                 t.log(
                     name,
-                    format!("UPDATE with stale fence {fence} ACCEPTED: invoice sent AGAIN (outbox #{outbox_id})"),
+                    format!(
+                        "UPDATE with stale fence {fence} ACCEPTED: invoice sent AGAIN (outbox #{outbox_id})"
+                    ),
                 );
             } else {
                 t.log(
                     name,
-                    format!(
-                        "UPDATE with fence {fence} accepted: invoice sent (outbox #{outbox_id})"
-                    ),
+                    format!("UPDATE with fence {fence} accepted: invoice sent (outbox #{outbox_id})"),
                 );
             }
             Ok(true)
@@ -306,10 +258,7 @@ async fn release(name: &str, lease: fencedlock::Lease, t: &Timeline) {
     match lease.release().await {
         Ok(true) => t.log(name, "released the lock"),
         Ok(false) => t.log(name, "release: the lease had already ended"),
-        Err(e) => t.log(
-            name,
-            format!("release failed ({e}); it expires after its ttl"),
-        ),
+        Err(e) => t.log(name, format!("release failed ({e}); it expires after its ttl")),
     }
 }
 
@@ -321,11 +270,7 @@ fn conclude(race: &Race, report: &Report, out: Output) -> Result<u8, CliError> {
     let holds = invoice.sent == 1
         && outbox.len() == 1
         && (!fenced || (report.stale_writes_refused == 1 && report.stale_writes_accepted == 0));
-    let sends = outbox
-        .iter()
-        .map(|(w, f)| format!("fence {f} by {w}"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let sends = outbox.iter().map(|(w, f)| format!("fence {f} by {w}")).collect::<Vec<_>>().join(", ");
     let t = &race.timeline;
     t.say("");
     t.say(format!(

@@ -15,11 +15,7 @@ pub struct Timeline {
 impl Timeline {
     /// A timeline starting now; `print` = text mode.
     pub fn new(print: bool) -> Timeline {
-        Timeline {
-            start: Instant::now(),
-            print,
-            events: Mutex::new(Vec::new()),
-        }
+        Timeline { start: Instant::now(), print, events: Mutex::new(Vec::new()) }
     }
 
     /// Records (and in text mode prints) one event.
@@ -44,9 +40,6 @@ impl Timeline {
 
     /// Every event so far.
     pub fn events(&self) -> Vec<Value> {
-        self.events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.events.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
     }
 }

@@ -42,9 +42,8 @@ impl Job {
     /// (`PR_SET_PDEATHSIG`): if fencedlock is killed nobody renews the lease, so the
     /// command must not go on writing.
     pub fn spawn(argv: &[OsString], env: LeaseEnv<'_>, own_group: bool) -> Result<Job, CliError> {
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| CliError::Usage("no command given after --".into()))?;
+        let (program, args) =
+            argv.split_first().ok_or_else(|| CliError::Usage("no command given after --".into()))?;
         let mut cmd = Command::new(program);
         cmd.args(args)
             .env("FENCEDLOCK_KEY", env.key)
@@ -62,9 +61,7 @@ impl Job {
             let name = program.to_string_lossy();
             match e.kind() {
                 io::ErrorKind::NotFound => CliError::Spawn {
-                    message: format!(
-                        "command not found: {name}; check the command after -- and PATH"
-                    ),
+                    message: format!("command not found: {name}; check the command after -- and PATH"),
                     code: code::NOT_FOUND,
                 },
                 io::ErrorKind::PermissionDenied => CliError::Spawn {
@@ -80,15 +77,8 @@ impl Job {
         let pid = child
             .id()
             .and_then(|id| i32::try_from(id).ok())
-            .ok_or_else(|| {
-                CliError::Internal("the command exited before its pid was known".into())
-            })?;
-        Ok(Job {
-            child,
-            pid,
-            group: own_group,
-            status: None,
-        })
+            .ok_or_else(|| CliError::Internal("the command exited before its pid was known".into()))?;
+        Ok(Job { child, pid, group: own_group, status: None })
     }
 
     /// The command's pid.

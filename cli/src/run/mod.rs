@@ -31,16 +31,9 @@ pub async fn run(
 ) -> Result<u8, CliError> {
     let servers = Servers::open(
         &global.redis,
-        LeaseOptions {
-            ttl: args.ttl,
-            wait: args.wait,
-            timeout: global.timeout,
-        },
+        LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
     )?;
-    let ctx = Context {
-        key: &args.key,
-        waited: args.wait,
-    };
+    let ctx = Context { key: &args.key, waited: args.wait };
 
     let lease = tokio::select! {
         lease = acquire(&servers, args) => lease,
@@ -72,18 +65,12 @@ pub async fn run(
     // A terminal's Ctrl-C reaches the whole foreground group anyway, and an interactive
     // command must stay in it to read the terminal; under cron it gets a group of its own.
     let own_group = !std::io::stdin().is_terminal();
-    let env = LeaseEnv {
-        key: &args.key,
-        fence,
-        ttl_ms: servers.config().ttl_ms(),
-    };
+    let env = LeaseEnv { key: &args.key, fence, ttl_ms: servers.config().ttl_ms() };
     let mut job = match Job::spawn(&args.command, env, own_group) {
         Ok(job) => job,
         Err(err) => {
             if let Err(e) = lease.release().await {
-                out.warning(&format!(
-                    "could not release the lease ({e}); it expires after its ttl"
-                ));
+                out.warning(&format!("could not release the lease ({e}); it expires after its ttl"));
             }
             return Err(err);
         }
@@ -123,9 +110,7 @@ pub async fn run(
         Supervised::Failed(err) => {
             job.signal(libc::SIGKILL);
             release(kept, out).await;
-            Err(CliError::Internal(format!(
-                "lost track of the command: {err}"
-            )))
+            Err(CliError::Internal(format!("lost track of the command: {err}")))
         }
     }
 }
@@ -165,10 +150,7 @@ async fn acquire(servers: &Servers, args: &RunArgs) -> Result<Lease, fencedlock:
 
 enum Supervised {
     Exited(std::process::ExitStatus),
-    Lost {
-        reason: String,
-        status: std::io::Result<std::process::ExitStatus>,
-    },
+    Lost { reason: String, status: std::io::Result<std::process::ExitStatus> },
     Failed(std::io::Error),
 }
 

@@ -17,13 +17,9 @@ pub const HANG: Duration = Duration::from_secs(30);
 /// The binary under test, with no inherited fencedlock settings.
 pub fn fencedlock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencedlock"));
-    for var in [
-        "FENCEDLOCK_REDIS",
-        "FENCEDLOCK_TOKEN",
-        "FENCEDLOCK_LOG",
-        "FENCEDLOCK_KEY",
-        "FENCEDLOCK_FENCE",
-    ] {
+    for var in
+        ["FENCEDLOCK_REDIS", "FENCEDLOCK_TOKEN", "FENCEDLOCK_LOG", "FENCEDLOCK_KEY", "FENCEDLOCK_FENCE"]
+    {
         cmd.env_remove(var);
     }
     cmd.stdin(Stdio::null());
@@ -42,8 +38,7 @@ pub struct Outcome {
 impl Outcome {
     /// The exit code; panics (with the output) if the process died from a signal.
     pub fn code(&self) -> i32 {
-        self.code
-            .unwrap_or_else(|| panic!("killed by a signal: {self:?}"))
+        self.code.unwrap_or_else(|| panic!("killed by a signal: {self:?}"))
     }
 
     /// The stderr lines.
@@ -104,11 +99,8 @@ pub fn spawn(args: &[&str]) -> Running {
 }
 
 pub fn spawn_cmd(cmd: &mut Command) -> Running {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the fencedlock binary");
+    let mut child =
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the fencedlock binary");
     let mut stdout = child.stdout.take().expect("stdout");
     let mut stderr = child.stderr.take().expect("stderr");
     Running {
@@ -149,11 +141,7 @@ fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
 pub fn wait_for_file(path: &Path, limit: Duration) {
     let deadline = Instant::now() + limit;
     while !path.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "{} did not appear within {limit:?}",
-            path.display()
-        );
+        assert!(Instant::now() < deadline, "{} did not appear within {limit:?}", path.display());
         thread::sleep(Duration::from_millis(10));
     }
 }
@@ -181,10 +169,7 @@ pub fn held(server: &Server, key: &str) -> bool {
 
 /// A fresh scratch directory.
 pub fn scratch() -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix("fencedlock-cli-test-")
-        .tempdir()
-        .expect("tempdir")
+    tempfile::Builder::new().prefix("fencedlock-cli-test-").tempdir().expect("tempdir")
 }
 
 /// `dir/name` as a string, for shell commands.
@@ -200,10 +185,6 @@ pub fn assert_one_line_error(outcome: &Outcome, code: i32, needles: &[&str]) {
     assert_eq!(lines.len(), 1, "expected one stderr line: {outcome:?}");
     assert!(lines[0].starts_with("fencedlock: error: "), "{outcome:?}");
     for needle in needles {
-        assert!(
-            lines[0].contains(needle),
-            "missing {needle:?} in {:?}",
-            lines[0]
-        );
+        assert!(lines[0].contains(needle), "missing {needle:?} in {:?}", lines[0]);
     }
 }
