@@ -1,12 +1,11 @@
 //! A held lease: what the holder needs to do fenced work and to give the lock back.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, LossCause};
 use crate::keepalive::KeptLease;
 use crate::quorum::QuorumReport;
-use crate::redlock::{Engine, Grant};
+use crate::redlock::{Claim, Grant};
 use crate::token::Token;
 use crate::validity;
 
@@ -21,32 +20,22 @@ use crate::validity;
 /// is available; otherwise the lease simply expires after its ttl). Dropping never blocks.
 #[must_use = "a lease is released as soon as it is dropped"]
 pub struct Lease {
-    engine: Arc<Engine>,
-    key: String,
-    token: Token,
+    /// Engine, key and token; disarmed once released or detached, else dropping releases.
+    claim: Claim,
     fence: u64,
     deadline: Instant,
     report: QuorumReport,
-    /// Whether dropping must release (false once released or detached).
-    armed: bool,
 }
 
 impl Lease {
-    pub(crate) fn new(engine: Arc<Engine>, key: String, token: Token, grant: Grant) -> Lease {
-        Lease {
-            engine,
-            key,
-            token,
-            fence: grant.fence,
-            deadline: grant.deadline,
-            report: grant.report,
-            armed: true,
-        }
+    /// The lease for a granted round, taking over the (armed) claim the round was made with.
+    pub(crate) fn new(claim: Claim, grant: Grant) -> Lease {
+        Lease { claim, fence: grant.fence, deadline: grant.deadline, report: grant.report }
     }
 
     /// The lock key.
     pub fn key(&self) -> &str {
-        &self.key
+        &self.claim.key
     }
 
     /// The fencing token: strictly greater than the fence of every earlier grant on this key
@@ -58,7 +47,7 @@ impl Lease {
 
     /// The secret that proves ownership to the servers.
     pub fn token(&self) -> &Token {
-        &self.token
+        &self.claim.token
     }
 
     /// The instant (monotonic clock) after which the lease must not be relied on.
@@ -102,7 +91,7 @@ impl Lease {
     /// is the same round for a token without a lease.
     pub async fn renew(&mut self) -> Result<(), Error> {
         self.ensure_valid()?;
-        match self.engine.renew(&self.key, &self.token).await {
+        match self.claim.engine.renew(&self.claim.key, &self.claim.token).await {
             Ok(deadline) => {
                 self.deadline = deadline;
                 Ok(())
@@ -119,8 +108,8 @@ impl Lease {
     /// Ends the lease on every node. `Ok(true)` if the server (a majority) still held it,
     /// `Ok(false)` if it had already expired or been taken over.
     pub async fn release(mut self) -> Result<bool, Error> {
-        self.armed = false;
-        self.engine.release(&self.key, &self.token).await
+        self.claim.armed = false;
+        self.claim.engine.release(&self.claim.key, &self.claim.token).await
     }
 
     /// Keeps the lease alive in a background task that renews every
@@ -133,19 +122,19 @@ impl Lease {
     /// Gives up responsibility for the lease without releasing it: it stays held until its
     /// ttl runs out or someone releases it with the returned token.
     pub fn detach(mut self) -> Token {
-        self.armed = false;
-        self.token.clone()
+        self.claim.armed = false;
+        self.claim.token.clone()
     }
 
-    pub(crate) fn lost(&self, cause: LossCause) -> Error {
-        Error::LeaseLost { key: self.key.clone(), cause }
+    fn lost(&self, cause: LossCause) -> Error {
+        Error::LeaseLost { key: self.claim.key.clone(), cause }
     }
 
     /// When the keep-alive should renew next: one renew interval after the request that
     /// produced the current deadline was sent (`deadline - (ttl - drift)`), so a lease kept
     /// alive late in its life is renewed at once rather than a full interval later.
     pub(crate) fn renewal_due(&self) -> Instant {
-        let config = &self.engine.config;
+        let config = &self.claim.engine.config;
         let window = config.ttl().saturating_sub(config.drift());
         self.deadline.checked_sub(window).map_or(self.deadline, |sent| sent + config.renew_interval())
     }
@@ -154,18 +143,10 @@ impl Lease {
 impl std::fmt::Debug for Lease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Lease")
-            .field("key", &self.key)
+            .field("key", &self.claim.key)
             .field("fence", &self.fence)
             .field("remaining", &self.remaining())
-            .field("token", &self.token)
+            .field("token", &self.claim.token)
             .finish()
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if self.armed {
-            self.engine.clone().spawn_release(self.key.clone(), self.token.clone());
-        }
     }
 }

@@ -150,19 +150,33 @@ pub(crate) struct Grant {
     pub(crate) report: QuorumReport,
 }
 
-/// Releases everywhere if an acquisition is dropped while a round is in flight (the caller's
-/// future was cancelled), so no node is left holding a lease nobody knows about.
-struct ReleaseOnDrop {
-    engine: Arc<Engine>,
-    key: String,
-    token: Token,
-    armed: bool,
+/// Our claim on a key: the locker, the key and our token. While armed, dropping it releases
+/// on every node in a background task, so neither a cancelled acquisition (dropped while a
+/// round is in flight) nor a dropped [`Lease`] (which owns the claim after the grant) leaves
+/// a node holding a lease nobody knows about. Dropping never blocks a runtime thread; without
+/// a runtime the lease simply expires after its ttl.
+pub(crate) struct Claim {
+    pub(crate) engine: Arc<Engine>,
+    pub(crate) key: String,
+    pub(crate) token: Token,
+    pub(crate) armed: bool,
 }
 
-impl Drop for ReleaseOnDrop {
+impl Drop for Claim {
     fn drop(&mut self) {
-        if self.armed {
-            self.engine.clone().spawn_release(self.key.clone(), self.token.clone());
+        if !self.armed {
+            return;
+        }
+        let (engine, key, token) = (Arc::clone(&self.engine), self.key.clone(), self.token.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    let _ = engine.release_report(&key, &token).await;
+                });
+            }
+            Err(_) => {
+                tracing::debug!(key, "no Tokio runtime to release on drop; the lease expires after its ttl");
+            }
         }
     }
 }
@@ -191,20 +205,18 @@ impl Engine {
         token: Token,
         retry: bool,
     ) -> Result<Lease, Error> {
-        let mut guard = ReleaseOnDrop { engine: Arc::clone(self), key: key.to_owned(), token, armed: false };
+        let mut claim = Claim { engine: Arc::clone(self), key: key.to_owned(), token, armed: false };
         let give_up = Instant::now() + self.config.max_wait();
         let mut round = 0u32;
         loop {
-            guard.armed = true;
-            let result = self.attempt(key, &guard.token).await;
-            // Success: the lease owns the release now. Failure: the round released already.
-            guard.armed = false;
-            let err = match result {
-                Ok(grant) => {
-                    return Ok(Lease::new(Arc::clone(self), key.to_owned(), guard.token.clone(), grant))
-                }
+            claim.armed = true;
+            let err = match self.attempt(key, &claim.token).await {
+                // Still armed: the lease owns the release now.
+                Ok(grant) => return Ok(Lease::new(claim, grant)),
                 Err(err) => err,
             };
+            // The failed round released already.
+            claim.armed = false;
             let now = Instant::now();
             if !retry || !err.is_retryable() || now >= give_up {
                 return Err(err);
@@ -315,21 +327,6 @@ impl Engine {
             tracing::debug!(%report, "release did not reach every node; their leases expire after the ttl");
         }
         report
-    }
-
-    /// Releases in a background task: used by `Drop`, which must never block a runtime thread.
-    /// Without a runtime the lease simply expires after its ttl.
-    pub(crate) fn spawn_release(self: Arc<Self>, key: String, token: Token) {
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn(async move {
-                    let _ = self.release_report(&key, &token).await;
-                });
-            }
-            Err(_) => {
-                tracing::debug!(key, "no Tokio runtime to release on drop; the lease expires after its ttl");
-            }
-        }
     }
 
     fn report(
