@@ -63,7 +63,7 @@ impl LeaseHandle {
             return Err(err);
         }
         if Instant::now() >= self.valid_until() {
-            return Err(Error::LeaseLost { key: self.0.key.clone(), cause: LossCause::Expired });
+            return Err(self.lost_because(LossCause::Expired));
         }
         Ok(())
     }
@@ -81,10 +81,11 @@ impl LeaseHandle {
     /// Completes when the lease is lost, with the reason.
     pub async fn lost(&self) -> Error {
         self.0.lost.cancelled().await;
-        self.loss().unwrap_or_else(|| Error::LeaseLost {
-            key: self.0.key.clone(),
-            cause: LossCause::KeepAliveStopped,
-        })
+        self.loss().unwrap_or_else(|| self.lost_because(LossCause::KeepAliveStopped))
+    }
+
+    fn lost_because(&self, cause: LossCause) -> Error {
+        Error::LeaseLost { key: self.0.key.clone(), cause }
     }
 
     fn declare_lost(&self, err: Error) {
@@ -155,17 +156,14 @@ impl KeptLease {
     /// Stops renewing and hands the lease back (still held until its validity runs out).
     pub async fn stop(mut self) -> Result<Lease, Error> {
         self.stop.cancel();
-        let task = self.task.take();
-        match task {
-            Some(task) => task.await.map_err(|_| Error::LeaseLost {
-                key: self.handle.key().to_owned(),
-                cause: LossCause::KeepAliveStopped,
-            }),
-            None => Err(Error::LeaseLost {
-                key: self.handle.key().to_owned(),
-                cause: LossCause::KeepAliveStopped,
-            }),
-        }
+        // `task` is an `Option` only so that `Drop` can coexist with moving it out here; it
+        // is always present, and a task that did not return the lease (the runtime shut down)
+        // means the keep-alive stopped.
+        let returned = match self.task.take() {
+            Some(task) => task.await.ok(),
+            None => None,
+        };
+        returned.ok_or_else(|| self.handle.lost_because(LossCause::KeepAliveStopped))
     }
 
     /// Stops renewing and releases the lease; see [`Lease::release`].
@@ -202,10 +200,9 @@ async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationTok
             _ = stop.cancelled() => Step::Stop,
             result = lease.renew() => Step::Renewed(result),
             // A renewal still in flight when the validity runs out is too late.
-            _ = tokio::time::sleep_until(deadline.into()) => Step::Renewed(Err(Error::LeaseLost {
-                key: handle.key().to_owned(),
-                cause: LossCause::Expired,
-            })),
+            _ = tokio::time::sleep_until(deadline.into()) => {
+                Step::Renewed(Err(handle.lost_because(LossCause::Expired)))
+            }
         };
         match step {
             Step::Stop => return lease,
@@ -216,10 +213,7 @@ async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationTok
                 let err = if err.is_lease_lost() {
                     err
                 } else {
-                    Error::LeaseLost {
-                        key: handle.key().to_owned(),
-                        cause: LossCause::RenewFailed(Box::new(err)),
-                    }
+                    handle.lost_because(LossCause::RenewFailed(Box::new(err)))
                 };
                 tracing::warn!(key = handle.key(), fence = handle.fence(), error = %err, "lease lost");
                 handle.declare_lost(err);
@@ -237,25 +231,14 @@ where
 {
     let kept = lease.keep_alive();
     let handle = kept.handle();
-    let lost = handle.cancellation();
     let output = tokio::select! {
         biased;
-        _ = lost.cancelled() => None,
-        output = work(handle.clone()) => Some(output),
+        // Dropping `kept` stops the keep-alive and releases what is left in the background.
+        loss = handle.lost() => return Err(loss),
+        output = work(handle.clone()) => output,
     };
-    match output {
-        Some(output) => {
-            if let Err(err) = kept.release().await {
-                tracing::warn!(key = handle.key(), error = %err, "release after work failed; the lease expires after its ttl");
-            }
-            Ok(output)
-        }
-        None => {
-            drop(kept);
-            Err(handle.loss().unwrap_or(Error::LeaseLost {
-                key: handle.key().to_owned(),
-                cause: LossCause::KeepAliveStopped,
-            }))
-        }
+    if let Err(err) = kept.release().await {
+        tracing::warn!(key = handle.key(), error = %err, "release after work failed; the lease expires after its ttl");
     }
+    Ok(output)
 }
