@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use fencedlock::Redlock;
 use serde_json::json;
 
 use crate::args::{AcquireArgs, Global, ReleaseArgs, RenewArgs, StatusArgs};
@@ -10,57 +11,52 @@ use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
-use crate::servers::{LeaseOptions, Servers};
+use crate::servers::{self, LeaseOptions};
 use crate::token_io;
 
-fn servers(global: &Global, ttl: Duration, wait: Duration) -> Result<Servers, CliError> {
-    Servers::open(&global.redis, LeaseOptions { ttl, wait, timeout: global.timeout })
+fn open(global: &Global, ttl: Duration, wait: Duration) -> Result<Redlock, CliError> {
+    servers::open(&global.redis, LeaseOptions { ttl, wait, timeout: global.timeout })
 }
 
 /// Takes a lease and leaves it held (detached) for later `renew` / `release`.
 pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result<u8, CliError> {
-    let servers = servers(global, args.ttl, args.wait)?;
+    let lock = open(global, args.ttl, args.wait)?;
     let ctx = Context { key: &args.key, waited: args.wait };
-    let attempt = if args.wait.is_zero() {
-        servers.try_acquire(&args.key).await
-    } else {
-        servers.acquire(&args.key).await
-    };
-    let lease = attempt.map_err(|e| diagnose::explain(&e, ctx))?;
+    // With no --wait (max_wait zero) this is a single attempt.
+    let lease = lock.acquire(&args.key).await.map_err(|e| diagnose::explain(&e, ctx))?;
     crate::run::warn_about_minority(&lease, out);
     let fence = lease.fence();
     let valid_ms = lease.remaining().as_millis() as u64;
-    let key = lease.key().to_owned();
+    let mut record =
+        json!({ "key": args.key, "fence": fence, "ttl_ms": lock.config().ttl_ms(), "valid_ms": valid_ms });
     let token = lease.detach();
-    let token_text = token_io::to_text(&token);
-    match &args.token_file {
+    let text = match &args.token_file {
         Some(path) => {
             if let Err(err) = token_io::write(path, &token) {
                 // Nobody could ever release it: give it back now rather than block the key.
-                let _ = servers.release_token(&key, &token).await;
+                let _ = lock.release_token(&args.key, &token).await;
                 return Err(err);
             }
-            out.result(
-                &fence.to_string(),
-                json!({ "key": key, "fence": fence, "ttl_ms": servers.config().ttl_ms(),
-                        "valid_ms": valid_ms, "token_file": path }),
-            );
+            record["token_file"] = json!(path);
+            fence.to_string()
         }
-        None => out.result(
-            &format!("{token_text} {fence}"),
-            json!({ "key": key, "fence": fence, "ttl_ms": servers.config().ttl_ms(),
-                    "valid_ms": valid_ms, "token": token_text }),
-        ),
-    }
+        None => {
+            let token_text = token_io::to_text(&token);
+            let text = format!("{token_text} {fence}");
+            record["token"] = json!(token_text);
+            text
+        }
+    };
+    out.result(&text, record);
     Ok(code::OK)
 }
 
 /// Extends a lease by its token.
 pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let token = token_io::read(&args.token)?;
-    let servers = servers(global, args.ttl, Duration::ZERO)?;
+    let lock = open(global, args.ttl, Duration::ZERO)?;
     let ctx = Context { key: &args.key, waited: Duration::ZERO };
-    let held = servers.renew_token(&args.key, &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
+    let held = lock.renew_token(&args.key, &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
     if !held {
         return Err(CliError::LeaseLost(format!(
             "the lease on {:?} is no longer held by this token (it expired or was taken over); acquire a new one",
@@ -69,7 +65,7 @@ pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8,
     }
     out.result(
         &format!("renewed {:?} for {}", args.key, duration::format(args.ttl)),
-        json!({ "key": args.key, "renewed": true, "ttl_ms": servers.config().ttl_ms() }),
+        json!({ "key": args.key, "renewed": true, "ttl_ms": lock.config().ttl_ms() }),
     );
     Ok(code::OK)
 }
@@ -77,9 +73,9 @@ pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8,
 /// Ends a lease by its token.
 pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let token = token_io::read(&args.token)?;
-    let servers = servers(global, Duration::from_secs(1), Duration::ZERO)?;
+    let lock = open(global, Duration::from_secs(1), Duration::ZERO)?;
     let ctx = Context { key: &args.key, waited: Duration::ZERO };
-    let held = servers.release_token(&args.key, &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
+    let held = lock.release_token(&args.key, &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
     if !held {
         return Err(CliError::LeaseLost(format!(
             "the lease on {:?} was no longer held by this token (it expired or was taken over before the release)",
@@ -95,10 +91,10 @@ pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result
 
 /// Shows the key's state on every server, and the majority's view.
 pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u8, CliError> {
-    let servers = servers(global, Duration::from_secs(1), Duration::ZERO)?;
+    let lock = open(global, Duration::from_secs(1), Duration::ZERO)?;
     let ctx = Context { key: &args.key, waited: Duration::ZERO };
-    let answers = servers.status(&args.key).await;
-    let quorum = servers.quorum();
+    let answers = servers::status(&lock, &args.key).await;
+    let quorum = lock.quorum();
     let mut lines = Vec::new();
     let mut per_server = Vec::new();
     let mut fences = Vec::new();

@@ -1,27 +1,14 @@
-//! The lock servers given on the command line: one URL is a single-server [`Locker`], several
-//! are a fenced [`Redlock`]. Everything else in the CLI goes through this one type.
+//! The lock servers given on the command line, as one [`Redlock`]: several URLs are fenced
+//! Redlock over independent masters, one URL is the same engine with N = 1 (quorum 1, no raise
+//! step, the server's own errors), which is exactly what a single-server `Locker` runs. One
+//! type for both keeps every subcommand free of "one server or several" branches.
 
 use std::time::Duration;
 
-use fencedlock::{Error, Lease, LockConfig, LockStatus, Locker, Node, Redlock, Token, TokenFormat};
+use fencedlock::{Error, Lease, LockConfig, LockStatus, Node, Redlock, TokenFormat};
 use futures::future::join_all;
 
 use crate::error::CliError;
-
-/// The servers given on the command line and the locking mode they imply.
-#[derive(Debug, Clone)]
-pub struct Servers {
-    mode: Mode,
-}
-
-/// One server or several.
-#[derive(Debug, Clone)]
-enum Mode {
-    /// One server: its fence is the lease's fence.
-    Single(Locker),
-    /// Several independent masters: majority grants, fence raised across the quorum.
-    Quorum(Redlock),
-}
 
 /// Options for a lease taken from the command line.
 #[derive(Debug, Clone, Copy)]
@@ -43,126 +30,69 @@ pub struct NodeStatus {
     pub status: Result<Option<LockStatus>, Error>,
 }
 
-impl Servers {
-    /// Checks the URLs and builds the locker. Nothing connects yet.
-    pub fn open(urls: &[String], options: LeaseOptions) -> Result<Servers, CliError> {
-        let urls: Vec<&str> = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect();
-        if urls.is_empty() {
-            return Err(CliError::Usage(
-                "no server given: pass --redis redis://HOST:PORT or set FENCEDLOCK_REDIS".into(),
-            ));
+/// Checks the URLs and builds the lock over them. Nothing connects yet.
+pub fn open(urls: &[String], options: LeaseOptions) -> Result<Redlock, CliError> {
+    let urls: Vec<&str> = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect();
+    if urls.is_empty() {
+        return Err(CliError::Usage(
+            "no server given: pass --redis redis://HOST:PORT or set FENCEDLOCK_REDIS".into(),
+        ));
+    }
+    let nodes = urls.iter().map(|url| node(url)).collect::<Result<Vec<_>, _>>()?;
+    for (i, node) in nodes.iter().enumerate() {
+        if nodes[..i].iter().any(|n| n.name() == node.name()) {
+            return Err(CliError::Usage(format!(
+                "server {} is given twice; Redlock needs independent servers, each once",
+                node.name()
+            )));
         }
-        let mut nodes = Vec::with_capacity(urls.len());
-        for url in &urls {
-            nodes.push(node(url)?);
-        }
-        for (i, node) in nodes.iter().enumerate() {
-            if nodes[..i].iter().any(|n| n.name() == node.name()) {
-                return Err(CliError::Usage(format!(
-                    "server {} is given twice; Redlock needs independent servers, each once",
-                    node.name()
-                )));
+    }
+    let config = LockConfig::builder()
+        .ttl(options.ttl)
+        .max_wait(options.wait)
+        .node_timeout(options.timeout)
+        .token_format(TokenFormat::Hex)
+        .build()
+        .map_err(|e| match e {
+            Error::Config(msg) => {
+                CliError::Usage(format!("{msg}; use e.g. --ttl 30s (the server's limit is 1 day)"))
             }
-        }
-        let config = LockConfig::builder()
-            .ttl(options.ttl)
-            .max_wait(options.wait)
-            .node_timeout(options.timeout)
-            .token_format(TokenFormat::Hex)
-            .build()
-            .map_err(|e| match e {
-                Error::Config(msg) => {
-                    CliError::Usage(format!("{msg}; use e.g. --ttl 30s (the server's limit is 1 day)"))
-                }
-                other => CliError::Internal(other.to_string()),
-            })?;
-        let mode = if nodes.len() == 1 {
-            let node = nodes.pop().ok_or_else(|| CliError::Internal("no node".into()))?;
-            Mode::Single(Locker::new(node, config))
-        } else {
-            Redlock::new(nodes, config).map(Mode::Quorum).map_err(|e| CliError::Usage(e.to_string()))?
-        };
-        Ok(Servers { mode })
-    }
+            other => CliError::Internal(other.to_string()),
+        })?;
+    Redlock::new(nodes, config).map_err(|e| CliError::Usage(e.to_string()))
+}
 
-    /// One attempt.
-    pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
-        match &self.mode {
-            Mode::Single(l) => l.try_acquire(key).await,
-            Mode::Quorum(r) => r.try_acquire(key).await,
+/// One attempt; if it failed in a way that may pass and the options allow waiting, `on_wait`
+/// hears why before the attempts go on with backoff up to the configured wait. The pause is
+/// where `run` and the demo tell the operator that they wait, which a plain
+/// [`Redlock::acquire`] gives them no chance to do.
+pub async fn acquire(lock: &Redlock, key: &str, on_wait: impl FnOnce(&Error)) -> Result<Lease, Error> {
+    match lock.try_acquire(key).await {
+        Err(err) if err.is_retryable() && !lock.config().max_wait().is_zero() => {
+            on_wait(&err);
+            lock.acquire(key).await
         }
+        other => other,
     }
+}
 
-    /// Attempts with backoff up to the configured wait.
-    pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
-        match &self.mode {
-            Mode::Single(l) => l.acquire(key).await,
-            Mode::Quorum(r) => r.acquire(key).await,
-        }
+/// "127.0.0.1:6379" or "fenced Redlock over 3 servers (quorum 2)", for messages.
+pub fn describe(lock: &Redlock) -> String {
+    match lock.nodes() {
+        [only] => only.name().to_owned(),
+        nodes => format!("fenced Redlock over {} servers (quorum {})", nodes.len(), lock.quorum()),
     }
+}
 
-    /// Releases a lease known only by its token. `Ok(true)` if it was still held.
-    pub async fn release_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
-        match &self.mode {
-            Mode::Single(l) => l.release_token(key, token).await,
-            Mode::Quorum(r) => r.release_token(key, token).await,
-        }
-    }
-
-    /// Renews a lease known only by its token. `Ok(true)` if a majority (the server) still
-    /// held it and it now runs a full ttl from now, `Ok(false)` if a majority no longer holds
-    /// it; an error when that is unknown (no answer, no module, round slower than the ttl).
-    pub async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
-        match &self.mode {
-            Mode::Single(l) => l.renew_token(key, token).await,
-            Mode::Quorum(r) => r.renew_token(key, token).await,
-        }
-    }
-
-    /// The servers.
-    pub fn nodes(&self) -> Vec<&Node> {
-        match &self.mode {
-            Mode::Single(l) => vec![l.node()],
-            Mode::Quorum(r) => r.nodes().iter().collect(),
-        }
-    }
-
-    /// Votes needed: 1 for a single server, N/2+1 for Redlock.
-    pub fn quorum(&self) -> usize {
-        match &self.mode {
-            Mode::Single(_) => 1,
-            Mode::Quorum(r) => r.quorum(),
-        }
-    }
-
-    /// The lease options in force.
-    pub fn config(&self) -> &LockConfig {
-        match &self.mode {
-            Mode::Single(l) => l.config(),
-            Mode::Quorum(r) => r.config(),
-        }
-    }
-
-    /// "127.0.0.1:6379" or "fenced Redlock over 3 servers (quorum 2)", for messages.
-    pub fn describe(&self) -> String {
-        match &self.mode {
-            Mode::Single(l) => l.node().name().to_owned(),
-            Mode::Quorum(r) => {
-                format!("fenced Redlock over {} servers (quorum {})", r.nodes().len(), r.quorum())
-            }
-        }
-    }
-
-    /// `FENCEDLOCK.STATUS` on every server, in parallel.
-    pub async fn status(&self, key: &str) -> Vec<NodeStatus> {
-        let nodes = self.nodes();
-        let answers = join_all(nodes.iter().map(|n| n.status(key))).await;
-        nodes
-            .iter()
-            .zip(answers)
-            .map(|(node, status)| NodeStatus { server: node.name().to_owned(), status })
-            .collect()
-    }
+/// `FENCEDLOCK.STATUS` on every server, in parallel.
+pub async fn status(lock: &Redlock, key: &str) -> Vec<NodeStatus> {
+    let nodes = lock.nodes();
+    let answers = join_all(nodes.iter().map(|n| n.status(key))).await;
+    nodes
+        .iter()
+        .zip(answers)
+        .map(|(node, status)| NodeStatus { server: node.name().to_owned(), status })
+        .collect()
 }
 
 fn node(url: &str) -> Result<Node, CliError> {

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fencedlock::Redlock;
 use futures::future::join_all;
 use serde_json::json;
 use tokio::sync::watch;
@@ -21,7 +22,7 @@ use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
-use crate::servers::{LeaseOptions, Servers};
+use crate::servers::{self, LeaseOptions};
 use ledger::{Guard, Ledger, Write};
 use timeline::Timeline;
 
@@ -59,7 +60,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
         wait: args.ttl * 4 + Duration::from_secs(10),
         timeout: global.timeout,
     };
-    let probe = Servers::open(&global.redis, options)?;
+    let probe = servers::open(&global.redis, options)?;
     preflight(&probe, &args.key).await?;
 
     let tmp;
@@ -87,11 +88,11 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
 
     let workers = (1..=WORKERS).map(|i| {
         let race = Arc::clone(&race);
-        let servers = Servers::open(&global.redis, options);
+        let lock = servers::open(&global.redis, options);
         async move {
             let name = format!("worker-{i}");
-            let result = match servers {
-                Ok(servers) => worker(&name, &servers, &race).await,
+            let result = match lock {
+                Ok(lock) => worker(&name, &lock, &race).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = &result {
@@ -111,9 +112,9 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
 }
 
 /// Fails early, with the usual one-line advice, if the server is unusable.
-async fn preflight(servers: &Servers, key: &str) -> Result<(), CliError> {
+async fn preflight(lock: &Redlock, key: &str) -> Result<(), CliError> {
     let ctx = Context { key, waited: Duration::ZERO };
-    let answers = servers.status(key).await;
+    let answers = servers::status(lock, key).await;
     let mut ok = 0;
     let mut first_error = None;
     for answer in answers {
@@ -125,18 +126,18 @@ async fn preflight(servers: &Servers, key: &str) -> Result<(), CliError> {
         }
     }
     match first_error {
-        Some(err) if ok < servers.quorum() => Err(err),
+        Some(err) if ok < lock.quorum() => Err(err),
         _ => Ok(()),
     }
 }
 
-fn header(race: &Race, servers: &Servers) {
+fn header(race: &Race, lock: &Redlock) {
     let t = &race.timeline;
     t.say(format!(
         "Billing demo: {WORKERS} workers race to send invoice {INVOICE} (lock {:?}, lease {}, server {}).",
         race.key,
         duration::format(race.ttl),
-        servers.describe()
+        servers::describe(lock)
     ));
     t.say(format!("Resource: SQLite {}; each send runs", race.db.display()));
     t.say(format!("  {}", race.guard.sql()));
@@ -146,21 +147,14 @@ fn header(race: &Race, servers: &Servers) {
     t.say("");
 }
 
-async fn worker(name: &str, servers: &Servers, race: &Race) -> Result<Report, CliError> {
+async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliError> {
     let t = &race.timeline;
-    let ctx = Context { key: &race.key, waited: Duration::ZERO };
     let mut ledger = Ledger::open(&race.db).map_err(|e| sqlite(&race.db, e))?;
-    let lease = match servers.try_acquire(&race.key).await {
-        Ok(lease) => lease,
-        Err(err) if err.is_retryable() => {
-            t.log(name, "lock busy (another worker holds it); retrying with backoff");
-            servers
-                .acquire(&race.key)
-                .await
-                .map_err(|e| diagnose::explain(&e, Context { waited: servers.config().max_wait(), ..ctx }))?
-        }
-        Err(err) => return Err(diagnose::explain(&err, ctx)),
-    };
+    let lease = servers::acquire(lock, &race.key, |_| {
+        t.log(name, "lock busy (another worker holds it); retrying with backoff");
+    })
+    .await
+    .map_err(|e| diagnose::explain(&e, Context { key: &race.key, waited: lock.config().max_wait() }))?;
     let fence = lease.fence();
     let stalls = !race.first_grant.swap(true, Ordering::SeqCst);
     t.log(

@@ -18,7 +18,7 @@ use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
-use crate::servers::{LeaseOptions, Servers};
+use crate::servers::{self, LeaseOptions};
 use child::{exit_code, Job, LeaseEnv};
 use signals::Signals;
 
@@ -29,14 +29,17 @@ pub async fn run(
     out: Output,
     signals: &mut Signals,
 ) -> Result<u8, CliError> {
-    let servers = Servers::open(
+    let lock = servers::open(
         &global.redis,
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
     )?;
     let ctx = Context { key: &args.key, waited: args.wait };
 
+    let acquire = servers::acquire(&lock, &args.key, |err| {
+        tracing::info!(key = %args.key, error = %err, "lock busy, waiting up to {}", duration::format(args.wait));
+    });
     let lease = tokio::select! {
-        lease = acquire(&servers, args) => lease,
+        lease = acquire => lease,
         sig = signals.recv() => {
             out.notice(&format!("signal {sig} received before the lease was granted; nothing was run"));
             return Ok(code::SIGNAL_BASE.saturating_add(u8::try_from(sig).unwrap_or(0)));
@@ -61,11 +64,11 @@ pub async fn run(
     let granted_at = tokio::time::Instant::now();
     let fence = lease.fence();
     warn_about_minority(&lease, out);
-    tracing::info!(key = %args.key, fence, servers = %servers.describe(), valid = ?lease.remaining(), "lease acquired");
+    tracing::info!(key = %args.key, fence, servers = %servers::describe(&lock), valid = ?lease.remaining(), "lease acquired");
     // A terminal's Ctrl-C reaches the whole foreground group anyway, and an interactive
     // command must stay in it to read the terminal; under cron it gets a group of its own.
     let own_group = !std::io::stdin().is_terminal();
-    let env = LeaseEnv { key: &args.key, fence, ttl_ms: servers.config().ttl_ms() };
+    let env = LeaseEnv { key: &args.key, fence, ttl_ms: lock.config().ttl_ms() };
     let mut job = match Job::spawn(&args.command, env, own_group) {
         Ok(job) => job,
         Err(err) => {
@@ -133,18 +136,6 @@ pub(crate) fn warn_about_minority(lease: &Lease, out: Output) {
             lease.report().votes.len(),
             failing.join("; ")
         ));
-    }
-}
-
-/// One attempt, or (with `--wait`) attempts with backoff after a notice.
-async fn acquire(servers: &Servers, args: &RunArgs) -> Result<Lease, fencedlock::Error> {
-    let first = servers.try_acquire(&args.key).await;
-    match first {
-        Err(err) if !args.wait.is_zero() && err.is_retryable() => {
-            tracing::info!(key = %args.key, error = %err, "lock busy, waiting up to {}", duration::format(args.wait));
-            servers.acquire(&args.key).await
-        }
-        other => other,
     }
 }
 
