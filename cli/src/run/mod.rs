@@ -9,6 +9,7 @@ mod child;
 pub mod signals;
 
 use std::io::IsTerminal;
+use std::os::unix::process::ExitStatusExt;
 
 use fencedlock::{KeptLease, Lease, Vote};
 use serde_json::json;
@@ -235,12 +236,30 @@ async fn release(kept: KeptLease, out: Output) {
     }
 }
 
+/// How the terminated command ended. Asks the status for a signal rather than reading it back
+/// from the shell-style exit code: a command that itself exits with 130 was not killed.
 fn describe_status(status: std::io::Result<std::process::ExitStatus>) -> String {
     match status {
-        Ok(s) => match exit_code(s) {
-            c if c > code::SIGNAL_BASE => format!("killed by signal {}", c - code::SIGNAL_BASE),
-            c => format!("it exited with {c}"),
+        Ok(s) => match s.signal() {
+            Some(sig) => format!("killed by signal {sig}"),
+            None => format!("it exited with {}", exit_code(s)),
         },
         Err(e) => format!("its status is unknown: {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::ExitStatus;
+
+    #[test]
+    fn a_high_exit_code_is_not_mistaken_for_a_signal() {
+        // Wait statuses: exit code in the high byte, terminating signal in the low bits.
+        let exited = |code: i32| Ok(ExitStatus::from_raw(code << 8));
+        assert_eq!(describe_status(exited(130)), "it exited with 130");
+        assert_eq!(describe_status(exited(3)), "it exited with 3");
+        assert_eq!(describe_status(Ok(ExitStatus::from_raw(libc::SIGKILL))), "killed by signal 9");
+        assert_eq!(describe_status(Ok(ExitStatus::from_raw(libc::SIGTERM))), "killed by signal 15");
     }
 }
