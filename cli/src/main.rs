@@ -84,9 +84,10 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     let first_paragraph = rendered.split("\n\n").next().unwrap_or_default();
     let line = first_paragraph.split_whitespace().collect::<Vec<_>>().join(" ");
     let line = line.strip_prefix("error: ").unwrap_or(&line);
-    let subcommand = std::env::args()
-        .skip(1)
-        .find(|a| ["run", "acquire", "renew", "release", "status", "demo"].contains(&a.as_str()));
+    // Subcommand names from the parser itself, so a new subcommand gets its own help hint.
+    let parser = <Cli as clap::CommandFactory>::command();
+    let subcommand =
+        std::env::args().skip(1).find(|a| parser.get_subcommands().any(|sub| sub.get_name() == a));
     let help = match subcommand {
         Some(sub) => format!("fencedlock {sub} --help"),
         None => "fencedlock --help".to_string(),
