@@ -3,7 +3,6 @@
 //! The harness writes a config file instead of passing `--flags` so a restart reuses exactly
 //! the same settings, and a failed start leaves a readable file next to the log.
 
-use std::fmt::Write as _;
 use std::path::Path;
 
 /// One config line: a directive and its arguments (each quoted on output).
@@ -52,7 +51,7 @@ pub fn render(
     port: u16,
     dir: &Path,
     log_file: &Path,
-    module: Option<(&Path, &[String])>,
+    module: Option<&Path>,
     overrides: &[Directive],
 ) -> String {
     let dir = dir.to_string_lossy();
@@ -78,13 +77,8 @@ pub fn render(
     for d in defaults.iter().filter(|d| !overridden(&d.name)) {
         push_line(&mut out, d);
     }
-    if let Some((path, args)) = module {
-        let mut line = format!("loadmodule {}", quote(&path.to_string_lossy()));
-        for a in args {
-            let _ = write!(line, " {}", quote(a));
-        }
-        out.push_str(&line);
-        out.push('\n');
+    if let Some(path) = module {
+        push_line(&mut out, &Directive::new("loadmodule", [path.to_string_lossy()]));
     }
     for d in overrides {
         push_line(&mut out, d);
@@ -117,12 +111,12 @@ mod tests {
             12345,
             Path::new("/d"),
             Path::new("/d/server.log"),
-            Some((Path::new("/m.so"), &["x".to_string()])),
+            Some(Path::new("/m.so")),
             &[Directive::new("save", ["60 1"]), Directive::new("fencedlock.max-ttl-ms", ["5"])],
         );
         assert!(!conf.contains("save \"\"\n"), "{conf}");
         assert!(conf.contains("save \"60 1\"\n"), "{conf}");
-        let lm = conf.find("loadmodule \"/m.so\" \"x\"").expect("loadmodule line");
+        let lm = conf.find("loadmodule \"/m.so\"\n").expect("loadmodule line");
         let mc = conf.find("fencedlock.max-ttl-ms").expect("module config line");
         assert!(lm < mc, "{conf}");
         assert!(conf.contains("port \"12345\"\n"));

@@ -60,11 +60,6 @@ impl Flavor {
             hint,
         })
     }
-
-    /// The server binary for this flavor; panics with install instructions when missing.
-    pub fn server_binary(self) -> PathBuf {
-        self.try_server_binary().unwrap_or_else(|e| panic!("{e}"))
-    }
 }
 
 impl fmt::Display for Flavor {

@@ -50,14 +50,24 @@ fn build_module() -> Result<PathBuf, HarnessError> {
             String::from_utf8_lossy(&output.stderr)
         )));
     }
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let target = if target.is_absolute() { target } else { root.join(target) };
-    let so = target.join("release").join("libfencedlock_module.so");
+    let so = target_dir().join("release").join("libfencedlock_module.so");
     if so.is_file() {
         Ok(so)
     } else {
         Err(HarnessError::ModuleBuild(format!("build succeeded but {so:?} is missing")))
+    }
+}
+
+/// Cargo's target directory: `CARGO_TARGET_DIR` (a relative one taken from the workspace
+/// root) or `<root>/target`.
+pub fn target_dir() -> PathBuf {
+    let root = workspace_root();
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    if target.is_absolute() {
+        target
+    } else {
+        root.join(target)
     }
 }
 

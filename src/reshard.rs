@@ -101,16 +101,6 @@ pub struct SlotMigration<'a> {
 }
 
 impl SlotMigration<'_> {
-    /// Index of the source master.
-    pub fn from(&self) -> usize {
-        self.from
-    }
-
-    /// Index of the target master.
-    pub fn to(&self) -> usize {
-        self.to
-    }
-
     /// `MIGRATE` the given keys (they must be in the slot and on the source) to the target.
     pub fn move_these(&self, keys: &[&[u8]]) {
         let source = &self.cluster.nodes()[self.from];

@@ -47,11 +47,7 @@ pub struct ServerBuilder {
     flavor: Flavor,
     directives: Vec<Directive>,
     module: ModuleChoice,
-    module_args: Vec<String>,
-    dir: Option<PathBuf>,
-    port: Option<u16>,
     cluster: bool,
-    start_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -67,11 +63,7 @@ impl Default for ServerBuilder {
             flavor: Flavor::from_env(),
             directives: Vec::new(),
             module: ModuleChoice::Built,
-            module_args: Vec::new(),
-            dir: None,
-            port: None,
             cluster: false,
-            start_timeout: START_TIMEOUT,
         }
     }
 }
@@ -105,34 +97,9 @@ impl ServerBuilder {
         self
     }
 
-    /// An argument passed to the module on `loadmodule`.
-    pub fn module_arg(mut self, value: impl Into<String>) -> Self {
-        self.module_args.push(value.into());
-        self
-    }
-
-    /// Load this `.so` instead of building the workspace's module.
-    pub fn module(mut self, path: impl Into<PathBuf>) -> Self {
-        self.module = ModuleChoice::Path(path.into());
-        self
-    }
-
     /// Start a plain server without the module (harness self-tests, comparisons).
     pub fn without_module(mut self) -> Self {
         self.module = ModuleChoice::None;
-        self
-    }
-
-    /// Keep data in this directory (which must exist and outlive the server) instead of a
-    /// fresh temp dir: a new server started on the same directory loads its RDB / AOF.
-    pub fn persistence_dir(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.dir = Some(dir.into());
-        self
-    }
-
-    /// Listen on this port instead of a random free one.
-    pub fn port(mut self, port: u16) -> Self {
-        self.port = Some(port);
         self
     }
 
@@ -145,12 +112,6 @@ impl ServerBuilder {
     pub fn cluster_enabled(mut self) -> Self {
         self.cluster = true;
         self.arg("cluster-enabled", "yes").arg("cluster-config-file", "nodes.conf")
-    }
-
-    /// How long to wait for the first PING answer (default 10 s).
-    pub fn start_timeout(mut self, limit: Duration) -> Self {
-        self.start_timeout = limit;
-        self
     }
 
     /// Start the server; panics with the server's log if it does not come up.
@@ -166,30 +127,23 @@ impl ServerBuilder {
             ModuleChoice::Path(p) => Some(p.clone()),
             ModuleChoice::None => None,
         };
-        let dir = match &self.dir {
-            Some(dir) => DataDir::Given(dir.clone()),
-            None => DataDir::Temp(
-                tempfile::Builder::new().prefix(&format!("fencedlock-{}-", self.flavor)).tempdir()?,
-            ),
-        };
+        let dir = tempfile::Builder::new().prefix(&format!("fencedlock-{}-", self.flavor)).tempdir()?;
         let mut server = Server {
             flavor: self.flavor,
             binary,
             module,
-            module_args: self.module_args,
             directives: self.directives,
-            port: self.port.unwrap_or_else(|| pick_port(self.cluster)),
+            port: pick_port(self.cluster),
             dir,
             child: None,
             conn: Mutex::new(None),
-            start_timeout: self.start_timeout,
         };
-        let tries = if self.port.is_some() { 1 } else { PORT_TRIES };
-        for attempt in 1..=tries {
+        for attempt in 1..=PORT_TRIES {
             match server.spawn_and_wait() {
                 Ok(()) => return Ok(server),
-                Err(e) if attempt < tries && server.log_contents().contains("Address already in use") => {
-                    let _ = e;
+                Err(_)
+                    if attempt < PORT_TRIES && server.log_contents().contains("Address already in use") =>
+                {
                     server.port = pick_port(self.cluster);
                 }
                 Err(e) => return Err(e),
@@ -199,34 +153,18 @@ impl ServerBuilder {
     }
 }
 
-#[derive(Debug)]
-enum DataDir {
-    Temp(TempDir),
-    Given(PathBuf),
-}
-
-impl DataDir {
-    fn path(&self) -> &Path {
-        match self {
-            DataDir::Temp(t) => t.path(),
-            DataDir::Given(p) => p,
-        }
-    }
-}
-
 /// A running (or stopped, restartable) server process.
 pub struct Server {
     flavor: Flavor,
     binary: PathBuf,
     module: Option<PathBuf>,
-    module_args: Vec<String>,
     directives: Vec<Directive>,
     port: u16,
-    dir: DataDir,
+    /// Config, log, RDB and AOF; removed when the server is dropped.
+    dir: TempDir,
     child: Option<Child>,
     /// Cached connection for [`Server::query`]; dropped whenever the process changes.
     conn: Mutex<Option<redis::Connection>>,
-    start_timeout: Duration,
 }
 
 impl std::fmt::Debug for Server {
@@ -251,14 +189,13 @@ impl Server {
         ServerBuilder::new().start()
     }
 
-    /// A builder for a replica of this server: same flavor, module and module args.
+    /// A builder for a replica of this server: same flavor and module.
     pub fn replica_builder(&self) -> ServerBuilder {
         let mut b = ServerBuilder::new().flavor(self.flavor).replica_of(self);
         b.module = match &self.module {
             Some(p) => ModuleChoice::Path(p.clone()),
             None => ModuleChoice::None,
         };
-        b.module_args = self.module_args.clone();
         b
     }
 
@@ -285,11 +222,6 @@ impl Server {
     /// The data directory (config, log, RDB, AOF).
     pub fn dir(&self) -> &Path {
         self.dir.path()
-    }
-
-    /// The module `.so` loaded, if any.
-    pub fn module(&self) -> Option<&Path> {
-        self.module.as_deref()
     }
 
     /// Whether the process is running (possibly paused).
@@ -378,8 +310,7 @@ impl Server {
     /// Change (or add) a config directive for the next [`Server::restart`], e.g. to restart
     /// with `fencedlock.restart-grace-ms`. Does not touch the running process.
     pub fn set_restart_arg(&mut self, name: &str, value: &str) {
-        self.directives.retain(|d| !d.name.eq_ignore_ascii_case(name));
-        self.directives.push(Directive::new(name, [value]));
+        self.set_restart_args(name, [value]);
     }
 
     /// Like [`Server::set_restart_arg`] for a directive with several arguments, e.g.
@@ -463,13 +394,8 @@ impl Server {
     fn spawn_and_wait(&mut self) -> Result<()> {
         self.drop_conn();
         let dir = self.dir().to_path_buf();
-        let conf = config::render(
-            self.port,
-            &dir,
-            &dir.join(LOG_FILE),
-            self.module.as_deref().map(|m| (m, self.module_args.as_slice())),
-            &self.directives,
-        );
+        let conf =
+            config::render(self.port, &dir, &dir.join(LOG_FILE), self.module.as_deref(), &self.directives);
         let conf_path = dir.join(CONF_FILE);
         fs::write(&conf_path, conf)?;
         let stdio = OpenOptions::new().create(true).append(true).open(dir.join(STDIO_FILE))?;
@@ -498,7 +424,7 @@ impl Server {
     }
 
     fn wait_ready(&mut self) -> std::result::Result<(), String> {
-        let deadline = Instant::now() + self.start_timeout;
+        let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
@@ -511,10 +437,7 @@ impl Server {
                     Err(e) => e.to_string(),
                 };
             if Instant::now() >= deadline {
-                return Err(format!(
-                    "no PING answer within {:?} (last error: {last_error})",
-                    self.start_timeout
-                ));
+                return Err(format!("no PING answer within {START_TIMEOUT:?} (last error: {last_error})"));
             }
             sleep(Duration::from_millis(20));
         }

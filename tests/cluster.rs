@@ -5,13 +5,12 @@
 //! `ASK` / `MOVED` redirections), and the next grant on the target is
 //! `max(key fence, target high-water mark) + 1`.
 
-mod client_support;
-
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use fencedlock::{Error, Lease, LockConfig, Locker};
-use harness::{error_text, Cluster, Server};
+use harness::redis;
+use harness::{error_text, Cluster, LockStatus, Server, EPOCH_GAP};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -33,40 +32,30 @@ fn cluster() -> Cluster {
 
 /// `(fence, held)` of `key` read on `node` directly (not through the client under test).
 fn status_on(node: &Server, key: &str) -> Option<(u64, bool)> {
-    let reply: Option<(u64, u8, i64)> = node
-        .cmd(&["FENCEDLOCK.STATUS", key])
-        .unwrap_or_else(|e| panic!("STATUS {key} on {}: {}", node.addr(), error_text(&e)));
-    reply.map(|(f, h, _)| (f, h == 1))
+    node.lock_status(key).map(|st| (st.fence, st.held))
 }
 
-/// `(fence, held, pttl)` on a replica, which serves reads only after `READONLY`.
-fn status_on_replica(replica: &Server, key: &str) -> Option<(u64, bool, i64)> {
-    let mut conn = replica.conn();
-    let _: () = harness::redis::cmd("READONLY").query(&mut conn).expect("READONLY");
-    let reply: Option<(u64, u8, i64)> = harness::redis::cmd("FENCEDLOCK.STATUS")
+/// `STATUS key` on a connection that first sent `prefix` (`READONLY` for a replica,
+/// `ASKING` for the importing target of a migration), as `(fence, held)`.
+fn status_after(node: &Server, prefix: &str, key: &str) -> Option<(u64, bool)> {
+    let mut conn = node.conn();
+    let _: () = redis::cmd(prefix).query(&mut conn).unwrap_or_else(|e| panic!("{prefix}: {e}"));
+    let reply: redis::Value = redis::cmd("FENCEDLOCK.STATUS")
         .arg(key)
         .query(&mut conn)
-        .unwrap_or_else(|e| panic!("STATUS {key} on replica {}: {}", replica.addr(), error_text(&e)));
-    reply.map(|(f, h, p)| (f, h == 1, p))
+        .unwrap_or_else(|e| panic!("{prefix} STATUS {key} on {}: {}", node.addr(), error_text(&e)));
+    LockStatus::decode(&reply).map(|st| (st.fence, st.held))
+}
+
+/// `(fence, held)` on a replica, which serves reads only after `READONLY`.
+fn status_on_replica(replica: &Server, key: &str) -> Option<(u64, bool)> {
+    status_after(replica, "READONLY", key)
 }
 
 /// `(fence, held)` on the target of a migration in progress, which serves an importing
 /// slot only to a client that sent `ASKING`.
 fn status_asking(node: &Server, key: &str) -> Option<(u64, bool)> {
-    let mut conn = node.conn();
-    let _: () = harness::redis::cmd("ASKING").query(&mut conn).expect("ASKING");
-    let reply: Option<(u64, u8, i64)> = harness::redis::cmd("FENCEDLOCK.STATUS")
-        .arg(key)
-        .query(&mut conn)
-        .unwrap_or_else(|e| panic!("ASKING STATUS {key} on {}: {}", node.addr(), error_text(&e)));
-    reply.map(|(f, h, _)| (f, h == 1))
-}
-
-fn high_water(node: &Server) -> u64 {
-    node.info_field("fencedlock", "fencedlock_high_water_mark")
-        .expect("INFO fencedlock")
-        .parse()
-        .expect("a number")
+    status_after(node, "ASKING", key)
 }
 
 /// The replica whose master is node `master`.
@@ -124,9 +113,8 @@ async fn leases_on_keys_over_all_slots_through_the_cluster_connection() {
     for lease in leases.iter().take(10) {
         let owner = cluster.slot_owner_seen_by(0, cluster.key_slot(lease.key())).expect("owner");
         for m in cluster.masters().into_iter().filter(|&m| m != owner) {
-            let err = cluster.nodes()[m]
-                .cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", lease.key()])
-                .unwrap_err();
+            let err =
+                cluster.nodes()[m].cmd::<redis::Value>(&["FENCEDLOCK.STATUS", lease.key()]).unwrap_err();
             assert!(error_text(&err).starts_with("MOVED"), "{}", error_text(&err));
         }
     }
@@ -144,12 +132,7 @@ async fn leases_on_keys_over_all_slots_through_the_cluster_connection() {
     for lease in leases.iter().step_by(7) {
         let owner = cluster.slot_owner_seen_by(0, cluster.key_slot(lease.key())).expect("owner");
         let on_replica = status_on_replica(replica_of(&cluster, owner), lease.key());
-        assert_eq!(
-            on_replica.map(|(f, h, _)| (f, h)),
-            Some((lease.fence(), true)),
-            "{} on the replica",
-            lease.key()
-        );
+        assert_eq!(on_replica, Some((lease.fence(), true)), "{} on the replica", lease.key());
     }
 
     for lease in leases {
@@ -181,7 +164,7 @@ async fn retake(locker: &Locker, lease: Lease) -> Lease {
 }
 
 fn raise(node: &Server, key: &str, token: &[u8], fence: u64) -> u64 {
-    let mut cmd = harness::redis::cmd("FENCEDLOCK.RAISE");
+    let mut cmd = redis::cmd("FENCEDLOCK.RAISE");
     cmd.arg(key).arg(token).arg(fence);
     let raised: Option<u64> = node.query(&cmd).unwrap_or_else(|e| panic!("RAISE {key}: {}", error_text(&e)));
     raised.expect("the holder raises")
@@ -207,7 +190,7 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     let d: Option<u64> = dst.cmd(&["FENCEDLOCK.ACQUIRE", &dummy, "dummy", "60000"]).expect("dummy grant");
     d.expect("granted");
     let target_mark = raise(dst, &dummy, b"dummy", low.fence() + 1_000_000);
-    assert_eq!(high_water(dst), target_mark, "RAISE moves the mark");
+    assert_eq!(dst.high_water(), target_mark, "RAISE moves the mark");
 
     let key_high = format!("{tag_high}:lease");
     let high = locker.try_acquire(&key_high).await.expect("high");
@@ -224,7 +207,7 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     let mut high = high;
     high.renew().await.expect("renew while MIGRATING: the source still has the key");
     migration.move_keys();
-    let moved = dst.cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).unwrap_err();
+    let moved = dst.cmd::<redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).unwrap_err();
     assert!(
         error_text(&moved).starts_with("MOVED"),
         "the target serves it only after ASKING: {}",
@@ -237,23 +220,19 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
 
     let on_target = status_on(dst, &key_high).expect("the lease moved with its key");
     assert_eq!(on_target, (high.fence(), true), "same fence, still held");
-    assert!(high_water(dst) >= high.fence(), "a restored lock raises the target's mark");
+    assert!(dst.high_water() >= high.fence(), "a restored lock raises the target's mark");
     assert!(matches!(rival.try_acquire(&key_high).await, Err(Error::Contended { .. })));
-    assert!(
-        src.cmd::<harness::redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).is_err(),
-        "the source redirects"
-    );
+    assert!(src.cmd::<redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).is_err(), "the source redirects");
     kept.ensure_valid().expect("the kept-alive lease survived the migration");
     assert_eq!(status_on(dst, &format!("{tag_high}:kept")), Some((kept_fence, true)));
     sync_replica(&cluster, target);
-    let replica =
-        status_on_replica(replica_of(&cluster, target), &key_high).expect("on the target's replica");
-    assert_eq!((replica.0, replica.1), (high.fence(), true));
+    let replica = status_on_replica(replica_of(&cluster, target), &key_high);
+    assert_eq!(replica, Some((high.fence(), true)), "on the target's replica");
 
     // The next grant on the target: max(key fence, mark) + 1.
     let fence_high = high.fence();
     assert!(high.release().await.expect("release on the target"));
-    let mark = high_water(dst);
+    let mark = dst.high_water();
     let next = rival.try_acquire(&key_high).await.expect("free after release");
     assert_eq!(next.fence(), fence_high.max(mark) + 1);
     assert!(next.fence() > fence_high);
@@ -263,7 +242,7 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     // Migrate `low` in one go: its fence is below the target's mark.
     let slot_low = cluster.key_slot(&key_low);
     let fence_low = low.fence();
-    let mark = high_water(dst);
+    let mark = dst.high_water();
     assert!(mark > fence_low);
     cluster.migrate_slot(slot_low, target);
     assert_eq!(status_on(dst, &key_low), Some((fence_low, true)), "same fence, still held");
@@ -271,7 +250,7 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     low.renew().await.expect("renew on the new owner");
     assert!(matches!(rival.try_acquire(&key_low).await, Err(Error::Contended { .. })));
     assert!(low.release().await.expect("release"));
-    let mark = high_water(dst);
+    let mark = dst.high_water();
     let next = rival.try_acquire(&key_low).await.expect("free after release");
     assert_eq!(next.fence(), fence_low.max(mark) + 1);
     assert!(next.fence() > mark, "the target's mark orders the migrated key's next fence");
@@ -313,7 +292,7 @@ async fn a_cluster_failover_keeps_leases_and_jumps_to_a_new_epoch() {
     for i in 0..10 {
         leases.push(locker.try_acquire(&format!("{{fo}}:{i}")).await.expect("grant"));
     }
-    let old_mark = high_water(&cluster.nodes()[victim]);
+    let old_mark = cluster.nodes()[victim].high_water();
     assert!(leases.iter().all(|l| l.fence() <= old_mark));
     sync_replica(&cluster, victim);
 
@@ -344,7 +323,11 @@ async fn a_cluster_failover_keeps_leases_and_jumps_to_a_new_epoch() {
     }
     // New grants on the new master are in a later 2^32 block than anything before.
     let next = through_failover("new grant", || locker.try_acquire("{fo}:new")).await.expect("grant");
-    assert!(next.fence() > old_mark && next.fence() >> 32 > old_mark >> 32, "{} vs {old_mark}", next.fence());
+    assert!(
+        next.fence() > old_mark && next.fence() / EPOCH_GAP > old_mark / EPOCH_GAP,
+        "{} vs {old_mark}",
+        next.fence()
+    );
     let next_on_old_key = locker.try_acquire("{fo}:0").await.expect("grant");
     assert!(next_on_old_key.fence() > next.fence());
 }

@@ -17,7 +17,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fault_support::*;
-use harness::{error_text, poll, Server};
+use harness::{error_text, poll, Server, EPOCH_GAP};
 
 /// Long enough that no lease in the crash tests expires by accident.
 const LONG_TTL_MS: u64 = 20_000;
@@ -59,7 +59,8 @@ fn kill9_under_load_with_appendfsync_always_loses_no_acknowledged_grant_or_lease
         for key in &spec.keys {
             let acked = history.iter().filter(|e| e.key == *key).filter_map(Event::fence).max();
             if let Some(acked) = acked {
-                let (fence, _) = status(&s, key).unwrap_or_else(|| panic!("{key} vanished after the crash"));
+                let fence =
+                    s.lock_status(key).unwrap_or_else(|| panic!("{key} vanished after the crash")).fence;
                 assert!(fence >= acked, "{key}: fence {fence} after restart, but {acked} was acknowledged");
             }
         }
@@ -67,7 +68,7 @@ fn kill9_under_load_with_appendfsync_always_loses_no_acknowledged_grant_or_lease
         // (The leases of earlier rounds were checked and released then.)
         assert!(!held.is_empty(), "the crash must hit held leases");
         assert_leases_survived(&s, &held);
-        assert!(counter(&s, "fencedlock_epoch") > 0);
+        assert!(s.fencedlock_counter("fencedlock_epoch") > 0);
         let next = assert_new_grants_above(&s, &spec.keys, max_fence(&history), true);
         assert!(next / EPOCH_GAP > epoch_before);
         eprintln!("round {round}: {} leases survived, {cut_off} requests cut off", held.len());
@@ -97,7 +98,7 @@ fn kill9_under_load_with_appendfsync_everysec_never_repeats_a_fence() {
         .iter()
         .filter(|k| {
             let acked = history.iter().filter(|e| e.key == **k).filter_map(Event::fence).max();
-            acked.is_some_and(|a| status(&s, k).is_none_or(|(f, _)| f < a))
+            acked.is_some_and(|a| s.lock_status(k).is_none_or(|st| st.fence < a))
         })
         .count();
     eprintln!("everysec kill -9: {lost} key(s) lost acknowledged grants; {}", summary(&history));
@@ -200,7 +201,7 @@ fn power_loss_with_everysec_can_lose_acknowledged_leases_but_never_repeats_a_fen
 
     // What can be lost: grants the clients were told about are gone...
     for l in &lost {
-        assert_eq!(status(&s, &l.key), None, "{} should be lost with the AOF tail", l.key);
+        assert_eq!(s.lock_status(&l.key), None, "{} should be lost with the AOF tail", l.key);
     }
     // ...so without a restart grace, another token is granted a lease its holder still
     // believes it has (the gap the grace closes, see the next test)...
@@ -230,7 +231,7 @@ fn restart_grace_closes_the_lease_gap_after_a_power_loss() {
     let (history, lost) = power_loss(&mut s, &rt, LOST_TTL_MS);
     let acked_max = lost.iter().map(|l| l.fence).max().unwrap_or(0).max(max_fence(&history));
     s.restart();
-    let grace_refusals_before = counter(&s, "fencedlock_grace_refusals");
+    let grace_refusals_before = s.fencedlock_counter("fencedlock_grace_refusals");
 
     // Until the grace ends every new grant is refused with TRYAGAIN, so nobody can take a
     // lease whose holder may still be using it. Poll (bounded) until a grant goes through.
@@ -264,7 +265,7 @@ fn restart_grace_closes_the_lease_gap_after_a_power_loss() {
     });
     let (granted_at, fence) = first_grant.expect("polled until granted");
     assert!(refusals > 0, "the grace refused grants");
-    assert!(counter(&s, "fencedlock_grace_refusals") >= grace_refusals_before + refusals);
+    assert!(s.fencedlock_counter("fencedlock_grace_refusals") >= grace_refusals_before + refusals);
     let last_lost_validity = lost.iter().map(|l| l.until).max().expect("lost leases");
     assert!(
         granted_at >= last_lost_validity,

@@ -52,7 +52,7 @@ fn acquire_is_idempotent_for_the_holder_and_restarts_the_lease() {
     // Restarted, not extended: a shorter ttl shortens it.
     assert_eq!(grant(&s, key, b"tok", 500), fence);
     assert!(status_of(&s, key).pttl <= 500);
-    assert_eq!(high_water(&s), fence, "a re-acquire issues no new fence");
+    assert_eq!(s.high_water(), fence, "a re-acquire issues no new fence");
 }
 
 #[test]
@@ -67,7 +67,7 @@ fn renew_extends_only_the_holders_live_lease() {
 
     assert_eq!(renew(&s, key, b"other", LONG_TTL), 0, "a non-holder cannot renew");
     assert_eq!(renew(&s, "renew:missing", b"holder", LONG_TTL), 0);
-    assert_eq!(status(&s, "renew:missing"), None, "renew must not create a key");
+    assert_eq!(s.lock_status("renew:missing"), None, "renew must not create a key");
 
     assert_eq!(release(&s, key, b"holder"), 1);
     assert_eq!(renew(&s, key, b"holder", LONG_TTL), 0, "no renew after release");
@@ -91,7 +91,7 @@ fn release_ends_the_lease_and_keeps_the_fence() {
     assert_eq!(status_of(&s, key), Status { fence, held: false, pttl: -1 });
     assert_eq!(release(&s, key, b"a"), 0, "a second release is refused");
     assert_eq!(release(&s, "release:missing", b"a"), 0);
-    assert_eq!(status(&s, "release:missing"), None);
+    assert_eq!(s.lock_status("release:missing"), None);
 
     // Keys have no Redis TTL: the fence must outlive the lease.
     let ttl: i64 = s.cmd(&["PTTL", key]).unwrap();
@@ -118,7 +118,7 @@ fn fences_follow_the_high_water_mark_across_keys() {
     let f2 = grant(&s, "hwm:b", b"t", LONG_TTL);
     let f3 = grant(&s, "hwm:c", b"u", LONG_TTL);
     assert_eq!((f2, f3), (f1 + 1, f1 + 2), "fence = max(key fence, high-water) + 1");
-    assert_eq!(high_water(&s), f3);
+    assert_eq!(s.high_water(), f3);
     assert_eq!(release(&s, "hwm:a", b"t"), 1);
     assert_eq!(grant(&s, "hwm:a", b"x", LONG_TTL), f3 + 1);
 }
@@ -134,10 +134,10 @@ fn fences_increase_across_release_expiry_del_and_flushall() {
     seen.push(grant(&s, key, b"t3", LONG_TTL));
     let deleted: i64 = s.cmd(&["DEL", key]).unwrap();
     assert_eq!(deleted, 1);
-    assert_eq!(status(&s, key), None);
+    assert_eq!(s.lock_status(key), None);
     seen.push(grant(&s, key, b"t4", LONG_TTL));
     let _: () = s.cmd(&["FLUSHALL"]).unwrap();
-    assert_eq!(status(&s, key), None);
+    assert_eq!(s.lock_status(key), None);
     seen.push(grant(&s, key, b"t5", LONG_TTL));
     let _: () = s.cmd(&["FLUSHALL", "SYNC"]).unwrap();
     seen.push(grant(&s, key, b"t6", LONG_TTL));
@@ -154,10 +154,10 @@ fn takeover_of_an_expired_lease_by_another_token() {
     let f2 = grant(&s, key, b"old", 50);
     assert!(f2 > f1, "an expired lease re-acquired gets a new fence");
     wait_expired(&s, key);
-    let before = counter(&s, "fencedlock_takeovers");
+    let before = s.fencedlock_counter("fencedlock_takeovers");
     let f3 = grant(&s, key, b"new", LONG_TTL);
     assert!(f3 > f2);
-    assert!(counter(&s, "fencedlock_takeovers") > before, "{:?}", info(&s));
+    assert!(s.fencedlock_counter("fencedlock_takeovers") > before, "{:?}", info(&s));
 }
 
 #[test]
@@ -512,7 +512,7 @@ fn dump_restore_and_copy_round_trip() {
     let st = status_of(&s, "dump:dst");
     assert_eq!((st.fence, st.held), (fence, true), "{st:?}");
     assert!(st.pttl > 0 && st.pttl <= LONG_TTL as i64);
-    assert_eq!(digest_value(&s, "dump:dst"), digest_value(&s, "dump:src"));
+    assert_eq!(s.digest_value("dump:dst"), s.digest_value("dump:src"));
     // The (binary) token travelled with it: the holder can release the copy.
     assert_eq!(release(&s, "dump:dst", b"other"), 0);
     assert_eq!(release(&s, "dump:dst", &token), 1);
@@ -527,7 +527,7 @@ fn dump_restore_and_copy_round_trip() {
     let copied: i64 = s.cmd(&["COPY", "dump:src", "dump:copy"]).unwrap();
     assert_eq!(copied, 1);
     assert_eq!(status_of(&s, "dump:copy").fence, fence);
-    assert_eq!(digest_value(&s, "dump:copy"), digest_value(&s, "dump:src"));
+    assert_eq!(s.digest_value("dump:copy"), s.digest_value("dump:src"));
     assert_eq!(release(&s, "dump:copy", &token), 1);
     assert!(status_of(&s, "dump:src").held, "releasing the copy leaves the source held");
     assert!(!status_of(&s, "dump:copy").held);
@@ -588,7 +588,7 @@ fn corrupt_dump_payloads_are_refused_without_crashing() {
             }
             Ok(()) => {
                 match run(&s, &[b"FENCEDLOCK.STATUS", b"corrupt:dst"]) {
-                    Ok(v) => assert!(decode_status(&v).is_some(), "a restored lock has a status"),
+                    Ok(v) => assert!(Status::decode(&v).is_some(), "a restored lock has a status"),
                     Err(e) => panic!("STATUS on a restored value failed: {}", error_text(&e)),
                 }
                 let _: i64 = s.cmd(&["DEL", "corrupt:dst"]).unwrap();
@@ -656,7 +656,7 @@ fn info_counters_move() {
         let v = fields.get(f).unwrap_or_else(|| panic!("INFO fencedlock lacks {f}: {fields:?}"));
         v.parse::<u64>().unwrap_or_else(|_| panic!("{f}={v} is not a number"));
     }
-    let c = |name: &str| counter(&s, name);
+    let c = |name: &str| s.fencedlock_counter(name);
     let (g0, cont0, rf0, relf0, to0) = (
         c("fencedlock_grants"),
         c("fencedlock_contended"),

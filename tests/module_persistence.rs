@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use harness::{error_text, poll, Server};
+use harness::{error_text, poll, Server, EPOCH_GAP};
 
 /// Lock state a test writes before a reload and checks after it.
 struct Scenario {
@@ -56,8 +56,8 @@ fn check_scenario(s: &Server, sc: &Scenario) {
     assert_eq!(expired.fence, sc.expired_fence);
     assert!(!expired.held || expired.pttl <= EXPIRED_TTL as i64, "{expired:?}");
     wait_expired(s, EXPIRED);
-    assert_eq!(status(s, DELETED), None);
-    assert!(high_water(s) >= sc.max_fence, "high-water mark lost: {:?}", info(s));
+    assert_eq!(s.lock_status(DELETED), None);
+    assert!(s.high_water() >= sc.max_fence, "high-water mark lost: {:?}", info(s));
 
     assert_eq!(acquire(s, HELD, b"intruder", LONG_TTL), None, "the lease survived");
     for key in [RELEASED, EXPIRED, DELETED, "p:fresh"] {
@@ -70,7 +70,7 @@ fn check_scenario(s: &Server, sc: &Scenario) {
 
 /// After a primary's start-up load the fences jump to a higher 2^32 block.
 fn assert_epoch_jump(s: &Server, max_before: u64, epoch_before: u64) {
-    let epoch = counter(s, "fencedlock_epoch");
+    let epoch = s.fencedlock_counter("fencedlock_epoch");
     assert!(epoch > epoch_before, "epoch {epoch} did not move past {epoch_before}");
     let fence = grant(s, &format!("p:after-jump:{epoch}"), b"j", LONG_TTL);
     assert!(
@@ -83,9 +83,9 @@ fn assert_epoch_jump(s: &Server, max_before: u64, epoch_before: u64) {
 fn debug_reload_keeps_locks_and_the_high_water_mark() {
     let s = Server::start();
     let sc = write_scenario(&s);
-    let digest = digest_value(&s, HELD);
+    let digest = s.digest_value(HELD);
     let _: () = s.cmd(&["DEBUG", "RELOAD"]).unwrap();
-    assert_eq!(digest_value(&s, HELD), digest);
+    assert_eq!(s.digest_value(HELD), digest);
     check_scenario(&s, &sc);
 }
 
@@ -104,7 +104,7 @@ fn an_empty_dataset_still_carries_the_high_water_mark() {
 fn restart_from_rdb() {
     let mut s = Server::start();
     let sc = write_scenario(&s);
-    let epoch = counter(&s, "fencedlock_epoch");
+    let epoch = s.fencedlock_counter("fencedlock_epoch");
     s.save();
     s.kill9();
     s.restart();
@@ -117,7 +117,7 @@ fn every_restart_is_a_new_epoch() {
     let mut s = Server::start();
     let mut last = grant(&s, "epochs:k", b"t", LONG_TTL);
     for round in 0..3 {
-        let epoch = counter(&s, "fencedlock_epoch");
+        let epoch = s.fencedlock_counter("fencedlock_epoch");
         s.save();
         s.kill9();
         s.restart();
@@ -145,7 +145,7 @@ fn aof_rewrite_then_restart(preamble: bool) {
     s.rewrite_aof();
     let sc = write_scenario(&s);
     assert!(sc.max_fence > deleted_before && deleted_before > before);
-    let epoch = counter(&s, "fencedlock_epoch");
+    let epoch = s.fencedlock_counter("fencedlock_epoch");
     s.stop();
     s.restart();
     assert_eq!(status_of(&s, "aof:before-rewrite").fence, before);
@@ -177,7 +177,7 @@ fn restart_from_aof_after_rewrite_without_rdb_preamble() {
 fn kill9_with_appendfsync_always_loses_no_fence() {
     let mut s = aof_server(true);
     let sc = write_scenario(&s);
-    let epoch = counter(&s, "fencedlock_epoch");
+    let epoch = s.fencedlock_counter("fencedlock_epoch");
     s.kill9();
     s.restart();
     check_scenario(&s, &sc);

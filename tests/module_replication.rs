@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use harness::{error_text, poll, Server};
+use harness::{error_text, poll, Server, EPOCH_GAP};
 
 const ACK: Duration = Duration::from_secs(5);
 
@@ -16,8 +16,8 @@ const ACK: Duration = Duration::from_secs(5);
 /// primary's read later (1 ms slack for rounding).
 fn assert_same_locks(primary: &Server, replica: &Server, keys: &[&str]) {
     for key in keys {
-        let r = status(replica, key);
-        let p = status(primary, key);
+        let r = replica.lock_status(key);
+        let p = primary.lock_status(key);
         match (p, r) {
             (None, None) => {}
             (Some(p), Some(r)) => {
@@ -25,15 +25,13 @@ fn assert_same_locks(primary: &Server, replica: &Server, keys: &[&str]) {
                 if p.held {
                     assert!(r.pttl + 1 >= p.pttl, "{key}: the replica's lease is shorter: {r:?} < {p:?}");
                 }
-                assert_eq!(digest_value(replica, key), digest_value(primary, key), "{key}: digest");
+                assert_eq!(replica.digest_value(key), primary.digest_value(key), "{key}: digest");
             }
             _ => panic!("{key}: primary {p:?}, replica {r:?}"),
         }
     }
-    let pd: String = primary.cmd(&["DEBUG", "DIGEST"]).unwrap();
-    let rd: String = replica.cmd(&["DEBUG", "DIGEST"]).unwrap();
-    assert_eq!(pd, rd, "dataset digests differ");
-    assert_eq!(high_water(replica), high_water(primary), "high-water marks differ");
+    assert_eq!(primary.digest(), replica.digest(), "dataset digests differ");
+    assert_eq!(replica.high_water(), primary.high_water(), "high-water marks differ");
 }
 
 #[test]
@@ -75,7 +73,7 @@ fn full_sync_and_stream_keep_the_replica_identical() {
     let keys =
         ["r:held", "r:released", "r:deleted", "r:timeline", "r:renewed", "r:shortened", "r:raised", "r:cad"];
     assert_same_locks(&p, &r, &keys);
-    assert_eq!(high_water(&r), raised);
+    assert_eq!(r.high_water(), raised);
     let renewed = status_of(&r, "r:renewed");
     assert!(renewed.held && renewed.pttl > 1_000, "the renewal reached the replica: {renewed:?}");
     let shortened = status_of(&r, "r:shortened");
@@ -110,7 +108,7 @@ fn a_replica_refuses_writes_and_answers_reads() {
         assert!(err.starts_with("READONLY"), "{err}");
     }
     assert_eq!(status_of(&r, "ro:lock").fence, fence);
-    assert_eq!(status(&r, "ro:new"), None);
+    assert_eq!(r.lock_status("ro:new"), None);
 }
 
 #[test]
@@ -122,9 +120,9 @@ fn promotion_jumps_to_a_new_epoch() {
         max = grant(&p, &format!("promo:{i}"), b"t", LONG_TTL);
     }
     p.wait_for_replicas(1, ACK);
-    let epoch = counter(&r, "fencedlock_epoch");
+    let epoch = r.fencedlock_counter("fencedlock_epoch");
     r.promote();
-    assert!(counter(&r, "fencedlock_epoch") > epoch);
+    assert!(r.fencedlock_counter("fencedlock_epoch") > epoch);
     for key in ["promo:0", "promo:new"] {
         let _ = release(&r, key, b"t");
         let fence = grant(&r, key, b"u", LONG_TTL);
@@ -155,8 +153,8 @@ fn a_promoted_replica_is_above_grants_it_never_received() {
     }
     p.kill9();
 
-    assert_eq!(status(&r, "lost:49"), None, "the test must really lose grants");
-    assert!(high_water(&r) < lost_max);
+    assert_eq!(r.lock_status("lost:49"), None, "the test must really lose grants");
+    assert!(r.high_water() < lost_max);
     r.promote();
     for key in ["lost:49", "lost:0", "lost:new"] {
         let fence = grant(&r, key, b"new-owner", LONG_TTL);
@@ -182,5 +180,5 @@ fn a_replica_of_a_restarted_primary_follows_its_new_epoch() {
     assert!(after / EPOCH_GAP > before / EPOCH_GAP);
     p.wait_for_replicas(1, ACK);
     assert_same_locks(&p, &r, &["re:k", "re:other"]);
-    assert_eq!(counter(&r, "fencedlock_epoch"), counter(&p, "fencedlock_epoch"));
+    assert_eq!(r.fencedlock_counter("fencedlock_epoch"), p.fencedlock_counter("fencedlock_epoch"));
 }

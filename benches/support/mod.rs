@@ -1,6 +1,6 @@
 //! What the criterion benches share: servers started for the run, a runtime, and where
-#![allow(dead_code)] // each bench target uses a different part of this module
 //! results that criterion does not record (e.g. commands per grant) are written.
+#![allow(dead_code)] // each bench target uses a different part of this module
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,11 +20,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 
 /// `target/bench-results/<name>` (honouring `CARGO_TARGET_DIR`), read by benches/report.py.
 pub fn results_file(name: &str) -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| harness::workspace_root().join("target"));
-    let target = if target.is_absolute() { target } else { harness::workspace_root().join(target) };
-    let dir = target.join("bench-results");
+    let dir = harness::target_dir().join("bench-results");
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {dir:?}: {e}"));
     dir.join(name)
 }

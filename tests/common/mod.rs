@@ -1,25 +1,18 @@
 //! Typed wrappers over the module's commands, shared by the module's integration tests.
-//! They panic on unexpected replies so each test reads as the contract it checks.
+//! They panic on unexpected replies so each test reads as the contract it checks. Reading
+//! lock state and counters is the harness's job: `Server::lock_status`, `fencedlock_counter`,
+//! `high_water`.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 use std::time::Duration;
 
+pub use harness::LockStatus as Status;
 use harness::{error_text, poll, redis, Server};
 use redis::{RedisResult, ToRedisArgs, Value};
 
-/// One block of the fence space: restarts and promotions jump the high-water mark by this.
-pub const EPOCH_GAP: u64 = 1 << 32;
 /// A ttl long enough that no lease in a test expires by accident.
 pub const LONG_TTL: u64 = 60_000;
-
-/// `FENCEDLOCK.STATUS` decoded: `[fence, held, pttl_ms or -1]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Status {
-    pub fence: u64,
-    pub held: bool,
-    pub pttl: i64,
-}
 
 /// Run a command; the raw reply or error.
 pub fn run(s: &Server, args: &[&[u8]]) -> RedisResult<Value> {
@@ -127,42 +120,9 @@ pub fn raise(s: &Server, key: &str, token: &[u8], fence: u64) -> Option<u64> {
     }
 }
 
-/// `STATUS`, decoded; checks the reply's shape.
-pub fn status(s: &Server, key: &str) -> Option<Status> {
-    let reply = run(s, &[b"FENCEDLOCK.STATUS", key.as_bytes()])
-        .unwrap_or_else(|e| panic!("STATUS {key}: {}", error_text(&e)));
-    decode_status(&reply)
-}
-
-/// Decode a `STATUS` reply and check its invariants: a held lease has a positive pttl,
-/// a free one has -1.
-pub fn decode_status(reply: &Value) -> Option<Status> {
-    match reply {
-        Value::Nil => None,
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(fence), Value::Int(held), Value::Int(pttl)] => {
-                assert!(*fence > 0, "fence must be positive: {reply:?}");
-                let held = match held {
-                    0 => false,
-                    1 => true,
-                    _ => panic!("held must be 0 or 1: {reply:?}"),
-                };
-                if held {
-                    assert!(*pttl >= 0, "a held lease has a pttl: {reply:?}");
-                } else {
-                    assert_eq!(*pttl, -1, "a free lock has pttl -1: {reply:?}");
-                }
-                Some(Status { fence: *fence as u64, held, pttl: *pttl })
-            }
-            _ => panic!("STATUS must be [fence, held, pttl]: {reply:?}"),
-        },
-        other => panic!("STATUS replied {other:?}"),
-    }
-}
-
 /// `STATUS` of a key that must exist.
 pub fn status_of(s: &Server, key: &str) -> Status {
-    status(s, key).unwrap_or_else(|| panic!("STATUS {key} is nil"))
+    s.lock_status(key).unwrap_or_else(|| panic!("STATUS {key} is nil"))
 }
 
 /// `INFO fencedlock` fields.
@@ -170,31 +130,9 @@ pub fn info(s: &Server) -> HashMap<String, String> {
     s.info("fencedlock")
 }
 
-/// One numeric `INFO fencedlock` counter.
-pub fn counter(s: &Server, name: &str) -> u64 {
-    let info = info(s);
-    info.get(name)
-        .unwrap_or_else(|| panic!("INFO fencedlock has no {name}: {info:?}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name} is not a number: {e}"))
-}
-
-/// The server's high-water mark.
-pub fn high_water(s: &Server) -> u64 {
-    counter(s, "fencedlock_high_water_mark")
-}
-
 /// Wait (bounded) until the lease on `key` has expired.
 pub fn wait_expired(s: &Server, key: &str) {
     poll(&format!("lease on {key} to expire"), Duration::from_secs(5), || !status_of(s, key).held);
-}
-
-/// `DEBUG DIGEST-VALUE key` (a replica must match its primary).
-pub fn digest_value(s: &Server, key: &str) -> String {
-    let v: Vec<String> = s
-        .cmd(&["DEBUG", "DIGEST-VALUE", key])
-        .unwrap_or_else(|e| panic!("DEBUG DIGEST-VALUE {key}: {}", error_text(&e)));
-    v.into_iter().next().expect("one digest")
 }
 
 /// One key's type and, for a lock, its fence and held flag.
@@ -217,20 +155,25 @@ pub struct Fingerprint {
 }
 
 pub fn fingerprint(s: &Server, keys: &[&str]) -> Fingerprint {
-    let dataset: String = s.cmd(&["DEBUG", "DIGEST"]).expect("DEBUG DIGEST");
+    let dataset = s.digest();
     let keys = keys
         .iter()
         .map(|k| {
             let ty: String = s.cmd(&["TYPE", k]).expect("TYPE");
             let lock = if ty == "none" || is_lock_type(&ty) {
-                status(s, k).map(|st| (st.fence, st.held))
+                s.lock_status(k).map(|st| (st.fence, st.held))
             } else {
                 None
             };
             KeyState { key: k.to_string(), ty, lock }
         })
         .collect();
-    Fingerprint { dataset, keys, high_water: high_water(s), grants: counter(s, "fencedlock_grants") }
+    Fingerprint {
+        dataset,
+        keys,
+        high_water: s.high_water(),
+        grants: s.fencedlock_counter("fencedlock_grants"),
+    }
 }
 
 /// Whether a `TYPE` reply names the module's data type (anything not built in).

@@ -13,13 +13,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::redis::{self, aio::MultiplexedConnection, AsyncConnectionConfig, Value};
-use harness::{error_text, Server};
+use harness::{error_text, Server, EPOCH_GAP};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
-
-/// One block of the fence space: restarts and promotions jump the high-water mark by this.
-pub const EPOCH_GAP: u64 = 1 << 32;
 
 /// Upper bound of requests per task, so a load never runs unbounded.
 const MAX_OPS_PER_TASK: usize = 50_000;
@@ -341,8 +338,8 @@ pub fn assert_leases_survived(server: &Server, leases: &[HeldLease]) {
             .cmd(&["FENCEDLOCK.ACQUIRE", &l.key, "intruder", "60000"])
             .unwrap_or_else(|e| panic!("ACQUIRE {} by an intruder: {}", l.key, error_text(&e)));
         assert_eq!(intruder, None, "an acknowledged, unexpired lease was lost: {l:?}");
-        let status: (u64, u8, i64) = server.cmd(&["FENCEDLOCK.STATUS", &l.key]).expect("STATUS");
-        assert_eq!((status.0, status.1), (l.fence, 1), "{l:?}: STATUS {status:?}");
+        let status = server.lock_status(&l.key);
+        assert_eq!(status.map(|st| (st.fence, st.held)), Some((l.fence, true)), "{l:?}: STATUS {status:?}");
         let released: i64 = server.cmd(&["FENCEDLOCK.RELEASE", &l.key, &l.token]).expect("RELEASE");
         assert_eq!(released, 1, "the holder's token no longer holds {l:?}");
     }
@@ -371,23 +368,6 @@ pub fn assert_new_grants_above(server: &Server, keys: &[String], max_before: u64
         top = top.max(fence);
     }
     top
-}
-
-/// `FENCEDLOCK.STATUS key` as `(fence, held)`, `None` for a missing key.
-pub fn status(server: &Server, key: &str) -> Option<(u64, bool)> {
-    let reply: Option<(u64, u8, i64)> = server
-        .cmd(&["FENCEDLOCK.STATUS", key])
-        .unwrap_or_else(|e| panic!("STATUS {key} on {}: {}", server.addr(), error_text(&e)));
-    reply.map(|(f, h, _)| (f, h == 1))
-}
-
-/// One numeric `INFO fencedlock` field.
-pub fn counter(server: &Server, name: &str) -> u64 {
-    server
-        .info_field("fencedlock", name)
-        .unwrap_or_else(|| panic!("INFO fencedlock has no {name}"))
-        .parse()
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
 }
 
 /// Let a load run for `d` (a plain sleep on the test thread; the load runs on the runtime).
