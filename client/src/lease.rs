@@ -106,7 +106,8 @@ impl Lease {
     }
 
     /// Ends the lease on every node. `Ok(true)` if the server (a majority) still held it,
-    /// `Ok(false)` if it had already expired or been taken over.
+    /// `Ok(false)` if it had already expired or been taken over (there), and an error when
+    /// too few nodes answered to tell.
     pub async fn release(mut self) -> Result<bool, Error> {
         self.claim.armed = false;
         self.claim.engine.release(&self.claim.key, &self.claim.token).await

@@ -189,6 +189,19 @@ impl QuorumReport {
         self.refused() > self.votes.len() - self.quorum
     }
 
+    /// Whether a majority held what the round asked about: `Some(true)` once a majority said
+    /// yes, `Some(false)` once so many refused that no majority can have, `None` while the
+    /// nodes that timed out, failed or were not awaited could still tip it either way.
+    pub(crate) fn majority_held(&self) -> Option<bool> {
+        if self.reached() {
+            Some(true)
+        } else if self.majority_refused() {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
     /// Whether enough nodes failed in a way that retrying cannot fix to rule out a majority.
     pub(crate) fn could_still_succeed(&self) -> bool {
         let permanent = self.votes.iter().filter(|v| v.vote.is_permanent_failure()).count();
@@ -296,6 +309,20 @@ mod tests {
         assert!(!r.majority_refused());
         let r = report(vec![Vote::Refused]);
         assert!(r.majority_refused());
+    }
+
+    #[test]
+    fn a_majority_held_only_when_the_answers_decide_it() {
+        let (yes, no) = (|| Vote::Confirmed, || Vote::Refused);
+        assert_eq!(report(vec![yes(), yes(), Vote::TimedOut]).majority_held(), Some(true));
+        assert_eq!(report(vec![no(), no(), Vote::TimedOut]).majority_held(), Some(false));
+        assert_eq!(report(vec![yes()]).majority_held(), Some(true));
+        assert_eq!(report(vec![no()]).majority_held(), Some(false));
+        assert_eq!(report(vec![Vote::TimedOut]).majority_held(), None);
+        // One yes, one no and one unknown: the unknown node decides, so nobody can say.
+        assert_eq!(report(vec![yes(), no(), Vote::TimedOut]).majority_held(), None);
+        assert_eq!(report(vec![yes(), no(), failed()]).majority_held(), None);
+        assert_eq!(report(vec![yes(), yes(), no(), no(), Vote::TimedOut]).majority_held(), None);
     }
 
     #[test]

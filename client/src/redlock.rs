@@ -96,7 +96,8 @@ impl Redlock {
     }
 
     /// Releases `key` on every node for a token obtained elsewhere (for example printed by
-    /// another process). `Ok(true)` if a majority still held it for that token.
+    /// another process). `Ok(true)` if a majority still held it for that token, `Ok(false)` if
+    /// a majority no longer did; an error when the nodes that did not answer could tip it.
     pub async fn release_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
         self.engine.release(key, token).await
     }
@@ -295,14 +296,13 @@ impl Engine {
         }
     }
 
-    /// RELEASE everywhere. `Ok(true)` if a majority (the node, for N = 1) still held the lease.
+    /// RELEASE everywhere. `Ok(true)` if a majority (the node, for N = 1) still held the lease,
+    /// `Ok(false)` if a majority no longer did, an error when the answers leave that open.
     pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Error> {
         let report = self.release_report(key, token).await;
-        let answered = report.votes.iter().filter(|v| v.vote.answered()).count();
-        if answered >= report.quorum {
-            Ok(report.reached())
-        } else {
-            Err(self.round_error(report, Phase::Release))
+        match report.majority_held() {
+            Some(held) => Ok(held),
+            None => Err(self.round_error(report, Phase::Release)),
         }
     }
 
