@@ -50,7 +50,8 @@ fn full_sync_and_stream_keep_the_replica_identical() {
     assert_same_locks(&p, &r, &["r:held", "r:released", "r:deleted"]);
 
     // After: carried by the command stream, as effect records.
-    let a = grant(&p, "r:timeline", b"worker-a", 100);
+    // Long enough that B is refused even if the machine stalls; expiry is polled.
+    let a = grant(&p, "r:timeline", b"worker-a", 500);
     assert_eq!(acquire(&p, "r:timeline", b"worker-b", LONG_TTL), None);
     wait_expired(&p, "r:timeline");
     let b = grant(&p, "r:timeline", b"worker-b", LONG_TTL);

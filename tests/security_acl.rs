@@ -229,7 +229,12 @@ fn tokens_stay_out_of_info_status_errors_acl_log_client_list_and_the_log() {
     for text in &seen {
         assert!(!text.contains(SECRET) && !text.contains("Sup3rS3cret"), "token leaked: {text}");
     }
+    let level: Vec<String> = s.cmd(&["CONFIG", "GET", "loglevel"]).expect("CONFIG GET loglevel");
+    assert_eq!(level.get(1).map(String::as_str), Some("debug"), "the whole run logged at debug level");
     let log = s.log_contents();
+    // The log records each client (as it would record anything a command leaked), so the
+    // check below reads the right, live file.
+    assert!(log.contains("Accepted"), "the log records client connections:\n{}", s.log_tail(20));
     assert!(log.contains("DEBUG") || log.lines().count() > 5, "the debug log was written");
     assert!(!log.contains(SECRET), "token leaked in the server log");
 }
