@@ -97,7 +97,9 @@ fn fences_after_a_failover_are_above_every_fence_of_the_old_primary() {
     // Leases both replicas had acknowledged survive the failover, same token and fence.
     assert_leases_survived(&r1, &durable);
 
-    let after_spec = LoadSpec { label: "new-primary".into(), ..spec.clone() };
+    // The old load's last leases (and grants cut off by the kill, whose tokens nobody has)
+    // can hold every one of its keys for LONG_TTL_MS; twice the keys leave room to run.
+    let after_spec = LoadSpec::new("new-primary", "fo", spec.tasks, 2 * spec.keys.len(), LONG_TTL_MS);
     let load = start_load(&rt, &r1.url(), &after_spec);
     run_for(LOAD_TIME);
     let after = load.stop(&rt);
@@ -123,7 +125,7 @@ fn fences_after_a_failover_are_above_every_fence_of_the_old_primary() {
     phase("old primary online");
     r1.wait_caught_up(&r2);
     r1.wait_caught_up(&old);
-    let mut keys = spec.keys.clone();
+    let mut keys = after_spec.keys.clone();
     keys.extend(durable.iter().map(|l| l.key.clone()));
     keys.push("fresh-after-fault".into());
     assert_converged(&[&r1, &r2, &old], &keys);
@@ -131,7 +133,7 @@ fn fences_after_a_failover_are_above_every_fence_of_the_old_primary() {
     assert_eq!(old.info_field("replication", "role").as_deref(), Some("slave"));
 
     // And the new primary keeps issuing fences above everything.
-    assert_new_grants_above(&r1, &spec.keys, max_fence(&history), false);
+    assert_new_grants_above(&r1, &after_spec.keys, max_fence(&history), false);
     r1.wait_caught_up(&r2);
     r1.wait_caught_up(&old);
     assert_converged(&[&r1, &r2, &old], &keys);
