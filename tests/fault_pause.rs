@@ -18,7 +18,9 @@ use harness::{poll, Server};
 use rusqlite::{params, Connection};
 
 const ROUNDS: u32 = 20;
-const TTL_MS: u64 = 250;
+/// Long enough that A always passes its own lease check right after the grant, even on a
+/// loaded CI machine; every round waits this long for the lease to expire.
+const TTL_MS: u64 = 400;
 /// Set in the worker process: the server URL.
 const WORKER_ENV: &str = "FENCEDLOCK_PAUSE_WORKER_URL";
 const WORKER_DB_ENV: &str = "FENCEDLOCK_PAUSE_WORKER_DB";

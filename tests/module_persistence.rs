@@ -192,7 +192,8 @@ fn restart_grace_refuses_new_grants_then_lifts() {
     assert_eq!(release(&s, "grace:other", b"x"), 1, "free, so only the grace can refuse it");
     s.save();
     s.kill9();
-    s.set_restart_arg("fencedlock.restart-grace-ms", "1500");
+    // Long enough to cover start-up and the checks below on a loaded CI machine.
+    s.set_restart_arg("fencedlock.restart-grace-ms", "3000");
     s.restart();
 
     let keys = ["grace:held", "grace:other", "grace:new"];
