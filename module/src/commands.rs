@@ -6,7 +6,7 @@ use redis_module::ContextFlags;
 use crate::error::LockError;
 use crate::ffi::{int, Call, Reply};
 use crate::key::Key;
-use crate::lease::{Acquired, Lock, Released};
+use crate::lease::{Acquired, Lock, Micros, Released};
 use crate::{args, clock, replication, state, stats};
 
 fn arity(call: &Call, n: usize) -> Option<Reply> {
@@ -66,16 +66,7 @@ pub fn renew(call: &Call) -> Result<Reply, LockError> {
     }
     let token = args::token(call.bytes(2))?;
     let ttl = args::ttl(call.bytes(3), state::max_ttl_ms())?;
-    let mut key = Key::open(call.ctx, call.raw(1), true);
-    let now = clock::now();
-    if let Some(lock) = key.lock()? {
-        if lock.renew(token, ttl, now) {
-            replication::replicate(call.ctx, call.raw(1), state::high_water(), &lock.record(now));
-            return Ok(Reply::Int(1));
-        }
-    }
-    stats::RENEW_FAILURES.incr();
-    Ok(Reply::Int(0))
+    owner_change(call, &stats::RENEW_FAILURES, |lock, now| lock.renew(token, ttl, now))
 }
 
 /// `FENCEDLOCK.RELEASE key token` → 1 if the caller held an unexpired lease; the fence stays.
@@ -84,15 +75,25 @@ pub fn release(call: &Call) -> Result<Reply, LockError> {
         return Ok(wrong);
     }
     let token = args::token(call.bytes(2))?;
+    owner_change(call, &stats::RELEASE_FAILURES, |lock, now| lock.release(token, now) == Released::Released)
+}
+
+/// RENEW and RELEASE: `change` decides (and applies) an owner-checked change to an existing
+/// lock. Done → replicate the new state and reply 1; refused or no lock → count and reply 0.
+fn owner_change(
+    call: &Call,
+    refusals: &stats::Counter,
+    change: impl FnOnce(&mut Lock, Micros) -> bool,
+) -> Result<Reply, LockError> {
     let mut key = Key::open(call.ctx, call.raw(1), true);
     let now = clock::now();
     if let Some(lock) = key.lock()? {
-        if lock.release(token, now) == Released::Released {
+        if change(lock, now) {
             replication::replicate(call.ctx, call.raw(1), state::high_water(), &lock.record(now));
             return Ok(Reply::Int(1));
         }
     }
-    stats::RELEASE_FAILURES.incr();
+    refusals.incr();
     Ok(Reply::Int(0))
 }
 

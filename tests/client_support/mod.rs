@@ -8,13 +8,10 @@ use std::time::{Duration, Instant};
 use fencedlock::{LockConfig, Node};
 use harness::Server;
 
-/// `FENCEDLOCK.STATUS key` read with the harness's own connection: `(fence, held, pttl)`,
-/// `None` for a key without lock state.
+/// `FENCEDLOCK.STATUS key` read with the harness's own connection (not the client under
+/// test): `(fence, held, pttl)`, `None` for a key without lock state.
 pub fn status(server: &Server, key: &str) -> Option<(u64, bool, i64)> {
-    let reply: Option<(u64, u8, i64)> = server
-        .cmd(&["FENCEDLOCK.STATUS", key])
-        .unwrap_or_else(|e| panic!("STATUS {key} on {}: {e}", server.addr()));
-    reply.map(|(fence, held, pttl)| (fence, held == 1, pttl))
+    server.lock_status(key).map(|s| (s.fence, s.held, s.pttl))
 }
 
 /// Whether `server` currently shows an unexpired lease on `key`.
