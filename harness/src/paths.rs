@@ -6,9 +6,9 @@ use std::sync::OnceLock;
 
 use crate::error::HarnessError;
 
-/// The workspace root (the harness is the root package, so it is this crate's manifest dir).
+/// The workspace root: the parent of this crate's directory (`harness/`).
 pub fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".."))
 }
 
 /// Path of the module `.so` to load, built once per test process.

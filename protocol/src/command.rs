@@ -1,0 +1,193 @@
+//! Every `FENCEDLOCK.*` command's name and arguments. The module registers, documents and
+//! arity-checks commands from these; clients build requests from them.
+//!
+//! Every command takes exactly one key, as its first argument, so Redis Cluster routing,
+//! `COMMAND GETKEYS` and ACL key patterns work.
+
+use std::ffi::CStr;
+
+use crate::limits::MAX_TOKEN_LEN;
+
+/// What an argument holds, for `COMMAND DOCS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArgKind {
+    /// The lock key.
+    Key,
+    /// Opaque bytes (a token, a value).
+    Text,
+    /// A decimal integer.
+    Integer,
+}
+
+/// One argument of a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Arg {
+    /// Its name in `COMMAND DOCS`.
+    pub name: &'static str,
+    /// What it holds.
+    pub kind: ArgKind,
+}
+
+/// A command's shape: name, arguments and a one-line summary.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Command {
+    /// The name as sent, e.g. `FENCEDLOCK.ACQUIRE`.
+    pub name: &'static str,
+    /// The same name NUL-terminated, for the module's C calls (replication on the hot path).
+    pub c_name: &'static CStr,
+    /// The arguments every call has, the key first.
+    pub args: &'static [Arg],
+    /// Arguments that come all together after `args`, or not at all.
+    pub optional: &'static [Arg],
+    /// What it does, for `COMMAND DOCS`.
+    pub summary: &'static str,
+}
+
+impl Command {
+    /// Redis arity: the argument count including the name, negative for "at least".
+    pub const fn arity(&self) -> i32 {
+        let required = 1 + self.args.len() as i32;
+        if self.optional.is_empty() {
+            required
+        } else {
+            -required
+        }
+    }
+
+    /// Whether a call with `argc` arguments (the name included) has this command's shape.
+    pub const fn accepts(&self, argc: usize) -> bool {
+        let required = 1 + self.args.len();
+        argc == required || (!self.optional.is_empty() && argc == required + self.optional.len())
+    }
+}
+
+/// `"name"` as a `&CStr`, checked at compile time.
+macro_rules! c_name {
+    ($name:literal) => {
+        match CStr::from_bytes_with_nul(concat!($name, "\0").as_bytes()) {
+            Ok(name) => name,
+            Err(_) => panic!("a command name has no NUL byte"),
+        }
+    };
+}
+
+macro_rules! command {
+    ($(#[$doc:meta])* $ident:ident = $name:literal, args: $args:expr, optional: $optional:expr, summary: $summary:literal) => {
+        $(#[$doc])*
+        pub const $ident: Command = Command {
+            name: $name,
+            c_name: c_name!($name),
+            args: $args,
+            optional: $optional,
+            summary: $summary,
+        };
+    };
+}
+
+const KEY: Arg = Arg { name: "key", kind: ArgKind::Key };
+const TOKEN: Arg = Arg { name: "token", kind: ArgKind::Text };
+const TTL: Arg = Arg { name: "ttl_ms", kind: ArgKind::Integer };
+
+command! {
+    /// `FENCEDLOCK.ACQUIRE key token ttl_ms` → the fence, or nil while another token holds an
+    /// unexpired lease. The holder's own token gets the same fence again and a fresh ttl.
+    ACQUIRE = "FENCEDLOCK.ACQUIRE",
+    args: &[KEY, TOKEN, TTL],
+    optional: &[],
+    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it"
+}
+command! {
+    /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs
+    /// `ttl_ms` from now, else 0.
+    RENEW = "FENCEDLOCK.RENEW",
+    args: &[KEY, TOKEN, TTL],
+    optional: &[],
+    summary: "Extends the caller's unexpired lease to ttl_ms from now; 1 or 0"
+}
+command! {
+    /// `FENCEDLOCK.RELEASE key token` → 1 if the caller held an unexpired lease and it ended
+    /// now, else 0. The fence stays.
+    RELEASE = "FENCEDLOCK.RELEASE",
+    args: &[KEY, TOKEN],
+    optional: &[],
+    summary: "Ends the caller's unexpired lease, keeping the fence; 1 or 0"
+}
+command! {
+    /// `FENCEDLOCK.RAISE key token fence` → the key's fence, now at least `fence`, if the
+    /// caller holds the lease; nil otherwise. Fenced Redlock lifts every node to the quorum's
+    /// maximum with it.
+    RAISE = "FENCEDLOCK.RAISE",
+    args: &[KEY, TOKEN, Arg { name: "fence", kind: ArgKind::Integer }],
+    optional: &[],
+    summary: "Raises the holder's fence to at least fence (fenced Redlock); the fence, or nil"
+}
+command! {
+    /// `FENCEDLOCK.CAD key value` → 1 if a plain string key held `value` and was deleted,
+    /// else 0 (compare-and-delete for plain `SET NX PX` locks).
+    CAD = "FENCEDLOCK.CAD",
+    args: &[KEY, Arg { name: "value", kind: ArgKind::Text }],
+    optional: &[],
+    summary: "Deletes a string key if it holds value; 1 or 0"
+}
+command! {
+    /// `FENCEDLOCK.STATUS key` → [`LockStatus`](crate::LockStatus) as `[fence, held, pttl_ms or
+    /// -1]`, nil for a key without lock state. Never the token.
+    STATUS = "FENCEDLOCK.STATUS",
+    args: &[KEY],
+    optional: &[],
+    summary: "Replies [fence, held, pttl_ms or -1] for a lock key, nil for a missing key"
+}
+command! {
+    /// `FENCEDLOCK.APPLY key high_water fence [token remaining_us]`: a lock's state as an
+    /// effect record, sent by the module to replicas and the AOF. Refused from clients.
+    APPLY = "FENCEDLOCK.APPLY",
+    args: &[
+        KEY,
+        Arg { name: "high_water", kind: ArgKind::Integer },
+        Arg { name: "fence", kind: ArgKind::Integer },
+    ],
+    optional: &[TOKEN, Arg { name: "remaining_us", kind: ArgKind::Integer }],
+    summary: "Internal: a lock state record from the replication link or the AOF"
+}
+
+/// Every command, in the order the module registers them.
+pub const ALL: [Command; 7] = [ACQUIRE, RENEW, RELEASE, RAISE, CAD, STATUS, APPLY];
+
+/// Whether `token` has an acceptable length (1 to [`MAX_TOKEN_LEN`] bytes; content is opaque).
+pub const fn token_len_ok(token: &[u8]) -> bool {
+    !token.is_empty() && token.len() <= MAX_TOKEN_LEN
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn c_names_match_names_and_every_command_has_one_key_first() {
+        for command in ALL {
+            assert_eq!(command.c_name.to_str(), Ok(command.name));
+            assert!(command.name.starts_with("FENCEDLOCK."));
+            assert_eq!(command.args[0].kind, ArgKind::Key, "{}", command.name);
+            assert_eq!(command.args.iter().chain(command.optional).filter(|a| a.kind == ArgKind::Key).count(), 1);
+        }
+    }
+
+    #[test]
+    fn arity_follows_the_arguments() {
+        assert_eq!(ACQUIRE.arity(), 4);
+        assert_eq!(RELEASE.arity(), 3);
+        assert_eq!(STATUS.arity(), 2);
+        assert_eq!(APPLY.arity(), -4);
+        assert!(ACQUIRE.accepts(4) && !ACQUIRE.accepts(3) && !ACQUIRE.accepts(5));
+        assert!(APPLY.accepts(4) && APPLY.accepts(6));
+        assert!(!APPLY.accepts(5) && !APPLY.accepts(7) && !APPLY.accepts(3));
+    }
+
+    #[test]
+    fn token_lengths() {
+        assert!(!token_len_ok(b""));
+        assert!(token_len_ok(b"t"));
+        assert!(token_len_ok(&[0; MAX_TOKEN_LEN]));
+        assert!(!token_len_ok(&[0; MAX_TOKEN_LEN + 1]));
+    }
+}

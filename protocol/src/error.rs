@@ -1,0 +1,152 @@
+//! The error replies the module sends. The module renders them from here and clients classify
+//! them from here, so neither side restates the other's wording.
+
+use crate::config::MAX_TTL_MS;
+use crate::limits::{MAX_FENCE, MAX_TOKEN_LEN};
+
+/// An error reply of the module, by kind. Every one of them changed nothing on the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ReplyError {
+    /// The ttl is not a positive integer number of milliseconds.
+    BadTtl,
+    /// The ttl is above `fencedlock.max-ttl-ms` (the value: that maximum).
+    TtlTooLarge,
+    /// The token is empty or longer than [`MAX_TOKEN_LEN`].
+    BadToken,
+    /// The fence to raise to is not an integer from 1 to [`MAX_FENCE`].
+    BadFence,
+    /// The server has issued [`MAX_FENCE`]; it can grant no more.
+    FencesExhausted,
+    /// New grants are refused during the restart grace (the value: ms left). Code `TRYAGAIN`.
+    RestartGrace,
+    /// The key holds another kind of value. Code `WRONGTYPE`.
+    WrongType,
+    /// A client sent the internal `FENCEDLOCK.APPLY`.
+    InternalCommand,
+    /// A malformed `FENCEDLOCK.APPLY` record (replication link or AOF).
+    BadRecord,
+    /// A bug in the module, caught before it could change anything or crash the server.
+    Internal,
+}
+
+impl ReplyError {
+    /// Every kind, for tests and exhaustive tables.
+    pub const ALL: [ReplyError; 10] = [
+        ReplyError::BadTtl,
+        ReplyError::TtlTooLarge,
+        ReplyError::BadToken,
+        ReplyError::BadFence,
+        ReplyError::FencesExhausted,
+        ReplyError::RestartGrace,
+        ReplyError::WrongType,
+        ReplyError::InternalCommand,
+        ReplyError::BadRecord,
+        ReplyError::Internal,
+    ];
+
+    /// The reply's first word: `ERR`, `TRYAGAIN` or `WRONGTYPE`.
+    pub const fn code(self) -> &'static str {
+        match self {
+            ReplyError::RestartGrace => "TRYAGAIN",
+            ReplyError::WrongType => "WRONGTYPE",
+            _ => "ERR",
+        }
+    }
+
+    /// The fixed start of the message after the code, which tells the kinds apart.
+    pub const fn prefix(self) -> &'static str {
+        match self {
+            ReplyError::BadTtl => "ttl must be a positive integer",
+            ReplyError::TtlTooLarge => "ttl exceeds",
+            ReplyError::BadToken => "token must be",
+            ReplyError::BadFence => "fence must be",
+            ReplyError::FencesExhausted => "fence space exhausted",
+            ReplyError::RestartGrace => "fencedlock restart grace",
+            ReplyError::WrongType => "Operation against a key holding the wrong kind of value",
+            ReplyError::InternalCommand => "FENCEDLOCK.APPLY is internal",
+            ReplyError::BadRecord => "malformed FENCEDLOCK.APPLY record",
+            ReplyError::Internal => "fencedlock internal error",
+        }
+    }
+
+    /// The whole reply text. `value` fills the kinds that carry a number ([`TtlTooLarge`]:
+    /// the maximum ttl in ms; [`RestartGrace`]: the ms left) and is ignored by the others.
+    ///
+    /// [`TtlTooLarge`]: ReplyError::TtlTooLarge
+    /// [`RestartGrace`]: ReplyError::RestartGrace
+    pub fn message(self, value: u64) -> String {
+        let (code, prefix) = (self.code(), self.prefix());
+        match self {
+            ReplyError::BadTtl => format!("{code} {prefix} number of milliseconds"),
+            ReplyError::TtlTooLarge => format!("{code} {prefix} {} ({value})", MAX_TTL_MS.full_name),
+            ReplyError::BadToken => format!("{code} {prefix} 1 to {MAX_TOKEN_LEN} bytes"),
+            ReplyError::BadFence => format!("{code} {prefix} an integer from 1 to {MAX_FENCE}"),
+            ReplyError::FencesExhausted => format!("{code} {prefix}: no fence above {MAX_FENCE} can be issued"),
+            ReplyError::RestartGrace => {
+                format!("{code} {prefix}: new grants are refused for another {value} ms")
+            }
+            ReplyError::WrongType | ReplyError::BadRecord => format!("{code} {prefix}"),
+            ReplyError::InternalCommand => {
+                format!("{code} {prefix}: only the replication link and AOF loading may send it")
+            }
+            ReplyError::Internal => format!("{code} {prefix}, nothing was changed (see the server log)"),
+        }
+    }
+
+    /// The kind of an error reply, from its code and the text after it; `None` for errors the
+    /// module does not send (an unknown command, `NOPERM`, `OOM`, ...). `WRONGTYPE` is
+    /// recognised by its code alone, whoever sent it.
+    pub fn classify(code: &str, detail: &str) -> Option<ReplyError> {
+        ReplyError::ALL.into_iter().find(|kind| {
+            code == kind.code() && (*kind == ReplyError::WrongType || detail.starts_with(kind.prefix()))
+        })
+    }
+
+    /// Whether the request itself was wrong (ttl, token or fence out of range): sending it
+    /// again cannot succeed, and the fix is the caller's.
+    pub const fn is_bad_request(self) -> bool {
+        matches!(
+            self,
+            ReplyError::BadTtl | ReplyError::TtlTooLarge | ReplyError::BadToken | ReplyError::BadFence
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_starts_with_its_code_and_prefix_and_classifies_back() {
+        for kind in ReplyError::ALL {
+            let text = kind.message(42);
+            let (code, detail) = text.split_once(' ').expect("code and detail");
+            assert_eq!(code, kind.code());
+            assert!(detail.starts_with(kind.prefix()), "{text}");
+            assert_eq!(ReplyError::classify(code, detail), Some(kind), "{text}");
+            assert!(!text.contains(['\r', '\n']));
+        }
+    }
+
+    #[test]
+    fn messages_carry_their_values() {
+        assert_eq!(
+            ReplyError::TtlTooLarge.message(86_400_000),
+            "ERR ttl exceeds fencedlock.max-ttl-ms (86400000)"
+        );
+        assert_eq!(
+            ReplyError::RestartGrace.message(1500),
+            "TRYAGAIN fencedlock restart grace: new grants are refused for another 1500 ms"
+        );
+        assert_eq!(ReplyError::BadToken.message(0), "ERR token must be 1 to 512 bytes");
+    }
+
+    #[test]
+    fn foreign_errors_are_not_ours() {
+        assert_eq!(ReplyError::classify("ERR", "unknown command 'FENCEDLOCK.ACQUIRE'"), None);
+        assert_eq!(ReplyError::classify("NOPERM", "User x has no permissions"), None);
+        assert_eq!(ReplyError::classify("TRYAGAIN", "Multiple keys request during rehashing"), None);
+        assert_eq!(ReplyError::classify("WRONGTYPE", "anything"), Some(ReplyError::WrongType));
+    }
+}

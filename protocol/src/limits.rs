@@ -1,0 +1,21 @@
+//! Bounds both sides check: the module refuses what breaks them, the client refuses to send it.
+
+/// Longest token, in bytes (the shortest is 1). Tokens are secrets chosen by clients; the bound
+/// keeps a lock key small.
+pub const MAX_TOKEN_LEN: usize = 512;
+
+/// Default of the `fencedlock.max-ttl-ms` config: one day. A ttl of years by typo would
+/// otherwise lock a job out for good.
+pub const DEFAULT_MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Upper bound of `fencedlock.max-ttl-ms`, about 139 years; keeps deadlines far from overflow.
+pub const MAX_MAX_TTL_MS: u64 = 1 << 42;
+
+/// Largest fence the module hands out: Redis integer replies are signed 64-bit.
+pub const MAX_FENCE: u64 = i64::MAX as u64;
+
+/// One block of the fence space. On promotion to primary and on a primary's start-up load, the
+/// module moves its fence high-water mark up by this much, so `fence / EPOCH_GAP` is the epoch a
+/// fence was issued in, and a node that missed fewer than `EPOCH_GAP` grants of its predecessor
+/// still issues fences above all of them.
+pub const EPOCH_GAP: u64 = 1 << 32;
