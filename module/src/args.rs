@@ -1,7 +1,8 @@
 //! Parsing of command arguments. Pure, so every bad input is unit-tested without a server.
 
+use fencedlock_protocol::limits::MAX_FENCE;
+
 use crate::error::LockError;
-use crate::fence::MAX_FENCE;
 use crate::lease::{check_token, Micros, Record};
 
 /// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.

@@ -8,9 +8,11 @@ use redis_module::raw;
 
 use crate::lease::Micros;
 
+/// Now, on the server's monotonic clock.
 pub fn now() -> Micros {
-    // SAFETY: the pointer is filled by RedisModule_Init and the function takes no arguments.
+    // SAFETY: the API pointers are filled by RedisModule_Init and only read afterwards.
     match unsafe { raw::RedisModule_MonotonicMicroseconds } {
+        // SAFETY: the function takes no arguments and only reads the clock.
         Some(monotonic) => unsafe { monotonic() },
         None => fallback(),
     }

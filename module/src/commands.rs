@@ -1,7 +1,6 @@
-//! The FENCEDLOCK commands: check arity, parse, open the key, let `lease` decide, reply, count,
-//! and replicate the effect. Every error is returned before anything is written.
-
-use redis_module::ContextFlags;
+//! The FENCEDLOCK commands: parse, open the key, let `lease` decide, store, replicate the
+//! effect, count and reply. Arity was checked by `ffi::run` against the protocol's shape.
+//! Every error is returned before anything is written.
 
 use crate::error::LockError;
 use crate::ffi::{int, Call, Reply};
@@ -9,36 +8,30 @@ use crate::key::Key;
 use crate::lease::{Acquired, Lock, Micros, Released};
 use crate::{args, clock, replication, state, stats};
 
-fn arity(call: &Call, n: usize) -> Option<Reply> {
-    (call.argc() != n).then_some(Reply::WrongArity)
-}
-
 /// `FENCEDLOCK.ACQUIRE key token ttl_ms` → fence, or nil while another token holds the lease.
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
-    if let Some(wrong) = arity(call, 4) {
-        return Ok(wrong);
-    }
-    let token = args::token(call.bytes(2))?;
-    let ttl = args::ttl(call.bytes(3), state::max_ttl_ms())?;
-    let mut key = Key::open(call.ctx, call.raw(1), true);
+    let token = args::token(call.arg(2))?;
+    let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
+    let mut key = Key::write(call);
     let now = clock::now();
     let mut mark = state::high_water();
+    let mut decide = |lock: &mut Lock| lock.acquire(&mut mark, token, ttl, now, state::grace_left(now));
 
-    let stored = key.lock()?;
-    let is_new = stored.is_none();
-    let mut fresh = Lock::new();
-    let lock = stored.unwrap_or(&mut fresh);
-    let outcome = lock.acquire(&mut mark, token, ttl, now, state::grace_left(now));
+    let (outcome, lock) = match key.lock()? {
+        Some(lock) => (decide(lock), lock),
+        None => {
+            let mut fresh = Lock::new();
+            let outcome = decide(&mut fresh);
+            match outcome {
+                // Stored before it is replicated: if storing failed, no replica or AOF may
+                // hold a lease this server does not.
+                Ok(Acquired::Granted { .. }) => (outcome, key.set_lock(fresh)?),
+                // A refused grant leaves no key behind.
+                _ => return count_refusal(outcome),
+            }
+        }
+    };
     let fence = match outcome {
-        Ok(Acquired::Busy) => {
-            stats::CONTENDED.incr();
-            return Ok(Reply::Nil);
-        }
-        Err(e @ LockError::RestartGrace { .. }) => {
-            stats::GRACE_REFUSALS.incr();
-            return Err(e);
-        }
-        Err(e) => return Err(e),
         Ok(Acquired::Reentered { fence }) => {
             stats::REENTRIES.incr();
             fence
@@ -50,31 +43,40 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
             }
             fence
         }
+        refused => return count_refusal(refused),
     };
     state::set_high_water(mark);
-    replication::replicate(call.ctx, call.raw(1), mark, &lock.record(now));
-    if is_new {
-        key.set_lock(fresh)?;
-    }
+    replication::replicate(call, mark, &lock.record(now));
     Ok(int(fence))
+}
+
+/// The reply to an acquire that granted nothing, counted.
+fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockError> {
+    match outcome {
+        Ok(Acquired::Busy) => {
+            stats::CONTENDED.incr();
+            Ok(Reply::Nil)
+        }
+        Err(e @ LockError::RestartGrace { .. }) => {
+            stats::GRACE_REFUSALS.incr();
+            Err(e)
+        }
+        Err(e) => Err(e),
+        // Not a refusal: callers pass only refusals; a bug here must not grant silently.
+        Ok(Acquired::Granted { .. } | Acquired::Reentered { .. }) => Err(LockError::Internal),
+    }
 }
 
 /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs `ttl_ms`.
 pub fn renew(call: &Call) -> Result<Reply, LockError> {
-    if let Some(wrong) = arity(call, 4) {
-        return Ok(wrong);
-    }
-    let token = args::token(call.bytes(2))?;
-    let ttl = args::ttl(call.bytes(3), state::max_ttl_ms())?;
+    let token = args::token(call.arg(2))?;
+    let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
     owner_change(call, &stats::RENEW_FAILURES, |lock, now| lock.renew(token, ttl, now))
 }
 
 /// `FENCEDLOCK.RELEASE key token` → 1 if the caller held an unexpired lease; the fence stays.
 pub fn release(call: &Call) -> Result<Reply, LockError> {
-    if let Some(wrong) = arity(call, 3) {
-        return Ok(wrong);
-    }
-    let token = args::token(call.bytes(2))?;
+    let token = args::token(call.arg(2))?;
     owner_change(call, &stats::RELEASE_FAILURES, |lock, now| lock.release(token, now) == Released::Released)
 }
 
@@ -85,11 +87,11 @@ fn owner_change(
     refusals: &stats::Counter,
     change: impl FnOnce(&mut Lock, Micros) -> bool,
 ) -> Result<Reply, LockError> {
-    let mut key = Key::open(call.ctx, call.raw(1), true);
+    let mut key = Key::write(call);
     let now = clock::now();
     if let Some(lock) = key.lock()? {
         if change(lock, now) {
-            replication::replicate(call.ctx, call.raw(1), state::high_water(), &lock.record(now));
+            replication::replicate(call, state::high_water(), &lock.record(now));
             return Ok(Reply::Int(1));
         }
     }
@@ -100,19 +102,16 @@ fn owner_change(
 /// `FENCEDLOCK.RAISE key token fence` → the key's fence, now at least `fence`, if the caller
 /// holds the lease; nil otherwise. Fenced Redlock lifts every node to the quorum's maximum.
 pub fn raise(call: &Call) -> Result<Reply, LockError> {
-    if let Some(wrong) = arity(call, 4) {
-        return Ok(wrong);
-    }
-    let token = args::token(call.bytes(2))?;
-    let fence = args::fence(call.bytes(3))?;
-    let mut key = Key::open(call.ctx, call.raw(1), true);
+    let token = args::token(call.arg(2))?;
+    let fence = args::fence(call.arg(3))?;
+    let mut key = Key::write(call);
     let now = clock::now();
     let mut mark = state::high_water();
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
     match lock.raise(&mut mark, token, fence, now) {
         Some(raised) => {
             state::set_high_water(mark);
-            replication::replicate(call.ctx, call.raw(1), mark, &lock.record(now));
+            replication::replicate(call, mark, &lock.record(now));
             Ok(int(raised))
         }
         None => Ok(Reply::Nil),
@@ -121,59 +120,45 @@ pub fn raise(call: &Call) -> Result<Reply, LockError> {
 
 /// `FENCEDLOCK.CAD key value` → 1 if a string key held `value` and was deleted, else 0.
 pub fn cad(call: &Call) -> Result<Reply, LockError> {
-    if let Some(wrong) = arity(call, 3) {
-        return Ok(wrong);
-    }
-    let key = Key::open(call.ctx, call.raw(1), true);
-    if key.string()? != Some(call.bytes(2)) {
+    let key = Key::write(call);
+    if key.string()? != Some(call.arg(2)) {
         return Ok(Reply::Int(0));
     }
     key.delete()?;
     // CAD decides on data alone (no clock), so a replica re-running it reaches the same result;
     // verbatim is also the cheapest way to replicate (no command lookup, no argument copies).
-    redis_module::Context::new(call.ctx).replicate_verbatim();
+    call.replicate_verbatim();
     Ok(Reply::Int(1))
 }
 
 /// `FENCEDLOCK.STATUS key` → `[fence, held, pttl_ms or -1]`, nil for a missing key.
 pub fn status(call: &Call) -> Result<Reply, LockError> {
-    if let Some(wrong) = arity(call, 2) {
-        return Ok(wrong);
-    }
-    let mut key = Key::open(call.ctx, call.raw(1), false);
+    let mut key = Key::read(call);
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
-    let status = lock.status(clock::now());
-    let as_int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    Ok(Reply::Ints(vec![
-        as_int(status.fence),
-        i64::from(status.pttl_ms.is_some()),
-        status.pttl_ms.map_or(-1, as_int),
-    ]))
+    let status = fencedlock_protocol::LockStatus::from(lock.status(clock::now()));
+    Ok(Reply::Ints(status.encode().to_vec()))
 }
 
 /// `FENCEDLOCK.APPLY key high_water fence [token remaining_us]`: a state record from the
 /// primary or the AOF. Refused from clients, which could otherwise forge a lease or a fence.
 pub fn apply(call: &Call) -> Result<Reply, LockError> {
-    let flags = redis_module::Context::new(call.ctx).get_flags();
-    if !flags.intersects(ContextFlags::REPLICATED | ContextFlags::LOADING) {
+    if !call.is_replicated_or_loading() {
         return Err(LockError::InternalCommand);
     }
-    if call.argc() != 4 && call.argc() != 6 {
-        return Ok(Reply::WrongArity);
-    }
-    let fields: Vec<&[u8]> = (2..call.argc()).map(|i| call.bytes(i)).collect();
-    let (high_water, record) = args::record(&fields)?;
+    let (high_water, record) = args::record(&call.args_from(2))?;
     let lock = Lock::from_record(&record, clock::now())?;
-    let mut key = Key::open(call.ctx, call.raw(1), true);
+    let mut key = Key::write(call);
     match key.lock()? {
         Some(stored) => *stored = lock,
-        None => key.set_lock(lock)?,
+        None => {
+            key.set_lock(lock)?;
+        }
     }
     state::update_high_water(|mark| {
         mark.observe(high_water);
         mark.observe(record.fence);
     });
     // Feeds this replica's own AOF and sub-replicas with the same record.
-    redis_module::Context::new(call.ctx).replicate_verbatim();
+    call.replicate_verbatim();
     Ok(Reply::Int(1))
 }

@@ -3,6 +3,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
+use fencedlock_protocol::limits::MAX_FENCE;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
@@ -62,13 +63,13 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", std::ptr::null_mut(), || {
         if encver != ENCODING_VERSION {
-            log_warning(std::ptr::null_mut(), &format!("fencedlock: unknown lock encoding version {encver}"));
+            log_warning(&format!("fencedlock: unknown lock encoding version {encver}"));
             return std::ptr::null_mut();
         }
         match load_lock(rdb) {
             Some(lock) => Box::into_raw(Box::new(lock)).cast(),
             None => {
-                log_warning(std::ptr::null_mut(), "fencedlock: refusing a truncated or malformed lock value");
+                log_warning("fencedlock: refusing a truncated or malformed lock value");
                 std::ptr::null_mut()
             }
         }
@@ -98,9 +99,11 @@ unsafe extern "C" fn aof_rewrite(
     value: *mut c_void,
 ) {
     guard("aof_rewrite", (), || {
-        // SAFETY: Redis passes a value of our type.
-        if let Some(lock) = unsafe { value.cast::<Lock>().as_ref() } {
-            replication::emit_aof(aof, key, state::high_water(), &lock.record(clock::now()));
+        // SAFETY: Redis passes a value of our type, and the live rewrite IO and key.
+        unsafe {
+            if let Some(lock) = value.cast::<Lock>().as_ref() {
+                replication::emit_aof(aof, key, state::high_water(), &lock.record(clock::now()));
+            }
         }
     });
 }
@@ -130,10 +133,12 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
 }
 
 unsafe extern "C" fn free(value: *mut c_void) {
-    if !value.is_null() {
-        // SAFETY: every value of our type is a `Box<Lock>` from `Box::into_raw`.
-        drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
-    }
+    guard("free", (), || {
+        if !value.is_null() {
+            // SAFETY: every value of our type is a `Box<Lock>` from `Box::into_raw`.
+            drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+        }
+    });
 }
 
 unsafe extern "C" fn copy(
@@ -159,11 +164,11 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
     guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
         match (encver == ENCODING_VERSION).then(|| raw::load_unsigned(rdb).ok()).flatten() {
             Some(mark) => {
-                state::update_high_water(|hw| hw.observe(mark.min(crate::fence::MAX_FENCE)));
+                state::update_high_water(|hw| hw.observe(mark.min(MAX_FENCE)));
                 raw::REDISMODULE_OK as c_int
             }
             None => {
-                log_warning(std::ptr::null_mut(), "fencedlock: refusing a truncated high-water mark");
+                log_warning("fencedlock: refusing a truncated high-water mark");
                 raw::REDISMODULE_ERR as c_int
             }
         }

@@ -22,19 +22,16 @@ static LOADING_FROM: AtomicU8 = AtomicU8::new(LOAD_NONE);
 /// The first load from disk after the module loaded is the start-up load: it opens the grace.
 static LOADED_FROM_DISK: AtomicBool = AtomicBool::new(false);
 
-fn jump(ctx: &Context, why: &str) {
+fn jump(why: &str) {
     let mark = state::update_high_water(|mark| mark.jump());
-    ffi::log_notice(
-        ctx.ctx,
-        &format!("fencedlock: {why}: new epoch {}, high-water mark {}", mark.epoch(), mark.get()),
-    );
+    ffi::log_notice(&format!("fencedlock: {why}: new epoch {}, high-water mark {}", mark.epoch(), mark.get()));
 }
 
 #[role_changed_event_handler]
-fn on_role_changed(ctx: &Context, role: ServerRole) {
+fn on_role_changed(_ctx: &Context, role: ServerRole) {
     ffi::guard("role change", (), || {
         if role == ServerRole::Primary {
-            jump(ctx, "promoted to primary");
+            jump("promoted to primary");
         }
     });
 }
@@ -49,7 +46,7 @@ fn on_loading(ctx: &Context, event: LoadingSubevent) {
             let from = LOADING_FROM.swap(LOAD_NONE, Relaxed);
             let primary = ctx.get_flags().contains(ContextFlags::MASTER);
             if from == LOAD_DISK && primary {
-                jump(ctx, "loaded from disk as primary");
+                jump("loaded from disk as primary");
                 if !LOADED_FROM_DISK.swap(true, Relaxed) {
                     state::start_grace(clock::now());
                 }

@@ -1,29 +1,58 @@
-//! Every error a user can cause. The `Display` text is the Redis error reply, so it starts with
-//! the error code (`ERR`, `WRONGTYPE`, `TRYAGAIN`) and never contains a token.
+//! Every error a user can cause. The `Display` text is the Redis error reply, rendered by the
+//! protocol crate (so clients classify it from the same definition); it never holds a token.
 
+use fencedlock_protocol::ReplyError;
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{}", self.reply().0.message(self.reply().1))]
 pub enum LockError {
-    #[error("ERR ttl must be a positive integer number of milliseconds")]
     BadTtl,
-    #[error("ERR ttl exceeds fencedlock.max-ttl-ms ({max_ms})")]
     TtlTooLarge { max_ms: u64 },
-    #[error("ERR token must be 1 to {} bytes", crate::lease::MAX_TOKEN_LEN)]
     BadToken,
-    #[error("ERR fence must be an integer from 1 to {}", crate::fence::MAX_FENCE)]
     BadFence,
-    #[error("ERR fence space exhausted: no fence above {} can be issued", crate::fence::MAX_FENCE)]
     FencesExhausted,
-    #[error("TRYAGAIN fencedlock restart grace: new grants are refused for another {remaining_ms} ms")]
     RestartGrace { remaining_ms: u64 },
-    #[error("WRONGTYPE Operation against a key holding the wrong kind of value")]
     WrongType,
-    #[error("ERR FENCEDLOCK.APPLY is internal: only the replication link and AOF loading may send it")]
     InternalCommand,
-    #[error("ERR malformed FENCEDLOCK.APPLY record")]
     BadRecord,
     /// A bug of ours. Replied instead of unwinding into Redis, which would abort the server.
-    #[error("ERR fencedlock internal error, nothing was changed (see the server log)")]
     Internal,
+}
+
+impl LockError {
+    /// The reply's kind and the number it carries (0 where it has none).
+    fn reply(&self) -> (ReplyError, u64) {
+        match *self {
+            LockError::BadTtl => (ReplyError::BadTtl, 0),
+            LockError::TtlTooLarge { max_ms } => (ReplyError::TtlTooLarge, max_ms),
+            LockError::BadToken => (ReplyError::BadToken, 0),
+            LockError::BadFence => (ReplyError::BadFence, 0),
+            LockError::FencesExhausted => (ReplyError::FencesExhausted, 0),
+            LockError::RestartGrace { remaining_ms } => (ReplyError::RestartGrace, remaining_ms),
+            LockError::WrongType => (ReplyError::WrongType, 0),
+            LockError::InternalCommand => (ReplyError::InternalCommand, 0),
+            LockError::BadRecord => (ReplyError::BadRecord, 0),
+            LockError::Internal => (ReplyError::Internal, 0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_keep_their_wording() {
+        assert_eq!(LockError::BadTtl.to_string(), "ERR ttl must be a positive integer number of milliseconds");
+        assert_eq!(
+            LockError::TtlTooLarge { max_ms: 100 }.to_string(),
+            "ERR ttl exceeds fencedlock.max-ttl-ms (100)"
+        );
+        assert_eq!(
+            LockError::RestartGrace { remaining_ms: 7 }.to_string(),
+            "TRYAGAIN fencedlock restart grace: new grants are refused for another 7 ms"
+        );
+        assert_eq!(LockError::WrongType.to_string(), "WRONGTYPE Operation against a key holding the wrong kind of value");
+    }
 }

@@ -3,17 +3,9 @@
 //! Every grant takes `max(key fence, high-water mark) + 1` and moves the mark to it, so a fence
 //! can never repeat even when the key that carried it is deleted, evicted or migrated away.
 
+use fencedlock_protocol::limits::{EPOCH_GAP, MAX_FENCE};
+
 use crate::error::LockError;
-
-/// Size of the jump taken on promotion to primary and on a primary's start-up load.
-///
-/// A node that missed the last grants of its predecessor (a replica behind a dead primary, or an
-/// AOF that lost its last `everysec` second) still issues fences above every fence issued before,
-/// as long as fewer than `EPOCH_GAP` grants were lost.
-pub const EPOCH_GAP: u64 = 1 << 32;
-
-/// Largest fence we hand out: Redis integer replies are signed 64-bit.
-pub const MAX_FENCE: u64 = i64::MAX as u64;
 
 /// The high-water mark of every fence this server (or its predecessors) issued.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -30,7 +22,7 @@ impl HighWater {
 
     /// The epoch is the number of `EPOCH_GAP`s below the mark: it moves by one per jump.
     pub const fn epoch(self) -> u64 {
-        self.0 >> 32
+        self.0 / EPOCH_GAP
     }
 
     /// The fence for a new grant on a key whose last fence is `key_fence`; moves the mark.
@@ -50,7 +42,10 @@ impl HighWater {
         self.0 = self.0.max(fence);
     }
 
-    /// Starts a new epoch. Saturates at `MAX_FENCE`: after that every grant fails with
+    /// Starts a new epoch: a node that missed the last grants of its predecessor (a replica
+    /// behind a dead primary, an AOF that lost its last `everysec` second) still issues fences
+    /// above every fence issued before, as long as fewer than `EPOCH_GAP` grants were lost.
+    /// Saturates at `MAX_FENCE`: after that every grant fails with
     /// `FencesExhausted` instead of wrapping around to small fences.
     pub fn jump(&mut self) {
         self.0 = self.0.saturating_add(EPOCH_GAP).min(MAX_FENCE);

@@ -1,28 +1,42 @@
-//! An open key, closed on drop, with the type checks every command needs.
+//! The command's key, open for the command's duration and closed on drop, with the type checks
+//! every command needs.
 
 use std::ffi::c_int;
+use std::marker::PhantomData;
 
 use redis_module::raw;
 
 use crate::datatype::LOCK_TYPE;
 use crate::error::LockError;
-use crate::ffi::{Ctx, RString};
+use crate::ffi::Call;
 use crate::lease::Lock;
 
-pub struct Key {
+/// Borrows the `Call` it was opened for, so it cannot outlive the command.
+pub struct Key<'a> {
     ptr: *mut raw::RedisModuleKey,
+    _call: PhantomData<&'a Call<'a>>,
 }
 
-impl Key {
-    pub fn open(ctx: Ctx, name: RString, write: bool) -> Self {
-        let mode = if write { raw::REDISMODULE_READ | raw::REDISMODULE_WRITE } else { raw::REDISMODULE_READ };
-        // SAFETY: ctx and name are live for the command; Redis returns null or an open key.
+impl<'a> Key<'a> {
+    /// The call's key, for reading.
+    pub fn read(call: &'a Call<'a>) -> Self {
+        Self::open(call, raw::REDISMODULE_READ)
+    }
+
+    /// The call's key, for reading and writing.
+    pub fn write(call: &'a Call<'a>) -> Self {
+        Self::open(call, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+    }
+
+    fn open(call: &'a Call<'a>, mode: u32) -> Self {
+        // SAFETY: a `Call` holds the live context and key name of the running command; Redis
+        // returns null or an open key.
         let ptr = unsafe {
             raw::RedisModule_OpenKey.map_or(std::ptr::null_mut(), |open| {
-                open(ctx, name, mode as c_int).cast::<raw::RedisModuleKey>()
+                open(call.raw_ctx(), call.raw_key(), mode as c_int).cast::<raw::RedisModuleKey>()
             })
         };
-        Self { ptr }
+        Self { ptr, _call: PhantomData }
     }
 
     fn kind(&self) -> c_int {
@@ -55,8 +69,9 @@ impl Key {
         }
     }
 
-    /// Stores a new lock in an empty key opened for writing. No Redis TTL: the fence outlives the lease.
-    pub fn set_lock(&self, lock: Lock) -> Result<(), LockError> {
+    /// Stores a new lock in an empty key opened for writing and returns it as stored. No Redis
+    /// TTL: the fence outlives the lease.
+    pub fn set_lock(&mut self, lock: Lock) -> Result<&mut Lock, LockError> {
         let value = Box::into_raw(Box::new(lock));
         // SAFETY: ptr is open for writing; on success Redis owns `value` and frees it through our
         // type's free callback.
@@ -66,7 +81,9 @@ impl Key {
             })
         };
         if ok {
-            Ok(())
+            // SAFETY: Redis owns `value` now and frees it only when the key is overwritten or
+            // deleted, which cannot happen while `self` is borrowed.
+            Ok(unsafe { &mut *value })
         } else {
             // SAFETY: Redis did not take ownership.
             drop(unsafe { Box::from_raw(value) });
@@ -106,7 +123,7 @@ impl Key {
     }
 }
 
-impl Drop for Key {
+impl Drop for Key<'_> {
     fn drop(&mut self) {
         if !self.ptr.is_null() {
             // SAFETY: ptr was opened by us and is closed once.

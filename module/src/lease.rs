@@ -4,11 +4,14 @@
 //! Nothing here touches Redis, so all of it is unit-tested without a server. The FFI layer parses
 //! arguments, opens the key, calls one of these, replies and replicates the resulting `Record`.
 
-use crate::error::LockError;
-use crate::fence::{HighWater, MAX_FENCE};
+use std::time::Duration;
 
-/// Tokens are secrets chosen by clients; the bound keeps a lock key small.
-pub const MAX_TOKEN_LEN: usize = 512;
+use fencedlock_protocol::command::token_len_ok;
+use fencedlock_protocol::limits::MAX_FENCE;
+use fencedlock_protocol::LockStatus;
+
+use crate::error::LockError;
+use crate::fence::HighWater;
 
 /// Microseconds of the server's monotonic clock.
 pub type Micros = u64;
@@ -58,6 +61,17 @@ pub struct Status {
     pub pttl_ms: Option<u64>,
 }
 
+/// The reply shape is the protocol's; it carries whole milliseconds.
+impl From<Status> for LockStatus {
+    fn from(status: Status) -> LockStatus {
+        LockStatus {
+            fence: status.fence,
+            held: status.pttl_ms.is_some(),
+            remaining: status.pttl_ms.map(Duration::from_millis),
+        }
+    }
+}
+
 /// A lock's state as it travels: replication, AOF, RDB and `DUMP`.
 ///
 /// It carries the *remaining* lease time, not a deadline: the receiver sets its deadline from its
@@ -70,10 +84,7 @@ pub struct Record<'a> {
 
 /// Checks a token's length. Its content is opaque bytes.
 pub fn check_token(token: &[u8]) -> Result<(), LockError> {
-    if token.is_empty() || token.len() > MAX_TOKEN_LEN {
-        return Err(LockError::BadToken);
-    }
-    Ok(())
+    token_len_ok(token).then_some(()).ok_or(LockError::BadToken)
 }
 
 impl Lock {
@@ -209,6 +220,8 @@ impl Default for Lock {
 
 #[cfg(test)]
 mod tests {
+    use fencedlock_protocol::limits::MAX_TOKEN_LEN;
+
     use super::*;
 
     const MS: Micros = 1000;

@@ -7,11 +7,11 @@ use std::ffi::{c_char, c_int, c_longlong};
 
 use redis_module::raw;
 
-use crate::fence::HighWater;
-use crate::ffi::{Ctx, RString};
-use crate::lease::Record;
+use fencedlock_protocol::command::APPLY;
 
-pub const APPLY: &std::ffi::CStr = c"FENCEDLOCK.APPLY";
+use crate::fence::HighWater;
+use crate::ffi::{log_warning, Call};
+use crate::lease::Record;
 
 fn ll(v: u64) -> c_longlong {
     c_longlong::try_from(v).unwrap_or(c_longlong::MAX)
@@ -23,10 +23,10 @@ fn ll(v: u64) -> c_longlong {
 macro_rules! send_record {
     ($send:expr, $target:expr, $key:expr, $mark:expr, $record:expr) => {
         match $record.holder {
-            None => $send($target, APPLY.as_ptr(), c"sll".as_ptr(), $key, ll($mark.get()), ll($record.fence)),
+            None => $send($target, APPLY.c_name.as_ptr(), c"sll".as_ptr(), $key, ll($mark.get()), ll($record.fence)),
             Some((token, remaining)) => $send(
                 $target,
-                APPLY.as_ptr(),
+                APPLY.c_name.as_ptr(),
                 c"sllbl".as_ptr(),
                 $key,
                 ll($mark.get()),
@@ -39,21 +39,32 @@ macro_rules! send_record {
     };
 }
 
-/// Sends the key's new state to replicas and the AOF, after the command that changed it.
-pub fn replicate(ctx: Ctx, key: RString, mark: HighWater, record: &Record<'_>) {
-    // SAFETY: a live command context and key; the arguments match the format (see the macro).
+/// Sends the call's key's new state to replicas and the AOF, after the command changed it.
+pub fn replicate(call: &Call, mark: HighWater, record: &Record<'_>) {
+    let (ctx, key) = (call.raw_ctx(), call.raw_key());
+    // SAFETY: a `Call` holds the live context and key of the running command; the arguments
+    // match the format (see the macro).
     unsafe {
         let Some(replicate) = raw::RedisModule_Replicate else { return };
         if send_record!(replicate, ctx, key, mark, record) != raw::REDISMODULE_OK as c_int {
-            crate::ffi::log_warning(ctx, "fencedlock: replicating a lock change failed");
+            log_warning("fencedlock: replicating a lock change failed");
         }
     }
 }
 
 /// Writes the key's state into an AOF rewrite. Each record also carries the high-water mark, so
 /// an AOF without an RDB preamble still restores the mark (from the keys that remain).
-pub fn emit_aof(aof: *mut raw::RedisModuleIO, key: RString, mark: HighWater, record: &Record<'_>) {
-    // SAFETY: a live rewrite IO and key; the arguments match the format (see the macro).
+///
+/// # Safety
+/// `aof` and `key` are what Redis passed to the type's `aof_rewrite` callback now running.
+pub unsafe fn emit_aof(
+    aof: *mut raw::RedisModuleIO,
+    key: *mut raw::RedisModuleString,
+    mark: HighWater,
+    record: &Record<'_>,
+) {
+    // SAFETY: a live rewrite IO and key (the caller's promise); the arguments match the format
+    // (see the macro).
     unsafe {
         if let Some(emit) = raw::RedisModule_EmitAOF {
             send_record!(emit, aof, key, mark, record);

@@ -5,16 +5,19 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
+use fencedlock_protocol::limits::{DEFAULT_MAX_TTL_MS, MAX_MAX_TTL_MS};
+
 use crate::fence::HighWater;
 use crate::lease::Micros;
 
 static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
 
 /// `fencedlock.max-ttl-ms`: a typo'd ttl of years would otherwise lock a job out for good.
-pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(DEFAULT_MAX_TTL_MS);
-pub const DEFAULT_MAX_TTL_MS: i64 = 24 * 60 * 60 * 1000;
-/// Upper bound of `fencedlock.max-ttl-ms`, about 139 years; keeps deadlines far from overflow.
-pub const MAX_MAX_TTL_MS: i64 = 1 << 42;
+pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(CONFIG_DEFAULT_MAX_TTL_MS);
+
+/// The configs' bounds as Redis's integer configs take them. Both fit easily in an `i64`.
+pub const CONFIG_DEFAULT_MAX_TTL_MS: i64 = DEFAULT_MAX_TTL_MS as i64;
+pub const CONFIG_MAX_MS: i64 = MAX_MAX_TTL_MS as i64;
 
 /// `fencedlock.restart-grace-ms`: the Redlock spec's delayed restart.
 pub static RESTART_GRACE_MS: AtomicI64 = AtomicI64::new(0);
