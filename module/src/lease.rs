@@ -261,7 +261,7 @@ mod tests {
     }
 
     #[test]
-    fn the_lessons_timeline_expired_holder_loses_to_a_higher_fence() {
+    fn a_paused_holder_whose_lease_expired_loses_to_a_higher_fence() {
         let (mut lock, mut hw) = (Lock::new(), HighWater::default());
         let a = granted(lock.acquire(&mut hw, b"A", 100 * MS, 0, 0));
         // A pauses; its lease ends at 100 ms. B arrives at exactly the deadline.

@@ -1,4 +1,6 @@
-//! Counters for `INFO fencedlock`: the signals the lesson says to watch.
+//! Counters for `INFO fencedlock`: what an operator of a lock service watches (contention,
+//! failed renewals and releases, takeovers of expired leases = holders that lost their lease
+//! without releasing it).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
