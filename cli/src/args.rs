@@ -15,7 +15,8 @@ Exit codes:
   1-255    run: the command's own exit code; 128+N if it died from signal N
   64       usage: bad option, duration, URL or token file
   65       demo: invariant violated (the double send that --no-fence shows)
-  69       unavailable: server unreachable or timing out, module not loaded, no majority
+  69       unavailable: server unreachable, timing out or not ready, module not loaded,
+           commands or key not permitted to the user (ACL), no majority
   70       internal: unexpected server reply
   74       the token file could not be written
   75       busy: the lock is held by another owner (skipped, or --wait ran out)

@@ -1,9 +1,13 @@
 //! Turns client errors into one-line messages that tell the operator what to do.
+//!
+//! Errors are told apart by kind, never by their wording: the module's refusals by
+//! [`ReplyError`], the server's own by the `redis` error kind and code.
 
 use std::time::Duration;
 
-use fencedlock::{Error, QuorumReport, Vote};
-use redis::RedisError;
+use fencedlock::redis::{ErrorKind, RedisError, ServerErrorKind};
+use fencedlock::{Error, QuorumReport, ReplyError, Vote};
+use fencedlock_protocol::command::{ACL_CATEGORY, ACQUIRE, RAISE, RELEASE, RENEW, STATUS};
 
 use crate::duration;
 use crate::error::CliError;
@@ -29,10 +33,72 @@ pub fn explain(err: &Error, ctx: Context<'_>) -> CliError {
             "the lease on {key:?} is no longer held ({cause}): the work it protected may overlap with another owner's"
         )),
         Error::QuorumNotReached(report) => quorum(report, ctx),
-        Error::Server { node, source } => server(node, source, ctx),
+        Error::Server { node, source } => match err.reply_error() {
+            Some(refusal) => module_refusal(node, refusal, source, ctx),
+            None => server(node, source, ctx),
+        },
         Error::Config(msg) => CliError::Usage(format!("{msg}; see `fencedlock --help`")),
         other => CliError::Internal(other.to_string()),
     }
+}
+
+/// Why a server or the connection to it failed a request, when it is not one of the module's
+/// refusals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// No answer in time.
+    TimedOut,
+    /// No connection: refused, reset, unresolvable.
+    Unreachable,
+    /// The server does not know the commands: the module is not loaded.
+    NoModule,
+    /// The ACL user may not run the commands or touch the key (`NOPERM`).
+    NoPermission,
+    /// The server wants other credentials (`NOAUTH`, `WRONGPASS`, a failed `AUTH`).
+    Credentials,
+    /// A read-only replica (`READONLY`).
+    ReadOnly,
+    /// Loading its data, or its cluster is reconfiguring (`LOADING`, `TRYAGAIN`, ...).
+    NotReady,
+    /// Anything else.
+    Other,
+}
+
+impl Failure {
+    fn of(err: &RedisError) -> Failure {
+        if err.is_timeout() {
+            return Failure::TimedOut;
+        }
+        if err.is_io_error() || err.is_connection_refusal() || err.is_connection_dropped() {
+            return Failure::Unreachable;
+        }
+        match (err.kind(), err.code()) {
+            (ErrorKind::Server(ServerErrorKind::NoPerm), _) => Failure::NoPermission,
+            (ErrorKind::AuthenticationFailed, _) | (_, Some("NOAUTH" | "WRONGPASS")) => Failure::Credentials,
+            (ErrorKind::Server(ServerErrorKind::ReadOnly), _) => Failure::ReadOnly,
+            (
+                ErrorKind::Server(
+                    ServerErrorKind::BusyLoading
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown,
+                ),
+                _,
+            ) => Failure::NotReady,
+            (ErrorKind::Server(ServerErrorKind::ResponseError), _) if is_unknown_command(err) => {
+                Failure::NoModule
+            }
+            _ => Failure::Other,
+        }
+    }
+}
+
+/// Redis and Valkey give an unknown command no error code of its own: it is a plain `ERR`
+/// whose text starts this way (and clients have relied on that for years).
+fn is_unknown_command(err: &RedisError) -> bool {
+    err.detail().is_some_and(|detail| {
+        ["unknown command", "unknown subcommand"].iter().any(|start| detail.starts_with(start))
+    })
 }
 
 fn busy(ctx: Context<'_>) -> CliError {
@@ -54,11 +120,14 @@ fn quorum(report: &QuorumReport, ctx: Context<'_>) -> CliError {
     if report.majority_refused() {
         return busy(ctx);
     }
-    // A node without the module is a configuration error worth naming on its own.
+    // A node without the module, or that denies us the commands, is a configuration error
+    // worth naming on its own.
     for vote in &report.votes {
         if let Vote::Failed { error } = &vote.vote {
-            if is_unknown_command(error) {
-                return no_module(&vote.node);
+            match Failure::of(error) {
+                Failure::NoModule => return no_module(&vote.node),
+                Failure::NoPermission => return no_permission(&vote.node, error, ctx),
+                _ => {}
             }
         }
     }
@@ -88,63 +157,75 @@ pub fn votes(report: &QuorumReport) -> String {
 /// sent them.
 pub fn vote(vote: &Vote) -> String {
     match vote {
-        Vote::Failed { error } if is_unknown_command(error) => "fencedlock module not loaded".into(),
+        Vote::Failed { error } if Failure::of(error) == Failure::NoModule => {
+            "fencedlock module not loaded".into()
+        }
         Vote::Failed { error } => format!("failed ({})", error_text(error)),
         other => other.to_string(),
     }
 }
 
-fn server(node: &str, source: &RedisError, ctx: Context<'_>) -> CliError {
+/// One of the module's refusals: the request, the key or the server's state is the problem.
+fn module_refusal(node: &str, refusal: ReplyError, source: &RedisError, ctx: Context<'_>) -> CliError {
     let text = error_text(source);
-    if is_unknown_command(source) {
-        return no_module(node);
-    }
-    if source.is_io_error() || source.is_connection_refusal() || source.is_connection_dropped() {
-        return CliError::Unavailable(format!(
-            "cannot reach the server at {node} ({text}): start it, or fix --redis / FENCEDLOCK_REDIS"
-        ));
-    }
-    if source.is_timeout() {
-        return CliError::Unavailable(format!(
-            "no answer from {node} ({text}): check that the server is up and not paused, or raise --timeout"
-        ));
-    }
-    if text.starts_with("NOAUTH") || text.starts_with("WRONGPASS") {
-        return CliError::Unavailable(format!(
-            "the server at {node} refused to authenticate ({text}): put the credentials in the URL, redis://USER:PASSWORD@HOST:PORT"
-        ));
-    }
-    if text.starts_with("TRYAGAIN") {
-        return CliError::Busy(format!(
+    match refusal {
+        ReplyError::RestartGrace => CliError::Busy(format!(
             "the server at {node} refuses new leases during its restart grace ({text}); try again shortly or use --wait"
-        ));
-    }
-    if text.starts_with("WRONGTYPE") {
-        return CliError::Usage(format!(
+        )),
+        ReplyError::WrongType => CliError::Usage(format!(
             "key {:?} on {node} holds another kind of data, not a lock; choose another --key",
             ctx.key
-        ));
+        )),
+        bad if bad.is_bad_request() => {
+            CliError::Usage(format!("the server at {node} refused the request: {text}"))
+        }
+        _ => CliError::Internal(format!("unexpected reply from {node}: {text}")),
     }
-    if text.starts_with("READONLY") {
-        return CliError::Unavailable(format!(
+}
+
+/// The server's own refusals and connection failures.
+fn server(node: &str, source: &RedisError, ctx: Context<'_>) -> CliError {
+    let text = error_text(source);
+    match Failure::of(source) {
+        Failure::NoModule => no_module(node),
+        Failure::Unreachable => CliError::Unavailable(format!(
+            "cannot reach the server at {node} ({text}): start it, or fix --redis / FENCEDLOCK_REDIS"
+        )),
+        Failure::TimedOut => CliError::Unavailable(format!(
+            "no answer from {node} ({text}): check that the server is up and not paused, or raise --timeout"
+        )),
+        Failure::Credentials => CliError::Unavailable(format!(
+            "the server at {node} refused to authenticate ({text}): put the credentials in the URL, redis://USER:PASSWORD@HOST:PORT"
+        )),
+        Failure::NoPermission => no_permission(node, source, ctx),
+        Failure::ReadOnly => CliError::Unavailable(format!(
             "the server at {node} is a read-only replica; point --redis at the primary"
-        ));
+        )),
+        Failure::NotReady => CliError::Unavailable(format!(
+            "the server at {node} is not ready ({text}); try again shortly or use --wait"
+        )),
+        Failure::Other => CliError::Internal(format!("unexpected reply from {node}: {text}")),
     }
-    if text.starts_with("ERR ttl") || text.starts_with("ERR token") {
-        return CliError::Usage(format!("the server at {node} refused the request: {text}"));
-    }
-    CliError::Internal(format!("unexpected reply from {node}: {text}"))
 }
 
 fn no_module(node: &str) -> CliError {
     CliError::Unavailable(format!(
-        "the server at {node} does not have the fencedlock module loaded: add `loadmodule /path/to/libfencedlock_module.so` to its config (see redis.conf)"
+        "the server at {node} does not have the fencedlock module loaded: add `loadmodule /path/to/libfencedlock_module.so` to its configuration file, or pass `--loadmodule /path/to/libfencedlock_module.so` when starting it"
     ))
 }
 
-fn is_unknown_command(err: &RedisError) -> bool {
-    let text = error_text(err).to_ascii_lowercase();
-    text.contains("unknown command") || text.contains("unknown subcommand")
+/// The ACL user lacks the commands or the key: the server's configuration must change.
+fn no_permission(node: &str, source: &RedisError, ctx: Context<'_>) -> CliError {
+    let commands: Vec<String> = [ACQUIRE, RENEW, RELEASE, RAISE, STATUS]
+        .iter()
+        .map(|command| format!("+{}", command.name.to_ascii_lowercase()))
+        .collect();
+    CliError::Unavailable(format!(
+        "the server at {node} does not allow this user to run the fencedlock commands on key {:?} ({}): grant them with `ACL SETUSER <user> +@{ACL_CATEGORY} ~<key pattern>` (Redis 7.4+, Valkey 8+; on older servers `{}` instead of +@{ACL_CATEGORY})",
+        ctx.key,
+        error_text(source),
+        commands.join(" ")
+    ))
 }
 
 /// The server's error as it sent it (`ERR ...`, `WRONGTYPE ...`), or the client error.
@@ -153,5 +234,126 @@ pub fn error_text(err: &RedisError) -> String {
         (Some(code), Some(detail)) => format!("{code} {detail}"),
         (Some(code), None) => code.to_string(),
         _ => err.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fencedlock::redis::{self, Value};
+
+    use super::*;
+    use crate::error::code;
+
+    const CTX: Context<'static> = Context { key: "k", waited: Duration::ZERO };
+
+    /// A server's error reply `line` (code and detail) as the client hands it over.
+    fn reply(line: &str) -> RedisError {
+        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+            Ok(Value::ServerError(e)) => e.into(),
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    fn from_server(source: RedisError) -> Error {
+        Error::Server { node: "127.0.0.1:6379".into(), source }
+    }
+
+    fn exit_code(source: RedisError) -> u8 {
+        explain(&from_server(source), CTX).exit_code()
+    }
+
+    #[test]
+    fn the_modules_refusals_are_told_apart_by_kind() {
+        let table = [
+            (ReplyError::BadTtl, code::USAGE),
+            (ReplyError::TtlTooLarge, code::USAGE),
+            (ReplyError::BadToken, code::USAGE),
+            (ReplyError::BadFence, code::USAGE),
+            (ReplyError::WrongType, code::USAGE),
+            (ReplyError::RestartGrace, code::BUSY),
+            (ReplyError::FencesExhausted, code::INTERNAL),
+            (ReplyError::InternalCommand, code::INTERNAL),
+            (ReplyError::BadRecord, code::INTERNAL),
+            (ReplyError::Internal, code::INTERNAL),
+        ];
+        for kind in ReplyError::ALL {
+            assert!(table.iter().any(|(listed, _)| *listed == kind), "{kind:?} has no exit code");
+        }
+        for (kind, exit) in table {
+            assert_eq!(exit_code(reply(&kind.message(1500))), exit, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn the_servers_own_refusals_are_told_apart_by_kind_and_code() {
+        for (line, failure, exit) in [
+            (
+                "NOPERM User app has no permissions to run the 'x' command",
+                Failure::NoPermission,
+                code::UNAVAILABLE,
+            ),
+            ("NOPERM No permissions to access a key", Failure::NoPermission, code::UNAVAILABLE),
+            ("NOAUTH Authentication required.", Failure::Credentials, code::UNAVAILABLE),
+            ("WRONGPASS invalid username-password pair", Failure::Credentials, code::UNAVAILABLE),
+            ("READONLY You can't write against a read only replica.", Failure::ReadOnly, code::UNAVAILABLE),
+            ("LOADING Redis is loading the dataset in memory", Failure::NotReady, code::UNAVAILABLE),
+            ("CLUSTERDOWN The cluster is down", Failure::NotReady, code::UNAVAILABLE),
+            ("TRYAGAIN Multiple keys request during rehashing of slot", Failure::NotReady, code::UNAVAILABLE),
+            (
+                "ERR unknown command 'x', with args beginning with: <redacted>",
+                Failure::NoModule,
+                code::UNAVAILABLE,
+            ),
+            ("ERR Protocol error", Failure::Other, code::INTERNAL),
+            ("OOM command not allowed when used memory > 'maxmemory'.", Failure::Other, code::INTERNAL),
+        ] {
+            assert_eq!(Failure::of(&reply(line)), failure, "{line}");
+            assert_eq!(exit_code(reply(line)), exit, "{line}");
+        }
+        let auth = RedisError::from((ErrorKind::AuthenticationFailed, "Password authentication failed"));
+        assert_eq!(Failure::of(&auth), Failure::Credentials);
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(Failure::of(&refused), Failure::Unreachable);
+        assert_eq!(exit_code(refused), code::UNAVAILABLE);
+        let slow = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
+        assert_eq!(Failure::of(&slow), Failure::TimedOut);
+        assert_eq!(exit_code(slow), code::UNAVAILABLE);
+    }
+
+    #[test]
+    fn a_missing_permission_names_the_acl_grant() {
+        let err = explain(&from_server(reply("NOPERM No permissions to access a key")), CTX);
+        assert_eq!(err.kind(), "unavailable");
+        let message = err.one_line();
+        assert!(message.contains(&format!("+@{ACL_CATEGORY}")), "{message}");
+        for command in [ACQUIRE, RENEW, RELEASE, RAISE, STATUS] {
+            assert!(message.contains(&command.name.to_ascii_lowercase()), "{message}");
+        }
+    }
+
+    #[test]
+    fn votes_that_name_a_configuration_problem_decide_a_failed_round() {
+        let report = |error: RedisError| QuorumReport {
+            key: "k".into(),
+            phase: fencedlock::Phase::Acquire,
+            quorum: 2,
+            votes: ["a", "b", "c"]
+                .into_iter()
+                .map(|node| fencedlock::NodeVote {
+                    node: node.into(),
+                    vote: Vote::Failed { error: error.clone() },
+                    raise: None,
+                })
+                .collect(),
+            elapsed: Duration::from_millis(1),
+            validity: Some(Duration::from_millis(900)),
+        };
+        let err = Error::QuorumNotReached(Box::new(report(reply("ERR unknown command 'x'"))));
+        assert_eq!(explain(&err, CTX).one_line(), no_module("a").one_line());
+        let denied = reply("NOPERM No permissions to access a key");
+        let err = Error::QuorumNotReached(Box::new(report(denied.clone())));
+        assert_eq!(explain(&err, CTX).one_line(), no_permission("a", &denied, CTX).one_line());
+        let err = Error::QuorumNotReached(Box::new(report(reply("ERR Protocol error"))));
+        assert_eq!(explain(&err, CTX).kind(), "unavailable");
     }
 }

@@ -9,7 +9,8 @@ pub mod code {
     pub const USAGE: u8 = 64;
     /// The billing demo saw its invariant violated (what `--no-fence` demonstrates).
     pub const INVARIANT: u8 = 65;
-    /// A server is unreachable, times out, lacks the module, or no majority answered.
+    /// A server is unreachable, times out, is not ready, lacks the module or denies this user
+    /// the commands or the key (ACL), or no majority answered.
     pub const UNAVAILABLE: u8 = 69;
     /// An unexpected error from a server or from fencedlock itself.
     pub const INTERNAL: u8 = 70;
@@ -36,7 +37,7 @@ pub enum CliError {
     /// Bad arguments or options.
     #[error("{0}")]
     Usage(String),
-    /// A server cannot be used (unreachable, no module, no majority).
+    /// A server cannot be used (unreachable, no module, no permission, no majority).
     #[error("{0}")]
     Unavailable(String),
     /// Another owner holds the lock.

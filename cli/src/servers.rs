@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use fencedlock::{Error, Lease, LockConfig, LockStatus, Node, Redlock, TokenFormat};
+use fencedlock::{Error, Lease, LockConfig, LockStatus, Node, Redlock, TokenFormat, MAX_TTL};
 use futures::future::join_all;
 
+use crate::duration;
 use crate::error::CliError;
 
 /// Options for a lease taken from the command line.
@@ -54,9 +55,10 @@ pub fn open(urls: &[String], options: LeaseOptions) -> Result<Redlock, CliError>
         .token_format(TokenFormat::Hex)
         .build()
         .map_err(|e| match e {
-            Error::Config(msg) => {
-                CliError::Usage(format!("{msg}; use e.g. --ttl 30s (the server's limit is 1 day)"))
-            }
+            Error::Config(msg) => CliError::Usage(format!(
+                "{msg}; use e.g. --ttl 30s (the servers' default limit is {})",
+                duration::format(MAX_TTL)
+            )),
             other => CliError::Internal(other.to_string()),
         })?;
     Redlock::new(nodes, config).map_err(|e| CliError::Usage(e.to_string()))

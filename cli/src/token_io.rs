@@ -5,7 +5,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use fencedlock::Token;
+use fencedlock::{Token, MAX_TOKEN_LEN};
 
 use crate::args::TokenSource;
 use crate::error::CliError;
@@ -43,7 +43,7 @@ pub fn read(source: &TokenSource) -> Result<Token, CliError> {
     }
     Token::from_bytes(text.as_bytes().to_vec()).map_err(|_| {
         CliError::Usage(format!(
-            "the {origin} is empty or longer than 512 bytes; pass the token printed by `fencedlock acquire`"
+            "the {origin} is empty or longer than {MAX_TOKEN_LEN} bytes; pass the token printed by `fencedlock acquire`"
         ))
     })
 }

@@ -3,13 +3,18 @@
 
 use std::time::Duration;
 
+use fencedlock_protocol::limits::DEFAULT_MAX_TTL_MS;
+
 use crate::backoff::Backoff;
 use crate::error::Error;
+use crate::node::DEFAULT_NODE_TIMEOUT;
 use crate::token::{Token, TokenFormat};
 use crate::validity;
 
-/// The module's default `fencedlock.max-ttl-ms` (one day); longer ttls are refused client-side.
-pub const MAX_TTL: Duration = Duration::from_millis(86_400_000);
+/// The longest ttl a [`LockConfig`] accepts: the module's default `fencedlock.max-ttl-ms` (one
+/// day). A longer one would be refused by every server with that default, so it is refused
+/// here, before any request.
+pub const MAX_TTL: Duration = Duration::from_millis(DEFAULT_MAX_TTL_MS);
 
 /// Validated lease options shared by [`Locker`](crate::Locker) and [`Redlock`](crate::Redlock).
 ///
@@ -41,7 +46,7 @@ impl LockConfig {
             drift_constant: Duration::from_millis(2),
             max_wait: Duration::from_secs(10),
             backoff: Backoff::default(),
-            node_timeout: Duration::from_millis(250),
+            node_timeout: DEFAULT_NODE_TIMEOUT,
             renew_interval: None,
             token_format: TokenFormat::Raw,
         }
@@ -142,7 +147,7 @@ pub struct LockConfigBuilder {
 }
 
 impl LockConfigBuilder {
-    /// Lease time asked of the servers (whole milliseconds, 1 ms to 1 day). Default 10 s.
+    /// Lease time asked of the servers (whole milliseconds, 1 ms to [`MAX_TTL`]). Default 10 s.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.config.ttl = ttl;
         self

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
+use fencedlock_protocol::{ReplyError, StatusError};
+
 use crate::quorum::QuorumReport;
+use crate::transient::is_transient;
 
 /// Everything that can go wrong when taking, keeping or giving back a lease.
 ///
@@ -10,7 +13,9 @@ use crate::quorum::QuorumReport;
 /// ([`Error::Contended`]), a node did not answer in time ([`Error::Timeout`]), a lease we held
 /// is gone and the critical section must stop ([`Error::LeaseLost`]), Redlock could not gather
 /// a majority ([`Error::QuorumNotReached`]), the server said no for another reason
-/// ([`Error::Server`]), or the options make no sense ([`Error::Config`]).
+/// ([`Error::Server`]; [`Error::reply_error`] names the module's refusals by kind), a reply
+/// broke the module's contract ([`Error::BadReply`]), or the options make no sense
+/// ([`Error::Config`]).
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -56,6 +61,17 @@ pub enum Error {
         source: redis::RedisError,
     },
 
+    /// A node's reply does not have the shape the module's contract gives it (a different
+    /// module under the same command name, or a bug): nothing in it can be trusted.
+    #[error("unexpected reply from {node}: {source}")]
+    BadReply {
+        /// The node's address.
+        node: String,
+        /// What the reply broke.
+        #[source]
+        source: StatusError,
+    },
+
     /// The configuration or an argument is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -89,7 +105,20 @@ impl Error {
             Error::Contended { .. } | Error::Timeout { .. } => true,
             Error::QuorumNotReached(report) => report.could_still_succeed(),
             Error::Server { source, .. } => is_transient(source),
-            Error::LeaseLost { .. } | Error::Config(_) => false,
+            Error::LeaseLost { .. } | Error::BadReply { .. } | Error::Config(_) => false,
+        }
+    }
+
+    /// The module's error reply behind an [`Error::Server`], by kind: a bad request, the
+    /// restart grace, a key of another type, ... `None` for every other error, including the
+    /// server's own refusals (`NOPERM`, an unknown command), which [`redis::ErrorKind`] and
+    /// [`redis::RedisError::code`] tell apart.
+    pub fn reply_error(&self) -> Option<ReplyError> {
+        match self {
+            Error::Server { source, .. } => {
+                ReplyError::classify(source.code()?, source.detail().unwrap_or_default())
+            }
+            _ => None,
         }
     }
 
@@ -97,26 +126,6 @@ impl Error {
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Error::LeaseLost { .. })
     }
-}
-
-/// Transient server or connection conditions that a later attempt may not meet.
-pub(crate) fn is_transient(err: &redis::RedisError) -> bool {
-    use redis::{ErrorKind, ServerErrorKind};
-    if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() {
-        return true;
-    }
-    matches!(
-        err.kind(),
-        ErrorKind::Server(
-            ServerErrorKind::TryAgain
-                | ServerErrorKind::BusyLoading
-                | ServerErrorKind::ClusterDown
-                | ServerErrorKind::MasterDown
-                | ServerErrorKind::ReadOnly
-                | ServerErrorKind::Moved
-                | ServerErrorKind::Ask
-        ) | ErrorKind::ClusterConnectionNotFound
-    )
 }
 
 #[cfg(test)]
@@ -142,5 +151,37 @@ mod tests {
         assert!(!lost.is_retryable());
         assert!(lost.is_lease_lost());
         assert_eq!(lost.to_string(), "lease on \"k\" lost: validity expired");
+    }
+
+    /// `err` as it arrives from a server that replied `line`.
+    fn replied(line: &str) -> Error {
+        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => Error::Server { node: "n".into(), source: e.into() },
+            other => panic!("not an error reply: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_modules_refusals_are_classified_by_kind() {
+        for kind in ReplyError::ALL {
+            assert_eq!(replied(&kind.message(1500)).reply_error(), Some(kind), "{kind:?}");
+        }
+        let grace = replied(&ReplyError::RestartGrace.message(1500));
+        assert!(grace.is_retryable(), "the restart grace passes");
+        assert!(!replied(&ReplyError::BadToken.message(0)).is_retryable());
+    }
+
+    #[test]
+    fn other_errors_are_not_the_modules() {
+        for line in [
+            "NOPERM User app has no permissions to run the 'fencedlock.acquire' command",
+            "ERR unknown command 'x'",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "READONLY You can't write against a read only replica.",
+        ] {
+            assert_eq!(replied(line).reply_error(), None, "{line}");
+        }
+        assert_eq!(server(ErrorKind::Io, "reset").reply_error(), None);
+        assert_eq!(Error::Contended { key: "k".into() }.reply_error(), None);
     }
 }

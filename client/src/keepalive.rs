@@ -94,6 +94,17 @@ impl LeaseHandle {
     }
 }
 
+// Here rather than beside `Lease`: the lease module then needs nothing from this one, which
+// needs the lease.
+impl Lease {
+    /// Keeps the lease alive in a background task that renews every
+    /// [`renew_interval`](crate::LockConfig::renew_interval) (ttl / 3 by default) and signals
+    /// loss on the first failed renewal. Must be called inside a Tokio runtime.
+    pub fn keep_alive(self) -> KeptLease {
+        KeptLease::start(self)
+    }
+}
+
 /// A lease kept alive by a background task; see [`Lease::keep_alive`].
 ///
 /// Dropping it stops the renewals and releases the lease in the background.
@@ -105,7 +116,7 @@ pub struct KeptLease {
 }
 
 impl KeptLease {
-    pub(crate) fn start(lease: Lease) -> KeptLease {
+    fn start(lease: Lease) -> KeptLease {
         let handle = LeaseHandle(Arc::new(Shared {
             key: lease.key().to_owned(),
             fence: lease.fence(),

@@ -1,11 +1,15 @@
-//! A held lease: what the holder needs to do fenced work and to give the lock back.
+//! A held lease: what the holder needs to do fenced work and to give the lock back, and the
+//! claim that releases it on every node when nobody holds it any more.
+//!
+//! Taking a lease is here too, not in the engine: the claim is armed across the rounds, so a
+//! caller that gives up midway (drops the future) leaves no lease behind.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::engine::Engine;
 use crate::error::{Error, LossCause};
-use crate::keepalive::KeptLease;
 use crate::quorum::QuorumReport;
-use crate::redlock::{Claim, Grant};
 use crate::token::Token;
 use crate::validity;
 
@@ -27,10 +31,55 @@ pub struct Lease {
     report: QuorumReport,
 }
 
+/// How many acquisition rounds one call may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempts {
+    /// A single round.
+    Once,
+    /// Rounds with jittered backoff until one is granted, an error is final, or the
+    /// configured maximum wait runs out.
+    UntilMaxWait,
+}
+
 impl Lease {
-    /// The lease for a granted round, taking over the (armed) claim the round was made with.
-    pub(crate) fn new(claim: Claim, grant: Grant) -> Lease {
-        Lease { claim, fence: grant.fence, deadline: grant.deadline, report: grant.report }
+    /// Takes a lease on `key` for `token` in rounds of `engine`.
+    ///
+    /// One token serves every round of the call: ACQUIRE is idempotent for its holder, so a
+    /// node that granted in a round whose reply (or release) was lost simply grants again.
+    pub(crate) async fn acquire(
+        engine: &Arc<Engine>,
+        key: &str,
+        token: Token,
+        attempts: Attempts,
+    ) -> Result<Lease, Error> {
+        let mut claim = Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false };
+        let give_up = Instant::now() + engine.config.max_wait();
+        let mut round = 0u32;
+        loop {
+            claim.armed = true;
+            let err = match engine.attempt(key, &claim.token).await {
+                // Still armed: the lease owns the release now.
+                Ok(grant) => {
+                    return Ok(Lease {
+                        claim,
+                        fence: grant.fence,
+                        deadline: grant.deadline,
+                        report: grant.report,
+                    })
+                }
+                Err(err) => err,
+            };
+            // The failed round released already.
+            claim.armed = false;
+            let now = Instant::now();
+            if attempts == Attempts::Once || !err.is_retryable() || now >= give_up {
+                return Err(err);
+            }
+            let delay = engine.config.backoff().delay(round, &mut rand::rng());
+            tracing::debug!(key, round, ?delay, error = %err, "lock busy, retrying");
+            tokio::time::sleep(delay.min(give_up - now)).await;
+            round = round.saturating_add(1);
+        }
     }
 
     /// The lock key.
@@ -113,13 +162,6 @@ impl Lease {
         self.claim.engine.release(&self.claim.key, &self.claim.token).await
     }
 
-    /// Keeps the lease alive in a background task that renews every
-    /// [`renew_interval`](crate::LockConfig::renew_interval) (ttl / 3 by default) and signals
-    /// loss on the first failed renewal. Must be called inside a Tokio runtime.
-    pub fn keep_alive(self) -> KeptLease {
-        KeptLease::start(self)
-    }
-
     /// Gives up responsibility for the lease without releasing it: it stays held until its
     /// ttl runs out or someone releases it with the returned token.
     pub fn detach(mut self) -> Token {
@@ -149,5 +191,36 @@ impl std::fmt::Debug for Lease {
             .field("remaining", &self.remaining())
             .field("token", &self.claim.token)
             .finish()
+    }
+}
+
+/// Our claim on a key: the engine, the key and our token. While armed, dropping it releases
+/// on every node in a background task, so neither a cancelled acquisition (dropped while a
+/// round is in flight) nor a dropped [`Lease`] (which owns the claim after the grant) leaves
+/// a node holding a lease nobody knows about. Dropping never blocks a runtime thread; without
+/// a runtime the lease simply expires after its ttl.
+struct Claim {
+    engine: Arc<Engine>,
+    key: String,
+    token: Token,
+    armed: bool,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let (engine, key, token) = (Arc::clone(&self.engine), self.key.clone(), self.token.clone());
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    let _ = engine.release_report(&key, &token).await;
+                });
+            }
+            Err(_) => {
+                tracing::debug!(key, "no Tokio runtime to release on drop; the lease expires after its ttl");
+            }
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! - [`Locker`]: leases from one server (or a Redis Cluster, routed by key).
 //! - [`Redlock`]: leases by majority of N independent masters, with **fenced Redlock** by
 //!   default: a fence that increases across successive grants even though they come from
-//!   different majorities (see [`fenced`] for the raise step and its safety argument).
+//!   different majorities (see [`Fencing`] for the raise step and its safety argument).
 //! - [`Lease`]: key, fence, 128-bit random token, validity on the local monotonic clock
 //!   measured from *before* the request minus clock drift; [`Lease::ensure_valid`],
 //!   [`Lease::renew`], [`Lease::release`].
@@ -48,7 +48,7 @@
 //! grants a larger fence, and the later lease's fence (the maximum over its majority) is
 //! larger still. This holds while a majority of masters keeps its state across restarts
 //! (`appendfsync always`, or the module's restart epoch jump / restart grace). The full
-//! argument is in [`fenced`].
+//! argument is on [`Fencing`].
 //!
 //! # Tokens stay secret
 //!
@@ -57,7 +57,7 @@
 //! becomes an [`Error`] or a [`QuorumReport`] vote (a server without the module echoes the
 //! arguments of the command it does not know, token included; that echo and any occurrence
 //! of the token are replaced). The error keeps its kind and code, so retry decisions and
-//! `WRONGTYPE` / `TRYAGAIN` checks work as before.
+//! [`Error::reply_error`], which names the module's refusals by kind, work as before.
 //!
 //! # Time
 //!
@@ -71,28 +71,35 @@
 #![warn(missing_docs)]
 
 mod backoff;
-pub mod config;
+mod config;
+mod engine;
 mod error;
-pub mod fenced;
-pub mod keepalive;
+mod fenced;
+mod keepalive;
 mod lease;
 mod locker;
-pub mod node;
-pub mod quorum;
+mod node;
+mod quorum;
 mod redact;
 mod redlock;
 mod round;
-pub mod token;
-pub mod validity;
+mod token;
+mod transient;
+mod validity;
 
 pub use backoff::Backoff;
-pub use config::{LockConfig, LockConfigBuilder};
+pub use config::{LockConfig, LockConfigBuilder, MAX_TTL};
 pub use error::{Error, LossCause};
 pub use fenced::Fencing;
+pub use fencedlock_protocol::limits::MAX_TOKEN_LEN;
+pub use fencedlock_protocol::{LockStatus, ReplyError, StatusError};
 pub use keepalive::{KeptLease, LeaseHandle};
 pub use lease::Lease;
 pub use locker::Locker;
-pub use node::{LockStatus, Node};
+pub use node::{Node, DEFAULT_NODE_TIMEOUT};
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
+// `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell
+// server errors apart: callers match on the very `redis` version this crate was built with.
+pub use redis;
 pub use redlock::Redlock;
-pub use token::{Token, TokenFormat};
+pub use token::{Token, TokenFormat, TOKEN_BYTES};

@@ -1,15 +1,15 @@
-//! Leases on a single server (or a Redis Cluster, routed by key).
+//! Leases on a single server (or a Redis Cluster, routed by key): the shared engine with N = 1.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use crate::config::LockConfig;
+use crate::engine::Engine;
 use crate::error::Error;
 use crate::fenced::Fencing;
 use crate::keepalive::{self, LeaseHandle};
-use crate::lease::Lease;
+use crate::lease::{Attempts, Lease};
 use crate::node::Node;
-use crate::redlock::Engine;
 use crate::token::Token;
 
 /// Takes leases from one server, or from one Redis Cluster (the key's slot owner).
@@ -53,7 +53,7 @@ impl Locker {
 
     /// One attempt: [`Error::Contended`] if another token holds the key.
     pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
-        self.engine.acquire(key, false).await
+        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once).await
     }
 
     /// Attempts with jittered backoff until granted, a non-retryable error occurs, or the
@@ -61,7 +61,7 @@ impl Locker {
     /// [`Error::Contended`], is returned). Cancel-safe: dropping the future leaves no lease
     /// behind.
     pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
-        self.engine.acquire(key, true).await
+        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::UntilMaxWait).await
     }
 
     /// Runs `work` under a kept-alive lease on `key`, then releases it.
@@ -73,14 +73,14 @@ impl Locker {
         F: FnOnce(LeaseHandle) -> Fut,
         Fut: Future<Output = T>,
     {
-        keepalive::with_lease(self.engine.acquire(key, true).await?, work).await
+        keepalive::with_lease(self.acquire(key).await?, work).await
     }
 
     /// One attempt with a token the caller chose, e.g. one persisted by a process that
     /// restarted. ACQUIRE is idempotent for the holder: if `token` still holds the lease, the
     /// same fence is returned and the lease restarts for a full ttl.
     pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
-        self.engine.acquire_as(key, token.clone(), false).await
+        Lease::acquire(&self.engine, key, token.clone(), Attempts::Once).await
     }
 
     /// Releases `key` for a token obtained elsewhere. `Ok(true)` if that token held it.

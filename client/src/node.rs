@@ -1,15 +1,18 @@
-//! One lock server: a lazily opened, reused connection and the FENCEDLOCK commands.
+//! One lock server: a lazily opened, reused connection and the `FENCEDLOCK.*` commands, named
+//! and shaped by the protocol crate.
 //!
 //! A [`Node`] is either a standalone server (one multiplexed connection shared by every task,
 //! replaced after an I/O error so a restarted server is picked up again) or a Redis Cluster
 //! (a `redis::cluster_async` connection that routes every command by its key). Every request
 //! is bounded by the per-node timeout, connecting included, so a stopped server costs at most
-//! that long. Every error is passed through [`redact`](crate::redact) here, before anything
-//! else sees it, so no error can carry a lease token.
+//! that long. Every error is passed through [`redact::error`] here, before anything else sees
+//! it, so no error can carry a lease token.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use fencedlock_protocol::command::{ACQUIRE, RAISE, RELEASE, RENEW, STATUS};
+use fencedlock_protocol::LockStatus;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
@@ -20,8 +23,10 @@ use crate::quorum::Vote;
 use crate::redact;
 use crate::token::Token;
 
-/// The default per-node timeout of a node used outside a [`Locker`](crate::Locker) or
-/// [`Redlock`](crate::Redlock) (which apply their configured one).
+/// The per-node timeout of a new [`Node`] and of a default [`LockConfig`](crate::LockConfig):
+/// long enough for a healthy server's answer, short enough that a stopped one costs a Redlock
+/// round little. A [`Locker`](crate::Locker) or [`Redlock`](crate::Redlock) applies its
+/// configured timeout to its nodes.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A lock server (or a Redis Cluster) the client talks to.
@@ -71,17 +76,6 @@ impl Failure {
             Failure::Redis(error) => Vote::Failed { error },
         }
     }
-}
-
-/// What `FENCEDLOCK.STATUS` says about a key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LockStatus {
-    /// The key's last fence.
-    pub fence: u64,
-    /// Whether an unexpired lease holds the key.
-    pub held: bool,
-    /// Time left on the lease according to the server, when held.
-    pub remaining: Option<Duration>,
 }
 
 impl Node {
@@ -136,17 +130,20 @@ impl Node {
     }
 
     /// `FENCEDLOCK.STATUS key`: the key's fence and whether it is held; `None` for a key
-    /// without lock state. Never reveals the token.
+    /// without lock state. Never reveals the token. A reply that breaks the contract's shape
+    /// is [`Error::BadReply`].
     pub async fn status(&self, key: &str) -> Result<Option<LockStatus>, Error> {
-        let mut cmd = redis::cmd("FENCEDLOCK.STATUS");
+        let mut cmd = redis::cmd(STATUS.name);
         cmd.arg(key);
-        let reply: Option<(u64, u8, i64)> =
-            self.query(&cmd, None).await.map_err(|f| self.error("STATUS", f))?;
-        Ok(reply.map(|(fence, held, pttl)| LockStatus {
-            fence,
-            held: held == 1,
-            remaining: u64::try_from(pttl).ok().map(Duration::from_millis),
-        }))
+        let reply: Option<[i64; 3]> = self.query(&cmd, None).await.map_err(|f| self.error("STATUS", f))?;
+        self.decode_status(reply)
+    }
+
+    fn decode_status(&self, reply: Option<[i64; 3]>) -> Result<Option<LockStatus>, Error> {
+        reply
+            .map(LockStatus::decode)
+            .transpose()
+            .map_err(|source| Error::BadReply { node: self.name.clone(), source })
     }
 
     /// `FENCEDLOCK.ACQUIRE`: the fence on grant, `None` when another token holds the lease.
@@ -156,21 +153,21 @@ impl Node {
         token: &Token,
         ttl_ms: u64,
     ) -> Result<Option<u64>, Failure> {
-        let mut cmd = redis::cmd("FENCEDLOCK.ACQUIRE");
+        let mut cmd = redis::cmd(ACQUIRE.name);
         cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
         self.query(&cmd, Some(token)).await
     }
 
     /// `FENCEDLOCK.RENEW`: whether we still held the lease (it now runs `ttl_ms` from now).
     pub(crate) async fn renew(&self, key: &str, token: &Token, ttl_ms: u64) -> Result<bool, Failure> {
-        let mut cmd = redis::cmd("FENCEDLOCK.RENEW");
+        let mut cmd = redis::cmd(RENEW.name);
         cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
         self.query::<i64>(&cmd, Some(token)).await.map(|n| n == 1)
     }
 
     /// `FENCEDLOCK.RELEASE`: whether we held the lease and it ended now.
     pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Failure> {
-        let mut cmd = redis::cmd("FENCEDLOCK.RELEASE");
+        let mut cmd = redis::cmd(RELEASE.name);
         cmd.arg(key).arg(token.as_bytes());
         self.query::<i64>(&cmd, Some(token)).await.map(|n| n == 1)
     }
@@ -178,7 +175,7 @@ impl Node {
     /// `FENCEDLOCK.RAISE`: the key's fence after raising it to at least `fence`, or `None`
     /// when our token no longer holds the lease there.
     pub(crate) async fn raise(&self, key: &str, token: &Token, fence: u64) -> Result<Option<u64>, Failure> {
-        let mut cmd = redis::cmd("FENCEDLOCK.RAISE");
+        let mut cmd = redis::cmd(RAISE.name);
         cmd.arg(key).arg(token.as_bytes()).arg(fence);
         self.query(&cmd, Some(token)).await
     }
@@ -297,4 +294,22 @@ fn joined(result: Result<Result<Conn, RedisError>, tokio::task::JoinError>) -> R
 /// Errors after which the multiplexed connection cannot be trusted any more.
 fn is_broken(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_replies_are_decoded_and_broken_ones_are_typed_errors() {
+        let node = Node::new("redis://127.0.0.1:1").expect("a valid URL");
+        assert_eq!(node.decode_status(None).ok(), Some(None));
+        let held = LockStatus { fence: 7, held: true, remaining: Some(Duration::from_millis(250)) };
+        assert_eq!(node.decode_status(Some([7, 1, 250])).ok(), Some(Some(held)));
+        for broken in [[0, 0, -1], [7, 2, -1], [7, 1, -1], [7, 0, 5]] {
+            let err = node.decode_status(Some(broken)).expect_err("broken");
+            assert!(matches!(&err, Error::BadReply { node, .. } if node == "127.0.0.1:1"), "{err:?}");
+            assert!(!err.is_retryable());
+        }
+    }
 }

@@ -3,10 +3,12 @@
 use std::fmt;
 use std::time::Duration;
 
+use crate::transient::is_transient;
+
 /// The majority of `nodes`: `nodes / 2 + 1`.
 ///
 /// With one node the quorum is that node, so a single-server lock is Redlock with N = 1.
-pub fn quorum(nodes: usize) -> usize {
+pub(crate) fn quorum(nodes: usize) -> usize {
     nodes / 2 + 1
 }
 
@@ -72,7 +74,7 @@ impl Vote {
     /// Whether the failure can never turn into a yes by retrying (e.g. `WRONGTYPE`, unknown command).
     pub(crate) fn is_permanent_failure(&self) -> bool {
         match self {
-            Vote::Failed { error } => !crate::error::is_transient(error),
+            Vote::Failed { error } => !is_transient(error),
             _ => false,
         }
     }

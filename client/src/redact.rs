@@ -119,8 +119,10 @@ mod tests {
     #[test]
     fn echoed_arguments_are_cut_and_the_kind_is_kept() {
         let token = Token::from_bytes(b"0123456789abcdef0123456789abcdef".to_vec()).unwrap();
+        let name = fencedlock_protocol::command::ACQUIRE.name;
         let original = reply_error(
-            b"-ERR unknown command 'FENCEDLOCK.ACQUIRE', with args beginning with: 'k' '0123456789abcdef0123456789abcdef' '30000' \r\n",
+            format!("-ERR unknown command '{name}', with args beginning with: 'k' '0123456789abcdef0123456789abcdef' '30000' \r\n")
+                .as_bytes(),
         );
         let clean = error(original, Some(&token));
         assert_clean(&clean, &token);
@@ -128,7 +130,7 @@ mod tests {
         assert_eq!(clean.code(), Some("ERR"));
         assert_eq!(
             clean.detail(),
-            Some("unknown command 'FENCEDLOCK.ACQUIRE', with args beginning with: <redacted>")
+            Some(format!("unknown command '{name}', with args beginning with: <redacted>").as_str())
         );
         // Even without knowing the token, the echoed arguments go.
         let anonymous =
@@ -154,7 +156,7 @@ mod tests {
             assert!(clean.to_string().contains("<token>"), "{clean}");
         }
         let retry = error(reply_error(b"-TRYAGAIN s3cr3t  line\r\n"), Some(&token));
-        assert!(crate::error::is_transient(&retry), "still retryable: {retry}");
+        assert!(crate::transient::is_transient(&retry), "still retryable: {retry}");
     }
 
     #[test]

@@ -2,15 +2,14 @@
 
 use std::fmt;
 
+use fencedlock_protocol::command::token_len_ok;
+use fencedlock_protocol::limits::MAX_TOKEN_LEN;
 use rand::RngCore;
 
 use crate::error::Error;
 
 /// Random bytes in a generated token: 128 bits.
 pub const TOKEN_BYTES: usize = 16;
-
-/// The longest token the module accepts.
-pub const MAX_TOKEN_LEN: usize = 512;
 
 /// How generated tokens are put on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -23,7 +22,7 @@ pub enum TokenFormat {
     Hex,
 }
 
-/// A lease token: 1 to 512 bytes, usually 128 bits from a CSPRNG.
+/// A lease token: 1 to [`MAX_TOKEN_LEN`] bytes, usually 128 bits from a CSPRNG.
 ///
 /// Tokens are secrets (anyone holding one can renew or release the lease), so `Debug` does not
 /// print them; use [`Token::to_hex`] deliberately.
@@ -43,10 +42,10 @@ impl Token {
 
     /// A token from existing bytes (for example one printed by another process).
     ///
-    /// Fails with [`Error::Config`] unless it is 1 to 512 bytes long.
+    /// Fails with [`Error::Config`] unless it is 1 to [`MAX_TOKEN_LEN`] bytes long.
     pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Result<Token, Error> {
         let bytes = bytes.into();
-        if bytes.is_empty() || bytes.len() > MAX_TOKEN_LEN {
+        if !token_len_ok(&bytes) {
             return Err(Error::Config(format!(
                 "a token must be 1 to {MAX_TOKEN_LEN} bytes, got {}",
                 bytes.len()

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 /// The allowance for clock-rate differences between the client and the servers:
 /// `ttl * factor + constant`.
-pub fn drift(ttl: Duration, factor: f64, constant: Duration) -> Duration {
+pub(crate) fn drift(ttl: Duration, factor: f64, constant: Duration) -> Duration {
     ttl.mul_f64(factor) + constant
 }
 
@@ -16,18 +16,18 @@ pub fn drift(ttl: Duration, factor: f64, constant: Duration) -> Duration {
 /// `elapsed` passed between sending the requests and deciding the round.
 ///
 /// `None` when nothing is left: the round was slower than the lease.
-pub fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
+pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Option<Duration> {
     ttl.checked_sub(elapsed)?.checked_sub(drift).filter(|left| !left.is_zero())
 }
 
 /// The instant at which a lease granted for `ttl` to requests sent at `sent` stops being
 /// safe to rely on. Saturates at `sent` if the drift exceeds the ttl.
-pub fn deadline(sent: Instant, ttl: Duration, drift: Duration) -> Instant {
+pub(crate) fn deadline(sent: Instant, ttl: Duration, drift: Duration) -> Instant {
     sent + ttl.saturating_sub(drift)
 }
 
 /// Time left until `deadline` as seen at `now` (zero once passed).
-pub fn remaining(deadline: Instant, now: Instant) -> Duration {
+pub(crate) fn remaining(deadline: Instant, now: Instant) -> Duration {
     deadline.saturating_duration_since(now)
 }
 

@@ -84,6 +84,13 @@ macro_rules! command {
     };
 }
 
+/// The ACL category the module puts every command in, where the server supports module
+/// categories (Redis 7.4+, Valkey 8+): `ACL SETUSER app +@fencedlock` grants them all.
+pub const ACL_CATEGORY: &str = "fencedlock";
+
+/// [`ACL_CATEGORY`] NUL-terminated, for the module's C calls.
+pub const ACL_CATEGORY_C: &CStr = c_name!("fencedlock");
+
 const KEY: Arg = Arg { name: "key", kind: ArgKind::Key };
 const TOKEN: Arg = Arg { name: "token", kind: ArgKind::Text };
 const TTL: Arg = Arg { name: "ttl_ms", kind: ArgKind::Integer };
@@ -170,6 +177,11 @@ mod tests {
             assert_eq!(command.args[0].kind, ArgKind::Key, "{}", command.name);
             assert_eq!(command.args.iter().chain(command.optional).filter(|a| a.kind == ArgKind::Key).count(), 1);
         }
+    }
+
+    #[test]
+    fn acl_category_c_matches_acl_category() {
+        assert_eq!(ACL_CATEGORY_C.to_str(), Ok(ACL_CATEGORY));
     }
 
     #[test]

@@ -158,9 +158,9 @@ pub fn exit_code(status: ExitStatus) -> u8 {
 
 #[cfg(target_os = "linux")]
 fn die_with_parent(cmd: &mut Command) {
+    let parent = std::process::id() as libc::pid_t;
     // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
     // functions (prctl, getppid, kill on itself).
-    let parent = std::process::id() as libc::pid_t;
     unsafe {
         cmd.pre_exec(move || {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {

@@ -1,0 +1,25 @@
+//! Which server and connection errors a later attempt may not meet. Retry decisions for a
+//! single error ([`Error::is_retryable`](crate::Error::is_retryable)) and for a Redlock round
+//! (a majority of permanent failures ends the retries) both ask here.
+
+use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+/// Transient conditions: I/O errors and timeouts, `TRYAGAIN` (the module's restart grace
+/// among them), `LOADING`, and cluster reconfiguration. Everything else is final.
+pub(crate) fn is_transient(err: &RedisError) -> bool {
+    if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() {
+        return true;
+    }
+    matches!(
+        err.kind(),
+        ErrorKind::Server(
+            ServerErrorKind::TryAgain
+                | ServerErrorKind::BusyLoading
+                | ServerErrorKind::ClusterDown
+                | ServerErrorKind::MasterDown
+                | ServerErrorKind::ReadOnly
+                | ServerErrorKind::Moved
+                | ServerErrorKind::Ask
+        ) | ErrorKind::ClusterConnectionNotFound
+    )
+}
