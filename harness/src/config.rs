@@ -98,6 +98,7 @@ fn push_line(out: &mut String, d: &Directive) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencedlock_protocol::config::MAX_TTL_MS;
 
     #[test]
     fn quotes_special_characters() {
@@ -112,12 +113,12 @@ mod tests {
             Path::new("/d"),
             Path::new("/d/server.log"),
             Some(Path::new("/m.so")),
-            &[Directive::new("save", ["60 1"]), Directive::new("fencedlock.max-ttl-ms", ["5"])],
+            &[Directive::new("save", ["60 1"]), Directive::new(MAX_TTL_MS.full_name, ["5"])],
         );
         assert!(!conf.contains("save \"\"\n"), "{conf}");
         assert!(conf.contains("save \"60 1\"\n"), "{conf}");
         let lm = conf.find("loadmodule \"/m.so\"\n").expect("loadmodule line");
-        let mc = conf.find("fencedlock.max-ttl-ms").expect("module config line");
+        let mc = conf.find(MAX_TTL_MS.full_name).expect("module config line");
         assert!(lm < mc, "{conf}");
         assert!(conf.contains("port \"12345\"\n"));
     }

@@ -5,10 +5,12 @@
 //! No mocks: a test that cannot start its server fails with the server's log.
 //!
 //! ```no_run
+//! use fencedlock_protocol::command::ACQUIRE;
 //! use harness::Server;
 //! let server = Server::start();
-//! let fence: i64 = server.cmd(&["FENCEDLOCK.ACQUIRE", "k", "tok", "1000"]).unwrap();
+//! let fence: i64 = server.cmd(&[ACQUIRE.name, "k", "tok", "1000"]).unwrap();
 //! assert!(fence > 0);
+//! assert!(server.lock_held("k"));
 //! ```
 //!
 //! Environment:
@@ -36,8 +38,10 @@ mod wait;
 pub use cluster::{Cluster, ClusterBuilder, CLUSTER_TIMEOUT};
 pub use config::Directive;
 pub use error::{HarnessError, Result};
+pub use fencedlock_protocol::limits::EPOCH_GAP;
+pub use fencedlock_protocol::LockStatus;
 pub use flavor::Flavor;
-pub use lock::{LockStatus, EPOCH_GAP};
+pub use lock::{decode_status, try_decode_status, wait_released};
 pub use paths::{module_path, redis_cli, target_dir, workspace_root};
 pub use persistence::PERSIST_TIMEOUT;
 pub use ports::{pick_port, PORT_MAX, PORT_MIN};

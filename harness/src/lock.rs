@@ -1,62 +1,66 @@
 //! Reading the module's state straight from a server, bypassing the client under test:
 //! `FENCEDLOCK.STATUS` decoded and checked, and the `INFO fencedlock` counters.
+//!
+//! The reply's shape and its rules live in the protocol crate ([`LockStatus::decode`]); this
+//! only takes the reply out of a [`redis::Value`].
 
+use std::time::{Duration, Instant};
+
+use fencedlock_protocol::command::STATUS;
+use fencedlock_protocol::LockStatus;
 use redis::{ToRedisArgs, Value};
 
 use crate::reply::error_text;
 use crate::server::Server;
 
-/// One block of the fence space: a restart or a promotion jumps the high-water mark by this,
-/// so `fence / EPOCH_GAP` is the epoch a fence was issued in.
-pub const EPOCH_GAP: u64 = 1 << 32;
-
-/// `FENCEDLOCK.STATUS` decoded: `[fence, held, pttl_ms or -1]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LockStatus {
-    /// The key's fence (kept after release and expiry).
-    pub fence: u64,
-    /// Whether an unexpired lease is held.
-    pub held: bool,
-    /// Remaining lease time in ms; -1 when not held.
-    pub pttl: i64,
+/// A `STATUS` reply decoded: `Ok(None)` for nil, `Err` (naming the reply) for one that breaks
+/// the contract: not `[int, int, int]`, or a status [`LockStatus::decode`] refuses.
+pub fn try_decode_status(reply: &Value) -> Result<Option<LockStatus>, String> {
+    match reply {
+        Value::Nil => Ok(None),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(fence), Value::Int(held), Value::Int(pttl)] => {
+                LockStatus::decode([*fence, *held, *pttl]).map(Some).map_err(|e| e.to_string())
+            }
+            _ => Err(format!("STATUS must be [fence, held, pttl]: {reply:?}")),
+        },
+        other => Err(format!("STATUS replied {other:?}")),
+    }
 }
 
-impl LockStatus {
-    /// Decode a `STATUS` reply, `None` for nil. Panics on a reply that breaks the contract
-    /// (wrong shape, fence not positive, held not 0/1, a held lease without a pttl, a free
-    /// one with a pttl), so every test that reads a status also checks its shape.
-    pub fn decode(reply: &Value) -> Option<LockStatus> {
-        let items = match reply {
-            Value::Nil => return None,
-            Value::Array(items) => items,
-            other => panic!("STATUS replied {other:?}"),
-        };
-        let [Value::Int(fence), Value::Int(held), Value::Int(pttl)] = items.as_slice() else {
-            panic!("STATUS must be [fence, held, pttl]: {reply:?}");
-        };
-        assert!(*fence > 0, "fence must be positive: {reply:?}");
-        let held = match held {
-            0 => false,
-            1 => true,
-            _ => panic!("held must be 0 or 1: {reply:?}"),
-        };
-        if held {
-            assert!(*pttl >= 0, "a held lease has a pttl: {reply:?}");
-        } else {
-            assert_eq!(*pttl, -1, "a free lock has pttl -1: {reply:?}");
+/// A `STATUS` reply decoded, `None` for nil. Panics on a reply that breaks the contract, so
+/// every test that reads a status also checks its shape.
+pub fn decode_status(reply: &Value) -> Option<LockStatus> {
+    try_decode_status(reply).unwrap_or_else(|why| panic!("{why}"))
+}
+
+/// Waits (async, bounded by `limit`) until no server in `servers` holds `key`, e.g. for a
+/// release a dropped lease sends in the background. Panics naming the servers still holding.
+pub async fn wait_released(servers: &[&Server], key: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let holding: Vec<String> = servers.iter().filter(|s| s.lock_held(key)).map(|s| s.addr()).collect();
+        if holding.is_empty() {
+            return;
         }
-        Some(LockStatus { fence: *fence as u64, held, pttl: *pttl })
+        assert!(Instant::now() < deadline, "after {limit:?} these servers still hold {key:?}: {holding:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
 impl Server {
-    /// `FENCEDLOCK.STATUS key`, decoded and checked ([`LockStatus::decode`]); `None` for a
-    /// key without lock state. Panics on an error reply.
+    /// `FENCEDLOCK.STATUS key`, decoded and checked ([`decode_status`]); `None` for a key
+    /// without lock state. Panics on an error reply.
     pub fn lock_status(&self, key: impl ToRedisArgs) -> Option<LockStatus> {
         let reply: Value = self
-            .query(redis::cmd("FENCEDLOCK.STATUS").arg(key))
+            .query(redis::cmd(STATUS.name).arg(key))
             .unwrap_or_else(|e| panic!("STATUS on {}: {}", self.addr(), error_text(&e)));
-        LockStatus::decode(&reply)
+        decode_status(&reply)
+    }
+
+    /// Whether this server shows an unexpired lease on `key` ([`Server::lock_status`]).
+    pub fn lock_held(&self, key: impl ToRedisArgs) -> bool {
+        self.lock_status(key).is_some_and(|st| st.held)
     }
 
     /// One numeric `INFO fencedlock` field, e.g. `fencedlock_high_water_mark`; panics if it
@@ -79,23 +83,28 @@ impl Server {
 mod tests {
     use super::*;
 
+    fn reply(f: i64, h: i64, p: i64) -> Value {
+        Value::Array(vec![Value::Int(f), Value::Int(h), Value::Int(p)])
+    }
+
     #[test]
     fn decodes_status_replies() {
-        let reply = |f, h, p| Value::Array(vec![Value::Int(f), Value::Int(h), Value::Int(p)]);
-        assert_eq!(LockStatus::decode(&Value::Nil), None);
+        assert_eq!(decode_status(&Value::Nil), None);
         assert_eq!(
-            LockStatus::decode(&reply(7, 1, 250)),
-            Some(LockStatus { fence: 7, held: true, pttl: 250 })
+            decode_status(&reply(7, 1, 250)),
+            Some(LockStatus { fence: 7, held: true, remaining: Some(Duration::from_millis(250)) })
         );
         assert_eq!(
-            LockStatus::decode(&reply(7, 0, -1)),
-            Some(LockStatus { fence: 7, held: false, pttl: -1 })
+            decode_status(&reply(7, 0, -1)),
+            Some(LockStatus { fence: 7, held: false, remaining: None })
         );
+        assert!(try_decode_status(&Value::Array(vec![Value::Int(7), Value::Int(1)])).is_err());
+        assert!(try_decode_status(&Value::Int(7)).is_err());
     }
 
     #[test]
     #[should_panic(expected = "a free lock has pttl -1")]
     fn a_free_lock_with_a_pttl_breaks_the_contract() {
-        LockStatus::decode(&Value::Array(vec![Value::Int(7), Value::Int(0), Value::Int(5)]));
+        decode_status(&reply(7, 0, 5));
     }
 }

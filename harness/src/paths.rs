@@ -89,3 +89,25 @@ pub fn redis_cli() -> PathBuf {
         panic!("redis-cli not found ({name:?}); install it with `apt-get install redis-server` (or set FENCEDLOCK_REDIS_CLI)")
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_workspace_root_is_the_virtual_workspace_around_the_harness() {
+        let root = workspace_root();
+        let manifest = std::fs::read_to_string(root.join("Cargo.toml")).expect("the root Cargo.toml");
+        assert!(manifest.contains("[workspace]"), "{root:?} is not the workspace root");
+        assert!(root.join("harness").join("Cargo.toml").is_file(), "{root:?}");
+        assert!(root.join("module").join("Cargo.toml").is_file(), "the module builds from {root:?}");
+    }
+
+    #[test]
+    fn the_target_dir_defaults_to_the_workspace_target() {
+        if std::env::var_os("CARGO_TARGET_DIR").is_none() {
+            assert_eq!(target_dir(), workspace_root().join("target"));
+        }
+        assert!(target_dir().is_absolute());
+    }
+}

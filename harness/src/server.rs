@@ -189,6 +189,11 @@ impl Server {
         ServerBuilder::new().start()
     }
 
+    /// Start `n` independent servers with all defaults: the masters of a Redlock.
+    pub fn start_many(n: usize) -> Vec<Server> {
+        (0..n).map(|_| Server::start()).collect()
+    }
+
     /// A builder for a replica of this server: same flavor and module.
     pub fn replica_builder(&self) -> ServerBuilder {
         let mut b = ServerBuilder::new().flavor(self.flavor).replica_of(self);

@@ -1,13 +1,13 @@
 //! Single-node leases through a Redis Cluster connection: every command routes by key to the
 //! slot's master, so leases on keys in different slots live on different nodes.
 
-mod client_support;
-
 use std::time::Duration;
 
+use crate::support::config;
 use fencedlock::{Error, Locker};
-use harness::redis::{ErrorKind, ServerErrorKind};
-use harness::{Cluster, Server};
+use fencedlock_protocol::command::STATUS;
+use harness::redis::{ErrorKind, ServerErrorKind, Value};
+use harness::{decode_status, Cluster, Server};
 
 /// The `(fence, held)` of `key` on the node that owns its slot; the others answer MOVED.
 fn owner_status(cluster: &Cluster, key: &str) -> Vec<(String, u64, bool)> {
@@ -15,9 +15,9 @@ fn owner_status(cluster: &Cluster, key: &str) -> Vec<(String, u64, bool)> {
         .nodes()
         .iter()
         .filter_map(|n: &Server| {
-            let reply: Result<Option<(u64, u8, i64)>, _> = n.cmd(&["FENCEDLOCK.STATUS", key]);
-            match reply {
-                Ok(Some((fence, held, _))) => Some((n.addr(), fence, held == 1)),
+            let reply: Result<Value, _> = n.cmd(&[STATUS.name, key]);
+            match reply.map(|v| decode_status(&v)) {
+                Ok(Some(st)) => Some((n.addr(), st.fence, st.held)),
                 Ok(None) => Some((n.addr(), 0, false)),
                 Err(e) => {
                     assert_eq!(e.kind(), ErrorKind::Server(ServerErrorKind::Moved), "{}: {e}", n.addr());
@@ -31,10 +31,9 @@ fn owner_status(cluster: &Cluster, key: &str) -> Vec<(String, u64, bool)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leases_route_by_key_through_a_cluster_connection() {
     let cluster = Cluster::builder().masters(3).start();
-    let locker =
-        Locker::open_cluster(&cluster.urls(), client_support::config(10_000, 1_000)).expect("cluster locker");
-    let rival = Locker::open_cluster(&cluster.urls()[1..], client_support::config(10_000, 1_000))
-        .expect("second cluster locker");
+    let locker = Locker::open_cluster(&cluster.urls(), config(10_000, 1_000)).expect("cluster locker");
+    let rival =
+        Locker::open_cluster(&cluster.urls()[1..], config(10_000, 1_000)).expect("second cluster locker");
 
     let keys: Vec<String> = (0..24).map(|i| format!("cluster:key:{i}")).collect();
     let mut leases = Vec::new();

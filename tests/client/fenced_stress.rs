@@ -3,16 +3,14 @@
 //! time. The fences, recorded in grant order, must strictly increase. The same run with plain
 //! per-node fences (no raise step) shows the fence going backwards.
 
-mod client_support;
-
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use client_support::blocking;
+use crate::support::blocking;
 use fencedlock::{Fencing, LockConfig, Node, Redlock, Vote};
-use harness::Server;
+use harness::{Server, EPOCH_GAP};
 
 const MASTERS: usize = 5;
 const KEY: &str = "ledger";
@@ -209,7 +207,7 @@ async fn fenced_redlock_fences_strictly_increase_under_kills_and_restarts() {
     let minority_grants =
         out.granted_by.iter().filter(|by| by.iter().filter(|&&b| b).count() < MASTERS).count();
     assert!(minority_grants > 100, "grants with masters down: {minority_grants}");
-    assert!(out.fences.iter().any(|&f| f > 1 << 32), "restarted masters issued epoch-jumped fences");
+    assert!(out.fences.iter().any(|&f| f > EPOCH_GAP), "restarted masters issued epoch-jumped fences");
     let distinct: HashSet<u64> = out.fences.iter().copied().collect();
     assert_eq!(distinct.len(), out.fences.len(), "a fence repeated");
     let back = backwards_steps(&out.fences);
@@ -222,7 +220,7 @@ async fn plain_per_node_fences_go_backwards_in_the_same_run() {
     let out = contended_run(Fencing::QuorumMax, 300, &SCHEDULE[..3]).await;
     let back = backwards_steps(&out.fences);
     let across_epoch: Vec<_> =
-        back.iter().filter(|(_, before, after)| *before > 1 << 32 && *after < 1 << 32).collect();
+        back.iter().filter(|(_, before, after)| *before > EPOCH_GAP && *after < EPOCH_GAP).collect();
     eprintln!(
         "plain: {} grants, {} faults, {} backwards steps ({} across the restart epoch), first {:?}",
         out.fences.len(),

@@ -1,15 +1,13 @@
 //! Keep-alive against a real server: a lease held far past its ttl, loss signalled on the
 //! first refused or failed renewal, and `with_lease` dropping the work when the lease is lost.
 
-mod client_support;
-
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use client_support::{config, held, status, steal, wait_released};
+use crate::support::{config, steal};
 use fencedlock::{Error, Locker, LossCause};
-use harness::Server;
+use harness::{wait_released, LockStatus, Server};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn keeps_a_450ms_lease_for_1800ms() {
@@ -22,14 +20,14 @@ async fn keeps_a_450ms_lease_for_1800ms() {
     while started.elapsed() < Duration::from_millis(1_800) {
         kept.ensure_valid().expect("kept alive");
         assert!(kept.remaining() > Duration::ZERO);
-        assert!(held(&server, "kept"));
+        assert!(server.lock_held("kept"));
         assert!(matches!(rival.try_acquire("kept").await, Err(Error::Contended { .. })));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!kept.cancellation().is_cancelled());
-    assert_eq!(status(&server, "kept").unwrap().0, fence, "same lease, same fence");
+    assert_eq!(server.lock_status("kept").map(|st| st.fence), Some(fence), "same lease, same fence");
     assert!(kept.release().await.expect("release"), "still held at release time");
-    assert!(!held(&server, "kept"));
+    assert!(!server.lock_held("kept"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,7 +56,7 @@ async fn a_stolen_lease_is_signalled_as_lost() {
     assert!(matches!(handle.ensure_valid(), Err(Error::LeaseLost { .. })));
     // Releasing a lost lease reports false and leaves the thief's lease alone.
     assert!(!kept.release().await.unwrap());
-    assert!(held(&server, "victim"));
+    assert!(server.lock_held("victim"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,14 +89,18 @@ async fn with_lease_runs_the_work_and_releases() {
             for _ in 0..8 {
                 tokio::time::sleep(Duration::from_millis(100)).await;
                 lease.ensure_valid().expect("still held");
-                assert!(held(s, "job"));
+                assert!(s.lock_held("job"));
             }
             lease.fence()
         })
         .await
         .expect("work completes");
     assert!(fence > 0);
-    assert_eq!(status(&server, "job"), Some((fence, false, -1)), "released afterwards");
+    assert_eq!(
+        server.lock_status("job"),
+        Some(LockStatus { fence, held: false, remaining: None }),
+        "released afterwards"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -152,7 +154,7 @@ async fn dropping_a_kept_lease_stops_renewing_and_releases() {
     let locker = Locker::open(&server.url(), config(450, 120)).unwrap();
     let kept = locker.try_acquire("drop-kept").await.unwrap().keep_alive();
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert!(held(&server, "drop-kept"), "renewed past the ttl");
+    assert!(server.lock_held("drop-kept"), "renewed past the ttl");
     drop(kept);
     wait_released(&[&server], "drop-kept", Duration::from_secs(2)).await;
 
@@ -162,7 +164,7 @@ async fn dropping_a_kept_lease_stops_renewing_and_releases() {
     lease.ensure_valid().unwrap();
     tokio::time::sleep(Duration::from_millis(600)).await;
     assert!(lease.ensure_valid().is_err(), "no renewals after stop()");
-    assert!(!held(&server, "stopped"), "expired on the server too");
+    assert!(!server.lock_held("stopped"), "expired on the server too");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -175,6 +177,6 @@ async fn keep_alive_started_late_renews_at_once() {
     let kept = lease.keep_alive();
     tokio::time::sleep(Duration::from_millis(250)).await;
     kept.ensure_valid().expect("renewed immediately, not after a full interval");
-    assert!(held(&server, "late"));
+    assert!(server.lock_held("late"));
     assert!(kept.release().await.unwrap());
 }

@@ -1,13 +1,12 @@
 //! Redlock and fenced Redlock across five (or three) real masters with some of them stopped
 //! (SIGSTOP), killed, or slower than the lease.
 
-mod client_support;
-
 use std::time::{Duration, Instant};
 
-use client_support::{config, held, nodes, servers, status, wait_released};
+use crate::support::{config, nodes};
 use fencedlock::{Error, Fencing, LockConfig, Redlock, Token, TokenFormat, Vote};
-use harness::Server;
+use fencedlock_protocol::command::{ACQUIRE, RELEASE};
+use harness::{wait_released, Server};
 
 fn redlock(servers: &[Server], config: LockConfig) -> Redlock {
     Redlock::new(nodes(servers), config).expect("redlock")
@@ -33,7 +32,7 @@ fn not_awaited(v: &Vote) -> bool {
 fn grant_everywhere(servers: &[Server], key: &str, token: &Token, ttl_ms: u64) {
     let token = std::str::from_utf8(token.as_bytes()).expect("a hex token");
     for s in servers {
-        let fence: Option<u64> = s.cmd(&["FENCEDLOCK.ACQUIRE", key, token, &ttl_ms.to_string()]).unwrap();
+        let fence: Option<u64> = s.cmd(&[ACQUIRE.name, key, token, &ttl_ms.to_string()]).unwrap();
         assert!(fence.is_some(), "{} refused", s.addr());
     }
 }
@@ -41,7 +40,7 @@ fn grant_everywhere(servers: &[Server], key: &str, token: &Token, ttl_ms: u64) {
 /// Waits (bounded) until every server in `servers` holds `key`.
 async fn wait_held(servers: &[&Server], key: &str) {
     let deadline = Instant::now() + Duration::from_secs(3);
-    while !servers.iter().all(|s| held(s, key)) {
+    while !servers.iter().all(|s| s.lock_held(key)) {
         assert!(Instant::now() < deadline, "{key:?} never became held on all of {servers:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -49,7 +48,7 @@ async fn wait_held(servers: &[&Server], key: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_masters_grant_raise_and_release() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let redlock = redlock(&servers, config(5_000, 300));
     assert_eq!(redlock.quorum(), 3);
     assert_eq!(redlock.fencing(), Fencing::Raise);
@@ -64,9 +63,9 @@ async fn five_masters_grant_raise_and_release() {
     for (s, v) in servers.iter().zip(&report.votes) {
         match (&v.vote, &v.raise) {
             (Vote::Granted { .. }, Some(Vote::Granted { .. })) => {
-                let (fence, is_held, _) = status(s, "r").unwrap();
-                assert!(is_held);
-                assert!(fence >= lease.fence(), "a confirming node was raised to the lease's fence");
+                let st = s.lock_status("r").expect("lock state");
+                assert!(st.held);
+                assert!(st.fence >= lease.fence(), "a confirming node was raised to the lease's fence");
             }
             (Vote::Granted { .. }, Some(Vote::NotAwaited)) | (Vote::NotAwaited, None) => {}
             other => panic!("unexpected vote {other:?} in {report}"),
@@ -92,7 +91,7 @@ async fn five_masters_grant_raise_and_release() {
     let fence = lease.fence();
     assert!(lease.release().await.unwrap());
     for s in &servers {
-        assert!(!held(s, "r"));
+        assert!(!s.lock_held("r"));
     }
     let next = redlock.try_acquire("r").await.unwrap();
     assert!(next.fence() > fence);
@@ -120,7 +119,7 @@ async fn grant_with_two_stopped(servers: &[Server], redlock: &Redlock) -> (fence
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_stopped_masters_do_not_delay_a_grant() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let node_timeout = Duration::from_secs(2);
     let redlock = redlock(&servers, config(10_000, 2_000));
     let (lease, took) = grant_with_two_stopped(&servers, &redlock).await;
@@ -145,7 +144,7 @@ async fn two_stopped_masters_do_not_delay_a_grant() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_grant_on_a_master_not_waited_for_is_released_with_the_lease() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let redlock = redlock(&servers, config(10_000, 2_000));
     warm_up(&redlock).await;
     // Masters 1 and 3 stopped; master 4 stopped for 300 ms only, so the round (which needs
@@ -173,13 +172,13 @@ async fn a_late_grant_on_a_master_not_waited_for_is_released_with_the_lease() {
     // The release goes to every master, so the late grants are cleaned up too.
     assert!(lease.release().await.unwrap());
     for s in &servers {
-        assert!(!held(s, "late"), "{} still holds the lease", s.addr());
+        assert!(!s.lock_held("late"), "{} still holds the lease", s.addr());
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_released_while_masters_are_stopped_leaves_nothing_when_they_resume() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let redlock = redlock(&servers, config(10_000, 300));
     let (lease, _took) = grant_with_two_stopped(&servers, &redlock).await;
     assert_eq!(lease.report().yes(), 3);
@@ -194,7 +193,7 @@ async fn a_lease_released_while_masters_are_stopped_leaves_nothing_when_they_res
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_killed_masters_still_grant_and_renew() {
-    let mut servers = servers(5);
+    let mut servers = Server::start_many(5);
     let redlock = redlock(&servers, config(5_000, 300));
     servers[0].kill9();
     servers[4].kill9();
@@ -214,7 +213,7 @@ async fn two_killed_masters_still_grant_and_renew() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_killed_masters_grant_nothing_and_leave_nothing() {
-    let mut servers = servers(5);
+    let mut servers = Server::start_many(5);
     let redlock = Redlock::new(
         nodes(&servers),
         LockConfig::builder()
@@ -247,14 +246,14 @@ async fn three_killed_masters_grant_nothing_and_leave_nothing() {
     assert!(matches!(err, Error::QuorumNotReached(_)), "{err:?}");
     assert!(started.elapsed() < Duration::from_secs(3), "acquire gives up after max wait");
     for i in [1, 3] {
-        let (_, is_held, _) = status(&servers[i], "dead3").expect("the live nodes saw the key");
-        assert!(!is_held, "no leftovers on {}", servers[i].addr());
+        let st = servers[i].lock_status("dead3").expect("the live nodes saw the key");
+        assert!(!st.held, "no leftovers on {}", servers[i].addr());
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_stopped_masters_grant_nothing_and_leave_nothing() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let redlock = redlock(&servers, config(10_000, 250));
     warm_up(&redlock).await;
     for i in [0, 1, 2] {
@@ -262,7 +261,7 @@ async fn three_stopped_masters_grant_nothing_and_leave_nothing() {
     }
     let result = redlock.try_acquire("stalled3").await;
     // The live nodes were released before try_acquire returned.
-    let live_held: Vec<bool> = [3, 4].iter().map(|&i| held(&servers[i], "stalled3")).collect();
+    let live_held: Vec<bool> = [3, 4].iter().map(|&i| servers[i].lock_held("stalled3")).collect();
     for i in [0, 1, 2] {
         servers[i].resume();
     }
@@ -276,7 +275,7 @@ async fn three_stopped_masters_grant_nothing_and_leave_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_slower_than_the_ttl_gets_no_lease() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     // Three stopped masters keep the round open until they resume after 250 ms, longer than
     // the 150 ms lease: the majority's grants are worthless by the time the round is decided.
     let redlock = redlock(&servers, config(150, 2_000));
@@ -291,7 +290,7 @@ async fn a_client_slower_than_the_ttl_gets_no_lease() {
         }
     };
     let (result, ()) = tokio::join!(redlock.try_acquire("slow"), resume_later);
-    let held_after: Vec<bool> = servers.iter().map(|s| held(s, "slow")).collect();
+    let held_after: Vec<bool> = servers.iter().map(|s| s.lock_held("slow")).collect();
     match result {
         Err(Error::QuorumNotReached(report)) => {
             assert!(report.yes() >= 3, "a majority did grant, late: {report}");
@@ -307,7 +306,7 @@ async fn a_client_slower_than_the_ttl_gets_no_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_acquire_mid_flight_leaves_no_lease_anywhere() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let redlock = redlock(&servers, config(10_000, 2_000));
     warm_up(&redlock).await;
     // With three stopped, two grants cannot decide the round: it waits for the stopped ones.
@@ -321,7 +320,7 @@ async fn dropping_acquire_mid_flight_leaves_no_lease_anywhere() {
         tokio::spawn(async move { redlock.acquire("cancel").await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let granted_meanwhile: Vec<bool> = (3..5).map(|i| held(&servers[i], "cancel")).collect();
+    let granted_meanwhile: Vec<bool> = (3..5).map(|i| servers[i].lock_held("cancel")).collect();
     task.abort();
     assert!(task.await.unwrap_err().is_cancelled());
     assert_eq!(granted_meanwhile, vec![true, true], "the round was in flight");
@@ -342,7 +341,7 @@ async fn dropping_acquire_mid_flight_leaves_no_lease_anywhere() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_renew_survives_a_minority_and_not_a_majority() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let redlock = redlock(&servers, config(5_000, 300));
     // Held on all five (a round ends at three grants, so a lease need not reach all).
     let token = Token::generate(TokenFormat::Hex);
@@ -360,13 +359,13 @@ async fn quorum_renew_survives_a_minority_and_not_a_majority() {
     assert!(lease.ensure_valid().is_err());
     assert!(!lease.release().await.unwrap(), "only 2 of 5 still held it");
     for s in &servers {
-        assert!(!held(s, "renew"));
+        assert!(!s.lock_held("renew"));
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renew_token_needs_a_majority() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let redlock = redlock(&servers, config(5_000, 300));
     warm_up(&redlock).await;
     // A lease another process took on all five masters; we only know its token.
@@ -398,20 +397,20 @@ async fn renew_token_needs_a_majority() {
     assert!(!redlock.renew_token("handed", &token).await.unwrap(), "3 of 5 lost it");
     assert!(!redlock.release_token("handed", &token).await.unwrap());
     for s in &servers {
-        assert!(!held(s, "handed"));
+        assert!(!s.lock_held("handed"));
     }
 }
 
 /// Grants G1 from {A, B} (C stopped) after A issued ten fences for the key, then G2 from
 /// {B, C} (A stopped). Returns both leases' fences.
 async fn two_grants_from_different_majorities(fencing: Fencing) -> (u64, u64) {
-    let servers = servers(3);
+    let servers = Server::start_many(3);
     let (a, _b, c) = (&servers[0], &servers[1], &servers[2]);
     for i in 0..10 {
         let token = format!("pump{i}");
-        let fence: Option<u64> = a.cmd(&["FENCEDLOCK.ACQUIRE", "acct", &token, "60000"]).unwrap();
+        let fence: Option<u64> = a.cmd(&[ACQUIRE.name, "acct", &token, "60000"]).unwrap();
         assert!(fence.is_some());
-        let _: i64 = a.cmd(&["FENCEDLOCK.RELEASE", "acct", &token]).unwrap();
+        let _: i64 = a.cmd(&[RELEASE.name, "acct", &token]).unwrap();
     }
     let redlock = Redlock::with_fencing(nodes(&servers), config(5_000, 200), fencing).unwrap();
 
@@ -454,14 +453,15 @@ async fn fenced_redlock_fences_increase_across_majorities() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_retried_round_with_the_same_token_gets_the_same_fence() {
-    let servers = servers(5);
+    let servers = Server::start_many(5);
     let redlock = redlock(&servers, config(5_000, 300));
     warm_up(&redlock).await;
     let first = redlock.try_acquire("retry").await.unwrap();
     let fence = first.fence();
     let first_report = first.report().clone();
     let token = first.detach();
-    let before: Vec<Option<u64>> = servers.iter().map(|s| status(s, "retry").map(|st| st.0)).collect();
+    let before: Vec<Option<u64>> =
+        servers.iter().map(|s| s.lock_status("retry").map(|st| st.fence)).collect();
     // As if the replies of the first round were lost and the round ran again.
     let again = redlock.try_acquire_with_token("retry", &token).await.expect("idempotent");
     assert_eq!(again.fence(), fence);
@@ -474,7 +474,7 @@ async fn a_retried_round_with_the_same_token_gets_the_same_fence() {
             (&first_report.votes[i].vote, &report.votes[i].vote)
         {
             assert_eq!(Some(*granted), before[i], "{} issued a new fence: {report}", s.addr());
-            assert_eq!(status(s, "retry").unwrap().0, *granted);
+            assert_eq!(s.lock_status("retry").map(|st| st.fence), Some(*granted));
             both += 1;
         }
     }

@@ -2,10 +2,9 @@
 //! the module echoes the arguments of the command it does not know (token included), and
 //! those errors stay typed (kind, code, retry classification).
 
-mod client_support;
-
-use client_support::{config, servers};
+use crate::support::config;
 use fencedlock::{Error, Locker, Node, Redlock, Token, TokenFormat, Vote};
+use fencedlock_protocol::command::{ACQUIRE, RELEASE};
 use harness::Server;
 
 /// Tokens of every shape a caller may use: hex as the CLI makes them, printable text, text
@@ -76,7 +75,7 @@ async fn a_locker_on_a_server_without_the_module_never_shows_the_token() {
     match locker.try_acquire_with_token("k", &token).await {
         Err(Error::Server { source, .. }) => {
             assert_eq!(source.code(), Some("ERR"));
-            assert!(source.to_string().contains("FENCEDLOCK.ACQUIRE"), "{source}");
+            assert!(source.to_string().contains(ACQUIRE.name), "{source}");
         }
         other => panic!("expected the server's error, got {other:?}"),
     }
@@ -84,7 +83,7 @@ async fn a_locker_on_a_server_without_the_module_never_shows_the_token() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redlock_reports_never_show_the_token() {
-    let with_module = servers(2);
+    let with_module = Server::start_many(2);
     let plain = [Server::builder().without_module().start(), Server::builder().without_module().start()];
     let one_plain = [plain[0].url(), with_module[0].url(), with_module[1].url()];
     let two_plain = [plain[0].url(), plain[1].url(), with_module[0].url()];
@@ -92,7 +91,7 @@ async fn redlock_reports_never_show_the_token() {
         // One plain server, one grant, one refusal (a rival holds the key there): the plain
         // server's answer decides the round, so the report holds its error.
         let redlock = Redlock::open(&one_plain, config(5_000, 1_000)).unwrap();
-        let rival: Option<u64> = with_module[1].cmd(&["FENCEDLOCK.ACQUIRE", "r", "rival", "60000"]).unwrap();
+        let rival: Option<u64> = with_module[1].cmd(&[ACQUIRE.name, "r", "rival", "60000"]).unwrap();
         assert!(rival.is_some());
         let err = redlock.try_acquire_with_token("r", &token).await.unwrap_err();
         assert_error_hides(&err, &token);
@@ -101,7 +100,7 @@ async fn redlock_reports_never_show_the_token() {
         };
         assert!(matches!(report.votes[0].vote, Vote::Failed { .. }), "{report}");
         assert!(matches!(report.votes[2].vote, Vote::Refused), "{report}");
-        let _: i64 = with_module[1].cmd(&["FENCEDLOCK.RELEASE", "r", "rival"]).unwrap();
+        let _: i64 = with_module[1].cmd(&[RELEASE.name, "r", "rival"]).unwrap();
 
         // Granted by the two servers with the module; whatever the report holds is clean.
         let lease = redlock.try_acquire_with_token("r", &token).await.expect("2 of 3");

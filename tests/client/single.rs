@@ -1,13 +1,11 @@
 //! The `fencedlock` client against one real server: lease lifecycle, contention, expiry,
 //! drop behaviour, timeouts, bad input and restarts.
 
-mod client_support;
-
 use std::time::{Duration, Instant};
 
-use client_support::{config, held, status, steal, wait_released};
+use crate::support::{blocking, config, steal};
 use fencedlock::{Error, LockConfig, Locker, LossCause, Token, TokenFormat};
-use harness::Server;
+use harness::{wait_released, LockStatus, Server, EPOCH_GAP};
 
 fn locker(server: &Server, ttl_ms: u64) -> Locker {
     Locker::open(&server.url(), config(ttl_ms, 500)).expect("locker")
@@ -27,10 +25,13 @@ async fn lifecycle_acquire_renew_release() {
     lease.ensure_valid().expect("fresh lease is valid");
     assert_eq!(lease.report().yes(), 1);
 
-    let (fence, is_held, pttl) = status(&server, "job").expect("lock state exists");
-    assert_eq!(fence, lease.fence());
-    assert!(is_held);
-    assert!(pttl > 1_000 && pttl <= 2_000, "pttl {pttl}");
+    let st = server.lock_status("job").expect("lock state exists");
+    assert_eq!(st.fence, lease.fence());
+    assert!(st.held);
+    assert!(
+        st.remaining.is_some_and(|d| d > Duration::from_millis(1_000) && d <= Duration::from_millis(2_000)),
+        "{st:?}"
+    );
 
     // A second client is refused while the lease runs.
     let other = locker.clone();
@@ -43,12 +44,18 @@ async fn lifecycle_acquire_renew_release() {
     let before = lease.valid_until();
     lease.renew().await.expect("renew while held");
     assert!(lease.valid_until() > before, "renew moves the deadline forward");
-    let (_, _, pttl) = status(&server, "job").unwrap();
-    assert!(pttl > 1_700, "server restarted the lease: pttl {pttl}");
+    let st = server.lock_status("job").expect("lock state exists");
+    assert!(
+        st.remaining.is_some_and(|d| d > Duration::from_millis(1_700)),
+        "server restarted the lease: {st:?}"
+    );
 
     let first_fence = lease.fence();
     assert!(lease.release().await.expect("release"), "we held it");
-    assert_eq!(status(&server, "job"), Some((first_fence, false, -1)));
+    assert_eq!(
+        server.lock_status("job"),
+        Some(LockStatus { fence: first_fence, held: false, remaining: None })
+    );
 
     let next = locker.try_acquire("job").await.expect("grant after release");
     assert!(next.fence() > first_fence, "{} > {first_fence}", next.fence());
@@ -116,7 +123,7 @@ async fn expired_lease_is_lost_locally_and_on_the_server() {
     let next = locker.try_acquire("short").await.expect("expired lease can be taken");
     assert!(next.fence() > lease.fence());
     assert!(!lease.release().await.unwrap(), "release after expiry reports false");
-    assert!(held(&server, "short"), "the new holder keeps its lease");
+    assert!(server.lock_held("short"), "the new holder keeps its lease");
     next.release().await.unwrap();
 }
 
@@ -133,7 +140,7 @@ async fn renew_is_refused_after_the_key_was_taken_over() {
     }
     assert!(lease.ensure_valid().is_err(), "a refused renewal ends local validity too");
     assert!(!lease.release().await.unwrap());
-    assert!(held(&server, "stolen"), "our release must not free the thief's lease");
+    assert!(server.lock_held("stolen"), "our release must not free the thief's lease");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -142,17 +149,21 @@ async fn renew_token_extends_a_lease_known_only_by_its_token() {
     let locker = locker(&server, 2_000);
     let token = locker.try_acquire("handed").await.unwrap().detach();
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (fence, _, before) = status(&server, "handed").unwrap();
-    assert!(before <= 1_700, "{before}");
+    let before = server.lock_status("handed").expect("lock state");
+    let left_before = before.remaining.expect("300 ms into a 2 s lease, it is held");
+    assert!(left_before <= Duration::from_millis(1_700), "{before:?}");
     assert!(locker.renew_token("handed", &token).await.unwrap());
-    let (after_fence, is_held, after) = status(&server, "handed").unwrap();
-    assert!(is_held && after > before + 200, "renewed to a full ttl: {before} -> {after}");
-    assert_eq!(after_fence, fence, "renewing keeps the fence");
+    let after = server.lock_status("handed").expect("lock state");
+    assert!(
+        after.held && after.remaining.is_some_and(|left| left > left_before + Duration::from_millis(200)),
+        "renewed to a full ttl: {before:?} -> {after:?}"
+    );
+    assert_eq!(after.fence, before.fence, "renewing keeps the fence");
 
     // Another token is a definite "not yours", and changes nothing.
     let wrong = Token::from_bytes(b"not-the-token".to_vec()).unwrap();
     assert!(!locker.renew_token("handed", &wrong).await.unwrap());
-    assert!(held(&server, "handed"));
+    assert!(server.lock_held("handed"));
 
     // An unanswered renewal is an error, not a "no".
     server.pause();
@@ -166,7 +177,7 @@ async fn renew_token_extends_a_lease_known_only_by_its_token() {
     // Taken over: `false`, where `Lease::renew` says LeaseLost; the thief keeps its lease.
     steal(&server, "handed");
     assert!(!locker.renew_token("handed", &token).await.unwrap());
-    assert!(held(&server, "handed"));
+    assert!(server.lock_held("handed"));
     assert!(!locker.release_token("handed", &token).await.unwrap());
 }
 
@@ -175,7 +186,7 @@ async fn dropping_a_lease_releases_it_in_the_background() {
     let server = Server::start();
     let locker = locker(&server, 30_000);
     let lease = locker.try_acquire("dropped").await.unwrap();
-    assert!(held(&server, "dropped"));
+    assert!(server.lock_held("dropped"));
     drop(lease);
     wait_released(&[&server], "dropped", Duration::from_secs(3)).await;
 
@@ -183,12 +194,12 @@ async fn dropping_a_lease_releases_it_in_the_background() {
     let lease = locker.try_acquire("detached").await.unwrap();
     let token = lease.detach();
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(held(&server, "detached"), "detach must not release");
+    assert!(server.lock_held("detached"), "detach must not release");
     let wrong = Token::from_bytes(b"not-the-token".to_vec()).unwrap();
     assert!(!locker.release_token("detached", &wrong).await.unwrap());
-    assert!(held(&server, "detached"));
+    assert!(server.lock_held("detached"));
     assert!(locker.release_token("detached", &token).await.unwrap());
-    assert!(!held(&server, "detached"));
+    assert!(!server.lock_held("detached"));
 }
 
 #[test]
@@ -201,8 +212,8 @@ fn dropping_a_lease_outside_a_runtime_neither_panics_nor_blocks() {
     drop(lease);
     assert!(started.elapsed() < Duration::from_millis(100));
     // Nobody could release it, so the ttl ends it.
-    assert!(held(&server, "orphan"));
-    harness::poll("the orphaned lease to expire", Duration::from_secs(3), || !held(&server, "orphan"));
+    assert!(server.lock_held("orphan"));
+    harness::poll("the orphaned lease to expire", Duration::from_secs(3), || !server.lock_held("orphan"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -253,7 +264,7 @@ async fn server_errors_are_typed_and_not_retried() {
         Err(err @ Error::Server { .. }) => assert!(err.to_string().contains("ttl"), "{err}"),
         other => panic!("expected a ttl error, got {other:?}"),
     }
-    assert_eq!(status(&server, "long"), None, "a refused command changes nothing");
+    assert_eq!(server.lock_status("long"), None, "a refused command changes nothing");
 
     // A server that is not listening: I/O error, retryable.
     let nowhere = Locker::open("redis://127.0.0.1:1", config(1_000, 200)).unwrap();
@@ -269,7 +280,7 @@ async fn the_locker_reconnects_after_a_server_restart() {
     let before_fence = before.fence();
     assert!(before.release().await.unwrap());
 
-    let mut server = client_support::blocking(move || {
+    let mut server = blocking(move || {
         server.kill9();
         server.restart();
         server
@@ -278,7 +289,7 @@ async fn the_locker_reconnects_after_a_server_restart() {
     // The first request may hit the dead connection; acquire() retries through it.
     let after = locker.acquire("restart").await.expect("grant after restart");
     assert!(
-        after.fence() > before_fence + (1 << 32) - 1,
+        after.fence() > before_fence + EPOCH_GAP - 1,
         "restart epoch jump: {} after {before_fence}",
         after.fence()
     );
@@ -339,8 +350,11 @@ async fn reacquiring_with_the_holders_token_is_idempotent() {
         .await
         .expect("the holder's own token is granted again");
     assert_eq!(again.fence(), fence, "same lease, same fence");
-    let (_, _, pttl) = status(&server, "resume").unwrap();
-    assert!(pttl > 900, "the lease restarted for a full ttl: {pttl}");
+    let st = server.lock_status("resume").expect("lock state");
+    assert!(
+        st.remaining.is_some_and(|d| d > Duration::from_millis(900)),
+        "the lease restarted for a full ttl: {st:?}"
+    );
     // Anyone else is still refused.
     let other = Token::from_bytes(b"someone-else".to_vec()).unwrap();
     assert!(matches!(locker.try_acquire_with_token("resume", &other).await, Err(Error::Contended { .. })));
@@ -351,7 +365,7 @@ async fn reacquiring_with_the_holders_token_is_idempotent() {
 async fn acquire_waits_out_the_restart_grace() {
     let mut server = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start();
     server.set_restart_arg("fencedlock.restart-grace-ms", "800");
-    let server = client_support::blocking(move || {
+    let server = blocking(move || {
         server.restart();
         server
     })
@@ -365,6 +379,6 @@ async fn acquire_waits_out_the_restart_grace() {
         other => panic!("expected TRYAGAIN during the restart grace, got {other:?}"),
     }
     let lease = locker.acquire("grace").await.expect("granted once the grace is over");
-    assert!(lease.fence() > 1 << 32);
+    assert!(lease.fence() > EPOCH_GAP);
     lease.release().await.unwrap();
 }

@@ -9,8 +9,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use fencedlock::{Error, Lease, LockConfig, Locker};
+use fencedlock_protocol::command::{ACQUIRE, RAISE, STATUS};
 use harness::redis;
-use harness::{error_text, Cluster, LockStatus, Server, EPOCH_GAP};
+use harness::{decode_status, error_text, Cluster, Server, EPOCH_GAP};
 
 const TTL: Duration = Duration::from_secs(30);
 
@@ -40,11 +41,11 @@ fn status_on(node: &Server, key: &str) -> Option<(u64, bool)> {
 fn status_after(node: &Server, prefix: &str, key: &str) -> Option<(u64, bool)> {
     let mut conn = node.conn();
     let _: () = redis::cmd(prefix).query(&mut conn).unwrap_or_else(|e| panic!("{prefix}: {e}"));
-    let reply: redis::Value = redis::cmd("FENCEDLOCK.STATUS")
+    let reply: redis::Value = redis::cmd(STATUS.name)
         .arg(key)
         .query(&mut conn)
         .unwrap_or_else(|e| panic!("{prefix} STATUS {key} on {}: {}", node.addr(), error_text(&e)));
-    LockStatus::decode(&reply).map(|st| (st.fence, st.held))
+    decode_status(&reply).map(|st| (st.fence, st.held))
 }
 
 /// `(fence, held)` on a replica, which serves reads only after `READONLY`.
@@ -113,8 +114,7 @@ async fn leases_on_keys_over_all_slots_through_the_cluster_connection() {
     for lease in leases.iter().take(10) {
         let owner = cluster.slot_owner_seen_by(0, cluster.key_slot(lease.key())).expect("owner");
         for m in cluster.masters().into_iter().filter(|&m| m != owner) {
-            let err =
-                cluster.nodes()[m].cmd::<redis::Value>(&["FENCEDLOCK.STATUS", lease.key()]).unwrap_err();
+            let err = cluster.nodes()[m].cmd::<redis::Value>(&[STATUS.name, lease.key()]).unwrap_err();
             assert!(error_text(&err).starts_with("MOVED"), "{}", error_text(&err));
         }
     }
@@ -164,7 +164,7 @@ async fn retake(locker: &Locker, lease: Lease) -> Lease {
 }
 
 fn raise(node: &Server, key: &str, token: &[u8], fence: u64) -> u64 {
-    let mut cmd = redis::cmd("FENCEDLOCK.RAISE");
+    let mut cmd = redis::cmd(RAISE.name);
     cmd.arg(key).arg(token).arg(fence);
     let raised: Option<u64> = node.query(&cmd).unwrap_or_else(|e| panic!("RAISE {key}: {}", error_text(&e)));
     raised.expect("the holder raises")
@@ -187,7 +187,7 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
         .map(|n| format!("dummy:{n}"))
         .find(|k| cluster.slot_owner_seen_by(0, cluster.key_slot(k)) == Some(target))
         .expect("a key on the target");
-    let d: Option<u64> = dst.cmd(&["FENCEDLOCK.ACQUIRE", &dummy, "dummy", "60000"]).expect("dummy grant");
+    let d: Option<u64> = dst.cmd(&[ACQUIRE.name, &dummy, "dummy", "60000"]).expect("dummy grant");
     d.expect("granted");
     let target_mark = raise(dst, &dummy, b"dummy", low.fence() + 1_000_000);
     assert_eq!(dst.high_water(), target_mark, "RAISE moves the mark");
@@ -207,7 +207,7 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     let mut high = high;
     high.renew().await.expect("renew while MIGRATING: the source still has the key");
     migration.move_keys();
-    let moved = dst.cmd::<redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).unwrap_err();
+    let moved = dst.cmd::<redis::Value>(&[STATUS.name, &key_high]).unwrap_err();
     assert!(
         error_text(&moved).starts_with("MOVED"),
         "the target serves it only after ASKING: {}",
@@ -222,7 +222,7 @@ async fn leases_survive_slot_migration_and_fences_stay_monotonic() {
     assert_eq!(on_target, (high.fence(), true), "same fence, still held");
     assert!(dst.high_water() >= high.fence(), "a restored lock raises the target's mark");
     assert!(matches!(rival.try_acquire(&key_high).await, Err(Error::Contended { .. })));
-    assert!(src.cmd::<redis::Value>(&["FENCEDLOCK.STATUS", &key_high]).is_err(), "the source redirects");
+    assert!(src.cmd::<redis::Value>(&[STATUS.name, &key_high]).is_err(), "the source redirects");
     kept.ensure_valid().expect("the kept-alive lease survived the migration");
     assert_eq!(status_on(dst, &format!("{tag_high}:kept")), Some((kept_fence, true)));
     sync_replica(&cluster, target);

@@ -10,13 +10,12 @@
 //!   an OS crash leaves behind. Fences still never repeat (the restart epoch jump), a lost
 //!   lease can be granted to somebody else, and `fencedlock.restart-grace-ms` closes that gap.
 
-mod fault_support;
-
 use std::fs;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use fault_support::*;
+use crate::support::*;
+use fencedlock_protocol::command::ACQUIRE;
 use harness::{error_text, poll, Server, EPOCH_GAP};
 
 /// Long enough that no lease in the crash tests expires by accident.
@@ -181,7 +180,7 @@ fn power_loss(s: &mut Server, rt: &tokio::runtime::Runtime, ttl_ms: u64) -> (Vec
         let key = format!("pl:after-fsync:{i}");
         let token = format!("holder-{i}");
         let sent = Instant::now();
-        let fence: Option<u64> = s.cmd(&["FENCEDLOCK.ACQUIRE", &key, &token, &ttl_ms.to_string()]).unwrap();
+        let fence: Option<u64> = s.cmd(&[ACQUIRE.name, &key, &token, &ttl_ms.to_string()]).unwrap();
         let fence = fence.expect("a fresh key is granted");
         lost.push(LostLease { key, token, fence, until: sent + Duration::from_millis(ttl_ms) });
     }

@@ -3,11 +3,10 @@
 //! the load moves to the new primary. Assertions are on the clients' recorded history, then
 //! the old primary comes back as a replica and must converge.
 
-mod fault_support;
-
 use std::time::{Duration, Instant};
 
-use fault_support::*;
+use crate::support::*;
+use fencedlock_protocol::command::ACQUIRE;
 use harness::{error_text, wait_replica_online, Server, EPOCH_GAP};
 
 const LONG_TTL_MS: u64 = 20_000;
@@ -20,8 +19,7 @@ fn durable_leases(p: &Server, n: usize) -> Vec<HeldLease> {
         .map(|i| {
             let (key, token) = (format!("fo:durable:{i}"), format!("durable-holder-{i}"));
             let sent = Instant::now();
-            let fence: Option<u64> =
-                p.cmd(&["FENCEDLOCK.ACQUIRE", &key, &token, &LONG_TTL_MS.to_string()]).unwrap();
+            let fence: Option<u64> = p.cmd(&[ACQUIRE.name, &key, &token, &LONG_TTL_MS.to_string()]).unwrap();
             let fence = fence.expect("a fresh key is granted");
             HeldLease { key, token, fence, until: sent + Duration::from_millis(LONG_TTL_MS) }
         })
@@ -37,7 +35,7 @@ fn assert_converged(nodes: &[&Server], keys: &[String]) {
     for n in &nodes[1..] {
         assert_eq!(n.digest(), first.digest(), "{} and {} hold different data", n.addr(), first.addr());
         for key in keys {
-            // pttl aside: it moves between the two reads.
+            // The remaining time aside: it moves between the two reads.
             let lock = |s: &Server| s.lock_status(key).map(|st| (st.fence, st.held));
             assert_eq!(lock(n), lock(first), "{key} on {} vs {}", n.addr(), first.addr());
             assert_eq!(n.digest_value(key), first.digest_value(key), "{key}: value digests differ");

@@ -8,6 +8,7 @@
 //! - At `maxmemory` with `noeviction`, ACQUIRE (`deny-oom`) is refused with OOM while RENEW,
 //!   RELEASE and STATUS keep working, so holders can still renew and free their leases.
 
+use fencedlock_protocol::command::ACQUIRE;
 use harness::redis::{self, Value};
 use harness::{error_text, Server};
 
@@ -30,7 +31,7 @@ fn limit_memory(s: &Server, headroom: u64, policy: &str) {
 }
 
 fn acquire(s: &Server, key: &str, token: &str, ttl: u64) -> redis::RedisResult<Option<u64>> {
-    s.cmd(&["FENCEDLOCK.ACQUIRE", key, token, &ttl.to_string()])
+    s.cmd(&[ACQUIRE.name, key, token, &ttl.to_string()])
 }
 
 fn exists(s: &Server, key: &str) -> bool {
@@ -93,8 +94,7 @@ fn volatile_eviction_spares_lock_keys_and_oom_refuses_only_new_grants() {
     limit_memory(&s, 2 << 20, "volatile-lru");
     fill(&s, Some(600), |s| evicted(s) >= 10);
     for key in &keys {
-        let st: (u64, u8, i64) = s.cmd(&["FENCEDLOCK.STATUS", key]).expect("STATUS");
-        assert_eq!(st.1, 1, "{key}: a lock key was evicted under volatile-lru");
+        assert!(s.lock_held(key), "{key}: a lock key was evicted under volatile-lru");
     }
 
     // Now nothing may be evicted, and the data is above the limit: the server is out of
@@ -118,8 +118,8 @@ fn volatile_eviction_spares_lock_keys_and_oom_refuses_only_new_grants() {
     assert_eq!(renewed, 1);
     let released: i64 = s.cmd(&["FENCEDLOCK.RELEASE", "vol:2", "holder"]).expect("RELEASE under OOM");
     assert_eq!(released, 1);
-    let st: (u64, u8, i64) = s.cmd(&["FENCEDLOCK.STATUS", "vol:2"]).expect("STATUS under OOM");
-    assert_eq!(st.1, 0);
+    let st = s.lock_status("vol:2").expect("STATUS under OOM");
+    assert!(!st.held, "{st:?}");
 
     // With memory back, grants resume above everything before.
     let _: () = s.cmd(&["CONFIG", "SET", "maxmemory", "0"]).expect("lift the limit");

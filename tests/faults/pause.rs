@@ -24,7 +24,8 @@ const TTL_MS: u64 = 400;
 /// Set in the worker process: the server URL.
 const WORKER_ENV: &str = "FENCEDLOCK_PAUSE_WORKER_URL";
 const WORKER_DB_ENV: &str = "FENCEDLOCK_PAUSE_WORKER_DB";
-const WORKER_TEST: &str = "pause_worker_process";
+/// The worker test's own name; libtest knows it by its path inside the binary ([`worker_test`]).
+const WORKER_FN: &str = "pause_worker_process";
 /// Marks worker protocol lines (libtest prints its own output on the same stdout).
 const TAG: &str = "@@ ";
 const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
@@ -91,14 +92,14 @@ fn write(conn: &mut Connection, round: u32, writer: &str, fence: u64) -> bool {
 // ---------------------------------------------------------------------------------------
 
 /// Entry point of worker A's process; the parent test runs this binary with
-/// `--ignored --exact pause_worker_process`. Protocol on stdin / stdout:
+/// `--ignored --exact <module path>::pause_worker_process`. Protocol on stdin / stdout:
 /// `acquire <key> <round>` -> `@@ checked <fence>`; then `write` -> `@@ wrote <accepted>
 /// <locally-valid> <renewal>`; `quit` ends it.
 #[test]
 #[ignore = "worker process of paused_worker_writes_are_refused_by_the_fenced_table"]
 fn pause_worker_process() {
     let (Ok(url), Ok(db)) = (std::env::var(WORKER_ENV), std::env::var(WORKER_DB_ENV)) else {
-        eprintln!("{WORKER_TEST} is a worker process started by the pause test; nothing to do");
+        eprintln!("{WORKER_FN} is a worker process started by the pause test; nothing to do");
         return;
     };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
@@ -136,6 +137,16 @@ fn pause_worker_process() {
     }
 }
 
+/// The worker test's name as libtest filters it: its module path without the crate (test
+/// binary) name, e.g. `pause::pause_worker_process`, so the name follows this file wherever
+/// the binary's `main.rs` mounts it.
+fn worker_test() -> String {
+    match module_path!().split_once("::") {
+        Some((_crate, module)) => format!("{module}::{WORKER_FN}"),
+        None => WORKER_FN.to_string(),
+    }
+}
+
 /// Worker A's process, killed (and thawed first) when dropped.
 struct WorkerA {
     child: Child,
@@ -147,7 +158,7 @@ impl WorkerA {
     fn spawn(url: &str, db: &Path) -> WorkerA {
         let exe = std::env::current_exe().expect("test binary path");
         let mut child = Command::new(exe)
-            .args(["--ignored", "--exact", WORKER_TEST, "--nocapture", "--test-threads=1"])
+            .args(["--ignored", "--exact", &worker_test(), "--nocapture", "--test-threads=1"])
             .env(WORKER_ENV, url)
             .env(WORKER_DB_ENV, db)
             .stdin(Stdio::piped())

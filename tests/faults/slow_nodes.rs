@@ -3,9 +3,7 @@
 //! proxy. Acquisition, renewal and release must each finish within the per-node timeout
 //! (checked with generous upper bounds that detect a stall, not measure speed).
 //!
-//! Nodes frozen with SIGSTOP and killed nodes are covered in `client_redlock.rs`.
-
-mod client_support;
+//! Nodes frozen with SIGSTOP and killed nodes are covered in the client tests (`redlock`).
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
@@ -15,9 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use client_support::{held, servers, wait_released};
 use fencedlock::{Error, LockConfig, Locker, Node, Redlock, Vote};
-use harness::{pick_port, Server};
+use fencedlock_protocol::command::ACQUIRE;
+use harness::{pick_port, wait_released, Server};
 
 /// Long enough that a healthy local server always answers in time on a loaded CI machine,
 /// well below the late node's 1.5 s delay.
@@ -196,7 +194,7 @@ fn no_answer(v: &Vote) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_node_and_a_late_node_do_not_stall_redlock() {
-    let live = servers(4);
+    let live = Server::start_many(4);
     let silent = Blackhole::start();
     let late = DelayProxy::start(&live[3], Duration::ZERO);
     // Node order: three good servers, the silent one, the late one.
@@ -226,8 +224,7 @@ async fn a_silent_node_and_a_late_node_do_not_stall_redlock() {
     // Now one good node refuses (another token holds the key there): the outcome hangs on
     // the silent and the late node, so the round must wait for them, and only up to the
     // node timeout.
-    let blocker: Option<u64> =
-        live[2].cmd(&["FENCEDLOCK.ACQUIRE", "slow:other", "blocker", "60000"]).expect("grant");
+    let blocker: Option<u64> = live[2].cmd(&[ACQUIRE.name, "slow:other", "blocker", "60000"]).expect("grant");
     assert!(blocker.is_some());
     let started = Instant::now();
     let result = redlock.try_acquire("slow:other").await;
@@ -247,13 +244,13 @@ async fn a_silent_node_and_a_late_node_do_not_stall_redlock() {
     let ours: Vec<&Server> = [&live[0], &live[1], &live[3]].into_iter().collect();
     wait_released(&ours, "slow:other", Duration::from_secs(5)).await;
     wait_released(&ours, "slow:key", Duration::from_secs(5)).await;
-    assert!(held(&live[2], "slow:other"), "the blocker still holds its lease");
+    assert!(live[2].lock_held("slow:other"), "the blocker still holds its lease");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_slower_than_usual_but_within_the_timeout_still_counts() {
     // Two good nodes, two silent ones and one 40 ms late: a majority needs the late node.
-    let live = servers(3);
+    let live = Server::start_many(3);
     let silent: Vec<Blackhole> = (0..2).map(|_| Blackhole::start()).collect();
     let late = DelayProxy::start(&live[2], Duration::ZERO);
     let urls = [live[0].url(), live[1].url(), silent[0].url(), silent[1].url(), late.url()];
@@ -281,7 +278,7 @@ async fn a_node_slower_than_usual_but_within_the_timeout_still_counts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_silent_majority_fails_within_the_bound_and_leaves_nothing() {
-    let live = servers(2);
+    let live = Server::start_many(2);
     let silent: Vec<Blackhole> = (0..3).map(|_| Blackhole::start()).collect();
     let mut urls: Vec<String> = silent.iter().map(Blackhole::url).collect();
     urls.extend(live.iter().map(Server::url));
@@ -298,7 +295,7 @@ async fn a_silent_majority_fails_within_the_bound_and_leaves_nothing() {
     }
     assert_bounded("a failed round", started.elapsed());
     for s in &live {
-        assert!(!held(s, "silent:key"), "{}: the failed round released its grant", s.addr());
+        assert!(!s.lock_held("silent:key"), "{}: the failed round released its grant", s.addr());
     }
 
     // acquire() retries until its max wait (500 ms), each round bounded by the node timeout.

@@ -1,17 +1,17 @@
-//! Shared by the fault tests (`fault_*.rs`): a steady acquire / renew / release load from
+//! Shared by the crash and failover tests: a steady acquire / renew / release load from
 //! several tokio tasks that records every request, acknowledged or not, and the checks the
 //! tests run over that recorded history.
 //!
 //! Each task has one request in flight at a time, so its own record is a sequential history:
 //! we know exactly which leases it was told it holds, and which requests were cut off by a
 //! crash (their effect is unknown, so no check relies on them).
-#![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fencedlock_protocol::command::{ACQUIRE, RELEASE, RENEW};
 use harness::redis::{self, aio::MultiplexedConnection, AsyncConnectionConfig, Value};
 use harness::{error_text, Server, EPOCH_GAP};
 use rand::rngs::StdRng;
@@ -170,9 +170,9 @@ async fn run_task(url: String, spec: LoadSpec, task: usize, stop: Arc<AtomicBool
     let mut held: Option<(String, String)> = None;
     let send = |conn: &mut MultiplexedConnection, key: &str, token: &str, op: Op| {
         let args: Vec<Vec<u8>> = match op {
-            Op::Acquire => vec![b"FENCEDLOCK.ACQUIRE".to_vec(), key.into(), token.into(), ttl.clone().into()],
-            Op::Renew => vec![b"FENCEDLOCK.RENEW".to_vec(), key.into(), token.into(), ttl.clone().into()],
-            Op::Release => vec![b"FENCEDLOCK.RELEASE".to_vec(), key.into(), token.into()],
+            Op::Acquire => vec![ACQUIRE.name.into(), key.into(), token.into(), ttl.clone().into()],
+            Op::Renew => vec![RENEW.name.into(), key.into(), token.into(), ttl.clone().into()],
+            Op::Release => vec![RELEASE.name.into(), key.into(), token.into()],
         };
         let mut conn = conn.clone();
         let (key, token, label, ttl_ms) =
@@ -335,12 +335,12 @@ pub fn certainly_held(events: &[Event], now: Instant) -> Vec<HeldLease> {
 pub fn assert_leases_survived(server: &Server, leases: &[HeldLease]) {
     for l in leases {
         let intruder: Option<u64> = server
-            .cmd(&["FENCEDLOCK.ACQUIRE", &l.key, "intruder", "60000"])
+            .cmd(&[ACQUIRE.name, &l.key, "intruder", "60000"])
             .unwrap_or_else(|e| panic!("ACQUIRE {} by an intruder: {}", l.key, error_text(&e)));
         assert_eq!(intruder, None, "an acknowledged, unexpired lease was lost: {l:?}");
         let status = server.lock_status(&l.key);
         assert_eq!(status.map(|st| (st.fence, st.held)), Some((l.fence, true)), "{l:?}: STATUS {status:?}");
-        let released: i64 = server.cmd(&["FENCEDLOCK.RELEASE", &l.key, &l.token]).expect("RELEASE");
+        let released: i64 = server.cmd(&[RELEASE.name, &l.key, &l.token]).expect("RELEASE");
         assert_eq!(released, 1, "the holder's token no longer holds {l:?}");
     }
 }
@@ -353,7 +353,7 @@ pub fn assert_new_grants_above(server: &Server, keys: &[String], max_before: u64
     let fresh = "fresh-after-fault".to_string();
     for key in keys.iter().chain([&fresh]) {
         let fence: Option<u64> = server
-            .cmd(&["FENCEDLOCK.ACQUIRE", key, "checker", "60000"])
+            .cmd(&[ACQUIRE.name, key, "checker", "60000"])
             .unwrap_or_else(|e| panic!("ACQUIRE {key}: {}", error_text(&e)));
         let Some(fence) = fence else { continue };
         assert!(
@@ -364,7 +364,7 @@ pub fn assert_new_grants_above(server: &Server, keys: &[String], max_before: u64
             !new_epoch || fence / EPOCH_GAP > max_before / EPOCH_GAP,
             "{key}: fence {fence} is in the same 2^32 block as {max_before}: no epoch jump"
         );
-        let _: i64 = server.cmd(&["FENCEDLOCK.RELEASE", key, "checker"]).expect("RELEASE");
+        let _: i64 = server.cmd(&[RELEASE.name, key, "checker"]).expect("RELEASE");
         top = top.max(fence);
     }
     top

@@ -2,12 +2,11 @@
 //! of the flavor in `FENCEDLOCK_FLAVOR`: replies, the lesson's Worker A/B timeline, fences,
 //! bad input (clear error, nothing changed), secrets, configs, counters, DUMP/RESTORE/COPY.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
-use harness::{error_text, redis, Server};
+use crate::support::*;
+use fencedlock_protocol::limits::{DEFAULT_MAX_TTL_MS, MAX_TOKEN_LEN};
+use harness::{decode_status, error_text, redis, LockStatus, Server};
 use redis::Value;
 
 // ---------------------------------------------------------------------------------------
@@ -33,7 +32,7 @@ fn worker_a_b_timeline() {
     assert_eq!(acquire(&s, key, b"worker-a", 10_000), None);
     let st = status_of(&s, key);
     assert_eq!((st.fence, st.held), (fence_b, true));
-    assert!(st.pttl > 0 && st.pttl <= 10_000, "{st:?}");
+    assert!(st.remaining.is_some_and(|d| !d.is_zero() && d <= Duration::from_millis(10_000)), "{st:?}");
     assert_eq!(release(&s, key, b"worker-b"), 1);
 }
 
@@ -42,16 +41,22 @@ fn acquire_is_idempotent_for_the_holder_and_restarts_the_lease() {
     let s = Server::start();
     let key = "idem:lock";
     let fence = grant(&s, key, b"tok", 1_000);
-    assert!(status_of(&s, key).pttl <= 1_000);
+    assert!(status_of(&s, key).remaining.is_none_or(|d| d <= Duration::from_millis(1_000)));
 
     // A client whose reply was lost retries: same fence, lease runs ttl from now.
     assert_eq!(grant(&s, key, b"tok", LONG_TTL), fence);
     let st = status_of(&s, key);
-    assert!(st.held && st.pttl > 1_000 && st.pttl <= LONG_TTL as i64, "{st:?}");
+    assert!(
+        st.held
+            && st
+                .remaining
+                .is_some_and(|d| d > Duration::from_millis(1_000) && d <= Duration::from_millis(LONG_TTL)),
+        "{st:?}"
+    );
 
     // Restarted, not extended: a shorter ttl shortens it.
     assert_eq!(grant(&s, key, b"tok", 500), fence);
-    assert!(status_of(&s, key).pttl <= 500);
+    assert!(status_of(&s, key).remaining.is_none_or(|d| d <= Duration::from_millis(500)));
     assert_eq!(s.high_water(), fence, "a re-acquire issues no new fence");
 }
 
@@ -62,7 +67,7 @@ fn renew_extends_only_the_holders_live_lease() {
     let fence = grant(&s, key, b"holder", 1_000);
     assert_eq!(renew(&s, key, b"holder", LONG_TTL), 1);
     let st = status_of(&s, key);
-    assert!(st.held && st.pttl > 1_000, "{st:?}");
+    assert!(st.held && st.remaining.is_some_and(|d| d > Duration::from_millis(1_000)), "{st:?}");
     assert_eq!(st.fence, fence, "renew keeps the fence");
 
     assert_eq!(renew(&s, key, b"other", LONG_TTL), 0, "a non-holder cannot renew");
@@ -77,7 +82,7 @@ fn renew_extends_only_the_holders_live_lease() {
     let fence2 = grant(&s, key, b"holder", 100);
     wait_expired(&s, key);
     assert_eq!(renew(&s, key, b"holder", LONG_TTL), 0);
-    assert_eq!(status_of(&s, key), Status { fence: fence2, held: false, pttl: -1 });
+    assert_eq!(status_of(&s, key), LockStatus { fence: fence2, held: false, remaining: None });
 }
 
 #[test]
@@ -88,7 +93,7 @@ fn release_ends_the_lease_and_keeps_the_fence() {
     assert_eq!(release(&s, key, b"b"), 0, "a non-holder cannot release");
     assert!(status_of(&s, key).held);
     assert_eq!(release(&s, key, b"a"), 1);
-    assert_eq!(status_of(&s, key), Status { fence, held: false, pttl: -1 });
+    assert_eq!(status_of(&s, key), LockStatus { fence, held: false, remaining: None });
     assert_eq!(release(&s, key, b"a"), 0, "a second release is refused");
     assert_eq!(release(&s, "release:missing", b"a"), 0);
     assert_eq!(s.lock_status("release:missing"), None);
@@ -106,9 +111,9 @@ fn status_shapes() {
     let fence = grant(&s, "status:k", b"t", 5_000);
     let st = status_of(&s, "status:k");
     assert_eq!((st.fence, st.held), (fence, true));
-    assert!(st.pttl > 0 && st.pttl <= 5_000, "{st:?}");
+    assert!(st.remaining.is_some_and(|d| !d.is_zero() && d <= Duration::from_millis(5_000)), "{st:?}");
     assert_eq!(release(&s, "status:k", b"t"), 1);
-    assert_eq!(status_of(&s, "status:k"), Status { fence, held: false, pttl: -1 });
+    assert_eq!(status_of(&s, "status:k"), LockStatus { fence, held: false, remaining: None });
 }
 
 #[test]
@@ -274,7 +279,7 @@ fn wrong_arity_is_refused() {
 #[test]
 fn bad_ttls_are_refused() {
     let (s, keys) = populated();
-    let max = 86_400_000u64;
+    let max = DEFAULT_MAX_TTL_MS;
     let bad = [
         "abc".to_string(),
         "1.5".into(),
@@ -303,7 +308,7 @@ fn bad_ttls_are_refused() {
 #[test]
 fn token_length_is_checked() {
     let (s, keys) = populated();
-    let long = vec![b'x'; 513];
+    let long = vec![b'x'; MAX_TOKEN_LEN + 1];
     for token in [Vec::new(), long.clone()] {
         assert_refused(&s, &keys, args!["FENCEDLOCK.ACQUIRE", "bad:new", token.clone(), "1000"], "ERR token");
         assert_refused(
@@ -316,11 +321,11 @@ fn token_length_is_checked() {
         assert_refused(&s, &keys, args!["FENCEDLOCK.RELEASE", "bad:lock", token.clone()], "ERR token");
     }
     // 512 bytes is the maximum and works end to end; 1 byte is the minimum.
-    let max = vec![b'y'; 512];
+    let max = vec![b'y'; MAX_TOKEN_LEN];
     let fence = grant(&s, "bad:max-token", &max, LONG_TTL);
     assert_eq!(grant(&s, "bad:max-token", &max, LONG_TTL), fence);
     assert_eq!(renew(&s, "bad:max-token", &max, LONG_TTL), 1);
-    assert_eq!(release(&s, "bad:max-token", &max[..511]), 0);
+    assert_eq!(release(&s, "bad:max-token", &max[..MAX_TOKEN_LEN - 1]), 0);
     assert_eq!(release(&s, "bad:max-token", &max), 1);
     assert!(grant(&s, "bad:min-token", b"z", LONG_TTL) > 0);
 }
@@ -451,7 +456,7 @@ fn max_ttl_config_is_settable_and_enforced() {
         assert_eq!(v.len(), 2, "CONFIG GET {name}: {v:?}");
         v[1].clone()
     };
-    assert_eq!(get("fencedlock.max-ttl-ms"), "86400000");
+    assert_eq!(get("fencedlock.max-ttl-ms"), DEFAULT_MAX_TTL_MS.to_string());
     assert_eq!(get("fencedlock.restart-grace-ms"), "0");
 
     let _: () = s.cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "1000"]).unwrap();
@@ -494,7 +499,7 @@ fn configs_are_read_from_the_config_file() {
 #[test]
 fn memory_usage_and_type() {
     let s = Server::start();
-    grant(&s, "mem:lock", &vec![b'q'; 512], LONG_TTL);
+    grant(&s, "mem:lock", &vec![b'q'; MAX_TOKEN_LEN], LONG_TTL);
     let bytes: i64 = s.cmd(&["MEMORY", "USAGE", "mem:lock"]).unwrap();
     assert!(bytes > 0, "MEMORY USAGE {bytes}");
     let ty: String = s.cmd(&["TYPE", "mem:lock"]).unwrap();
@@ -511,7 +516,7 @@ fn dump_restore_and_copy_round_trip() {
     let _: () = s.query(redis::cmd("RESTORE").arg("dump:dst").arg(0).arg(&payload)).unwrap();
     let st = status_of(&s, "dump:dst");
     assert_eq!((st.fence, st.held), (fence, true), "{st:?}");
-    assert!(st.pttl > 0 && st.pttl <= LONG_TTL as i64);
+    assert!(st.remaining.is_some_and(|d| !d.is_zero() && d <= Duration::from_millis(LONG_TTL)));
     assert_eq!(s.digest_value("dump:dst"), s.digest_value("dump:src"));
     // The (binary) token travelled with it: the holder can release the copy.
     assert_eq!(release(&s, "dump:dst", b"other"), 0);
@@ -588,7 +593,7 @@ fn corrupt_dump_payloads_are_refused_without_crashing() {
             }
             Ok(()) => {
                 match run(&s, &[b"FENCEDLOCK.STATUS", b"corrupt:dst"]) {
-                    Ok(v) => assert!(Status::decode(&v).is_some(), "a restored lock has a status"),
+                    Ok(v) => assert!(decode_status(&v).is_some(), "a restored lock has a status"),
                     Err(e) => panic!("STATUS on a restored value failed: {}", error_text(&e)),
                 }
                 let _: i64 = s.cmd(&["DEL", "corrupt:dst"]).unwrap();

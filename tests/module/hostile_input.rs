@@ -9,13 +9,16 @@
 //!   and an exhausted fence space fails grants instead of wrapping.
 //!
 //! Tampered `DUMP` payloads are covered by
-//! `module_commands.rs::corrupt_dump_payloads_are_refused_without_crashing`, and the module's
+//! `commands::corrupt_dump_payloads_are_refused_without_crashing`, and the module's
 //! own property tests fuzz its argument parsing and record loader against the pure core.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
+use fencedlock_protocol::command::{ACQUIRE, RAISE, RELEASE, RENEW};
+use fencedlock_protocol::limits::{DEFAULT_MAX_TTL_MS, MAX_FENCE, MAX_MAX_TTL_MS, MAX_TOKEN_LEN};
 use harness::redis::{self, Value};
-use harness::{error_text, Server};
+use harness::{error_text, try_decode_status, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -76,8 +79,8 @@ impl Gen {
     fn token(&mut self) -> Vec<u8> {
         match self.rng.random_range(0..12) {
             0 => Vec::new(),
-            1 => vec![b'x'; 512],
-            2 => vec![b'x'; 513],
+            1 => vec![b'x'; MAX_TOKEN_LEN],
+            2 => vec![b'x'; MAX_TOKEN_LEN + 1],
             3 => self.bytes(64),
             4 => vec![0, 0xff, b'\n', 0],
             n => format!("tok{}", n % 3).into_bytes(),
@@ -99,8 +102,8 @@ impl Gen {
             5 => "340282366920938463463374607431768211456".into(),
             6 if valid_huge => self.rng.random::<i64>().to_string(),
             6 => (-self.rng.random_range(1..=i64::MAX)).to_string(),
-            7 => "86400000".into(),
-            8 => "86400001".into(),
+            7 => DEFAULT_MAX_TTL_MS.to_string(),
+            8 => (DEFAULT_MAX_TTL_MS + 1).to_string(),
             9 => return self.bytes(12),
             10..=15 => self.rng.random_range(1..=2_000u64).to_string(),
             _ => self.rng.random_range(1..=60_000u64).to_string(),
@@ -165,13 +168,9 @@ fn check_reply(cmd: &str, args: &[Vec<u8>], reply: &Result<Value, redis::RedisEr
             ("ACQUIRE" | "RAISE", Value::Int(f)) if *f > 0 => Some(*f as u64),
             ("ACQUIRE" | "RAISE", Value::Nil) => None,
             ("RENEW" | "RELEASE" | "CAD", Value::Int(0 | 1)) => None,
-            ("STATUS", Value::Nil) => None,
-            ("STATUS", Value::Array(items)) => match items.as_slice() {
-                [Value::Int(f), Value::Int(h @ (0 | 1)), Value::Int(p)] if *f > 0 => {
-                    assert!(if *h == 1 { *p >= 0 } else { *p == -1 }, "{}: STATUS {v:?}", shown());
-                    Some(*f as u64)
-                }
-                _ => panic!("{}: malformed STATUS {v:?}", shown()),
+            ("STATUS", v) => match try_decode_status(v) {
+                Ok(status) => status.map(|st| st.fence),
+                Err(why) => panic!("{}: malformed STATUS: {why}", shown()),
             },
             (_, v) => panic!("{}: malformed reply {v:?}", shown()),
         },
@@ -275,24 +274,24 @@ fn oversized_inputs_are_handled_cleanly() {
     // A 1 MiB key is a valid key: it locks, renews, reports and releases.
     let big_key = vec![b'K'; 1 << 20];
     let acquire = |key: &[u8], token: &[u8], ttl: &[u8]| -> Result<Value, redis::RedisError> {
-        let mut cmd = redis::cmd("FENCEDLOCK.ACQUIRE");
+        let mut cmd = redis::cmd(ACQUIRE.name);
         cmd.arg(key).arg(token).arg(ttl);
         s.query(&cmd)
     };
     let fence = match acquire(&big_key, b"t", b"30000") {
-        Ok(Value::Int(f)) if f > 0 => f,
+        Ok(Value::Int(f)) if f > 0 => f as u64,
         other => panic!("1 MiB key: {other:?}"),
     };
     assert_eq!(acquire(&big_key, b"u", b"30000").ok(), Some(Value::Nil));
-    let status: (i64, i64, i64) = s.query(redis::cmd("FENCEDLOCK.STATUS").arg(&big_key)).expect("STATUS");
-    assert_eq!((status.0, status.1), (fence, 1));
-    let released: i64 = s.query(redis::cmd("FENCEDLOCK.RELEASE").arg(&big_key).arg("t")).expect("RELEASE");
+    let status = s.lock_status(&big_key).expect("STATUS of the 1 MiB key");
+    assert_eq!((status.fence, status.held), (fence, true));
+    let released: i64 = s.query(redis::cmd(RELEASE.name).arg(&big_key).arg("t")).expect("RELEASE");
     assert_eq!(released, 1);
 
     // Tokens beyond 512 bytes, up to 1 MiB.
-    for len in [513, 4096, 1 << 20] {
+    for len in [MAX_TOKEN_LEN + 1, 4096, 1 << 20] {
         let token = vec![b'T'; len];
-        let text = err(&s, &[b"FENCEDLOCK.ACQUIRE", b"big:tok", &token, b"1000"]);
+        let text = err(&s, &[ACQUIRE.name.as_bytes(), b"big:tok", &token, b"1000"]);
         assert!(text.starts_with("ERR token"), "{len}-byte token: {text}");
         assert!(text.len() < 200, "the error does not echo the token");
     }
@@ -304,7 +303,7 @@ fn oversized_inputs_are_handled_cleanly() {
         "-9223372036854775808",
         "1000000000000000000000000",
     ] {
-        let text = err(&s, &[b"FENCEDLOCK.ACQUIRE", b"big:ttl", b"t", ttl.as_bytes()]);
+        let text = err(&s, &[ACQUIRE.name.as_bytes(), b"big:ttl", b"t", ttl.as_bytes()]);
         assert!(text.starts_with("ERR ttl"), "ttl {ttl}: {text}");
     }
     let exists: i64 = s.cmd(&["EXISTS", "big:tok", "big:ttl"]).expect("EXISTS");
@@ -312,35 +311,41 @@ fn oversized_inputs_are_handled_cleanly() {
 
     // The largest configurable ttl (2^42 ms) must not overflow the deadline: the lease is
     // held, and another token is refused.
+    assert_eq!(MAX_MAX_TTL_MS, 1 << 42);
     let max: String = {
         let _: () = s
-            .cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "4398046511104"])
+            .cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", &MAX_MAX_TTL_MS.to_string()])
             .expect("CONFIG SET the maximum");
-        let refused = s.cmd::<()>(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "4398046511105"]);
+        let refused =
+            s.cmd::<()>(&["CONFIG", "SET", "fencedlock.max-ttl-ms", &(MAX_MAX_TTL_MS + 1).to_string()]);
         assert!(refused.is_err(), "a max-ttl-ms above 2^42 is refused");
         let got: Vec<String> = s.cmd(&["CONFIG", "GET", "fencedlock.max-ttl-ms"]).expect("CONFIG GET");
         got[1].clone()
     };
-    assert_eq!(max, "4398046511104");
+    assert_eq!(max, MAX_MAX_TTL_MS.to_string());
     assert!(matches!(acquire(b"big:long", b"t", max.as_bytes()), Ok(Value::Int(_))));
     assert_eq!(acquire(b"big:long", b"u", b"1000").ok(), Some(Value::Nil), "the longest lease is held");
-    let status: (i64, i64, i64) = s.cmd(&["FENCEDLOCK.STATUS", "big:long"]).expect("STATUS");
-    assert!(status.1 == 1 && status.2 > 4_398_046_000_000, "{status:?}");
-    let renewed: i64 = s.cmd(&["FENCEDLOCK.RENEW", "big:long", "t", &max]).expect("RENEW");
+    let status = s.lock_status("big:long").expect("STATUS of the longest lease");
+    assert!(
+        status.held && status.remaining.is_some_and(|d| d > Duration::from_millis(4_398_046_000_000)),
+        "{status:?}"
+    );
+    let renewed: i64 = s.cmd(&[RENEW.name, "big:long", "t", &max]).expect("RENEW");
     assert_eq!(renewed, 1);
 
     // The end of the fence space: a grant fails cleanly instead of wrapping.
-    let top = i64::MAX.to_string();
-    let raised: i64 = s.cmd(&["FENCEDLOCK.RAISE", "big:long", "t", &top]).expect("RAISE to the top");
-    assert_eq!(raised, i64::MAX);
-    let released: i64 = s.cmd(&["FENCEDLOCK.RELEASE", "big:long", "t"]).expect("RELEASE");
+    assert_eq!(MAX_FENCE, i64::MAX as u64);
+    let raised: u64 =
+        s.cmd(&[RAISE.name, "big:long", "t", &MAX_FENCE.to_string()]).expect("RAISE to the top");
+    assert_eq!(raised, MAX_FENCE);
+    let released: i64 = s.cmd(&[RELEASE.name, "big:long", "t"]).expect("RELEASE");
     assert_eq!(released, 1);
     for key in ["big:long", "big:other"] {
-        let text = err(&s, &[b"FENCEDLOCK.ACQUIRE", key.as_bytes(), b"t", b"1000"]);
+        let text = err(&s, &[ACQUIRE.name.as_bytes(), key.as_bytes(), b"t", b"1000"]);
         assert!(text.starts_with("ERR fence space exhausted"), "{key}: {text}");
     }
-    let status: (i64, i64, i64) = s.cmd(&["FENCEDLOCK.STATUS", "big:long"]).expect("STATUS");
-    assert_eq!((status.0, status.1), (i64::MAX, 0));
+    let status = s.lock_status("big:long").expect("STATUS after the fence space ran out");
+    assert_eq!((status.fence, status.held), (MAX_FENCE, false));
     let pong: String = s.cmd(&["PING"]).expect("PING");
     assert_eq!(pong, "PONG");
 }

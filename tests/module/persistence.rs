@@ -1,12 +1,10 @@
 //! Fences never repeat across reloads and restarts: DEBUG RELOAD, RDB, AOF (with and without
 //! the RDB preamble, before and after BGREWRITEAOF), kill -9, and the restart grace.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
-use harness::{error_text, poll, Server, EPOCH_GAP};
+use crate::support::*;
+use harness::{error_text, poll, LockStatus, Server, EPOCH_GAP};
 
 /// Lock state a test writes before a reload and checks after it.
 struct Scenario {
@@ -47,14 +45,17 @@ fn write_scenario(s: &Server) -> Scenario {
 fn check_scenario(s: &Server, sc: &Scenario) {
     let held = status_of(s, HELD);
     assert_eq!((held.fence, held.held), (sc.held_fence, true), "{held:?}");
-    assert!(held.pttl > 0 && held.pttl <= LONG_TTL as i64, "{held:?}");
-    assert_eq!(status_of(s, RELEASED), Status { fence: sc.released_fence, held: false, pttl: -1 });
+    assert!(held.remaining.is_some_and(|d| !d.is_zero() && d <= Duration::from_millis(LONG_TTL)), "{held:?}");
+    assert_eq!(status_of(s, RELEASED), LockStatus { fence: sc.released_fence, held: false, remaining: None });
     // An AOF replays the grant's effect record, whose remaining time restarts on the new
     // clock: an expired lease may look live again for at most its original ttl (longer,
     // never shorter, as the design says). RDB snapshots taken after expiry show it free.
     let expired = status_of(s, EXPIRED);
     assert_eq!(expired.fence, sc.expired_fence);
-    assert!(!expired.held || expired.pttl <= EXPIRED_TTL as i64, "{expired:?}");
+    assert!(
+        !expired.held || expired.remaining.is_none_or(|d| d <= Duration::from_millis(EXPIRED_TTL)),
+        "{expired:?}"
+    );
     wait_expired(s, EXPIRED);
     assert_eq!(s.lock_status(DELETED), None);
     assert!(s.high_water() >= sc.max_fence, "high-water mark lost: {:?}", info(s));

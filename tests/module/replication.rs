@@ -2,18 +2,16 @@
 //! match its primary's, its leases never look shorter, and a promoted replica issues fences
 //! above everything the old primary issued, even grants it never received.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
-use harness::{error_text, poll, Server, EPOCH_GAP};
+use crate::support::*;
+use harness::{error_text, poll, LockStatus, Server, EPOCH_GAP};
 
 const ACK: Duration = Duration::from_secs(5);
 
 /// Compare every key's lock state and digest on primary and replica. The replica is read
-/// first: its deadlines are at least the primary's, so its pttl read earlier is at least the
-/// primary's read later (1 ms slack for rounding).
+/// first: its deadlines are at least the primary's, so its remaining time read earlier is at
+/// least the primary's read later (1 ms slack for rounding).
 fn assert_same_locks(primary: &Server, replica: &Server, keys: &[&str]) {
     for key in keys {
         let r = replica.lock_status(key);
@@ -23,7 +21,11 @@ fn assert_same_locks(primary: &Server, replica: &Server, keys: &[&str]) {
             (Some(p), Some(r)) => {
                 assert_eq!((r.fence, r.held), (p.fence, p.held), "{key}: replica {r:?} primary {p:?}");
                 if p.held {
-                    assert!(r.pttl + 1 >= p.pttl, "{key}: the replica's lease is shorter: {r:?} < {p:?}");
+                    let left = |st: LockStatus| st.remaining.expect("a held lease has a remaining time");
+                    assert!(
+                        left(r) + Duration::from_millis(1) >= left(p),
+                        "{key}: the replica's lease is shorter: {r:?} < {p:?}"
+                    );
                 }
                 assert_eq!(replica.digest_value(key), primary.digest_value(key), "{key}: digest");
             }
@@ -76,10 +78,13 @@ fn full_sync_and_stream_keep_the_replica_identical() {
     assert_same_locks(&p, &r, &keys);
     assert_eq!(r.high_water(), raised);
     let renewed = status_of(&r, "r:renewed");
-    assert!(renewed.held && renewed.pttl > 1_000, "the renewal reached the replica: {renewed:?}");
+    assert!(
+        renewed.held && renewed.remaining.is_some_and(|d| d > Duration::from_millis(1_000)),
+        "the renewal reached the replica: {renewed:?}"
+    );
     let shortened = status_of(&r, "r:shortened");
     assert!(
-        shortened.held && shortened.pttl <= 2_000,
+        shortened.held && shortened.remaining.is_some_and(|d| d <= Duration::from_millis(2_000)),
         "the restarted lease reached the replica: {shortened:?}"
     );
     let exists: i64 = r.cmd(&["EXISTS", "r:cad"]).unwrap();

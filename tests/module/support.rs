@@ -1,14 +1,12 @@
-//! Typed wrappers over the module's commands, shared by the module's integration tests.
-//! They panic on unexpected replies so each test reads as the contract it checks. Reading
-//! lock state and counters is the harness's job: `Server::lock_status`, `fencedlock_counter`,
-//! `high_water`.
-#![allow(dead_code)]
+//! Typed wrappers over the module's commands, shared by the module's tests. They panic on
+//! unexpected replies so each test reads as the contract it checks. Reading lock state and
+//! counters is the harness's job: `Server::lock_status`, `fencedlock_counter`, `high_water`.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-pub use harness::LockStatus as Status;
-use harness::{error_text, poll, redis, Server};
+use fencedlock_protocol::command::{ACQUIRE, CAD, RAISE, RELEASE, RENEW};
+use harness::{error_text, poll, redis, LockStatus, Server};
 use redis::{RedisResult, ToRedisArgs, Value};
 
 /// A ttl long enough that no lease in a test expires by accident.
@@ -24,13 +22,13 @@ pub fn run(s: &Server, args: &[&[u8]]) -> RedisResult<Value> {
 }
 
 /// Build a byte-argument list from mixed `&str` / `&[u8]` / numbers.
-#[macro_export]
 macro_rules! args {
     ($($a:expr),* $(,)?) => {{
-        let v: Vec<Vec<u8>> = vec![$( $crate::common::bytes(&$a) ),*];
+        let v: Vec<Vec<u8>> = vec![$( $crate::support::bytes(&$a) ),*];
         v
     }};
 }
+pub(crate) use args;
 
 /// One argument as bytes.
 pub fn bytes(a: &impl ToRedisArgs) -> Vec<u8> {
@@ -69,7 +67,7 @@ fn printable(args: &[Vec<u8>]) -> String {
 
 /// `ACQUIRE`: `Ok(Some(fence))` on grant, `Ok(None)` when held by another token.
 pub fn try_acquire(s: &Server, key: &str, token: &[u8], ttl_ms: u64) -> RedisResult<Option<u64>> {
-    match run(s, &[b"FENCEDLOCK.ACQUIRE", key.as_bytes(), token, ttl_ms.to_string().as_bytes()])? {
+    match run(s, &[ACQUIRE.name.as_bytes(), key.as_bytes(), token, ttl_ms.to_string().as_bytes()])? {
         Value::Nil => Ok(None),
         Value::Int(f) => {
             assert!(f > 0, "fence must be positive, got {f}");
@@ -98,22 +96,22 @@ fn int_reply(s: &Server, args: &[&[u8]]) -> i64 {
 
 /// `RENEW` -> 0 / 1.
 pub fn renew(s: &Server, key: &str, token: &[u8], ttl_ms: u64) -> i64 {
-    int_reply(s, &[b"FENCEDLOCK.RENEW", key.as_bytes(), token, ttl_ms.to_string().as_bytes()])
+    int_reply(s, &[RENEW.name.as_bytes(), key.as_bytes(), token, ttl_ms.to_string().as_bytes()])
 }
 
 /// `RELEASE` -> 0 / 1.
 pub fn release(s: &Server, key: &str, token: &[u8]) -> i64 {
-    int_reply(s, &[b"FENCEDLOCK.RELEASE", key.as_bytes(), token])
+    int_reply(s, &[RELEASE.name.as_bytes(), key.as_bytes(), token])
 }
 
 /// `CAD` -> 0 / 1.
 pub fn cad(s: &Server, key: &str, value: &[u8]) -> i64 {
-    int_reply(s, &[b"FENCEDLOCK.CAD", key.as_bytes(), value])
+    int_reply(s, &[CAD.name.as_bytes(), key.as_bytes(), value])
 }
 
 /// `RAISE` -> the key's fence after raising, or `None` when the token does not hold it.
 pub fn raise(s: &Server, key: &str, token: &[u8], fence: u64) -> Option<u64> {
-    match run(s, &[b"FENCEDLOCK.RAISE", key.as_bytes(), token, fence.to_string().as_bytes()]) {
+    match run(s, &[RAISE.name.as_bytes(), key.as_bytes(), token, fence.to_string().as_bytes()]) {
         Ok(Value::Nil) => None,
         Ok(Value::Int(f)) => Some(f as u64),
         other => panic!("RAISE replied {other:?}"),
@@ -121,7 +119,7 @@ pub fn raise(s: &Server, key: &str, token: &[u8], fence: u64) -> Option<u64> {
 }
 
 /// `STATUS` of a key that must exist.
-pub fn status_of(s: &Server, key: &str) -> Status {
+pub fn status_of(s: &Server, key: &str) -> LockStatus {
     s.lock_status(key).unwrap_or_else(|| panic!("STATUS {key} is nil"))
 }
 
@@ -144,8 +142,8 @@ pub struct KeyState {
 }
 
 /// Everything a failed command must leave alone: the dataset digest, each key's type and
-/// lock state (pttl aside, it moves with time), and the module's counters that a grant or
-/// a refusal would move.
+/// lock state (remaining time aside, it moves with time), and the module's counters that a
+/// grant or a refusal would move.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Fingerprint {
     dataset: String,

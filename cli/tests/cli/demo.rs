@@ -1,13 +1,9 @@
 //! The billing demo against a real server: the fenced run keeps the invoice sent exactly
 //! once and the table refuses the paused worker's write; `--no-fence` shows the double send.
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use rusqlite::Connection;
 use serde_json::Value;
-
-const INVARIANT_VIOLATED: i32 = 65;
 
 fn sends(db: &std::path::Path) -> (i64, i64, Vec<(String, i64)>) {
     let conn = Connection::open(db).unwrap();

@@ -1,12 +1,7 @@
 //! Every bad argument, bad server and unusable server gives one line that says what to do,
 //! a documented non-zero exit code, and never starts the command.
 
-mod common;
-
-use common::*;
-
-const USAGE: i32 = 64;
-const UNAVAILABLE: i32 = 69;
+use crate::support::*;
 
 /// Runs `fencedlock ARGS -- touch MARKER` and checks the command did not run.
 fn refused(args: &[&str]) -> Outcome {

@@ -1,15 +1,10 @@
 //! `fencedlock run` against a real server: exclusion, waiting, lost leases, fences in the
 //! environment, exit codes and signals.
 
-mod common;
-
 use std::fs;
 use std::time::Duration;
 
-use common::*;
-
-const SKIPPED: i32 = 75;
-const LEASE_LOST: i32 = 76;
+use crate::support::*;
 
 #[test]
 fn two_concurrent_runs_on_one_key_one_runs_and_one_skips() {
@@ -37,7 +32,7 @@ fn two_concurrent_runs_on_one_key_one_runs_and_one_skips() {
     let lines = skipped.stderr_lines();
     assert_eq!(lines.len(), 1, "{skipped:?}");
     assert!(lines[0].contains("held by another owner") && lines[0].contains("skipped"), "{lines:?}");
-    assert!(held(&server, "job"));
+    assert!(server.lock_held("job"));
 
     fs::write(&go, "").unwrap();
     let runner = runner.finish();
@@ -45,7 +40,7 @@ fn two_concurrent_runs_on_one_key_one_runs_and_one_skips() {
     assert_eq!(runner.stderr, "", "a successful run prints nothing");
     let ran = fs::read_to_string(&ran).unwrap();
     assert_eq!(ran.lines().count(), 1, "exactly one command ran: {ran:?}");
-    assert!(!held(&server, "job"), "the lease is released when the command exits");
+    assert!(!server.lock_held("job"), "the lease is released when the command exits");
 }
 
 #[test]
@@ -130,8 +125,9 @@ fn a_lost_lease_terminates_the_command_and_exits_76() {
         &script,
     ]);
     wait_for_file(&started, HANG);
-    let (fence, held, _) = status(&server, "lost").expect("lock state");
-    assert!(held);
+    let st = server.lock_status("lost").expect("lock state");
+    assert!(st.held);
+    let fence = st.fence;
     // Another owner takes the lock: the next renewal (every ttl/3) is refused.
     let _: i64 = server.cmd(&["DEL", "lost"]).unwrap();
     let taken: u64 = server.cmd(&["FENCEDLOCK.ACQUIRE", "lost", "intruder", "60000"]).unwrap();
@@ -144,8 +140,8 @@ fn a_lost_lease_terminates_the_command_and_exits_76() {
     assert!(out.stderr.contains("terminated"), "{out:?}");
     assert!(out.elapsed < Duration::from_secs(15), "the command was stopped, not waited for: {out:?}");
     // The intruder's lease is untouched by our release attempt.
-    let (now_fence, still_held, _) = status(&server, "lost").unwrap();
-    assert_eq!((now_fence, still_held), (taken, true));
+    let now = server.lock_status("lost").expect("lock state");
+    assert_eq!((now.fence, now.held), (taken, true));
 }
 
 #[test]
@@ -218,7 +214,7 @@ fn the_fence_in_the_environment_strictly_increases_across_runs() {
     let fences: Vec<u64> = rows.iter().map(|r| r[1].parse().unwrap()).collect();
     assert!(fences.windows(2).all(|w| w[1] > w[0]), "{fences:?}");
     assert!(rows.iter().all(|r| r[0] == "report" && r[2] == "1500"), "{rows:?}");
-    assert_eq!(status(&server, "report").unwrap().0, *fences.last().unwrap());
+    assert_eq!(server.lock_status("report").map(|st| st.fence), fences.last().copied());
 }
 
 #[test]
@@ -237,14 +233,14 @@ fn exit_codes_pass_through_and_the_lease_is_always_released() {
         args.extend_from_slice(command);
         let out = run(&args);
         assert_eq!(out.code(), expected, "{command:?}: {out:?}");
-        assert!(!held(&server, "codes"), "{command:?} left the lease held");
+        assert!(!server.lock_held("codes"), "{command:?} left the lease held");
     }
     let dir = scratch();
     let plain = p(dir.path(), "not-executable");
     fs::write(&plain, "echo should not run\n").unwrap();
     let not_exec = run(&["run", "--redis", &url, "-k", "codes", "--", plain.to_str().unwrap()]);
     assert_one_line_error(&not_exec, 126, &["not executable"]);
-    assert!(!held(&server, "codes"));
+    assert!(!server.lock_held("codes"));
 }
 
 #[test]
@@ -260,12 +256,12 @@ fn sigterm_is_forwarded_to_the_command_and_the_lease_released() {
     let run =
         spawn(&["run", "--redis", &server.url(), "-k", "sig", "--ttl", "2s", "--", "sh", "-c", &script]);
     wait_for_file(&started, HANG);
-    assert!(held(&server, "sig"));
+    assert!(server.lock_held("sig"));
     run.signal(libc::SIGTERM);
     let out = run.finish_within(Duration::from_secs(10));
     assert_eq!(out.code(), 0, "the command's own exit code after handling SIGTERM: {out:?}");
     assert_eq!(fs::read_to_string(&got).unwrap().trim(), "TERM");
-    assert!(!held(&server, "sig"), "the lease is released after the forwarded signal");
+    assert!(!server.lock_held("sig"), "the lease is released after the forwarded signal");
 }
 
 #[test]
@@ -280,12 +276,12 @@ fn sigint_kills_a_plain_command_and_the_exit_code_says_so() {
     let out = run.finish_within(Duration::from_secs(10));
     assert_eq!(out.code(), 128 + 2, "{out:?}");
     assert!(!alive(fs::read_to_string(&pid_file).unwrap().trim()));
-    assert!(!held(&server, "int"));
+    assert!(!server.lock_held("int"));
 }
 
 #[test]
 fn several_servers_mean_fenced_redlock_that_survives_a_minority() {
-    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let servers = Server::start_many(3);
     let urls = servers.iter().map(Server::url).collect::<Vec<_>>().join(",");
     let dir = scratch();
     let fences = p(dir.path(), "fences");
@@ -295,7 +291,8 @@ fn several_servers_mean_fenced_redlock_that_survives_a_minority() {
     // A majority was raised to the fence the command saw, and no server has a larger one.
     // (The round ends at the second grant: the third server's ACQUIRE may never be sent.)
     let fence: u64 = fs::read_to_string(&fences).unwrap().trim().parse().unwrap();
-    let fences_seen: Vec<u64> = servers.iter().filter_map(|s| status(s, "quorum").map(|st| st.0)).collect();
+    let fences_seen: Vec<u64> =
+        servers.iter().filter_map(|s| s.lock_status("quorum").map(|st| st.fence)).collect();
     assert!(fences_seen.iter().filter(|&&f| f == fence).count() >= 2, "{fences_seen:?} vs {fence}");
     assert!(fences_seen.iter().all(|&f| f <= fence), "{fences_seen:?} vs {fence}");
 
@@ -329,7 +326,7 @@ fn min_hold_keeps_the_lock_after_a_short_command_so_late_hosts_skip() {
     let url = server.url();
     let first = spawn(&["run", "--redis", &url, "-k", "period", "--min-hold", "1500ms", "--", "true"]);
     let deadline = std::time::Instant::now() + HANG;
-    while !held(&server, "period") {
+    while !server.lock_held("period") {
         assert!(std::time::Instant::now() < deadline, "the first run never took the lock");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -340,7 +337,7 @@ fn min_hold_keeps_the_lock_after_a_short_command_so_late_hosts_skip() {
     let first = first.finish();
     assert_eq!(first.code(), 0, "{first:?}");
     assert!(first.elapsed >= Duration::from_millis(1500), "{first:?}");
-    assert!(!held(&server, "period"), "released after the hold");
+    assert!(!server.lock_held("period"), "released after the hold");
 }
 
 #[test]

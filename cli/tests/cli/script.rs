@@ -1,15 +1,11 @@
 //! `acquire` / `renew` / `release` / `status` for shell scripts, in text and JSON.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 use serde_json::Value;
-
-const BUSY: i32 = 75;
-const LEASE_LOST: i32 = 76;
 
 fn json(out: &Outcome) -> Value {
     assert_eq!(out.code(), 0, "{out:?}");
@@ -26,9 +22,9 @@ fn a_printed_token_acquires_renews_and_releases() {
     let [token, fence] = words[..] else { panic!("expected TOKEN FENCE: {out:?}") };
     let fence: u64 = fence.parse().unwrap();
     assert_eq!(token.len(), 32, "a 128-bit hex token");
-    let (server_fence, is_held, pttl) = status(&server, "deploy").unwrap();
-    assert_eq!((server_fence, is_held), (fence, true));
-    assert!(pttl > 0 && pttl <= 2000, "{pttl}");
+    let st = server.lock_status("deploy").expect("lock state");
+    assert_eq!((st.fence, st.held), (fence, true));
+    assert!(st.remaining.is_some_and(|d| !d.is_zero() && d <= Duration::from_millis(2000)), "{st:?}");
 
     // The same token works from redis-cli as it is (the server stores its text).
     let still: i64 = server.cmd(&["FENCEDLOCK.RENEW", "deploy", token, "2000"]).unwrap();
@@ -39,13 +35,16 @@ fn a_printed_token_acquires_renews_and_releases() {
 
     let renewed = run(&["renew", "--redis", &url, "-k", "deploy", "--ttl", "60s", "--token", token]);
     assert_eq!(renewed.code(), 0, "{renewed:?}");
-    let (_, _, pttl) = status(&server, "deploy").unwrap();
-    assert!(pttl > 2000, "renew extended the lease to 60 s: {pttl}");
+    let st = server.lock_status("deploy").expect("lock state");
+    assert!(
+        st.remaining.is_some_and(|d| d > Duration::from_millis(2000)),
+        "renew extended the lease to 60 s: {st:?}"
+    );
 
     let released = run(&["release", "--redis", &url, "-k", "deploy", "--token", token]);
     assert_eq!(released.code(), 0, "{released:?}");
-    assert!(!held(&server, "deploy"));
-    assert_eq!(status(&server, "deploy").unwrap().0, fence, "the fence is kept");
+    assert!(!server.lock_held("deploy"));
+    assert_eq!(server.lock_status("deploy").map(|st| st.fence), Some(fence), "the fence is kept");
 
     // A second release, or a renew after it, says the lease is gone.
     let again = run(&["release", "--redis", &url, "-k", "deploy", "--token", token]);
@@ -57,7 +56,7 @@ fn a_printed_token_acquires_renews_and_releases() {
     assert_eq!(other.code(), 0);
     let wrong = run(&["release", "--redis", &url, "-k", "deploy", "--token", token]);
     assert_eq!(wrong.code(), LEASE_LOST);
-    assert!(held(&server, "deploy"));
+    assert!(server.lock_held("deploy"));
 }
 
 #[test]
@@ -73,7 +72,7 @@ fn a_token_file_is_private_and_removed_on_release() {
     assert_eq!(fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
     let token = fs::read_to_string(&file).unwrap();
     assert!(!out.stdout.contains(token.trim()));
-    assert_eq!(status(&server, "f").unwrap().0, fence);
+    assert_eq!(server.lock_status("f").map(|st| st.fence), Some(fence));
 
     // FENCEDLOCK_TOKEN works like --token.
     let renewed = spawn_cmd(
@@ -87,11 +86,11 @@ fn a_token_file_is_private_and_removed_on_release() {
     let released = run(&["release", "--redis", &url, "-k", "f", "--token-file", file_s]);
     assert_eq!(released.code(), 0, "{released:?}");
     assert!(!file.exists(), "the token file is removed with the lease");
-    assert!(!held(&server, "f"));
+    assert!(!server.lock_held("f"));
 
     let unwritable = run(&["acquire", "--redis", &url, "-k", "g", "--token-file", "/nonexistent/dir/t"]);
     assert_one_line_error(&unwritable, 74, &["token file"]);
-    assert!(!held(&server, "g"), "a lease nobody could release is given back at once");
+    assert!(!server.lock_held("g"), "a lease nobody could release is given back at once");
 }
 
 #[test]
@@ -139,14 +138,15 @@ fn status_text_shows_fence_held_and_time_left() {
 
 #[test]
 fn several_servers_acquire_by_majority_with_one_fence() {
-    let servers: Vec<Server> = (0..3).map(|_| Server::start()).collect();
+    let servers = Server::start_many(3);
     let urls = servers.iter().map(Server::url).collect::<Vec<_>>().join(",");
     let acquired = json(&run(&["acquire", "--json", "--redis", &urls, "-k", "m", "--ttl", "5s"]));
     let fence = acquired["fence"].as_u64().unwrap();
     let token = acquired["token"].as_str().unwrap().to_owned();
     // A majority holds the lease with that fence. (The round ends at the second grant; the
     // third server's ACQUIRE may never be sent.)
-    let holding = servers.iter().filter(|s| status(s, "m").is_some_and(|st| st.0 == fence && st.1)).count();
+    let holding =
+        servers.iter().filter(|s| s.lock_status("m").is_some_and(|st| st.fence == fence && st.held)).count();
     assert!(holding >= 2, "only {holding} of 3 servers hold fence {fence}");
     let st = json(&run(&["status", "--json", "--redis", &urls, "-k", "m"]));
     assert_eq!(st["held"], true);
@@ -160,6 +160,6 @@ fn several_servers_acquire_by_majority_with_one_fence() {
         true
     );
     for s in &servers {
-        assert!(!held(s, "m"));
+        assert!(!s.lock_held("m"));
     }
 }

@@ -1,7 +1,6 @@
-//! Helpers shared by the CLI integration tests: the real `fencedlock` binary, run with a
-//! clean environment and a hang guard, against real servers started by the harness.
-
-#![allow(dead_code)]
+//! Helpers shared by the CLI tests: the real `fencedlock` binary, run with a clean
+//! environment and a hang guard, against real servers started by the harness. Lock state is
+//! read with the harness (`Server::lock_status`, `Server::lock_held`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -10,6 +9,20 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 pub use harness::Server;
+
+/// The exit codes the CLI documents (sysexits), spelled out here rather than taken from the
+/// binary's source: scripts rely on these numbers, so the tests pin them.
+pub const USAGE: i32 = 64;
+/// `demo`: the invoice was sent more than once.
+pub const INVARIANT_VIOLATED: i32 = 65;
+/// No server (or no majority) answered.
+pub const UNAVAILABLE: i32 = 69;
+/// Another holder has the lock: `acquire` is busy...
+pub const BUSY: i32 = 75;
+/// ...and `run` skips its command.
+pub const SKIPPED: i32 = BUSY;
+/// The lease ended before the command or script was done with it.
+pub const LEASE_LOST: i32 = 76;
 
 /// Generous upper bound for one CLI invocation: only catches hangs.
 pub const HANG: Duration = Duration::from_secs(30);
@@ -154,17 +167,6 @@ pub fn hold_until(started: &Path, go: &Path) -> String {
         started.display(),
         go.display()
     )
-}
-
-/// `FENCEDLOCK.STATUS key` as (fence, held, pttl); `None` for a key without lock state.
-pub fn status(server: &Server, key: &str) -> Option<(u64, bool, i64)> {
-    let reply: Option<(u64, i64, i64)> = server.cmd(&["FENCEDLOCK.STATUS", key]).expect("STATUS");
-    reply.map(|(fence, held, pttl)| (fence, held == 1, pttl))
-}
-
-/// Whether the key is currently held.
-pub fn held(server: &Server, key: &str) -> bool {
-    status(server, key).is_some_and(|(_, held, _)| held)
 }
 
 /// A fresh scratch directory.

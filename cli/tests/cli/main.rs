@@ -1,0 +1,10 @@
+//! The `fencedlock` binary as users run it, against real servers started by the harness:
+//! `run` (exit codes, signals, lost leases), scripting with `acquire` / `renew` / `release` /
+//! `status`, usage errors, and the billing demo.
+
+mod support;
+
+mod demo;
+mod errors;
+mod run;
+mod script;

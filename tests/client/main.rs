@@ -1,0 +1,12 @@
+//! The `fencedlock` client crate against real servers: single-node leases, keep-alive,
+//! Redlock and fenced Redlock, secrets, Redis Cluster connections, and a fault-injected
+//! fenced-Redlock stress run.
+
+mod support;
+
+mod cluster;
+mod fenced_stress;
+mod keepalive;
+mod redlock;
+mod secrets;
+mod single;

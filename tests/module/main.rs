@@ -1,0 +1,10 @@
+//! The Redis module against real servers (flavor from `FENCEDLOCK_FLAVOR`): its command
+//! contract, persistence, replication, hostile input, and ACLs and secrets.
+
+mod support;
+
+mod commands;
+mod hostile_input;
+mod persistence;
+mod replication;
+mod security_acl;
