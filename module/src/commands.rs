@@ -6,7 +6,8 @@ use crate::error::LockError;
 use crate::ffi::{int, Call, Reply};
 use crate::key::Key;
 use crate::lease::{Acquired, Lock, Micros, Released};
-use crate::{args, clock, replication, state, stats};
+use crate::fence::HighWater;
+use crate::{args, clock, floor, replication, state, stats, sweeper};
 
 /// `FENCEDLOCK.ACQUIRE key token ttl_ms` → fence, or nil while another token holds the lease.
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
@@ -15,11 +16,16 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let mut key = Key::write(call);
     let now = clock::now();
     let mut mark = state::high_water();
+    let before = mark;
     let mut decide = |lock: &mut Lock| lock.acquire(&mut mark, token, ttl, now, state::grace_left(now));
 
     let (outcome, lock) = match key.lock()? {
-        Some(lock) => (decide(lock), lock),
+        Some(lock) => {
+            cover_floor(call, before, lock.fence())?;
+            (decide(lock), lock)
+        }
         None => {
+            cover_floor(call, before, 0)?;
             let mut fresh = Lock::new();
             let outcome = decide(&mut fresh);
             match outcome {
@@ -50,6 +56,15 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     Ok(int(fence))
 }
 
+/// In a cluster, raises the slot's floor over the fence a grant on this key would get, before
+/// anything is granted (a refused acquire may raise it too: harmless, and rare with headroom).
+fn cover_floor(call: &Call, mark: HighWater, key_fence: u64) -> Result<(), LockError> {
+    match mark.peek(key_fence) {
+        Some(fence) => floor::cover(call, fence),
+        None => Ok(()), // no fence left to grant: the acquire refuses on its own
+    }
+}
+
 /// The reply to an acquire that granted nothing, counted.
 fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockError> {
     match outcome {
@@ -71,13 +86,24 @@ fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockErro
 pub fn renew(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
-    owner_change(call, &stats::RENEW_FAILURES, |lock, now| lock.renew(token, ttl, now))
+    owner_change(call, &stats::RENEW_FAILURES, Ends::No, |lock, now| lock.renew(token, ttl, now))
 }
 
 /// `FENCEDLOCK.RELEASE key token` → 1 if the caller held an unexpired lease; the fence stays.
 pub fn release(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
-    owner_change(call, &stats::RELEASE_FAILURES, |lock, now| lock.release(token, now) == Released::Released)
+    owner_change(call, &stats::RELEASE_FAILURES, Ends::Lease, |lock, now| {
+        lock.release(token, now) == Released::Released
+    })
+}
+
+/// Whether an owner-checked change ends the lease.
+#[derive(PartialEq)]
+enum Ends {
+    No,
+    /// The key is idle from now: the reclaim index learns it now rather than at the old
+    /// deadline (the index is lazy about renewals, not about releases).
+    Lease,
 }
 
 /// RENEW and RELEASE: `change` decides (and applies) an owner-checked change to an existing
@@ -85,13 +111,18 @@ pub fn release(call: &Call) -> Result<Reply, LockError> {
 fn owner_change(
     call: &Call,
     refusals: &stats::Counter,
+    ends: Ends,
     change: impl FnOnce(&mut Lock, Micros) -> bool,
 ) -> Result<Reply, LockError> {
     let mut key = Key::write(call);
+    let (db, name) = key.location();
     let now = clock::now();
     if let Some(lock) = key.lock()? {
         if change(lock, now) {
             replication::replicate(call, state::high_water(), &lock.record(now));
+            if ends == Ends::Lease {
+                sweeper::track(lock, db, name);
+            }
             return Ok(Reply::Int(1));
         }
     }
@@ -108,6 +139,7 @@ pub fn raise(call: &Call) -> Result<Reply, LockError> {
     let now = clock::now();
     let mut mark = state::high_water();
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
+    floor::cover(call, fence)?;
     match lock.raise(&mut mark, token, fence, now) {
         Some(raised) => {
             state::set_high_water(mark);

@@ -7,9 +7,9 @@ use fencedlock_protocol::limits::MAX_FENCE;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::ffi::{guard, log_warning};
+use crate::ffi::{guard, log_warning, string_bytes};
 use crate::lease::{Lock, Record};
-use crate::{clock, replication, state};
+use crate::{clock, replication, state, sweeper};
 
 /// The on-disk encoding version. Bump it when the layout below changes; `rdb_load` refuses
 /// versions it does not know instead of guessing.
@@ -32,9 +32,9 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         aux_save_triggers: raw::REDISMODULE_AUX_BEFORE_RDB as c_int,
         free_effort: None,
         unlink: None,
-        copy: Some(copy),
+        copy: None,
         defrag: None,
-        copy2: None,
+        copy2: Some(copy2),
         free_effort2: None,
         mem_usage2: None,
         unlink2: None,
@@ -67,7 +67,21 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
             return std::ptr::null_mut();
         }
         match load_lock(rdb) {
-            Some(lock) => Box::into_raw(Box::new(lock)).cast(),
+            Some(mut lock) => {
+                // SAFETY: a live IO of a key being loaded (RDB, AOF preamble, RESTORE) or of aux
+                // data without a key, for which Redis gives a null name.
+                let (name, db) = unsafe {
+                    (
+                        raw::RedisModule_GetKeyNameFromIO.map_or(std::ptr::null(), |f| f(rdb)),
+                        raw::RedisModule_GetDbIdFromIO.map_or(0, |f| f(rdb)),
+                    )
+                };
+                if !name.is_null() {
+                    // SAFETY: the name lives for the duration of this callback.
+                    sweeper::track(&mut lock, db, unsafe { string_bytes(name.cast_mut()) });
+                }
+                Box::into_raw(Box::new(lock)).cast()
+            }
             None => {
                 log_warning("fencedlock: refusing a truncated or malformed lock value");
                 std::ptr::null_mut()
@@ -141,16 +155,19 @@ unsafe extern "C" fn free(value: *mut c_void) {
     });
 }
 
-unsafe extern "C" fn copy(
-    _from: *mut raw::RedisModuleString,
-    _to: *mut raw::RedisModuleString,
-    value: *const c_void,
-) -> *mut c_void {
+/// `COPY`: the copy is a new lock key, tracked for reclaim under its own name and database.
+unsafe extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) -> *mut c_void {
     guard("copy", std::ptr::null_mut(), || {
-        // SAFETY: Redis passes a value of our type.
-        match unsafe { value.cast::<Lock>().as_ref() } {
-            Some(lock) => Box::into_raw(Box::new(lock.clone())).cast(),
-            None => std::ptr::null_mut(),
+        // SAFETY: Redis passes a value of our type and a live key context naming the copy.
+        unsafe {
+            let Some(lock) = value.cast::<Lock>().as_ref() else { return std::ptr::null_mut() };
+            let mut copy = lock.clone();
+            let name = raw::RedisModule_GetToKeyNameFromOptCtx.map_or(std::ptr::null(), |f| f(ctx));
+            let db = raw::RedisModule_GetToDbIdFromOptCtx.map_or(0, |f| f(ctx));
+            if !name.is_null() {
+                sweeper::track(&mut copy, db, string_bytes(name.cast_mut()));
+            }
+            Box::into_raw(Box::new(copy)).cast()
         }
     })
 }

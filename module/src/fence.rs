@@ -37,6 +37,11 @@ impl HighWater {
         Ok(fence)
     }
 
+    /// The fence `next` would issue for a key whose last fence is `key_fence`, without issuing it.
+    pub fn peek(mut self, key_fence: u64) -> Option<u64> {
+        self.next(key_fence).ok()
+    }
+
     /// Takes in a fence issued elsewhere (replication, AOF, RDB, RESTORE, a raise).
     pub fn observe(&mut self, fence: u64) {
         self.0 = self.0.max(fence);

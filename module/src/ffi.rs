@@ -61,6 +61,19 @@ impl<'a> Call<'a> {
         flags & wanted != 0
     }
 
+    /// Whether the server runs in cluster mode (keys live in slots that can migrate).
+    pub fn in_cluster(&self) -> bool {
+        // SAFETY: a live command context.
+        let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ctx)) };
+        flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
+    }
+
+    /// Another key's name as a Redis string in this command's context.
+    pub fn string<'c>(&'c self, bytes: &'c [u8]) -> Option<KeyName<'c>> {
+        // SAFETY: a live command context, which outlives the name.
+        unsafe { KeyName::new(self.ctx, bytes) }
+    }
+
     /// Replicates this call as it was sent, to replicas and the AOF.
     pub fn replicate_verbatim(&self) {
         // SAFETY: a live command context.
@@ -265,4 +278,117 @@ unsafe fn set_command_info(command: *mut raw::RedisModuleCommand, spec: &Command
     if unsafe { set(command, &info) } != OK {
         log_warning(&format!("fencedlock: cannot document {}", spec.name));
     }
+}
+
+/// A timer callback's context (the reclaim sweep). Only [`every`]'s callback creates one, from
+/// the context Redis passed to it.
+pub struct Timer {
+    ctx: RawCtx,
+}
+
+/// A job run by a timer: it returns the delay in ms before it runs again.
+pub type TimerJob = fn(&Timer) -> i64;
+
+impl Timer {
+    /// Whether this server decides: a primary that is not loading. Replicas only apply what
+    /// their primary decided.
+    pub fn is_deciding_primary(&self) -> bool {
+        // SAFETY: a live timer context.
+        let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ctx)) };
+        flags & raw::REDISMODULE_CTX_FLAGS_MASTER as c_int != 0
+            && flags & raw::REDISMODULE_CTX_FLAGS_LOADING as c_int == 0
+    }
+
+    /// Selects the database later key lookups and replication use.
+    pub fn select_db(&self, db: i32) -> bool {
+        // SAFETY: a live timer context.
+        unsafe { raw::RedisModule_SelectDb.is_some_and(|f| f(self.ctx, db) == OK) }
+    }
+
+    /// A key name as a Redis string in this timer's context.
+    pub fn string<'t>(&'t self, bytes: &'t [u8]) -> Option<KeyName<'t>> {
+        // SAFETY: a live timer context, which outlives the name.
+        unsafe { KeyName::new(self.ctx, bytes) }
+    }
+
+    /// Sends `DEL key` to replicas and the AOF: the effect of a reclaim.
+    pub fn replicate_del(&self, key: &KeyName<'_>) {
+        // SAFETY: a live timer context and string; the format "s" takes one RedisModuleString.
+        unsafe {
+            if let Some(replicate) = raw::RedisModule_Replicate {
+                if replicate(self.ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.ptr) != OK {
+                    log_warning("fencedlock: replicating a reclaim failed");
+                }
+            }
+        }
+    }
+}
+
+/// A key name as a Redis string, created in a command's or timer's context (which it borrows)
+/// and freed on drop.
+pub struct KeyName<'a> {
+    ctx: RawCtx,
+    ptr: RawString,
+    bytes: &'a [u8],
+}
+
+impl<'a> KeyName<'a> {
+    /// # Safety
+    /// `ctx` is a live context that outlives `'a`.
+    unsafe fn new(ctx: RawCtx, bytes: &'a [u8]) -> Option<Self> {
+        // SAFETY: a live context (the caller's promise); Redis copies the bytes.
+        let ptr = unsafe {
+            raw::RedisModule_CreateString
+                .map_or(std::ptr::null_mut(), |f| f(ctx, bytes.as_ptr().cast(), bytes.len()))
+        };
+        (!ptr.is_null()).then_some(KeyName { ctx, ptr, bytes })
+    }
+
+    pub(crate) fn raw_ctx(&self) -> RawCtx {
+        self.ctx
+    }
+
+    pub(crate) fn raw(&self) -> RawString {
+        self.ptr
+    }
+
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+}
+
+impl Drop for KeyName<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the string was created in this live context and is freed once.
+        unsafe {
+            if let Some(free) = raw::RedisModule_FreeString {
+                free(self.ctx, self.ptr);
+            }
+        }
+    }
+}
+
+/// Runs `job` in `first_ms`, then again after each delay it returns, for as long as the module
+/// is loaded. A panic in `job` is logged and the timer goes on.
+pub fn every(ctx: &Context, first_ms: i64, job: TimerJob) {
+    schedule(ctx.ctx, first_ms, job);
+}
+
+fn schedule(ctx: RawCtx, delay_ms: i64, job: TimerJob) {
+    // SAFETY: a live context (module load or timer callback); Redis keeps `data` opaque and hands
+    // it back to `fire`, which turns it back into the same fn pointer.
+    unsafe {
+        if let Some(create) = raw::RedisModule_CreateTimer {
+            create(ctx, delay_ms, Some(fire), job as *mut std::ffi::c_void);
+        }
+    }
+}
+
+extern "C" fn fire(ctx: RawCtx, data: *mut std::ffi::c_void) {
+    // SAFETY: `data` is the `TimerJob` that `schedule` passed (fn pointers and data pointers have
+    // the same size on every platform Redis runs on).
+    let job: TimerJob = unsafe { std::mem::transmute::<*mut std::ffi::c_void, TimerJob>(data) };
+    let timer = Timer { ctx };
+    let next = guard("timer job", 1000, || job(&timer));
+    schedule(ctx, next.max(1), job);
 }

@@ -8,35 +8,56 @@ use redis_module::raw;
 
 use crate::datatype::LOCK_TYPE;
 use crate::error::LockError;
-use crate::ffi::Call;
+use crate::ffi::{Call, KeyName};
+use crate::sweeper;
 use crate::lease::Lock;
 
-/// Borrows the `Call` it was opened for, so it cannot outlive the command.
+const READ_WRITE: u32 = raw::REDISMODULE_READ | raw::REDISMODULE_WRITE;
+
+/// Borrows the `Call` or `Timer` it was opened in, so it cannot outlive that callback.
 pub struct Key<'a> {
     ptr: *mut raw::RedisModuleKey,
-    _call: PhantomData<&'a Call<'a>>,
+    ctx: *mut raw::RedisModuleCtx,
+    /// The key's name, for the reclaim index.
+    name: &'a [u8],
+    _callback: PhantomData<&'a ()>,
 }
 
 impl<'a> Key<'a> {
     /// The call's key, for reading.
     pub fn read(call: &'a Call<'a>) -> Self {
-        Self::open(call, raw::REDISMODULE_READ)
+        // SAFETY: a `Call` holds the live context and key name of the running command.
+        unsafe { Self::open(call.raw_ctx(), call.raw_key(), call.arg(1), raw::REDISMODULE_READ) }
     }
 
     /// The call's key, for reading and writing.
     pub fn write(call: &'a Call<'a>) -> Self {
-        Self::open(call, raw::REDISMODULE_READ | raw::REDISMODULE_WRITE)
+        // SAFETY: as in `read`.
+        unsafe { Self::open(call.raw_ctx(), call.raw_key(), call.arg(1), READ_WRITE) }
     }
 
-    fn open(call: &'a Call<'a>, mode: u32) -> Self {
-        // SAFETY: a `Call` holds the live context and key name of the running command; Redis
-        // returns null or an open key.
+    /// A key by name, in the selected database of the context the name was created in, for
+    /// reading and writing.
+    pub fn named(name: &'a KeyName<'a>) -> Self {
+        // SAFETY: a `KeyName` borrows the live context it was created in.
+        unsafe { Self::open(name.raw_ctx(), name.raw(), name.bytes(), READ_WRITE) }
+    }
+
+    /// # Safety
+    /// `ctx` and `name` are live for `'a`.
+    unsafe fn open(
+        ctx: *mut raw::RedisModuleCtx,
+        name: *mut raw::RedisModuleString,
+        name_bytes: &'a [u8],
+        mode: u32,
+    ) -> Self {
+        // SAFETY: live context and name (the caller's promise); Redis returns null or an open key.
         let ptr = unsafe {
             raw::RedisModule_OpenKey.map_or(std::ptr::null_mut(), |open| {
-                open(call.raw_ctx(), call.raw_key(), mode as c_int).cast::<raw::RedisModuleKey>()
+                open(ctx, name, mode as c_int).cast::<raw::RedisModuleKey>()
             })
         };
-        Self { ptr, _call: PhantomData }
+        Self { ptr, ctx, name: name_bytes, _callback: PhantomData }
     }
 
     fn kind(&self) -> c_int {
@@ -69,9 +90,10 @@ impl<'a> Key<'a> {
         }
     }
 
-    /// Stores a new lock in an empty key opened for writing and returns it as stored. No Redis
-    /// TTL: the fence outlives the lease.
+    /// Stores a new lock in an empty key opened for writing, tracks it for reclaim, and returns
+    /// it as stored. No Redis TTL: the fence outlives the lease.
     pub fn set_lock(&mut self, lock: Lock) -> Result<&mut Lock, LockError> {
+        let (db, name) = self.location();
         let value = Box::into_raw(Box::new(lock));
         // SAFETY: ptr is open for writing; on success Redis owns `value` and frees it through our
         // type's free callback.
@@ -83,12 +105,22 @@ impl<'a> Key<'a> {
         if ok {
             // SAFETY: Redis owns `value` now and frees it only when the key is overwritten or
             // deleted, which cannot happen while `self` is borrowed.
-            Ok(unsafe { &mut *value })
+            let lock = unsafe { &mut *value };
+            sweeper::track(lock, db, name);
+            Ok(lock)
         } else {
             // SAFETY: Redis did not take ownership.
             drop(unsafe { Box::from_raw(value) });
             Err(LockError::Internal)
         }
+    }
+
+    /// Where this key is (database and name), for the reclaim index. Taken before `lock()`
+    /// borrows the key, so a lock can be tracked while it is borrowed.
+    pub fn location(&self) -> (i32, &'a [u8]) {
+        // SAFETY: a live context (see `open`).
+        let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(self.ctx)) };
+        (db, self.name)
     }
 
     /// The value of a plain string key, `None` for an empty key, `WRONGTYPE` for anything else.

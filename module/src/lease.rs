@@ -22,7 +22,20 @@ pub type Micros = u64;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
     fence: u64,
-    holder: Option<Holder>,
+    lease: Lease,
+    /// Where the reclaim index has this key (its `idle_from` when last tracked), so a release
+    /// can move the entry instead of leaving a stale one behind. Not persisted.
+    tracked_at: Micros,
+}
+
+/// The current or last lease. An ended lease remembers when it ended, so an idle key can be
+/// reclaimed a fixed time later (the `Holder`'s deadline says the same for an expired lease).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Lease {
+    /// Held by `token` until its deadline; expired once the deadline passed.
+    Held(Holder),
+    /// Released at `at`, or loaded without a holder at `at`.
+    Ended { at: Micros },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +103,14 @@ pub fn check_token(token: &[u8]) -> Result<(), LockError> {
 impl Lock {
     /// A key that never held a lease. Only ever stored together with a grant.
     pub const fn new() -> Self {
-        Self { fence: 0, holder: None }
+        Self { fence: 0, lease: Lease::Ended { at: 0 }, tracked_at: 0 }
+    }
+
+    fn holder(&self) -> Option<&Holder> {
+        match &self.lease {
+            Lease::Held(holder) => Some(holder),
+            Lease::Ended { .. } => None,
+        }
     }
 
     pub const fn fence(&self) -> u64 {
@@ -99,11 +119,11 @@ impl Lock {
 
     /// The token's bytes, for the digest and memory accounting only.
     pub fn token(&self) -> Option<&[u8]> {
-        self.holder.as_ref().map(|h| &*h.token)
+        self.holder().map(|h| &*h.token)
     }
 
     fn live_holder(&self, now: Micros) -> Option<&Holder> {
-        self.holder.as_ref().filter(|h| now < h.deadline)
+        self.holder().filter(|h| now < h.deadline)
     }
 
     fn held_by(&self, token: &[u8], now: Micros) -> bool {
@@ -121,27 +141,29 @@ impl Lock {
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
         let deadline = now.saturating_add(ttl);
-        if let Some(holder) = self.holder.as_mut().filter(|h| now < h.deadline) {
-            if *holder.token != *token {
-                return Ok(Acquired::Busy);
+        if let Lease::Held(holder) = &mut self.lease {
+            if now < holder.deadline {
+                if *holder.token != *token {
+                    return Ok(Acquired::Busy);
+                }
+                holder.deadline = deadline;
+                return Ok(Acquired::Reentered { fence: self.fence });
             }
-            holder.deadline = deadline;
-            return Ok(Acquired::Reentered { fence: self.fence });
         }
         if grace_left > 0 {
             return Err(LockError::RestartGrace { remaining_ms: grace_left.div_ceil(1000) });
         }
         let fence = high_water.next(self.fence)?;
-        let took_over = self.holder.as_ref().is_some_and(|h| *h.token != *token);
+        let took_over = self.holder().is_some_and(|h| *h.token != *token);
         self.fence = fence;
-        self.holder = Some(Holder { token: token.into(), deadline });
+        self.lease = Lease::Held(Holder { token: token.into(), deadline });
         Ok(Acquired::Granted { fence, took_over })
     }
 
     /// True when the caller held an unexpired lease, which now runs `ttl` from `now`.
     pub fn renew(&mut self, token: &[u8], ttl: Micros, now: Micros) -> bool {
-        match self.holder.as_mut() {
-            Some(h) if now < h.deadline && *h.token == *token => {
+        match &mut self.lease {
+            Lease::Held(h) if now < h.deadline && *h.token == *token => {
                 h.deadline = now.saturating_add(ttl);
                 true
             }
@@ -150,12 +172,12 @@ impl Lock {
     }
 
     pub fn release(&mut self, token: &[u8], now: Micros) -> Released {
-        match &self.holder {
+        match self.holder() {
             Some(h) if *h.token != *token => Released::NotOwner,
             None => Released::NotOwner,
             Some(h) if now >= h.deadline => Released::Expired,
             Some(_) => {
-                self.holder = None;
+                self.lease = Lease::Ended { at: now };
                 Released::Released
             }
         }
@@ -196,14 +218,39 @@ impl Lock {
         if record.fence > MAX_FENCE {
             return Err(LockError::BadRecord);
         }
-        let holder = match record.holder {
-            None => None,
+        let lease = match record.holder {
+            None => Lease::Ended { at: now },
             Some((token, remaining)) => {
                 check_token(token).map_err(|_| LockError::BadRecord)?;
-                Some(Holder { token: token.into(), deadline: now.saturating_add(remaining) })
+                Lease::Held(Holder { token: token.into(), deadline: now.saturating_add(remaining) })
             }
         };
-        Ok(Self { fence: record.fence, holder })
+        Ok(Self { fence: record.fence, lease, tracked_at: 0 })
+    }
+
+    /// When the lease ended or will end (a holder's deadline is when it expires): the start of
+    /// the idle time after which the key may be reclaimed. On the monotonic clock.
+    pub fn idle_from(&self) -> Micros {
+        match &self.lease {
+            Lease::Held(holder) => holder.deadline,
+            Lease::Ended { at } => *at,
+        }
+    }
+
+    /// Whether the key may be deleted: nobody has held it for `reclaim_after`. A held lease is
+    /// never reclaimable, whatever `reclaim_after` is, because its deadline is still ahead.
+    pub fn reclaimable(&self, now: Micros, reclaim_after: Micros) -> bool {
+        now >= self.idle_from().saturating_add(reclaim_after)
+    }
+
+    /// Where the reclaim index last put this key (see the field).
+    pub fn tracked_at(&self) -> Micros {
+        self.tracked_at
+    }
+
+    /// Records where the reclaim index now has this key.
+    pub fn set_tracked_at(&mut self, at: Micros) {
+        self.tracked_at = at;
     }
 
     /// Bytes this value owns, for `MEMORY USAGE`.

@@ -19,10 +19,14 @@ mod commands;
 mod datatype;
 mod epoch;
 mod ffi;
+mod floor;
 mod key;
+mod reclaim;
 mod replication;
+mod slot;
 mod state;
 mod stats;
+mod sweeper;
 
 #[cfg(not(test))]
 mod module {
@@ -36,7 +40,7 @@ mod module {
 
     use crate::datatype::LOCK_TYPE;
     use crate::ffi::{self, Handler};
-    use crate::{clock, commands, state, stats};
+    use crate::{clock, commands, state, stats, sweeper};
 
     /// One registered command: its shape (from the protocol crate, which also gives its arity
     /// and docs), its flags, its implementation, and the C entry point Redis calls.
@@ -93,7 +97,7 @@ mod module {
 
     fn register(ctx: &Context) -> Result<(), String> {
         ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
-        let category = ffi::add_acl_category(ctx, c"fencedlock").then_some(c"fencedlock");
+        let category = ffi::add_acl_category(ctx, command::ACL_CATEGORY_C).then_some(command::ACL_CATEGORY_C);
         for c in COMMANDS {
             ffi::create_command(ctx, &c.spec, c.entry, c.flags, category)?;
         }
@@ -102,6 +106,7 @@ mod module {
         for (config, value, default, min) in [
             (config::MAX_TTL_MS, &state::MAX_TTL_MS, state::CONFIG_DEFAULT_MAX_TTL_MS, 1),
             (config::RESTART_GRACE_MS, &state::RESTART_GRACE_MS, 0, 0),
+            (config::RECLAIM_AFTER_MS, &state::RECLAIM_AFTER_MS, state::CONFIG_DEFAULT_RECLAIM_AFTER_MS, 0),
         ] {
             register_i64_configuration(
                 ctx,
@@ -122,6 +127,7 @@ mod module {
             }
         }
         state::start_grace(clock::now());
+        ffi::every(ctx, sweeper::IDLE_DELAY_MS, sweeper::sweep);
         Ok(())
     }
 

@@ -10,7 +10,7 @@ use redis_module::raw;
 use fencedlock_protocol::command::APPLY;
 
 use crate::fence::HighWater;
-use crate::ffi::{log_warning, Call};
+use crate::ffi::{log_warning, Call, KeyName};
 use crate::lease::Record;
 
 fn ll(v: u64) -> c_longlong {
@@ -41,9 +41,17 @@ macro_rules! send_record {
 
 /// Sends the call's key's new state to replicas and the AOF, after the command changed it.
 pub fn replicate(call: &Call, mark: HighWater, record: &Record<'_>) {
-    let (ctx, key) = (call.raw_ctx(), call.raw_key());
-    // SAFETY: a `Call` holds the live context and key of the running command; the arguments
-    // match the format (see the macro).
+    send(call.raw_ctx(), call.raw_key(), mark, record);
+}
+
+/// Sends another key's new state (a slot floor the command raised) to replicas and the AOF.
+pub fn replicate_named(name: &KeyName<'_>, mark: HighWater, record: &Record<'_>) {
+    send(name.raw_ctx(), name.raw(), mark, record);
+}
+
+fn send(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, mark: HighWater, record: &Record<'_>) {
+    // SAFETY: the live context and a key name of the running command (from a `Call` or a
+    // `KeyName` created in it); the arguments match the format (see the macro).
     unsafe {
         let Some(replicate) = raw::RedisModule_Replicate else { return };
         if send_record!(replicate, ctx, key, mark, record) != raw::REDISMODULE_OK as c_int {

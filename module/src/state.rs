@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 
-use fencedlock_protocol::limits::{DEFAULT_MAX_TTL_MS, MAX_MAX_TTL_MS};
+use fencedlock_protocol::limits::{DEFAULT_MAX_TTL_MS, DEFAULT_RECLAIM_AFTER_MS, MAX_MAX_TTL_MS};
 
 use crate::fence::HighWater;
 use crate::lease::Micros;
@@ -15,8 +15,12 @@ static HIGH_WATER: AtomicU64 = AtomicU64::new(0);
 /// `fencedlock.max-ttl-ms`: a typo'd ttl of years would otherwise lock a job out for good.
 pub static MAX_TTL_MS: AtomicI64 = AtomicI64::new(CONFIG_DEFAULT_MAX_TTL_MS);
 
-/// The configs' bounds as Redis's integer configs take them. Both fit easily in an `i64`.
+/// `fencedlock.reclaim-after-ms`: idle lock keys are deleted this long after their lease ended.
+pub static RECLAIM_AFTER_MS: AtomicI64 = AtomicI64::new(CONFIG_DEFAULT_RECLAIM_AFTER_MS);
+
+/// The configs' defaults and bound as Redis's integer configs take them; all fit an `i64`.
 pub const CONFIG_DEFAULT_MAX_TTL_MS: i64 = DEFAULT_MAX_TTL_MS as i64;
+pub const CONFIG_DEFAULT_RECLAIM_AFTER_MS: i64 = DEFAULT_RECLAIM_AFTER_MS as i64;
 pub const CONFIG_MAX_MS: i64 = MAX_MAX_TTL_MS as i64;
 
 /// `fencedlock.restart-grace-ms`: the Redlock spec's delayed restart.
@@ -43,6 +47,11 @@ pub fn update_high_water(change: impl FnOnce(&mut HighWater)) -> HighWater {
 
 pub fn max_ttl_ms() -> u64 {
     u64::try_from(MAX_TTL_MS.load(Relaxed)).unwrap_or(1)
+}
+
+/// `fencedlock.reclaim-after-ms` in microseconds. Read at each sweep, so `CONFIG SET` applies at once.
+pub fn reclaim_after() -> Micros {
+    u64::try_from(RECLAIM_AFTER_MS.load(Relaxed)).unwrap_or(0).saturating_mul(1000)
 }
 
 pub fn start_grace(now: Micros) {

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use redis_module::InfoContext;
 
-use crate::state;
+use crate::{state, sweeper};
 
 pub struct Counter(AtomicU64);
 
@@ -38,6 +38,8 @@ pub static RELEASE_FAILURES: Counter = Counter::new();
 pub static TAKEOVERS: Counter = Counter::new();
 /// Grants refused during the restart grace window.
 pub static GRACE_REFUSALS: Counter = Counter::new();
+/// Idle lock keys deleted by the module (`fencedlock.reclaim-after-ms`).
+pub static RECLAIMED: Counter = Counter::new();
 
 /// The flat (deprecated) info API is the one that names the section after the module, so
 /// `INFO fencedlock` selects it and fields come out as `fencedlock_<name>`.
@@ -53,10 +55,15 @@ pub fn add_info_section(ctx: &InfoContext) {
         ("release_failures", &RELEASE_FAILURES),
         ("takeovers", &TAKEOVERS),
         ("grace_refusals", &GRACE_REFUSALS),
+        ("reclaimed", &RECLAIMED),
     ] {
         ctx.add_info_field_long_long(name, counter.get());
     }
     let mark_field = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     ctx.add_info_field_long_long("high_water_mark", mark_field(mark.get()));
     ctx.add_info_field_long_long("epoch", mark_field(mark.epoch()));
+    // Lock keys the reclaim index tracks (held or idle; at most one entry each) and its memory.
+    let (tracked, bytes) = sweeper::size();
+    ctx.add_info_field_long_long("reclaim_tracked", mark_field(tracked as u64));
+    ctx.add_info_field_long_long("reclaim_index_bytes", mark_field(bytes as u64));
 }

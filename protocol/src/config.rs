@@ -25,3 +25,10 @@ config! {
     /// spec's delayed restart, for servers that may lose their last writes in a crash.
     RESTART_GRACE_MS = "restart-grace-ms"
 }
+config! {
+    /// How long a lock key must have been unheld (released, or expired without a release)
+    /// before the module deletes it, in ms (default [`crate::limits::DEFAULT_RECLAIM_AFTER_MS`];
+    /// 0: as soon as its lease ended). Fences still rise: the server's high-water mark outlives
+    /// the key.
+    RECLAIM_AFTER_MS = "reclaim-after-ms"
+}

@@ -19,3 +19,9 @@ pub const MAX_FENCE: u64 = i64::MAX as u64;
 /// fence was issued in, and a node that missed fewer than `EPOCH_GAP` grants of its predecessor
 /// still issues fences above all of them.
 pub const EPOCH_GAP: u64 = 1 << 32;
+
+/// Default of the `fencedlock.reclaim-after-ms` config: ten minutes. Long enough that an
+/// operator can still read a just-released lock's fence with `STATUS`; short enough that
+/// per-entity lock keys (one per invoice, job or user) stay bounded by the keys used in the
+/// last ten minutes instead of growing forever.
+pub const DEFAULT_RECLAIM_AFTER_MS: u64 = 10 * 60 * 1000;

@@ -1,0 +1,35 @@
+//! Keeps each cluster slot's fence floor (see `slot.rs`) at or above every fence the slot may
+//! grant, before it grants it. Outside cluster mode it does nothing: the server-wide high-water
+//! mark already outlives every key there.
+
+use crate::error::LockError;
+use crate::ffi::Call;
+use crate::key::Key;
+use crate::lease::{Lock, Record};
+use crate::{clock, replication, slot, state};
+
+/// Makes sure the floor of the call's key's slot covers `fence`, raising it (with headroom) and
+/// replicating the raise when it does not.
+pub fn cover(call: &Call, fence: u64) -> Result<(), LockError> {
+    if !call.in_cluster() {
+        return Ok(());
+    }
+    let name = slot::floor_key(slot::slot(call.arg(1)));
+    let name = call.string(&name).ok_or(LockError::Internal)?;
+    let mut key = Key::named(&name);
+    let floor = key.lock()?;
+    if !slot::needs_raise(floor.as_ref().map(|lock| lock.fence()), fence) {
+        return Ok(());
+    }
+    let now = clock::now();
+    let raised = Lock::from_record(&Record { fence: slot::floor_for(fence), holder: None }, now)?;
+    let stored = match floor {
+        Some(floor) => {
+            *floor = raised;
+            floor
+        }
+        None => key.set_lock(raised)?,
+    };
+    replication::replicate_named(&name, state::high_water(), &stored.record(now));
+    Ok(())
+}

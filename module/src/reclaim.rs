@@ -1,0 +1,195 @@
+//! Which idle lock keys to delete, and when. Pure: the sweeper (FFI, `sweeper.rs`) pops due
+//! entries, looks each key up, and does what [`decide`] says.
+//!
+//! Every stored lock key is tracked by an [`Entry`] ordered by when its lease ended or will end
+//! ([`Lock::idle_from`], on the monotonic clock). A release moves the key's entry to the release
+//! time; renewals and new grants on an existing key do not touch the index (that would cost
+//! every renewal). When an entry falls due, the key's *current* state decides:
+//! still or again held → requeued at its new end; idle long enough → deleted; gone or no longer
+//! a lock → forgotten. So a sweep never visits a key before it could be reclaimable, never scans
+//! the keyspace, and the index holds at most one entry per key (entries are a set: requeuing a
+//! key where it already stands merges them).
+
+use std::collections::BTreeSet;
+
+use crate::lease::{Lock, Micros};
+
+/// A lock key and the time its lease ended or will end, as last seen.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Entry {
+    /// First field: the index is ordered by it.
+    pub idle_from: Micros,
+    pub db: i32,
+    pub key: Box<[u8]>,
+}
+
+/// Approximate heap bytes of one entry beyond its key name: the entry itself and the share of a
+/// B-tree node it occupies, plus the allocator's header for the name. For `INFO`.
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() * 3 / 2 + 16;
+
+/// The tracked lock keys, soonest idle first.
+#[derive(Debug, Default)]
+pub struct Index {
+    entries: BTreeSet<Entry>,
+    bytes: usize,
+}
+
+impl Index {
+    pub const fn new() -> Self {
+        Self { entries: BTreeSet::new(), bytes: 0 }
+    }
+
+    /// Tracks `key` (in `db`) as idle from `idle_from` on.
+    pub fn track(&mut self, idle_from: Micros, db: i32, key: &[u8]) {
+        self.insert(Entry { idle_from, db, key: key.into() });
+    }
+
+    /// Stops tracking `key` at `idle_from` (nothing happens when it is not there).
+    pub fn untrack(&mut self, idle_from: Micros, db: i32, key: &[u8]) {
+        let entry = Entry { idle_from, db, key: key.into() };
+        if self.entries.remove(&entry) {
+            self.bytes = self.bytes.saturating_sub(entry.key.len() + ENTRY_OVERHEAD);
+        }
+    }
+
+    /// Puts an entry (back) in the index.
+    pub fn insert(&mut self, entry: Entry) {
+        let size = entry.key.len() + ENTRY_OVERHEAD;
+        if self.entries.insert(entry) {
+            self.bytes += size;
+        }
+    }
+
+    /// Takes out the first entry that is due at `now`: its key has been idle for `reclaim_after`
+    /// if nothing changed since it was tracked.
+    pub fn pop_due(&mut self, now: Micros, reclaim_after: Micros) -> Option<Entry> {
+        let first = self.entries.first()?;
+        if now < first.idle_from.saturating_add(reclaim_after) {
+            return None;
+        }
+        let entry = self.entries.pop_first()?;
+        self.bytes = self.bytes.saturating_sub(entry.key.len() + ENTRY_OVERHEAD);
+        Some(entry)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Approximate heap bytes the index holds, for `INFO fencedlock`.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+/// What to do with a due entry, given what its key holds now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nobody has held it for `reclaim_after`: delete it (on the primary).
+    Delete,
+    /// Held again, renewed, or not idle long enough yet: look again once it could be.
+    Requeue { idle_from: Micros },
+    /// The key is gone or holds something else: it is not ours to track.
+    Forget,
+}
+
+/// The decision for a due entry whose key now holds `found`.
+pub fn decide(found: Option<&Lock>, now: Micros, reclaim_after: Micros) -> Verdict {
+    match found {
+        None => Verdict::Forget,
+        Some(lock) if lock.reclaimable(now, reclaim_after) => Verdict::Delete,
+        Some(lock) => Verdict::Requeue { idle_from: lock.idle_from() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fence::HighWater;
+    use crate::lease::Acquired;
+
+    const MS: Micros = 1000;
+
+    fn held(token: &[u8], ttl: Micros, now: Micros) -> Lock {
+        let mut lock = Lock::new();
+        let r = lock.acquire(&mut HighWater::default(), token, ttl, now, 0);
+        assert!(matches!(r, Ok(Acquired::Granted { .. })));
+        lock
+    }
+
+    #[test]
+    fn a_held_lease_is_never_reclaimed_whatever_the_retention() {
+        let lock = held(b"a", 100 * MS, 0);
+        for after in [0, 1, 50 * MS] {
+            assert_eq!(decide(Some(&lock), 99 * MS, after), Verdict::Requeue { idle_from: 100 * MS });
+        }
+    }
+
+    #[test]
+    fn an_expired_lease_is_reclaimed_retention_after_its_deadline() {
+        let lock = held(b"a", 100 * MS, 0);
+        assert_eq!(decide(Some(&lock), 100 * MS, 0), Verdict::Delete);
+        assert_eq!(decide(Some(&lock), 159 * MS, 60 * MS), Verdict::Requeue { idle_from: 100 * MS });
+        assert_eq!(decide(Some(&lock), 160 * MS, 60 * MS), Verdict::Delete);
+    }
+
+    #[test]
+    fn a_released_lease_is_reclaimed_retention_after_the_release() {
+        let mut lock = held(b"a", 100 * MS, 0);
+        lock.release(b"a", 10 * MS);
+        assert_eq!(lock.idle_from(), 10 * MS);
+        assert_eq!(decide(Some(&lock), 69 * MS, 60 * MS), Verdict::Requeue { idle_from: 10 * MS });
+        assert_eq!(decide(Some(&lock), 70 * MS, 60 * MS), Verdict::Delete);
+    }
+
+    #[test]
+    fn a_renewed_lease_is_requeued_at_its_new_deadline() {
+        let mut lock = held(b"a", 100 * MS, 0);
+        assert!(lock.renew(b"a", 100 * MS, 90 * MS));
+        assert_eq!(decide(Some(&lock), 100 * MS, 0), Verdict::Requeue { idle_from: 190 * MS });
+    }
+
+    #[test]
+    fn a_missing_key_is_forgotten() {
+        assert_eq!(decide(None, 0, 0), Verdict::Forget);
+    }
+
+    #[test]
+    fn entries_fall_due_in_order_of_idleness_and_not_before() {
+        let mut index = Index::new();
+        index.track(30 * MS, 0, b"c");
+        index.track(10 * MS, 0, b"a");
+        index.track(20 * MS, 1, b"b");
+        assert_eq!(index.len(), 3);
+        assert!(index.bytes() > 3 * ENTRY_OVERHEAD);
+        assert_eq!(index.pop_due(14 * MS, 5 * MS), None);
+        assert_eq!(index.pop_due(15 * MS, 5 * MS).map(|e| e.key), Some(b"a"[..].into()));
+        assert_eq!(index.pop_due(15 * MS, 5 * MS), None);
+        let b = index.pop_due(100 * MS, 5 * MS).expect("due");
+        assert_eq!((b.db, &*b.key), (1, &b"b"[..]));
+        assert_eq!(index.pop_due(100 * MS, 5 * MS).map(|e| e.key), Some(b"c"[..].into()));
+        assert_eq!((index.len(), index.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn a_key_requeued_where_it_already_stands_is_tracked_once() {
+        let mut index = Index::new();
+        index.track(10 * MS, 0, b"k");
+        index.track(10 * MS, 0, b"k");
+        assert_eq!(index.len(), 1);
+        let bytes = index.bytes();
+        index.track(10 * MS, 0, b"k");
+        assert_eq!(index.bytes(), bytes);
+        index.untrack(10 * MS, 0, b"k");
+        index.untrack(10 * MS, 0, b"k");
+        assert_eq!((index.len(), index.bytes()), (0, 0));
+    }
+
+    #[test]
+    fn retention_changes_apply_to_entries_already_tracked() {
+        let mut index = Index::new();
+        index.track(10 * MS, 0, b"k");
+        assert_eq!(index.pop_due(20 * MS, 600_000 * MS), None);
+        assert!(index.pop_due(20 * MS, 0).is_some());
+    }
+}

@@ -1,0 +1,127 @@
+//! Redis Cluster slots and the per-slot fence floor. Pure, unit-tested without a server.
+//!
+//! In a cluster, a slot's keys move between primaries with `MIGRATE`; the server-wide high-water
+//! mark does not. A lock key that was deleted or reclaimed on its old primary takes its fence
+//! with it, and the new primary's mark may be lower: it would repeat that fence. So each slot
+//! that ever granted a lease holds a **floor key** (`fencedlock:floor:{tag}`, with a hash tag
+//! that maps it to that slot), a lock value without a holder whose fence is at least every fence
+//! granted in the slot. It migrates with the slot like any key, and loading it raises the new
+//! primary's mark above it (as every loaded fence does).
+//!
+//! A floor is raised with headroom ([`floor_for`]): one write covers the next `EPOCH_GAP`
+//! fences, so grants rarely pay for it.
+
+use std::sync::OnceLock;
+
+use fencedlock_protocol::limits::{EPOCH_GAP, MAX_FENCE};
+
+/// Number of hash slots in a Redis Cluster.
+pub const SLOTS: usize = 16384;
+
+/// Names of floor keys start with this; they are never reclaimed.
+pub const FLOOR_PREFIX: &[u8] = b"fencedlock:floor:{";
+
+/// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &b| {
+        (0..8).fold(crc ^ (u16::from(b) << 8), |crc, _| {
+            if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            }
+        })
+    })
+}
+
+/// The slot of `key`, with Redis's hash-tag rule: only the part between the first `{` and the
+/// next `}` counts, when that part is not empty.
+pub fn slot(key: &[u8]) -> usize {
+    let hashed = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &rest[..len])
+        })
+        .unwrap_or(key);
+    usize::from(crc16(hashed)) % SLOTS
+}
+
+/// The name of the floor key of `slot`. Each slot's tag is the smallest decimal number that hashes
+/// to it, found once (about 160,000 checksums, a few milliseconds).
+pub fn floor_key(slot: usize) -> Vec<u8> {
+    static TAGS: OnceLock<Vec<u32>> = OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags = vec![u32::MAX; SLOTS];
+        let mut missing = SLOTS;
+        let mut n = 0u32;
+        while missing > 0 {
+            let tag = &mut tags[usize::from(crc16(n.to_string().as_bytes())) % SLOTS];
+            if *tag == u32::MAX {
+                *tag = n;
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags
+    });
+    let tag = tags[slot % SLOTS];
+    let mut name = FLOOR_PREFIX.to_vec();
+    name.extend_from_slice(tag.to_string().as_bytes());
+    name.push(b'}');
+    name
+}
+
+/// Whether `key` is a floor key.
+pub fn is_floor_key(key: &[u8]) -> bool {
+    key.starts_with(FLOOR_PREFIX)
+}
+
+/// The floor to write so that `fence` and the next `EPOCH_GAP` fences after it are covered.
+pub fn floor_for(fence: u64) -> u64 {
+    fence.saturating_add(EPOCH_GAP).min(MAX_FENCE)
+}
+
+/// Whether a slot whose floor is `floor` (`None`: no floor key) must be raised before it may
+/// grant `fence`.
+pub fn needs_raise(floor: Option<u64>, fence: u64) -> bool {
+    floor.is_none_or(|floor| floor < fence)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crc16_and_slots_match_redis() {
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"somekey"), 11058);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}".as_slice()));
+        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"), "an empty tag hashes the whole key");
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+
+    #[test]
+    fn every_slot_has_a_floor_key_in_that_slot() {
+        for s in 0..SLOTS {
+            let key = floor_key(s);
+            assert!(is_floor_key(&key));
+            assert_eq!(slot(&key), s, "{}", String::from_utf8_lossy(&key));
+        }
+        assert!(!is_floor_key(b"invoice:1"));
+    }
+
+    #[test]
+    fn a_floor_covers_a_whole_epoch_of_fences() {
+        assert!(needs_raise(None, 1));
+        let floor = floor_for(10);
+        assert!(!needs_raise(Some(floor), 10));
+        assert!(!needs_raise(Some(floor), 10 + EPOCH_GAP));
+        assert!(needs_raise(Some(floor), 11 + EPOCH_GAP));
+        assert_eq!(floor_for(MAX_FENCE - 1), MAX_FENCE);
+    }
+}

@@ -1,0 +1,117 @@
+//! Reclaims idle lock keys in bounded slices of a module timer: the FFI side of `reclaim`.
+//!
+//! Only a primary deletes, and each deletion reaches replicas and the AOF as `DEL key`, so they
+//! agree with it. Replicas and loading servers keep the index too (every stored lock is tracked,
+//! whatever stored it), so a promoted replica takes over reclaiming at once; their sweep only
+//! drops entries of keys that are already gone.
+//!
+//! Keys deleted by other means (`DEL`, `FLUSHALL`, eviction, migration) leave their entries
+//! behind until they fall due; the sweep then finds the key gone and forgets the entry, so the
+//! index never holds more than the keys stored within one retention period.
+//!
+//! Fences do not depend on the keys: a new grant is above the server's high-water mark, which
+//! outlives every key (see `fence.rs`), so deleting an idle key never lets a fence repeat.
+
+use std::sync::{Mutex, MutexGuard};
+
+use crate::ffi::Timer;
+use crate::key::Key;
+use crate::lease::{Lock, Micros};
+use crate::reclaim::{decide, Entry, Index, Verdict};
+use crate::{clock, slot, state, stats};
+
+static INDEX: Mutex<Index> = Mutex::new(Index::new());
+
+/// How long one sweep may run: a bounded slice, so a million idle keys never stall the event
+/// loop (Redis's own active expiry works the same way).
+const BUDGET: Micros = 2_000;
+/// Entries handled between two looks at the clock.
+const CHECK_EVERY: usize = 32;
+/// Delay before the next sweep: soon while a backlog is due, otherwise at Redis's default `hz`.
+pub const BUSY_DELAY_MS: i64 = 10;
+pub const IDLE_DELAY_MS: i64 = 100;
+
+fn index() -> MutexGuard<'static, Index> {
+    // A panic while the lock was held leaves a consistent index (every method completes or
+    // does nothing), so a poisoned lock is safe to keep using.
+    INDEX.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Tracks the lock stored under `key` in `db` as idle from its `idle_from` on, moving the entry
+/// it had. Every way a lock key comes to exist calls this, and so does a release.
+pub fn track(lock: &mut Lock, db: i32, key: &[u8]) {
+    if slot::is_floor_key(key) {
+        return; // a slot's floor must outlive its lock keys
+    }
+    let idle_from = lock.idle_from();
+    let mut index = index();
+    index.untrack(lock.tracked_at(), db, key);
+    index.track(idle_from, db, key);
+    lock.set_tracked_at(idle_from);
+}
+
+/// Tracked keys and the index's approximate heap bytes, for `INFO fencedlock`.
+pub fn size() -> (usize, usize) {
+    let index = index();
+    (index.len(), index.bytes())
+}
+
+/// One sweep: handles due entries until none is left or the budget is spent. Returns the delay
+/// before the next sweep.
+pub fn sweep(timer: &Timer) -> i64 {
+    let deciding = timer.is_deciding_primary();
+    let after = state::reclaim_after();
+    let start = clock::now();
+    let mut now = start;
+    let mut handled = 0;
+    loop {
+        if handled % CHECK_EVERY == CHECK_EVERY - 1 {
+            now = clock::now();
+            if now.saturating_sub(start) >= BUDGET {
+                return BUSY_DELAY_MS;
+            }
+        }
+        let Some(entry) = index().pop_due(now, after) else { return IDLE_DELAY_MS };
+        handled += 1;
+        if !visit(timer, entry, now, after, deciding) {
+            return IDLE_DELAY_MS;
+        }
+    }
+}
+
+/// Handles one due entry; false when the sweep must stop here: a replica at a key only its
+/// primary may delete (the entry goes back and waits for the primary's `DEL`), or a failure.
+fn visit(timer: &Timer, entry: Entry, now: Micros, after: Micros, deciding: bool) -> bool {
+    if !timer.select_db(entry.db) {
+        return true; // the database is gone (fewer databases after a restart): forget it
+    }
+    let verdict = match timer.string(&entry.key) {
+        Some(name) => {
+            let mut key = Key::named(&name);
+            // Another type under the name is not ours to track; an error reads as that.
+            let mut found = key.lock().ok().flatten();
+            let verdict = decide(found.as_deref(), now, after);
+            if let (Verdict::Requeue { idle_from }, Some(lock)) = (verdict, found.as_mut()) {
+                lock.set_tracked_at(idle_from);
+            }
+            if verdict == Verdict::Delete && deciding && key.delete().is_ok() {
+                timer.replicate_del(&name);
+                stats::RECLAIMED.incr();
+                return true;
+            }
+            verdict
+        }
+        None => Verdict::Delete, // no string for the name: keep the entry, try again later
+    };
+    match verdict {
+        Verdict::Forget => true,
+        Verdict::Requeue { idle_from } => {
+            index().insert(Entry { idle_from, ..entry });
+            true
+        }
+        Verdict::Delete => {
+            index().insert(entry);
+            false
+        }
+    }
+}
