@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Turns the results of benches/server.py and the criterion benches into RESULTS.md.
+"""Turns the results of benches/server.py, benches/memory.py and the criterion benches into
+RESULTS.md.
 
-Reads <results>/server.json, <results>/client_paired.json, <results>/contention.json and
-criterion's <target>/criterion/*/*/new/estimates.json. Standard library only.
+Reads <results>/server.json, <results>/memory.json, <results>/profile.json,
+<results>/client_paired.json, <results>/contention.json and criterion's
+<target>/criterion/*/*/new/estimates.json. Standard library only.
 """
 
 from __future__ import annotations
@@ -152,6 +154,49 @@ def memory_section(s: dict) -> list[str]:
     return out
 
 
+def mb(x: float) -> str:
+    return f"{x / 1e6:,.1f}"
+
+
+def memory_over_time_section(m: dict | None) -> list[str]:
+    out = ["", "## Server side: memory over time (per-entity keys)", ""]
+    if m is None:
+        return out + ["(no memory-over-time results: run benches/memory.py)"]
+    st, s = m["settings"], m["summary"]
+    keys, dur = m["keys_created"], st["duration_s"]
+    skipped = f", {m['ticks_skipped']} ticks skipped (the load fell behind)" if m["ticks_skipped"] else ""
+    out += [
+        f"Two redis-servers, the same load into each for {dur:.0f} s: every {st['tick_s'] * 1000:.0f} ms "
+        f"{st['keys_per_tick']:,} fresh keys `{st['key_pattern']}` acquired and released at once "
+        f"({m['achieved_rate_per_s']:,.0f} new keys/s{skipped}), `used_memory` sampled every second "
+        f"(`benches/memory.py`). Reclaim on: `fencedlock.reclaim-after-ms {st['reclaim_after_ms']['on']}`; "
+        f"off: `{st['reclaim_after_ms']['off']}` (the maximum), where every released key stays. "
+        "Slope: least squares over the second half of the load.",
+        "",
+        "| reclaim | keys created | `used_memory` start (MB) | end (MB) | peak (MB) | slope, 2nd half | keys left at end | after "
+        f"{st['drain_s']} s idle (MB, keys) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    labels = {"on": f"on ({st['reclaim_after_ms']['on']} ms)", "off": "off (maximum)"}
+    for name in ("on", "off"):
+        x = s[name]
+        sl = "–" if x["slope_bytes_per_s"] is None else f"{x['slope_bytes_per_s'] / 1e3:,.1f} kB/s"
+        out.append(
+            f"| {labels[name]} | {keys:,} | {mb(x['used_memory_start'])} | "
+            f"{mb(x['used_memory_end'])} | {mb(x['used_memory_peak'])} | {sl} | {x['dbsize_end']:,} | "
+            f"{mb(x['used_memory_after_drain'])}, {x['dbsize_after_drain']:,} |"
+        )
+    off = s["off"]
+    out += [
+        "",
+        f"End of the load: off / on = {s['ratio_end_off_on']:.1f}× `used_memory`. With reclaim off, memory "
+        f"grows by {off['growth_bytes_per_key']:.0f} B per key created, of which "
+        f"{off['reclaim_index_bytes_end'] / max(off['reclaim_tracked_end'], 1):.0f} B is the reclaim index's "
+        "entry (`fencedlock_reclaim_index_bytes`): the index tracks every lock key, whatever the setting.",
+    ]
+    return out
+
+
 INSTRUCTION_PAIRS = [
     ("redis", "FENCEDLOCK.ACQUIRE (fresh key)", "SET NX PX (fresh key)"),
     ("redis", "FENCEDLOCK.RELEASE (holder)", "EVALSHA compare-and-delete (match)"),
@@ -297,6 +342,7 @@ def main() -> None:
     paired = load(results / "client_paired.json")
     contention = load(results / "contention.json")
     profile = load(results / "profile.json")
+    memory = load(results / "memory.json")
     estimates = criterion_estimates(target)
     load_before = ""
     try:
@@ -314,9 +360,12 @@ def main() -> None:
         "",
     ]
     if server:
-        lines += server_section(server) + memory_section(server) + instructions_section(profile)
+        lines += server_section(server) + memory_section(server)
     else:
         lines += ["(no server results: run benches/server.py)"]
+    lines += memory_over_time_section(memory)
+    if server:
+        lines += instructions_section(profile)
     lines += client_section(paired, estimates)
     lines += contention_section(contention, estimates)
     lines.append("")

@@ -61,11 +61,15 @@ impl<'a> Call<'a> {
         flags & wanted != 0
     }
 
-    /// Whether the server runs in cluster mode (keys live in slots that can migrate).
+    /// Whether the server runs in cluster mode (keys live in slots that can migrate). Read once:
+    /// `cluster-enabled` cannot change while the server runs, and the flags call is not free.
     pub fn in_cluster(&self) -> bool {
-        // SAFETY: a live command context.
-        let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ctx)) };
-        flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
+        static CLUSTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *CLUSTER.get_or_init(|| {
+            // SAFETY: a live command context.
+            let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ctx)) };
+            flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
+        })
     }
 
     /// Another key's name as a Redis string in this command's context.

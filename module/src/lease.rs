@@ -24,7 +24,8 @@ pub struct Lock {
     fence: u64,
     lease: Lease,
     /// Where the reclaim index has this key (its `idle_from` when last tracked), so a release
-    /// can move the entry instead of leaving a stale one behind. Not persisted.
+    /// can move the entry instead of leaving a stale one behind (0 before it is tracked: no entry
+    /// sits there). Not persisted.
     tracked_at: Micros,
 }
 

@@ -9,11 +9,10 @@
 
 #![cfg_attr(test, allow(dead_code))] // the FFI glue is only reached from `redis_module!`, not built in tests
 
-pub mod args;
-pub mod error;
-pub mod fence;
-pub mod lease;
-
+mod args;
+mod error;
+mod fence;
+mod lease;
 mod clock;
 mod commands;
 mod datatype;

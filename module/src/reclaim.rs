@@ -6,56 +6,73 @@
 //! time; renewals and new grants on an existing key do not touch the index (that would cost
 //! every renewal). When an entry falls due, the key's *current* state decides:
 //! still or again held → requeued at its new end; idle long enough → deleted; gone or no longer
-//! a lock → forgotten. So a sweep never visits a key before it could be reclaimable, never scans
-//! the keyspace, and the index holds at most one entry per key (entries are a set: requeuing a
-//! key where it already stands merges them).
+//! a lock → forgotten. So a sweep never visits a key before it could be reclaimable and never
+//! scans the keyspace.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 
 use crate::lease::{Lock, Micros};
 
 /// A lock key and the time its lease ended or will end, as last seen.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
-    /// First field: the index is ordered by it.
     pub idle_from: Micros,
     pub db: i32,
     pub key: Box<[u8]>,
 }
 
-/// Approximate heap bytes of one entry beyond its key name: the entry itself and the share of a
-/// B-tree node it occupies, plus the allocator's header for the name. For `INFO`.
-const ENTRY_OVERHEAD: usize = std::mem::size_of::<Entry>() * 3 / 2 + 16;
+/// Where an entry sits: ordered by time first. The name's hash instead of the name itself lets a
+/// release find and move its key's entry without allocating; two keys of one database with the
+/// same hash and the same microsecond would share a slot (the later one is then found idle only
+/// by the sweep of the other: never deleted while held, at worst kept longer).
+type Slot = (Micros, i32, u64);
+
+/// Approximate heap bytes of one entry beyond its key name: the slot, the boxed name, their
+/// share of a B-tree node, and the allocator's header for the name. For `INFO`.
+const ENTRY_OVERHEAD: usize = (std::mem::size_of::<Slot>() + std::mem::size_of::<Box<[u8]>>()) * 3 / 2 + 16;
+
+/// FNV-1a: a few instructions a byte, on every acquire of a new key and every release. Keys
+/// are chosen by clients, but a collision costs at most a late reclaim (see `Slot`).
+fn slot(idle_from: Micros, db: i32, key: &[u8]) -> Slot {
+    let hash = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    (idle_from, db, hash)
+}
 
 /// The tracked lock keys, soonest idle first.
 #[derive(Debug, Default)]
 pub struct Index {
-    entries: BTreeSet<Entry>,
+    entries: BTreeMap<Slot, Box<[u8]>>,
     bytes: usize,
 }
 
 impl Index {
     pub const fn new() -> Self {
-        Self { entries: BTreeSet::new(), bytes: 0 }
+        Self { entries: BTreeMap::new(), bytes: 0 }
     }
 
-    /// Tracks `key` (in `db`) as idle from `idle_from` on.
-    pub fn track(&mut self, idle_from: Micros, db: i32, key: &[u8]) {
-        self.insert(Entry { idle_from, db, key: key.into() });
-    }
-
-    /// Stops tracking `key` at `idle_from` (nothing happens when it is not there).
-    pub fn untrack(&mut self, idle_from: Micros, db: i32, key: &[u8]) {
-        let entry = Entry { idle_from, db, key: key.into() };
-        if self.entries.remove(&entry) {
-            self.bytes = self.bytes.saturating_sub(entry.key.len() + ENTRY_OVERHEAD);
-        }
+    /// Tracks `key` (in `db`) as idle from `idle_from` on, moving its entry from `was` (where it
+    /// was tracked before, if it was) without a new allocation.
+    pub fn track(&mut self, was: Option<Micros>, idle_from: Micros, db: i32, key: &[u8]) {
+        let name = match was.and_then(|was| self.entries.remove(&slot(was, db, key))) {
+            Some(name) if *name == *key => {
+                self.bytes = self.bytes.saturating_sub(name.len() + ENTRY_OVERHEAD);
+                name
+            }
+            Some(other) => {
+                // Another key shared the slot: put it back, and track ours anew.
+                self.entries.insert(slot(was.unwrap_or(0), db, &other), other);
+                key.into()
+            }
+            None => key.into(),
+        };
+        self.insert(Entry { idle_from, db, key: name });
     }
 
     /// Puts an entry (back) in the index.
     pub fn insert(&mut self, entry: Entry) {
         let size = entry.key.len() + ENTRY_OVERHEAD;
-        if self.entries.insert(entry) {
+        let at = slot(entry.idle_from, entry.db, &entry.key);
+        if self.entries.insert(at, entry.key).is_none() {
             self.bytes += size;
         }
     }
@@ -63,13 +80,13 @@ impl Index {
     /// Takes out the first entry that is due at `now`: its key has been idle for `reclaim_after`
     /// if nothing changed since it was tracked.
     pub fn pop_due(&mut self, now: Micros, reclaim_after: Micros) -> Option<Entry> {
-        let first = self.entries.first()?;
-        if now < first.idle_from.saturating_add(reclaim_after) {
+        let (&(idle_from, _, _), _) = self.entries.first_key_value()?;
+        if now < idle_from.saturating_add(reclaim_after) {
             return None;
         }
-        let entry = self.entries.pop_first()?;
-        self.bytes = self.bytes.saturating_sub(entry.key.len() + ENTRY_OVERHEAD);
-        Some(entry)
+        let ((idle_from, db, _), key) = self.entries.pop_first()?;
+        self.bytes = self.bytes.saturating_sub(key.len() + ENTRY_OVERHEAD);
+        Some(Entry { idle_from, db, key })
     }
 
     pub fn len(&self) -> usize {
@@ -157,9 +174,9 @@ mod tests {
     #[test]
     fn entries_fall_due_in_order_of_idleness_and_not_before() {
         let mut index = Index::new();
-        index.track(30 * MS, 0, b"c");
-        index.track(10 * MS, 0, b"a");
-        index.track(20 * MS, 1, b"b");
+        index.track(None, 30 * MS, 0, b"c");
+        index.track(None, 10 * MS, 0, b"a");
+        index.track(None, 20 * MS, 1, b"b");
         assert_eq!(index.len(), 3);
         assert!(index.bytes() > 3 * ENTRY_OVERHEAD);
         assert_eq!(index.pop_due(14 * MS, 5 * MS), None);
@@ -174,21 +191,31 @@ mod tests {
     #[test]
     fn a_key_requeued_where_it_already_stands_is_tracked_once() {
         let mut index = Index::new();
-        index.track(10 * MS, 0, b"k");
-        index.track(10 * MS, 0, b"k");
+        index.track(None, 10 * MS, 0, b"k");
+        index.insert(Entry { idle_from: 10 * MS, db: 0, key: b"k"[..].into() });
         assert_eq!(index.len(), 1);
+    }
+
+    #[test]
+    fn a_release_moves_the_entry_of_its_key() {
+        let mut index = Index::new();
+        index.track(None, 100 * MS, 0, b"k");
+        index.track(None, 100 * MS, 0, b"other");
         let bytes = index.bytes();
-        index.track(10 * MS, 0, b"k");
-        assert_eq!(index.bytes(), bytes);
-        index.untrack(10 * MS, 0, b"k");
-        index.untrack(10 * MS, 0, b"k");
-        assert_eq!((index.len(), index.bytes()), (0, 0));
+        index.track(Some(100 * MS), 20 * MS, 0, b"k");
+        assert_eq!((index.len(), index.bytes()), (2, bytes));
+        let first = index.pop_due(20 * MS, 0).expect("moved to 20 ms");
+        assert_eq!(&*first.key, b"k");
+        assert_eq!(index.pop_due(99 * MS, 0), None, "the old place is empty");
+        // Moving from a place where the key is not tracked tracks it anyway.
+        index.track(Some(5 * MS), 30 * MS, 1, b"k");
+        assert_eq!(index.len(), 2);
     }
 
     #[test]
     fn retention_changes_apply_to_entries_already_tracked() {
         let mut index = Index::new();
-        index.track(10 * MS, 0, b"k");
+        index.track(None, 10 * MS, 0, b"k");
         assert_eq!(index.pop_due(20 * MS, 600_000 * MS), None);
         assert!(index.pop_due(20 * MS, 0).is_some());
     }

@@ -44,9 +44,7 @@ pub fn track(lock: &mut Lock, db: i32, key: &[u8]) {
         return; // a slot's floor must outlive its lock keys
     }
     let idle_from = lock.idle_from();
-    let mut index = index();
-    index.untrack(lock.tracked_at(), db, key);
-    index.track(idle_from, db, key);
+    index().track(Some(lock.tracked_at()), idle_from, db, key);
     lock.set_tracked_at(idle_from);
 }
 
