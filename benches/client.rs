@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use fencedlock::{Fencing, LockConfig, Locker, Node, Redlock};
+use fencedlock_protocol::command;
 use futures::future::BoxFuture;
 use harness::{redis, Server};
 
@@ -99,14 +100,14 @@ impl Fixture {
             Op::RawAcquireRelease => {
                 let mut conn = self.conn.clone();
                 Box::pin(async move {
-                    let fence: Option<u64> = redis::cmd("FENCEDLOCK.ACQUIRE")
+                    let fence: Option<u64> = redis::cmd(command::ACQUIRE.name)
                         .arg("bench:raw")
                         .arg(RAW_TOKEN)
                         .arg(TTL.as_millis() as u64)
                         .query_async(&mut conn)
                         .await
                         .expect("ACQUIRE");
-                    let released: i64 = redis::cmd("FENCEDLOCK.RELEASE")
+                    let released: i64 = redis::cmd(command::RELEASE.name)
                         .arg("bench:raw")
                         .arg(RAW_TOKEN)
                         .query_async(&mut conn)

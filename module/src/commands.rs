@@ -3,10 +3,10 @@
 //! Every error is returned before anything is written.
 
 use crate::error::LockError;
+use crate::fence::HighWater;
 use crate::ffi::{int, Call, Reply};
 use crate::key::Key;
 use crate::lease::{Acquired, Lock, Micros, Released};
-use crate::fence::HighWater;
 use crate::{args, clock, floor, replication, state, stats, sweeper};
 
 /// `FENCEDLOCK.ACQUIRE key token ttl_ms` → fence, or nil while another token holds the lease.
@@ -178,10 +178,17 @@ pub fn apply(call: &Call) -> Result<Reply, LockError> {
         return Err(LockError::InternalCommand);
     }
     let (high_water, record) = args::record(&call.args_from(2))?;
-    let lock = Lock::from_record(&record, clock::now())?;
+    let mut lock = Lock::from_record(&record, clock::now())?;
     let mut key = Key::write(call);
+    let (db, name) = key.location();
     match key.lock()? {
-        Some(stored) => *stored = lock,
+        Some(stored) => {
+            // The reclaim index moves the key to its new idle time, as the primary's did: a
+            // promoted replica then reclaims on the primary's schedule.
+            lock.set_tracked_at(stored.tracked_at());
+            *stored = lock;
+            sweeper::track(stored, db, name);
+        }
         None => {
             key.set_lock(lock)?;
         }

@@ -24,7 +24,11 @@ static LOADED_FROM_DISK: AtomicBool = AtomicBool::new(false);
 
 fn jump(why: &str) {
     let mark = state::update_high_water(|mark| mark.jump());
-    ffi::log_notice(&format!("fencedlock: {why}: new epoch {}, high-water mark {}", mark.epoch(), mark.get()));
+    ffi::log_notice(&format!(
+        "fencedlock: {why}: new epoch {}, high-water mark {}",
+        mark.epoch(),
+        mark.get()
+    ));
 }
 
 #[role_changed_event_handler]

@@ -8,11 +8,15 @@ use thiserror::Error;
 #[error("{}", self.reply().0.message(self.reply().1))]
 pub enum LockError {
     BadTtl,
-    TtlTooLarge { max_ms: u64 },
+    TtlTooLarge {
+        max_ms: u64,
+    },
     BadToken,
     BadFence,
     FencesExhausted,
-    RestartGrace { remaining_ms: u64 },
+    RestartGrace {
+        remaining_ms: u64,
+    },
     WrongType,
     InternalCommand,
     BadRecord,
@@ -44,7 +48,10 @@ mod tests {
 
     #[test]
     fn replies_keep_their_wording() {
-        assert_eq!(LockError::BadTtl.to_string(), "ERR ttl must be a positive integer number of milliseconds");
+        assert_eq!(
+            LockError::BadTtl.to_string(),
+            "ERR ttl must be a positive integer number of milliseconds"
+        );
         assert_eq!(
             LockError::TtlTooLarge { max_ms: 100 }.to_string(),
             "ERR ttl exceeds fencedlock.max-ttl-ms (100)"
@@ -53,6 +60,9 @@ mod tests {
             LockError::RestartGrace { remaining_ms: 7 }.to_string(),
             "TRYAGAIN fencedlock restart grace: new grants are refused for another 7 ms"
         );
-        assert_eq!(LockError::WrongType.to_string(), "WRONGTYPE Operation against a key holding the wrong kind of value");
+        assert_eq!(
+            LockError::WrongType.to_string(),
+            "WRONGTYPE Operation against a key holding the wrong kind of value"
+        );
     }
 }

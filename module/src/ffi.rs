@@ -212,7 +212,8 @@ pub fn create_command(
         if create(ctx.ctx, spec.c_name.as_ptr(), handler, c_flags.as_ptr(), 1, 1, 1) != OK {
             return Err(format!("cannot create command {name} with flags '{flags}'"));
         }
-        let command = raw::RedisModule_GetCommand.map_or(std::ptr::null_mut(), |get| get(ctx.ctx, spec.c_name.as_ptr()));
+        let command = raw::RedisModule_GetCommand
+            .map_or(std::ptr::null_mut(), |get| get(ctx.ctx, spec.c_name.as_ptr()));
         if command.is_null() {
             return Err(format!("cannot find command {name} after creating it"));
         }

@@ -9,8 +9,8 @@ use redis_module::raw;
 use crate::datatype::LOCK_TYPE;
 use crate::error::LockError;
 use crate::ffi::{Call, KeyName};
-use crate::sweeper;
 use crate::lease::Lock;
+use crate::sweeper;
 
 const READ_WRITE: u32 = raw::REDISMODULE_READ | raw::REDISMODULE_WRITE;
 

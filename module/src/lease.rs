@@ -309,6 +309,13 @@ mod tests {
     }
 
     #[test]
+    fn a_lock_value_stays_small() {
+        // fence, the lease (token box + deadline, or the end time in the same space), and the
+        // reclaim index position: every lock key pays this.
+        assert_eq!(std::mem::size_of::<Lock>(), 40);
+    }
+
+    #[test]
     fn a_paused_holder_whose_lease_expired_loses_to_a_higher_fence() {
         let (mut lock, mut hw) = (Lock::new(), HighWater::default());
         let a = granted(lock.acquire(&mut hw, b"A", 100 * MS, 0, 0));

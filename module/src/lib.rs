@@ -10,16 +10,16 @@
 #![cfg_attr(test, allow(dead_code))] // the FFI glue is only reached from `redis_module!`, not built in tests
 
 mod args;
-mod error;
-mod fence;
-mod lease;
 mod clock;
 mod commands;
 mod datatype;
 mod epoch;
+mod error;
+mod fence;
 mod ffi;
 mod floor;
 mod key;
+mod lease;
 mod reclaim;
 mod replication;
 mod slot;

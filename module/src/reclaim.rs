@@ -34,7 +34,8 @@ const ENTRY_OVERHEAD: usize = (std::mem::size_of::<Slot>() + std::mem::size_of::
 /// FNV-1a: a few instructions a byte, on every acquire of a new key and every release. Keys
 /// are chosen by clients, but a collision costs at most a late reclaim (see `Slot`).
 fn slot(idle_from: Micros, db: i32, key: &[u8]) -> Slot {
-    let hash = key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let hash =
+        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
     (idle_from, db, hash)
 }
 

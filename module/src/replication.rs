@@ -23,7 +23,14 @@ fn ll(v: u64) -> c_longlong {
 macro_rules! send_record {
     ($send:expr, $target:expr, $key:expr, $mark:expr, $record:expr) => {
         match $record.holder {
-            None => $send($target, APPLY.c_name.as_ptr(), c"sll".as_ptr(), $key, ll($mark.get()), ll($record.fence)),
+            None => $send(
+                $target,
+                APPLY.c_name.as_ptr(),
+                c"sll".as_ptr(),
+                $key,
+                ll($mark.get()),
+                ll($record.fence),
+            ),
             Some((token, remaining)) => $send(
                 $target,
                 APPLY.c_name.as_ptr(),
@@ -49,7 +56,12 @@ pub fn replicate_named(name: &KeyName<'_>, mark: HighWater, record: &Record<'_>)
     send(name.raw_ctx(), name.raw(), mark, record);
 }
 
-fn send(ctx: *mut raw::RedisModuleCtx, key: *mut raw::RedisModuleString, mark: HighWater, record: &Record<'_>) {
+fn send(
+    ctx: *mut raw::RedisModuleCtx,
+    key: *mut raw::RedisModuleString,
+    mark: HighWater,
+    record: &Record<'_>,
+) {
     // SAFETY: the live context and a key name of the running command (from a `Call` or a
     // `KeyName` created in it); the arguments match the format (see the macro).
     unsafe {

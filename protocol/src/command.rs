@@ -175,7 +175,10 @@ mod tests {
             assert_eq!(command.c_name.to_str(), Ok(command.name));
             assert!(command.name.starts_with("FENCEDLOCK."));
             assert_eq!(command.args[0].kind, ArgKind::Key, "{}", command.name);
-            assert_eq!(command.args.iter().chain(command.optional).filter(|a| a.kind == ArgKind::Key).count(), 1);
+            assert_eq!(
+                command.args.iter().chain(command.optional).filter(|a| a.kind == ArgKind::Key).count(),
+                1
+            );
         }
     }
 

@@ -82,7 +82,9 @@ impl ReplyError {
             ReplyError::TtlTooLarge => format!("{code} {prefix} {} ({value})", MAX_TTL_MS.full_name),
             ReplyError::BadToken => format!("{code} {prefix} 1 to {MAX_TOKEN_LEN} bytes"),
             ReplyError::BadFence => format!("{code} {prefix} an integer from 1 to {MAX_FENCE}"),
-            ReplyError::FencesExhausted => format!("{code} {prefix}: no fence above {MAX_FENCE} can be issued"),
+            ReplyError::FencesExhausted => {
+                format!("{code} {prefix}: no fence above {MAX_FENCE} can be issued")
+            }
             ReplyError::RestartGrace => {
                 format!("{code} {prefix}: new grants are refused for another {value} ms")
             }
