@@ -93,7 +93,7 @@ pub fn renew(call: &Call) -> Result<Reply, LockError> {
 pub fn release(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     owner_change(call, &stats::RELEASE_FAILURES, Ends::Lease, |lock, now| {
-        lock.release(token, now) == Released::Released
+        lock.release(token, now) == Released::Ended
     })
 }
 

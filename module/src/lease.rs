@@ -61,7 +61,8 @@ pub enum Acquired {
 /// What `RELEASE` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
-    Released,
+    /// The caller's unexpired lease ended now.
+    Ended,
     /// The caller held the lease but it had already expired: it may have acted too late.
     Expired,
     NotOwner,
@@ -179,7 +180,7 @@ impl Lock {
             Some(h) if now >= h.deadline => Released::Expired,
             Some(_) => {
                 self.lease = Lease::Ended { at: now };
-                Released::Released
+                Released::Ended
             }
         }
     }
@@ -348,7 +349,7 @@ mod tests {
         let (mut lock, mut hw) = (Lock::new(), HighWater::default());
         let f1 = granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
         assert_eq!(lock.release(b"b", 10 * MS), Released::NotOwner);
-        assert_eq!(lock.release(b"a", 10 * MS), Released::Released);
+        assert_eq!(lock.release(b"a", 10 * MS), Released::Ended);
         assert_eq!(lock.release(b"a", 10 * MS), Released::NotOwner);
         assert_eq!(lock.status(10 * MS), Status { fence: f1, pttl_ms: None });
         let f2 = granted(lock.acquire(&mut hw, b"a", 100 * MS, 20 * MS, 0));
@@ -526,8 +527,8 @@ mod tests {
                         }
                         Op::Release(c) => {
                             let r = lock.release(tokens[c], now);
-                            prop_assert_eq!(r == Released::Released, live == Some(c));
-                            if r == Released::Released {
+                            prop_assert_eq!(r == Released::Ended, live == Some(c));
+                            if r == Released::Ended {
                                 holder = None;
                             }
                         }
