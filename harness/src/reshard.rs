@@ -1,10 +1,14 @@
-//! Moving a hash slot between cluster masters while clients hold leases: the manual
+//! Moving hash slots between cluster masters while clients hold leases: the manual
 //! `SETSLOT IMPORTING` / `MIGRATING`, `MIGRATE`, `SETSLOT NODE` sequence that
-//! `redis-cli --cluster reshard` runs, split into steps so a test can act between them.
+//! `redis-cli --cluster reshard` runs, split into steps so a test can act between them; and
+//! `redis-cli --cluster reshard` itself, as an operator runs it.
+
+use std::process::Command;
 
 use redis::Value;
 
 use crate::cluster::{Cluster, CLUSTER_TIMEOUT};
+use crate::paths::redis_cli;
 use crate::reply::error_text;
 use crate::server::Server;
 use crate::wait::poll;
@@ -60,6 +64,58 @@ impl Cluster {
             owner.is_some() && seen.iter().all(|s| *s == owner)
         });
         owner.expect("polled until known")
+    }
+
+    /// The slots master `node` serves by its own `CLUSTER SLOTS`, ascending.
+    pub fn slots_of(&self, node: usize) -> Vec<u16> {
+        let server = &self.nodes()[node];
+        let ranges: Value = server
+            .query(redis::cmd("CLUSTER").arg("SLOTS"))
+            .unwrap_or_else(|e| panic!("CLUSTER SLOTS on {}: {e}", server.addr()));
+        let port = i64::from(server.port());
+        let mut slots: Vec<u16> = slot_ranges(&ranges)
+            .into_iter()
+            .filter(|&(_, _, owner)| owner == port)
+            .flat_map(|(start, end, _)| start..=end)
+            .collect();
+        slots.sort_unstable();
+        slots
+    }
+
+    /// The keys node `node` stores in `slot` (`CLUSTER GETKEYSINSLOT`, up to 100,000), as text.
+    pub fn keys_in_slot(&self, node: usize, slot: u16) -> Vec<String> {
+        let server = &self.nodes()[node];
+        let keys: Vec<Vec<u8>> = server
+            .query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(slot).arg(100_000))
+            .unwrap_or_else(|e| panic!("CLUSTER GETKEYSINSLOT {slot} on {}: {e}", server.addr()));
+        keys.iter().map(|k| String::from_utf8_lossy(k).into_owned()).collect()
+    }
+
+    /// Run `redis-cli --cluster reshard` to move `slots` slots from master `from` to master
+    /// `to` (redis-cli picks which: the source's lowest-numbered slots), with `extra` options
+    /// such as `--cluster-replace`; panics with redis-cli's output if it fails. Then waits until
+    /// the cluster agrees again ([`Cluster::wait_ok`]). Returns redis-cli's output.
+    pub fn reshard_with_redis_cli(&self, from: usize, to: usize, slots: usize, extra: &[&str]) -> String {
+        let (from_id, to_id) = (self.node_id(from), self.node_id(to));
+        let out = Command::new(redis_cli())
+            .arg("--cluster")
+            .arg("reshard")
+            .arg(self.nodes()[from].addr())
+            .args(["--cluster-from", &from_id, "--cluster-to", &to_id])
+            .args(["--cluster-slots", &slots.to_string(), "--cluster-yes"])
+            .args(extra)
+            .output()
+            .unwrap_or_else(|e| panic!("run redis-cli --cluster reshard: {e}"));
+        let text =
+            format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        // redis-cli prints its errors with `[ERR]` and may still exit 0 for some of them.
+        assert!(
+            out.status.success() && !text.contains("[ERR]"),
+            "redis-cli --cluster reshard {slots} slots from node {from} to node {to} failed ({}):\n{text}",
+            out.status
+        );
+        self.wait_ok();
+        text
     }
 
     /// Start moving `slot` to master `to`: `IMPORTING` on the target, then `MIGRATING` on the
@@ -120,18 +176,41 @@ impl SlotMigration<'_> {
 
     /// `MIGRATE` every key still in the slot on the source, in batches.
     pub fn move_keys(&self) {
+        self.move_keys_in_batches(KEYS_PER_MIGRATE, || {});
+    }
+
+    /// `MIGRATE` every key still in the slot on the source, `per_call` keys per `MIGRATE`
+    /// (as listed by `GETKEYSINSLOT` just before), running `between` after each call: a test
+    /// can let other things happen (time pass, reclaim run) in the middle of the move.
+    pub fn move_keys_in_batches(&self, per_call: usize, mut between: impl FnMut()) {
         let source = &self.cluster.nodes()[self.from];
         for _ in 0..MAX_MIGRATE_ROUNDS {
             let keys: Vec<Vec<u8>> = source
-                .query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(self.slot).arg(KEYS_PER_MIGRATE))
+                .query(redis::cmd("CLUSTER").arg("GETKEYSINSLOT").arg(self.slot).arg(per_call.max(1)))
                 .unwrap_or_else(|e| panic!("CLUSTER GETKEYSINSLOT on {}: {e}", source.addr()));
             if keys.is_empty() {
                 return;
             }
             let refs: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
             self.move_these(&refs);
+            between();
         }
         panic!("slot {} still had keys after {MAX_MIGRATE_ROUNDS} MIGRATE rounds", self.slot);
+    }
+
+    /// The slot being moved.
+    pub fn slot(&self) -> u16 {
+        self.slot
+    }
+
+    /// Index of the master the slot leaves.
+    pub fn source(&self) -> usize {
+        self.from
+    }
+
+    /// Index of the master the slot moves to.
+    pub fn target(&self) -> usize {
+        self.to
     }
 
     /// `SETSLOT NODE` on the target, the source, then every other master; wait until every
@@ -163,24 +242,33 @@ impl SlotMigration<'_> {
     }
 }
 
-/// The port of the master serving `slot` in a `CLUSTER SLOTS` reply:
-/// `[[start, end, [ip, port, id, ...], replicas...], ...]`.
-fn slot_owner_port(ranges: &Value, slot: u16) -> Option<i64> {
-    let Value::Array(ranges) = ranges else { return None };
-    ranges.iter().find_map(|range| {
-        let Value::Array(fields) = range else { return None };
-        match fields.as_slice() {
-            [Value::Int(start), Value::Int(end), Value::Array(master), ..]
-                if (*start..=*end).contains(&i64::from(slot)) =>
-            {
-                match master.get(1) {
-                    Some(Value::Int(port)) => Some(*port),
+/// The ranges of a `CLUSTER SLOTS` reply, `[[start, end, [ip, port, id, ...], replicas...],
+/// ...]`, as `(start, end, master port)`.
+fn slot_ranges(ranges: &Value) -> Vec<(u16, u16, i64)> {
+    let Value::Array(ranges) = ranges else { return Vec::new() };
+    ranges
+        .iter()
+        .filter_map(|range| {
+            let Value::Array(fields) = range else { return None };
+            match fields.as_slice() {
+                [Value::Int(start), Value::Int(end), Value::Array(master), ..] => match master.get(1) {
+                    Some(Value::Int(port)) => {
+                        Some((u16::try_from(*start).ok()?, u16::try_from(*end).ok()?, *port))
+                    }
                     _ => None,
-                }
+                },
+                _ => None,
             }
-            _ => None,
-        }
-    })
+        })
+        .collect()
+}
+
+/// The port of the master serving `slot` in a `CLUSTER SLOTS` reply.
+fn slot_owner_port(ranges: &Value, slot: u16) -> Option<i64> {
+    slot_ranges(ranges)
+        .into_iter()
+        .find(|&(start, end, _)| (start..=end).contains(&slot))
+        .map(|(_, _, port)| port)
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ use crate::ports::pick_port;
 use crate::process;
 use crate::reply::parse_info;
 
-/// How long a server may take to answer PING after it is spawned.
+/// How long a server may take to answer PING after it is spawned (by default: see
+/// [`ServerBuilder::start_timeout`] for servers that load a large AOF or RDB).
 pub const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long `stop()` waits for a graceful exit before it kills.
 const STOP_TIMEOUT: Duration = Duration::from_secs(20);
@@ -48,6 +49,7 @@ pub struct ServerBuilder {
     directives: Vec<Directive>,
     module: ModuleChoice,
     cluster: bool,
+    start_timeout: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -64,6 +66,7 @@ impl Default for ServerBuilder {
             directives: Vec::new(),
             module: ModuleChoice::Built,
             cluster: false,
+            start_timeout: START_TIMEOUT,
         }
     }
 }
@@ -114,6 +117,13 @@ impl ServerBuilder {
         self.arg("cluster-enabled", "yes").arg("cluster-config-file", "nodes.conf")
     }
 
+    /// How long the server may take to answer PING when it starts and on every restart
+    /// (default [`START_TIMEOUT`]); raise it for a server that will load a large AOF or RDB.
+    pub fn start_timeout(mut self, limit: Duration) -> Self {
+        self.start_timeout = limit;
+        self
+    }
+
     /// Start the server; panics with the server's log if it does not come up.
     pub fn start(self) -> Server {
         self.try_start().unwrap_or_else(|e| panic!("{e}"))
@@ -137,6 +147,7 @@ impl ServerBuilder {
             dir,
             child: None,
             conn: Mutex::new(None),
+            start_timeout: self.start_timeout,
         };
         for attempt in 1..=PORT_TRIES {
             match server.spawn_and_wait() {
@@ -165,6 +176,8 @@ pub struct Server {
     child: Option<Child>,
     /// Cached connection for [`Server::query`]; dropped whenever the process changes.
     conn: Mutex<Option<redis::Connection>>,
+    /// How long a start or restart may take to answer PING.
+    start_timeout: Duration,
 }
 
 impl std::fmt::Debug for Server {
@@ -196,7 +209,8 @@ impl Server {
 
     /// A builder for a replica of this server: same flavor and module.
     pub fn replica_builder(&self) -> ServerBuilder {
-        let mut b = ServerBuilder::new().flavor(self.flavor).replica_of(self);
+        let mut b =
+            ServerBuilder::new().flavor(self.flavor).replica_of(self).start_timeout(self.start_timeout);
         b.module = match &self.module {
             Some(p) => ModuleChoice::Path(p.clone()),
             None => ModuleChoice::None,
@@ -429,7 +443,8 @@ impl Server {
     }
 
     fn wait_ready(&mut self) -> std::result::Result<(), String> {
-        let deadline = Instant::now() + START_TIMEOUT;
+        let limit = self.start_timeout;
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(child) = self.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
@@ -442,7 +457,7 @@ impl Server {
                     Err(e) => e.to_string(),
                 };
             if Instant::now() >= deadline {
-                return Err(format!("no PING answer within {START_TIMEOUT:?} (last error: {last_error})"));
+                return Err(format!("no PING answer within {limit:?} (last error: {last_error})"));
             }
             sleep(Duration::from_millis(20));
         }

@@ -397,3 +397,57 @@ extern "C" fn fire(ctx: RawCtx, data: *mut std::ffi::c_void) {
     let next = guard("timer job", 1000, || job(&timer));
     schedule(ctx, next.max(1), job);
 }
+
+/// A key that `RENAME` or `MOVE` just gave a new name or database, as a keyspace event
+/// delivers it. Only [`on_key_moved`]'s callback creates one.
+pub struct Moved {
+    ctx: RawCtx,
+    key: RawString,
+}
+
+impl Moved {
+    pub(crate) fn raw_ctx(&self) -> RawCtx {
+        self.ctx
+    }
+
+    pub(crate) fn raw_key(&self) -> RawString {
+        self.key
+    }
+
+    /// The key's new name.
+    pub fn name(&self) -> &[u8] {
+        // SAFETY: the event's key lives for the duration of the callback, as `self` does.
+        unsafe { string_bytes(self.key) }
+    }
+}
+
+/// What to do with a moved key.
+pub type MovedJob = fn(&Moved);
+
+static MOVED_JOB: std::sync::OnceLock<MovedJob> = std::sync::OnceLock::new();
+
+/// Calls `job` for every key `RENAME` or `MOVE` gives a new name or database (the generic
+/// keyspace events `rename_to` and `move_to`), in the key's new database.
+pub fn on_key_moved(ctx: &Context, job: MovedJob) -> Result<(), String> {
+    MOVED_JOB.set(job).map_err(|_| "on_key_moved subscribed twice".to_string())?;
+    // SAFETY: called from OnLoad with the module's context.
+    let subscribed = unsafe {
+        raw::RedisModule_SubscribeToKeyspaceEvents
+            .is_some_and(|subscribe| subscribe(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, Some(generic_event)) == OK)
+    };
+    subscribed.then_some(()).ok_or_else(|| "cannot subscribe to keyspace events".into())
+}
+
+extern "C" fn generic_event(ctx: RawCtx, _type: c_int, event: *const std::ffi::c_char, key: RawString) -> c_int {
+    guard("keyspace event", OK, || {
+        if event.is_null() {
+            return OK;
+        }
+        // SAFETY: Redis passes the event name as a NUL-terminated string, live for this call.
+        let event = unsafe { CStr::from_ptr(event) }.to_bytes();
+        if let (b"rename_to" | b"move_to", Some(job)) = (event, MOVED_JOB.get()) {
+            job(&Moved { ctx, key });
+        }
+        OK
+    })
+}

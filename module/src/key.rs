@@ -8,7 +8,7 @@ use redis_module::raw;
 
 use crate::datatype::LOCK_TYPE;
 use crate::error::LockError;
-use crate::ffi::{Call, KeyName};
+use crate::ffi::{Call, KeyName, Moved};
 use crate::lease::Lock;
 use crate::sweeper;
 
@@ -34,6 +34,13 @@ impl<'a> Key<'a> {
     pub fn write(call: &'a Call<'a>) -> Self {
         // SAFETY: as in `read`.
         unsafe { Self::open(call.raw_ctx(), call.raw_key(), call.arg(1), READ_WRITE) }
+    }
+
+    /// A key that `RENAME` or `MOVE` just moved, under its new name and in its new database,
+    /// for reading.
+    pub fn moved(moved: &'a Moved) -> Self {
+        // SAFETY: a `Moved` holds the live context and key of the running keyspace event.
+        unsafe { Self::open(moved.raw_ctx(), moved.raw_key(), moved.name(), raw::REDISMODULE_READ) }
     }
 
     /// A key by name, in the selected database of the context the name was created in, for

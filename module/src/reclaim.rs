@@ -22,21 +22,19 @@ pub struct Entry {
 }
 
 /// Where an entry sits: ordered by time first. The name's hash instead of the name itself lets a
-/// release find and move its key's entry without allocating; two keys of one database with the
-/// same hash and the same microsecond would share a slot (the later one is then found idle only
-/// by the sweep of the other: never deleted while held, at worst kept longer).
+/// release find and move its key's entry without allocating. Two names of one database with the
+/// same hash and the same microsecond are told apart by probing: the later one takes the next
+/// hash value that is free.
 type Slot = (Micros, i32, u64);
 
 /// Approximate heap bytes of one entry beyond its key name: the slot, the boxed name, their
 /// share of a B-tree node, and the allocator's header for the name. For `INFO`.
-const ENTRY_OVERHEAD: usize = (std::mem::size_of::<Slot>() + std::mem::size_of::<Box<[u8]>>()) * 3 / 2 + 16;
+const ENTRY_OVERHEAD: usize =
+    (std::mem::size_of::<Slot>() + std::mem::size_of::<Box<[u8]>>()) * 3 / 2 + 16;
 
-/// FNV-1a: a few instructions a byte, on every acquire of a new key and every release. Keys
-/// are chosen by clients, but a collision costs at most a late reclaim (see `Slot`).
-fn slot(idle_from: Micros, db: i32, key: &[u8]) -> Slot {
-    let hash =
-        key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
-    (idle_from, db, hash)
+/// FNV-1a: a few instructions a byte, on every acquire of a new key and every release.
+fn hash(key: &[u8]) -> u64 {
+    key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// The tracked lock keys, soonest idle first.
@@ -51,30 +49,38 @@ impl Index {
         Self { entries: BTreeMap::new(), bytes: 0 }
     }
 
+    /// The slot `key` holds at `idle_from` (`Ok`), or the free slot it would take (`Err`).
+    fn probe(&self, idle_from: Micros, db: i32, key: &[u8]) -> Result<Slot, Slot> {
+        let mut at = (idle_from, db, hash(key));
+        loop {
+            match self.entries.get(&at) {
+                Some(name) if **name == *key => return Ok(at),
+                Some(_) => at.2 = at.2.wrapping_add(1),
+                None => return Err(at),
+            }
+        }
+    }
+
+    /// Stops tracking `key` at `idle_from`; its name back, when it was there.
+    pub fn untrack(&mut self, idle_from: Micros, db: i32, key: &[u8]) -> Option<Box<[u8]>> {
+        let at = self.probe(idle_from, db, key).ok()?;
+        let name = self.entries.remove(&at)?;
+        self.bytes = self.bytes.saturating_sub(name.len() + ENTRY_OVERHEAD);
+        Some(name)
+    }
+
     /// Tracks `key` (in `db`) as idle from `idle_from` on, moving its entry from `was` (where it
     /// was tracked before, if it was) without a new allocation.
     pub fn track(&mut self, was: Option<Micros>, idle_from: Micros, db: i32, key: &[u8]) {
-        let name = match was.and_then(|was| self.entries.remove(&slot(was, db, key))) {
-            Some(name) if *name == *key => {
-                self.bytes = self.bytes.saturating_sub(name.len() + ENTRY_OVERHEAD);
-                name
-            }
-            Some(other) => {
-                // Another key shared the slot: put it back, and track ours anew.
-                self.entries.insert(slot(was.unwrap_or(0), db, &other), other);
-                key.into()
-            }
-            None => key.into(),
-        };
+        let name = was.and_then(|was| self.untrack(was, db, key)).unwrap_or_else(|| key.into());
         self.insert(Entry { idle_from, db, key: name });
     }
 
-    /// Puts an entry (back) in the index.
+    /// Puts an entry (back) in the index; a key already tracked at that time stays tracked once.
     pub fn insert(&mut self, entry: Entry) {
-        let size = entry.key.len() + ENTRY_OVERHEAD;
-        let at = slot(entry.idle_from, entry.db, &entry.key);
-        if self.entries.insert(at, entry.key).is_none() {
-            self.bytes += size;
+        if let Err(at) = self.probe(entry.idle_from, entry.db, &entry.key) {
+            self.bytes += entry.key.len() + ENTRY_OVERHEAD;
+            self.entries.insert(at, entry.key);
         }
     }
 
@@ -211,6 +217,17 @@ mod tests {
         // Moving from a place where the key is not tracked tracks it anyway.
         index.track(Some(5 * MS), 30 * MS, 1, b"k");
         assert_eq!(index.len(), 2);
+    }
+
+    #[test]
+    fn names_sharing_a_hash_and_a_time_are_both_tracked() {
+        // FNV-1a collisions are rare; force one by filling the slot the name hashes to.
+        let mut index = Index::new();
+        index.entries.insert((7, 0, hash(b"mine")), b"other"[..].into());
+        index.track(None, 7, 0, b"mine");
+        assert_eq!(index.len(), 2);
+        assert!(index.untrack(7, 0, b"mine").is_some(), "found past the other name");
+        assert_eq!(index.entries.get(&(7, 0, hash(b"mine"))).map(|n| &**n), Some(&b"other"[..]));
     }
 
     #[test]

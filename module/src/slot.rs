@@ -13,54 +13,27 @@
 
 use std::sync::OnceLock;
 
+use fencedlock_protocol::cluster::{key_slot, FLOOR_KEY_PREFIX, SLOTS};
 use fencedlock_protocol::limits::{EPOCH_GAP, MAX_FENCE};
 
-/// Number of hash slots in a Redis Cluster.
-pub const SLOTS: usize = 16384;
-
 /// Names of floor keys start with this; they are never reclaimed.
-pub const FLOOR_PREFIX: &[u8] = b"fencedlock:floor:{";
+const FLOOR_PREFIX: &[u8] = FLOOR_KEY_PREFIX.as_bytes();
 
-/// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
-fn crc16(bytes: &[u8]) -> u16 {
-    bytes.iter().fold(0u16, |crc, &b| {
-        (0..8).fold(
-            crc ^ (u16::from(b) << 8),
-            |crc, _| {
-                if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                }
-            },
-        )
-    })
-}
-
-/// The slot of `key`, with Redis's hash-tag rule: only the part between the first `{` and the
-/// next `}` counts, when that part is not empty.
+/// The slot of `key`.
 pub fn slot(key: &[u8]) -> usize {
-    let hashed = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &rest[..len])
-        })
-        .unwrap_or(key);
-    usize::from(crc16(hashed)) % SLOTS
+    usize::from(key_slot(key))
 }
 
-/// The name of the floor key of `slot`. Each slot's tag is the smallest decimal number that hashes
+/// The name of the floor key of slot `of`. Each slot's tag is the smallest decimal number that hashes
 /// to it, found once (about 160,000 checksums, a few milliseconds).
-pub fn floor_key(slot: usize) -> Vec<u8> {
+pub fn floor_key(of: usize) -> Vec<u8> {
     static TAGS: OnceLock<Vec<u32>> = OnceLock::new();
     let tags = TAGS.get_or_init(|| {
-        let mut tags = vec![u32::MAX; SLOTS];
+        let mut tags = vec![u32::MAX; usize::from(SLOTS)];
         let mut missing = SLOTS;
         let mut n = 0u32;
         while missing > 0 {
-            let tag = &mut tags[usize::from(crc16(n.to_string().as_bytes())) % SLOTS];
+            let tag = &mut tags[slot(n.to_string().as_bytes())];
             if *tag == u32::MAX {
                 *tag = n;
                 missing -= 1;
@@ -69,7 +42,7 @@ pub fn floor_key(slot: usize) -> Vec<u8> {
         }
         tags
     });
-    let tag = tags[slot % SLOTS];
+    let tag = tags[of % usize::from(SLOTS)];
     let mut name = FLOOR_PREFIX.to_vec();
     name.extend_from_slice(tag.to_string().as_bytes());
     name.push(b'}');
@@ -97,20 +70,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn crc16_and_slots_match_redis() {
-        assert_eq!(crc16(b"123456789"), 0x31C3);
-        // Values from `CLUSTER KEYSLOT`.
-        assert_eq!(slot(b"foo"), 12182);
-        assert_eq!(slot(b"somekey"), 11058);
-        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
-        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}".as_slice()));
-        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"), "an empty tag hashes the whole key");
-        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
-    }
-
-    #[test]
     fn every_slot_has_a_floor_key_in_that_slot() {
-        for s in 0..SLOTS {
+        for s in 0..usize::from(SLOTS) {
             let key = floor_key(s);
             assert!(is_floor_key(&key));
             assert_eq!(slot(&key), s, "{}", String::from_utf8_lossy(&key));

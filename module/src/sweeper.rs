@@ -14,7 +14,7 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::ffi::Timer;
+use crate::ffi::{Moved, Timer};
 use crate::key::Key;
 use crate::lease::{Lock, Micros};
 use crate::reclaim::{decide, Entry, Index, Verdict};
@@ -46,6 +46,21 @@ pub fn track(lock: &mut Lock, db: i32, key: &[u8]) {
     let idle_from = lock.idle_from();
     index().track(Some(lock.tracked_at()), idle_from, db, key);
     lock.set_tracked_at(idle_from);
+}
+
+/// Stops tracking a lock key that is being deleted or overwritten (`DEL`, `UNLINK`, eviction,
+/// `RESTORE REPLACE`, the source of a `RENAME` or `MOVE`), so its entry does not linger.
+pub fn untrack(lock: &Lock, db: i32, key: &[u8]) {
+    index().untrack(lock.tracked_at(), db, key);
+}
+
+/// Tracks a lock key under the name or database `RENAME` or `MOVE` just gave it.
+pub fn track_moved(moved: &Moved) {
+    let mut key = Key::moved(moved);
+    let (db, name) = key.location();
+    if let Ok(Some(lock)) = key.lock() {
+        track(lock, db, name);
+    }
 }
 
 /// Tracked keys and the index's approximate heap bytes, for `INFO fencedlock`.

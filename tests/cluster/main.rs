@@ -3,7 +3,10 @@
 //! connection. Leases on keys over the whole slot range; then slots are migrated while leases
 //! are held: each lease survives (same token, same fence, renewals keep working through the
 //! `ASK` / `MOVED` redirections), and the next grant on the target is
-//! `max(key fence, target high-water mark) + 1`.
+//! `max(key fence, target high-water mark) + 1`. `floors` covers slots whose lock keys were
+//! deleted or reclaimed before they moved.
+
+mod floors;
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;

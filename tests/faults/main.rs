@@ -1,5 +1,5 @@
-//! Faults injected under load: crashes, failover, memory pressure, a frozen worker process,
-//! and nodes that hang or answer late.
+//! Faults injected under load: crashes, failover, memory pressure, a million idle lock keys to
+//! reclaim, a frozen worker process, and nodes that hang or answer late.
 
 mod support;
 
@@ -7,4 +7,5 @@ mod crash;
 mod failover;
 mod memory;
 mod pause;
+mod reclaim_scale;
 mod slow_nodes;

@@ -1,4 +1,5 @@
-//! The lesson's scenario end to end, with a real frozen process and a real SQL table.
+//! A paused worker against a fenced resource, end to end: a real frozen (SIGSTOPped) process
+//! and a real SQL table.
 //!
 //! Worker A is a separate process (this test binary re-run as a worker). Each round it takes
 //! a lease, checks that it is valid, and is then frozen with SIGSTOP right before its write,

@@ -1,5 +1,5 @@
-//! The module's command contract (DESIGN.md, "Command contract (v1)") against a real server
-//! of the flavor in `FENCEDLOCK_FLAVOR`: replies, the lesson's Worker A/B timeline, fences,
+//! The module's command contract (README "Command reference") against a real server of the
+//! flavor in `FENCEDLOCK_FLAVOR`: replies, the paused-worker A/B timeline, fences,
 //! bad input (clear error, nothing changed), secrets, configs, counters, DUMP/RESTORE/COPY.
 
 use std::time::Duration;
@@ -10,7 +10,7 @@ use harness::{decode_status, error_text, redis, LockStatus, Server};
 use redis::Value;
 
 // ---------------------------------------------------------------------------------------
-// The lesson's story and the basic replies
+// The paused-worker story and the basic replies
 // ---------------------------------------------------------------------------------------
 
 #[test]

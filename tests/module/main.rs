@@ -1,10 +1,12 @@
 //! The Redis module against real servers (flavor from `FENCEDLOCK_FLAVOR`): its command
-//! contract, persistence, replication, hostile input, and ACLs and secrets.
+//! contract, persistence, reclaim of idle keys, replication, hostile input, and ACLs and
+//! secrets.
 
 mod support;
 
 mod commands;
 mod hostile_input;
 mod persistence;
+mod reclaim;
 mod replication;
 mod security_acl;

@@ -1,0 +1,51 @@
+//! Keys the module itself writes in Redis Cluster mode.
+
+/// Each slot that has granted a lease holds a floor key named `fencedlock:floor:{<tag>}`, where
+/// the hash tag maps it to that slot: a lock value without a holder whose fence is at or above
+/// every fence the slot granted. It migrates with the slot, so the slot's next owner never
+/// repeats a fence of a key that was deleted or reclaimed before the migration. Never reclaimed;
+/// not to be deleted.
+pub const FLOOR_KEY_PREFIX: &str = "fencedlock:floor:{";
+
+/// Number of hash slots in a Redis Cluster.
+pub const SLOTS: u16 = 16384;
+
+/// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
+fn crc16(bytes: &[u8]) -> u16 {
+    bytes.iter().fold(0u16, |crc, &b| {
+        (0..8).fold(crc ^ (u16::from(b) << 8), |crc, _| {
+            if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            }
+        })
+    })
+}
+
+/// The slot of `key` (`CLUSTER KEYSLOT`), with Redis's hash-tag rule: when the key has a `{`
+/// followed later by a `}` with something between them, only that part is hashed.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tag = key.iter().position(|&b| b == b'{').and_then(|open| {
+        let rest = &key[open + 1..];
+        rest.iter().position(|&b| b == b'}').filter(|&len| len > 0).map(|len| &rest[..len])
+    });
+    crc16(tag.unwrap_or(key)) % SLOTS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_cluster_keyslot() {
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        // Values from `CLUSTER KEYSLOT` on a real server.
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"somekey"), 11058);
+        assert_eq!(key_slot(b"lockk"), 6125);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"), "an empty tag hashes the whole key");
+        assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+    }
+}
