@@ -178,14 +178,13 @@ pub fn apply(call: &Call) -> Result<Reply, LockError> {
         return Err(LockError::InternalCommand);
     }
     let (high_water, record) = args::record(&call.args_from(2))?;
-    let mut lock = Lock::from_record(&record, clock::now())?;
+    let lock = Lock::from_record(&record, clock::now())?;
     let mut key = Key::write(call);
     let (db, name) = key.location();
     match key.lock()? {
         Some(stored) => {
-            // The reclaim index moves the key to its new idle time, as the primary's did: a
-            // promoted replica then reclaims on the primary's schedule.
-            lock.set_tracked_at(stored.tracked_at());
+            // Filed again at its new idle time, as the primary's was: a promoted replica then
+            // reclaims on the primary's schedule.
             *stored = lock;
             sweeper::track(stored, db, name);
         }

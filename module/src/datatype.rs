@@ -37,7 +37,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy2: Some(copy2),
         free_effort2: None,
         mem_usage2: None,
-        unlink2: Some(unlink2),
+        unlink2: None,
     },
 );
 
@@ -151,22 +151,6 @@ unsafe extern "C" fn free(value: *mut c_void) {
         if !value.is_null() {
             // SAFETY: every value of our type is a `Box<Lock>` from `Box::into_raw`.
             drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
-        }
-    });
-}
-
-/// The key is being deleted or overwritten: the reclaim index forgets it now rather than when
-/// its entry falls due.
-unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
-    guard("unlink", (), || {
-        // SAFETY: Redis passes a value of our type and a live key context naming it.
-        unsafe {
-            let Some(lock) = value.cast::<Lock>().as_ref() else { return };
-            let name = raw::RedisModule_GetKeyNameFromOptCtx.map_or(std::ptr::null(), |f| f(ctx));
-            let db = raw::RedisModule_GetDbIdFromOptCtx.map_or(0, |f| f(ctx));
-            if !name.is_null() {
-                sweeper::untrack(lock, db, string_bytes(name.cast_mut()));
-            }
         }
     });
 }

@@ -23,10 +23,9 @@ pub type Micros = u64;
 pub struct Lock {
     fence: u64,
     lease: Lease,
-    /// Where the reclaim index has this key (its `idle_from` when last tracked), so a release
-    /// can move the entry instead of leaving a stale one behind (0 before it is tracked: no entry
-    /// sits there). Not persisted.
-    tracked_at: Micros,
+    /// The reclaim index's bucket of this key's newest entry: older entries are stale (see
+    /// `reclaim.rs`). Not persisted: a loaded key is filed anew.
+    tracked_at: u64,
 }
 
 /// The current or last lease. An ended lease remembers when it ended, so an idle key can be
@@ -245,13 +244,13 @@ impl Lock {
         now >= self.idle_from().saturating_add(reclaim_after)
     }
 
-    /// Where the reclaim index last put this key (see the field).
-    pub fn tracked_at(&self) -> Micros {
+    /// The reclaim index's bucket of this key's newest entry (see the field).
+    pub fn tracked_at(&self) -> u64 {
         self.tracked_at
     }
 
-    /// Records where the reclaim index now has this key.
-    pub fn set_tracked_at(&mut self, at: Micros) {
+    /// Records the bucket of the key's newest entry in the reclaim index.
+    pub fn set_tracked_at(&mut self, at: u64) {
         self.tracked_at = at;
     }
 

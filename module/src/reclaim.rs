@@ -1,103 +1,107 @@
 //! Which idle lock keys to delete, and when. Pure: the sweeper (FFI, `sweeper.rs`) pops due
 //! entries, looks each key up, and does what [`decide`] says.
 //!
-//! Every stored lock key is tracked by an [`Entry`] ordered by when its lease ended or will end
-//! ([`Lock::idle_from`], on the monotonic clock). A release moves the key's entry to the release
-//! time; renewals and new grants on an existing key do not touch the index (that would cost
-//! every renewal). When an entry falls due, the key's *current* state decides:
-//! still or again held → requeued at its new end; idle long enough → deleted; gone or no longer
-//! a lock → forgotten. So a sweep never visits a key before it could be reclaimable and never
-//! scans the keyspace.
+//! Every stored lock key is tracked by an entry filed under the time its lease ended or will end
+//! ([`Lock::idle_from`], on the monotonic clock), in buckets of [`GRAIN`]. Filing is an append
+//! (a grant of a new key and every release pay a few dozen instructions and no allocation of
+//! their own), and nothing is ever taken out early: a release or a rename files the key again,
+//! and the key's value remembers the bucket of its newest entry ([`Lock::tracked_at`]), so an
+//! older entry is recognised as stale when it falls due and skipped. When a live entry falls
+//! due, the key's *current* state decides: held again or renewed → filed again at its new end;
+//! idle long enough → deleted; gone → forgotten. A sweep never visits a key before it could be
+//! reclaimable and never scans the keyspace.
+//!
+//! An entry costs its name plus 8 bytes, in one arena per bucket.
 
 use std::collections::BTreeMap;
 
 use crate::lease::{Lock, Micros};
 
-/// A lock key and the time its lease ended or will end, as last seen.
+/// Width of a bucket: entries are due together once the latest time their bucket covers plus
+/// the retention has passed, so a key is reclaimed at most this much later than it could be.
+pub const GRAIN: Micros = 100_000;
+
+/// The bucket a key idle from `idle_from` is filed in.
+pub const fn bucket_of(idle_from: Micros) -> u64 {
+    idle_from / GRAIN
+}
+
+/// The names filed in one bucket, back to back.
+#[derive(Debug, Default)]
+struct Bucket {
+    names: Vec<u8>,
+    /// Where each name ends in `names`.
+    ends: Vec<u32>,
+    dbs: Vec<i32>,
+}
+
+/// Heap bytes of a bucket beyond its entries (the map node's share and three vectors).
+const BUCKET_OVERHEAD: usize = 3 * std::mem::size_of::<Vec<u8>>() + 32;
+
+/// A due entry: the bucket it was filed in, and the key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub idle_from: Micros,
+pub struct Due {
+    pub bucket: u64,
     pub db: i32,
-    pub key: Box<[u8]>,
+    pub key: Vec<u8>,
 }
 
-/// Where an entry sits: ordered by time first. The name's hash instead of the name itself lets a
-/// release find and move its key's entry without allocating. Two names of one database with the
-/// same hash and the same microsecond are told apart by probing: the later one takes the next
-/// hash value that is free.
-type Slot = (Micros, i32, u64);
-
-/// Approximate heap bytes of one entry beyond its key name: the slot, the boxed name, their
-/// share of a B-tree node, and the allocator's header for the name. For `INFO`.
-const ENTRY_OVERHEAD: usize =
-    (std::mem::size_of::<Slot>() + std::mem::size_of::<Box<[u8]>>()) * 3 / 2 + 16;
-
-/// FNV-1a: a few instructions a byte, on every acquire of a new key and every release.
-fn hash(key: &[u8]) -> u64 {
-    key.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
-}
-
-/// The tracked lock keys, soonest idle first.
+/// The tracked lock keys, by bucket, soonest idle first.
 #[derive(Debug, Default)]
 pub struct Index {
-    entries: BTreeMap<Slot, Box<[u8]>>,
+    buckets: BTreeMap<u64, Bucket>,
+    /// Entries of the first bucket already handed out by `pop_due`.
+    taken: usize,
+    len: usize,
     bytes: usize,
 }
 
 impl Index {
     pub const fn new() -> Self {
-        Self { entries: BTreeMap::new(), bytes: 0 }
+        Self { buckets: BTreeMap::new(), taken: 0, len: 0, bytes: 0 }
     }
 
-    /// The slot `key` holds at `idle_from` (`Ok`), or the free slot it would take (`Err`).
-    fn probe(&self, idle_from: Micros, db: i32, key: &[u8]) -> Result<Slot, Slot> {
-        let mut at = (idle_from, db, hash(key));
-        loop {
-            match self.entries.get(&at) {
-                Some(name) if **name == *key => return Ok(at),
-                Some(_) => at.2 = at.2.wrapping_add(1),
-                None => return Err(at),
-            }
-        }
+    /// Files `key` (in `db`) as idle from `idle_from` on; returns the bucket, for
+    /// [`Lock::set_tracked_at`].
+    pub fn track(&mut self, idle_from: Micros, db: i32, key: &[u8]) -> u64 {
+        let id = bucket_of(idle_from);
+        let bucket = self.buckets.entry(id).or_insert_with(|| {
+            self.bytes += BUCKET_OVERHEAD;
+            Bucket::default()
+        });
+        bucket.names.extend_from_slice(key);
+        bucket.ends.push(u32::try_from(bucket.names.len()).unwrap_or(u32::MAX));
+        bucket.dbs.push(db);
+        self.len += 1;
+        self.bytes += key.len() + 8;
+        id
     }
 
-    /// Stops tracking `key` at `idle_from`; its name back, when it was there.
-    pub fn untrack(&mut self, idle_from: Micros, db: i32, key: &[u8]) -> Option<Box<[u8]>> {
-        let at = self.probe(idle_from, db, key).ok()?;
-        let name = self.entries.remove(&at)?;
-        self.bytes = self.bytes.saturating_sub(name.len() + ENTRY_OVERHEAD);
-        Some(name)
-    }
-
-    /// Tracks `key` (in `db`) as idle from `idle_from` on, moving its entry from `was` (where it
-    /// was tracked before, if it was) without a new allocation.
-    pub fn track(&mut self, was: Option<Micros>, idle_from: Micros, db: i32, key: &[u8]) {
-        let name = was.and_then(|was| self.untrack(was, db, key)).unwrap_or_else(|| key.into());
-        self.insert(Entry { idle_from, db, key: name });
-    }
-
-    /// Puts an entry (back) in the index; a key already tracked at that time stays tracked once.
-    pub fn insert(&mut self, entry: Entry) {
-        if let Err(at) = self.probe(entry.idle_from, entry.db, &entry.key) {
-            self.bytes += entry.key.len() + ENTRY_OVERHEAD;
-            self.entries.insert(at, entry.key);
-        }
-    }
-
-    /// Takes out the first entry that is due at `now`: its key has been idle for `reclaim_after`
-    /// if nothing changed since it was tracked.
-    pub fn pop_due(&mut self, now: Micros, reclaim_after: Micros) -> Option<Entry> {
-        let (&(idle_from, _, _), _) = self.entries.first_key_value()?;
-        if now < idle_from.saturating_add(reclaim_after) {
+    /// The next entry of the first bucket that is wholly due at `now`: every key in it has been
+    /// idle for `reclaim_after`, unless it changed since it was filed.
+    pub fn pop_due(&mut self, now: Micros, reclaim_after: Micros) -> Option<Due> {
+        let (&id, bucket) = self.buckets.first_key_value()?;
+        let covers_until = id.saturating_add(1).saturating_mul(GRAIN);
+        if now < covers_until.saturating_add(reclaim_after) {
             return None;
         }
-        let ((idle_from, db, _), key) = self.entries.pop_first()?;
-        self.bytes = self.bytes.saturating_sub(key.len() + ENTRY_OVERHEAD);
-        Some(Entry { idle_from, db, key })
+        let i = self.taken;
+        let start = if i == 0 { 0 } else { bucket.ends[i - 1] as usize };
+        let end = bucket.ends[i] as usize;
+        let due = Due { bucket: id, db: bucket.dbs[i], key: bucket.names[start..end].to_vec() };
+        self.taken += 1;
+        self.len -= 1;
+        self.bytes = self.bytes.saturating_sub(due.key.len() + 8);
+        if self.taken == bucket.ends.len() {
+            self.buckets.pop_first();
+            self.taken = 0;
+            self.bytes = self.bytes.saturating_sub(BUCKET_OVERHEAD);
+        }
+        Some(due)
     }
 
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
     /// Approximate heap bytes the index holds, for `INFO fencedlock`.
@@ -111,15 +115,16 @@ impl Index {
 pub enum Verdict {
     /// Nobody has held it for `reclaim_after`: delete it (on the primary).
     Delete,
-    /// Held again, renewed, or not idle long enough yet: look again once it could be.
+    /// Held again, or renewed: file it again where its lease ends now.
     Requeue { idle_from: Micros },
-    /// The key is gone or holds something else: it is not ours to track.
+    /// The key is gone, holds something else, or was filed again since (a stale entry).
     Forget,
 }
 
-/// The decision for a due entry whose key now holds `found`.
-pub fn decide(found: Option<&Lock>, now: Micros, reclaim_after: Micros) -> Verdict {
+/// The decision for an entry filed in `bucket` whose key now holds `found`.
+pub fn decide(found: Option<&Lock>, bucket: u64, now: Micros, reclaim_after: Micros) -> Verdict {
     match found {
+        Some(lock) if lock.tracked_at() != bucket => Verdict::Forget,
         None => Verdict::Forget,
         Some(lock) if lock.reclaimable(now, reclaim_after) => Verdict::Delete,
         Some(lock) => Verdict::Requeue { idle_from: lock.idle_from() },
@@ -134,27 +139,33 @@ mod tests {
 
     const MS: Micros = 1000;
 
+    /// A lock held by `token` until `now + ttl`, filed where the index would file it.
     fn held(token: &[u8], ttl: Micros, now: Micros) -> Lock {
         let mut lock = Lock::new();
         let r = lock.acquire(&mut HighWater::default(), token, ttl, now, 0);
         assert!(matches!(r, Ok(Acquired::Granted { .. })));
+        lock.set_tracked_at(bucket_of(lock.idle_from()));
         lock
+    }
+
+    fn decide_now(lock: &Lock, now: Micros, after: Micros) -> Verdict {
+        decide(Some(lock), lock.tracked_at(), now, after)
     }
 
     #[test]
     fn a_held_lease_is_never_reclaimed_whatever_the_retention() {
         let lock = held(b"a", 100 * MS, 0);
         for after in [0, 1, 50 * MS] {
-            assert_eq!(decide(Some(&lock), 99 * MS, after), Verdict::Requeue { idle_from: 100 * MS });
+            assert_eq!(decide_now(&lock, 99 * MS, after), Verdict::Requeue { idle_from: 100 * MS });
         }
     }
 
     #[test]
     fn an_expired_lease_is_reclaimed_retention_after_its_deadline() {
         let lock = held(b"a", 100 * MS, 0);
-        assert_eq!(decide(Some(&lock), 100 * MS, 0), Verdict::Delete);
-        assert_eq!(decide(Some(&lock), 159 * MS, 60 * MS), Verdict::Requeue { idle_from: 100 * MS });
-        assert_eq!(decide(Some(&lock), 160 * MS, 60 * MS), Verdict::Delete);
+        assert_eq!(decide_now(&lock, 100 * MS, 0), Verdict::Delete);
+        assert_eq!(decide_now(&lock, 159 * MS, 60 * MS), Verdict::Requeue { idle_from: 100 * MS });
+        assert_eq!(decide_now(&lock, 160 * MS, 60 * MS), Verdict::Delete);
     }
 
     #[test]
@@ -162,79 +173,63 @@ mod tests {
         let mut lock = held(b"a", 100 * MS, 0);
         lock.release(b"a", 10 * MS);
         assert_eq!(lock.idle_from(), 10 * MS);
-        assert_eq!(decide(Some(&lock), 69 * MS, 60 * MS), Verdict::Requeue { idle_from: 10 * MS });
-        assert_eq!(decide(Some(&lock), 70 * MS, 60 * MS), Verdict::Delete);
+        assert_eq!(decide_now(&lock, 69 * MS, 60 * MS), Verdict::Requeue { idle_from: 10 * MS });
+        assert_eq!(decide_now(&lock, 70 * MS, 60 * MS), Verdict::Delete);
     }
 
     #[test]
     fn a_renewed_lease_is_requeued_at_its_new_deadline() {
         let mut lock = held(b"a", 100 * MS, 0);
         assert!(lock.renew(b"a", 100 * MS, 90 * MS));
-        assert_eq!(decide(Some(&lock), 100 * MS, 0), Verdict::Requeue { idle_from: 190 * MS });
+        assert_eq!(decide_now(&lock, 100 * MS, 0), Verdict::Requeue { idle_from: 190 * MS });
     }
 
     #[test]
-    fn a_missing_key_is_forgotten() {
-        assert_eq!(decide(None, 0, 0), Verdict::Forget);
+    fn a_missing_key_and_a_stale_entry_are_forgotten() {
+        assert_eq!(decide(None, 0, 0, 0), Verdict::Forget);
+        let lock = held(b"a", 100 * MS, 0);
+        let stale = lock.tracked_at() + 1;
+        assert_eq!(decide(Some(&lock), stale, 10_000 * MS, 0), Verdict::Forget);
     }
 
     #[test]
-    fn entries_fall_due_in_order_of_idleness_and_not_before() {
+    fn entries_fall_due_bucket_by_bucket_in_order_and_not_before() {
         let mut index = Index::new();
-        index.track(None, 30 * MS, 0, b"c");
-        index.track(None, 10 * MS, 0, b"a");
-        index.track(None, 20 * MS, 1, b"b");
+        assert_eq!(index.track(350 * MS, 0, b"c"), 3);
+        assert_eq!(index.track(120 * MS, 0, b"a"), 1);
+        assert_eq!(index.track(150 * MS, 1, b"bb"), 1);
         assert_eq!(index.len(), 3);
-        assert!(index.bytes() > 3 * ENTRY_OVERHEAD);
-        assert_eq!(index.pop_due(14 * MS, 5 * MS), None);
-        assert_eq!(index.pop_due(15 * MS, 5 * MS).map(|e| e.key), Some(b"a"[..].into()));
-        assert_eq!(index.pop_due(15 * MS, 5 * MS), None);
-        let b = index.pop_due(100 * MS, 5 * MS).expect("due");
-        assert_eq!((b.db, &*b.key), (1, &b"b"[..]));
-        assert_eq!(index.pop_due(100 * MS, 5 * MS).map(|e| e.key), Some(b"c"[..].into()));
+        assert!(index.bytes() >= 4 + 3 * 8);
+        // Bucket 1 covers up to 200 ms: with a retention of 5 ms it is due at 205 ms.
+        assert_eq!(index.pop_due(204 * MS, 5 * MS), None);
+        let a = index.pop_due(205 * MS, 5 * MS).expect("due");
+        assert_eq!(a, Due { bucket: 1, db: 0, key: b"a".to_vec() });
+        assert_eq!(index.pop_due(205 * MS, 5 * MS), Some(Due { bucket: 1, db: 1, key: b"bb".to_vec() }));
+        assert_eq!(index.pop_due(205 * MS, 5 * MS), None, "bucket 3 is not due");
+        assert_eq!(index.pop_due(405 * MS, 5 * MS).map(|d| d.key), Some(b"c".to_vec()));
         assert_eq!((index.len(), index.bytes()), (0, 0));
-    }
-
-    #[test]
-    fn a_key_requeued_where_it_already_stands_is_tracked_once() {
-        let mut index = Index::new();
-        index.track(None, 10 * MS, 0, b"k");
-        index.insert(Entry { idle_from: 10 * MS, db: 0, key: b"k"[..].into() });
-        assert_eq!(index.len(), 1);
-    }
-
-    #[test]
-    fn a_release_moves_the_entry_of_its_key() {
-        let mut index = Index::new();
-        index.track(None, 100 * MS, 0, b"k");
-        index.track(None, 100 * MS, 0, b"other");
-        let bytes = index.bytes();
-        index.track(Some(100 * MS), 20 * MS, 0, b"k");
-        assert_eq!((index.len(), index.bytes()), (2, bytes));
-        let first = index.pop_due(20 * MS, 0).expect("moved to 20 ms");
-        assert_eq!(&*first.key, b"k");
-        assert_eq!(index.pop_due(99 * MS, 0), None, "the old place is empty");
-        // Moving from a place where the key is not tracked tracks it anyway.
-        index.track(Some(5 * MS), 30 * MS, 1, b"k");
-        assert_eq!(index.len(), 2);
-    }
-
-    #[test]
-    fn names_sharing_a_hash_and_a_time_are_both_tracked() {
-        // FNV-1a collisions are rare; force one by filling the slot the name hashes to.
-        let mut index = Index::new();
-        index.entries.insert((7, 0, hash(b"mine")), b"other"[..].into());
-        index.track(None, 7, 0, b"mine");
-        assert_eq!(index.len(), 2);
-        assert!(index.untrack(7, 0, b"mine").is_some(), "found past the other name");
-        assert_eq!(index.entries.get(&(7, 0, hash(b"mine"))).map(|n| &**n), Some(&b"other"[..]));
     }
 
     #[test]
     fn retention_changes_apply_to_entries_already_tracked() {
         let mut index = Index::new();
-        index.track(None, 10 * MS, 0, b"k");
-        assert_eq!(index.pop_due(20 * MS, 600_000 * MS), None);
-        assert!(index.pop_due(20 * MS, 0).is_some());
+        index.track(10 * MS, 0, b"k");
+        assert_eq!(index.pop_due(200 * MS, 600_000 * MS), None);
+        assert!(index.pop_due(200 * MS, 0).is_some());
+    }
+
+    #[test]
+    fn a_key_filed_twice_is_decided_once() {
+        // Filed at its deadline when granted, then again when released: the first entry is
+        // stale by then, so only the newest one decides.
+        let mut index = Index::new();
+        let mut lock = held(b"a", 1000 * MS, 0);
+        index.track(lock.idle_from(), 0, b"k");
+        lock.release(b"a", 10 * MS);
+        lock.set_tracked_at(index.track(lock.idle_from(), 0, b"k"));
+        let first = index.pop_due(200 * MS, 0).expect("the release's entry");
+        assert_eq!(decide(Some(&lock), first.bucket, 200 * MS, 0), Verdict::Delete);
+        let second = index.pop_due(2000 * MS, 0).expect("the grant's entry");
+        assert_eq!(decide(Some(&lock), second.bucket, 2000 * MS, 0), Verdict::Forget);
     }
 }

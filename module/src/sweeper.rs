@@ -7,7 +7,8 @@
 //!
 //! Keys deleted by other means (`DEL`, `FLUSHALL`, eviction, migration) leave their entries
 //! behind until they fall due; the sweep then finds the key gone and forgets the entry, so the
-//! index never holds more than the keys stored within one retention period.
+//! index holds no more than the keys filed within one ttl plus one retention period. `RENAME`
+//! and `MOVE` file the key again under its new name.
 //!
 //! Fences do not depend on the keys: a new grant is above the server's high-water mark, which
 //! outlives every key (see `fence.rs`), so deleting an idle key never lets a fence repeat.
@@ -17,7 +18,7 @@ use std::sync::{Mutex, MutexGuard};
 use crate::ffi::{Moved, Timer};
 use crate::key::Key;
 use crate::lease::{Lock, Micros};
-use crate::reclaim::{decide, Entry, Index, Verdict};
+use crate::reclaim::{decide, Due, Index, Verdict, GRAIN};
 use crate::{clock, slot, state, stats};
 
 static INDEX: Mutex<Index> = Mutex::new(Index::new());
@@ -43,15 +44,8 @@ pub fn track(lock: &mut Lock, db: i32, key: &[u8]) {
     if slot::is_floor_key(key) {
         return; // a slot's floor must outlive its lock keys
     }
-    let idle_from = lock.idle_from();
-    index().track(Some(lock.tracked_at()), idle_from, db, key);
-    lock.set_tracked_at(idle_from);
-}
-
-/// Stops tracking a lock key that is being deleted or overwritten (`DEL`, `UNLINK`, eviction,
-/// `RESTORE REPLACE`, the source of a `RENAME` or `MOVE`), so its entry does not linger.
-pub fn untrack(lock: &Lock, db: i32, key: &[u8]) {
-    index().untrack(lock.tracked_at(), db, key);
+    let bucket = index().track(lock.idle_from(), db, key);
+    lock.set_tracked_at(bucket);
 }
 
 /// Tracks a lock key under the name or database `RENAME` or `MOVE` just gave it.
@@ -84,9 +78,9 @@ pub fn sweep(timer: &Timer) -> i64 {
                 return BUSY_DELAY_MS;
             }
         }
-        let Some(entry) = index().pop_due(now, after) else { return IDLE_DELAY_MS };
+        let Some(due) = index().pop_due(now, after) else { return IDLE_DELAY_MS };
         handled += 1;
-        if !visit(timer, entry, now, after, deciding) {
+        if !visit(timer, due, now, after, deciding) {
             return IDLE_DELAY_MS;
         }
     }
@@ -94,37 +88,40 @@ pub fn sweep(timer: &Timer) -> i64 {
 
 /// Handles one due entry; false when the sweep must stop here: a replica at a key only its
 /// primary may delete (the entry goes back and waits for the primary's `DEL`), or a failure.
-fn visit(timer: &Timer, entry: Entry, now: Micros, after: Micros, deciding: bool) -> bool {
-    if !timer.select_db(entry.db) {
+fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) -> bool {
+    if !timer.select_db(due.db) {
         return true; // the database is gone (fewer databases after a restart): forget it
     }
-    let verdict = match timer.string(&entry.key) {
-        Some(name) => {
-            let mut key = Key::named(&name);
-            // Another type under the name is not ours to track; an error reads as that.
-            let mut found = key.lock().ok().flatten();
-            let verdict = decide(found.as_deref(), now, after);
-            if let (Verdict::Requeue { idle_from }, Some(lock)) = (verdict, found.as_mut()) {
-                lock.set_tracked_at(idle_from);
-            }
-            if verdict == Verdict::Delete && deciding && key.delete().is_ok() {
-                timer.replicate_del(&name);
-                stats::RECLAIMED.incr();
-                return true;
-            }
-            verdict
-        }
-        None => Verdict::Delete, // no string for the name: keep the entry, try again later
+    let Some(name) = timer.string(&due.key) else {
+        refile(due);
+        return false;
     };
-    match verdict {
+    let mut key = Key::named(&name);
+    // Another type under the name is not ours to track; an error reads as that.
+    let mut found = key.lock().ok().flatten();
+    match decide(found.as_deref(), due.bucket, now, after) {
         Verdict::Forget => true,
-        Verdict::Requeue { idle_from } => {
-            index().insert(Entry { idle_from, ..entry });
+        Verdict::Requeue { .. } => {
+            if let Some(lock) = found.as_mut() {
+                track(lock, due.db, &due.key);
+            }
+            true
+        }
+        Verdict::Delete if deciding && key.delete().is_ok() => {
+            timer.replicate_del(&name);
+            stats::RECLAIMED.incr();
             true
         }
         Verdict::Delete => {
-            index().insert(entry);
+            drop(key);
+            drop(name);
+            refile(due);
             false
         }
     }
+}
+
+/// Files a due entry again, unchanged (its key keeps its bucket, so the entry stays live).
+fn refile(due: Due) {
+    index().track(due.bucket.saturating_mul(GRAIN), due.db, &due.key);
 }
