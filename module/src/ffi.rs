@@ -432,13 +432,19 @@ pub fn on_key_moved(ctx: &Context, job: MovedJob) -> Result<(), String> {
     MOVED_JOB.set(job).map_err(|_| "on_key_moved subscribed twice".to_string())?;
     // SAFETY: called from OnLoad with the module's context.
     let subscribed = unsafe {
-        raw::RedisModule_SubscribeToKeyspaceEvents
-            .is_some_and(|subscribe| subscribe(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, Some(generic_event)) == OK)
+        raw::RedisModule_SubscribeToKeyspaceEvents.is_some_and(|subscribe| {
+            subscribe(ctx.ctx, raw::REDISMODULE_NOTIFY_GENERIC, Some(generic_event)) == OK
+        })
     };
     subscribed.then_some(()).ok_or_else(|| "cannot subscribe to keyspace events".into())
 }
 
-extern "C" fn generic_event(ctx: RawCtx, _type: c_int, event: *const std::ffi::c_char, key: RawString) -> c_int {
+extern "C" fn generic_event(
+    ctx: RawCtx,
+    _type: c_int,
+    event: *const std::ffi::c_char,
+    key: RawString,
+) -> c_int {
     guard("keyspace event", OK, || {
         if event.is_null() {
             return OK;

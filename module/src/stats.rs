@@ -62,7 +62,8 @@ pub fn add_info_section(ctx: &InfoContext) {
     let mark_field = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     ctx.add_info_field_long_long("high_water_mark", mark_field(mark.get()));
     ctx.add_info_field_long_long("epoch", mark_field(mark.epoch()));
-    // Lock keys the reclaim index tracks (held or idle; at most one entry each) and its memory.
+    // Entries in the reclaim index (see `reclaim.rs`: a key may have an older, stale one) and
+    // the index's memory.
     let (tracked, bytes) = sweeper::size();
     ctx.add_info_field_long_long("reclaim_tracked", mark_field(tracked as u64));
     ctx.add_info_field_long_long("reclaim_index_bytes", mark_field(bytes as u64));

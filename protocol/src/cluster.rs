@@ -13,13 +13,16 @@ pub const SLOTS: u16 = 16384;
 /// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
 fn crc16(bytes: &[u8]) -> u16 {
     bytes.iter().fold(0u16, |crc, &b| {
-        (0..8).fold(crc ^ (u16::from(b) << 8), |crc, _| {
-            if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            }
-        })
+        (0..8).fold(
+            crc ^ (u16::from(b) << 8),
+            |crc, _| {
+                if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                }
+            },
+        )
     })
 }
 
