@@ -40,7 +40,7 @@ from pathlib import Path
 
 sys.dont_write_bytecode = True  # no __pycache__ in benches/
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from server import ROOT, Conn, RespError, Server, free_port  # noqa: E402  (this directory's helpers)
+from server import ROOT, Conn, Server, free_port  # noqa: E402  (this directory's helpers)
 
 RECLAIM_ON_MS = 1000
 RECLAIM_OFF_MS = 1 << 42  # fencedlock.reclaim-after-ms's maximum (139 years)
@@ -73,19 +73,7 @@ def tick_batch(first: int, count: int, token: str) -> bytes:
 def read_replies(c: Conn, want: int) -> None:
     """Reads `want` single-line replies (ACQUIRE: an integer fence or nil; RELEASE: 0 or 1).
     Raises on an error reply; grants and releases are checked from INFO at the end."""
-    seen, tail = 0, b""
-    chunks = []
-    while seen < want:
-        data = c.rf.read1(1 << 20)
-        if not data:
-            raise ConnectionError("server closed the connection during the load")
-        chunks.append(data)
-        seen += (tail + data).count(b"\r\n") - tail.count(b"\r\n")
-        tail = data[-1:]
-    replies = b"".join(chunks)
-    if replies.startswith(b"-") or b"\n-" in replies:
-        first = replies[replies.find(b"-"):].split(b"\r\n", 1)[0]
-        raise RespError(f"load failed: {first.decode(errors='replace')}")
+    c.read_lines(want, "load")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -140,20 +140,24 @@ class Conn:
 
     def _flush(self, buf: list[bytes]) -> int:
         self.sock.sendall(b"".join(buf))
-        want, seen, tail = len(buf), 0, b""
+        self.read_lines(len(buf), "loading")
+        return len(buf)
+
+    def read_lines(self, want: int, what: str) -> None:
+        """Reads `want` single-line replies of a pipeline; raises on the first error reply."""
+        seen, tail = 0, b""
         chunks = []
         while seen < want:
             data = self.rf.read1(1 << 20)
             if not data:
-                raise ConnectionError("server closed the connection while loading")
+                raise ConnectionError(f"server closed the connection while {what}")
             chunks.append(data)
             seen += (tail + data).count(b"\r\n") - tail.count(b"\r\n")
             tail = data[-1:]
         replies = b"".join(chunks)
         if replies.startswith(b"-") or b"\n-" in replies:
             first = replies[replies.find(b"-"):].split(b"\r\n", 1)[0]
-            raise RespError(f"loading failed: {first.decode(errors='replace')}")
-        return want
+            raise RespError(f"{what} failed: {first.decode(errors='replace')}")
 
 
 # ---------------------------------------------------------------------------------------------

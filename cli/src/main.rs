@@ -1,5 +1,9 @@
 //! `fencedlock`: run a command under a distributed lease with a fencing token (cron
 //! coordination), script-level acquire / renew / release / status, and the billing demo.
+//!
+//! Owns the command line: options, exit codes, messages, the child process. Takes every lease
+//! through the `fencedlock` client crate and must not talk to the lock servers on its own, nor
+//! match server error text (errors are classified by kind, see `diagnose`).
 
 mod args;
 mod demo;

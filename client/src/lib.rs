@@ -1,5 +1,10 @@
 //! Leases with fencing tokens on Redis / Valkey servers running the `fencedlock` module.
 //!
+//! This crate owns the client side of a lease: tokens, validity on the local monotonic clock,
+//! Redlock quorums and the fenced raise, keep-alive, and errors by kind. The command shapes,
+//! limits and reply decoding are the `fencedlock-protocol` crate's; this crate must not restate
+//! them, nor ever put a token into an error, a log line or a `Debug` output.
+//!
 //! A lock decides who may *try*; the protected resource decides which writes *count*. Every
 //! lease carries a **fence**, a number that is larger for every later grant on the same key.
 //! Send it with each write and have the resource refuse fences lower than the highest it has

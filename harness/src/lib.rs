@@ -4,6 +4,10 @@
 //!
 //! No mocks: a test that cannot start its server fails with the server's log.
 //!
+//! Owns server processes and their set-up (configs, ports below the ephemeral range, replicas,
+//! clusters, slot migration); the wire contract is the protocol crate's. Must not decide what a
+//! test asserts beyond the reply shapes it checks, nor talk to any address but 127.0.0.1.
+//!
 //! ```no_run
 //! use fencedlock_protocol::command::ACQUIRE;
 //! use harness::Server;
