@@ -37,7 +37,7 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
         copy2: Some(copy2),
         free_effort2: None,
         mem_usage2: None,
-        unlink2: None,
+        unlink2: Some(unlink2),
     },
 );
 
@@ -151,6 +151,19 @@ unsafe extern "C" fn free(value: *mut c_void) {
         if !value.is_null() {
             // SAFETY: every value of our type is a `Box<Lock>` from `Box::into_raw`.
             drop(unsafe { Box::from_raw(value.cast::<Lock>()) });
+        }
+    });
+}
+
+/// The key is losing its name: deleted, overwritten, or the source of a `RENAME` or `MOVE`
+/// (which give no callback for the new name). The value's reclaim entries name the old key, so
+/// it is marked unfiled; if it lives on, the next command that opens it files it again.
+unsafe extern "C" fn unlink2(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+    guard("unlink", (), || {
+        // SAFETY: Redis passes a live value of our type, on the main thread; nothing else holds
+        // a reference to it during this callback.
+        if let Some(lock) = unsafe { value.cast::<Lock>().cast_mut().as_mut() } {
+            lock.unfile();
         }
     });
 }

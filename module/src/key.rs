@@ -8,7 +8,7 @@ use redis_module::raw;
 
 use crate::datatype::LOCK_TYPE;
 use crate::error::LockError;
-use crate::ffi::{Call, KeyName, Moved};
+use crate::ffi::{Call, KeyName};
 use crate::lease::Lock;
 use crate::sweeper;
 
@@ -34,13 +34,6 @@ impl<'a> Key<'a> {
     pub fn write(call: &'a Call<'a>) -> Self {
         // SAFETY: as in `read`.
         unsafe { Self::open(call.raw_ctx(), call.raw_key(), call.arg(1), READ_WRITE) }
-    }
-
-    /// A key that `RENAME` or `MOVE` just moved, under its new name and in its new database,
-    /// for reading.
-    pub fn moved(moved: &'a Moved) -> Self {
-        // SAFETY: a `Moved` holds the live context and key of the running keyspace event.
-        unsafe { Self::open(moved.raw_ctx(), moved.raw_key(), moved.name(), raw::REDISMODULE_READ) }
     }
 
     /// A key by name, in the selected database of the context the name was created in, for
@@ -82,7 +75,8 @@ impl<'a> Key<'a> {
                 == Some(*LOCK_TYPE.raw_type.borrow())
     }
 
-    /// The lock stored here, `None` for an empty key, `WRONGTYPE` for anything else.
+    /// The lock stored here, `None` for an empty key, `WRONGTYPE` for anything else. A lock
+    /// that `RENAME` or `MOVE` took from its reclaim entry is filed again here, under its name.
     pub fn lock(&mut self) -> Result<Option<&mut Lock>, LockError> {
         if self.kind() == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
             return Ok(None);
@@ -90,11 +84,16 @@ impl<'a> Key<'a> {
         if !self.is_lock() {
             return Err(LockError::WrongType);
         }
+        let (db, name) = self.location();
         // SAFETY: the value of a key of our type is always a `Box<Lock>` we stored.
-        unsafe {
+        let mut lock = unsafe {
             let value = raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(self.ptr));
-            Ok(value.cast::<Lock>().as_mut())
+            value.cast::<Lock>().as_mut()
+        };
+        if let Some(lock) = lock.as_deref_mut().filter(|lock| lock.is_unfiled()) {
+            sweeper::track(lock, db, name);
         }
+        Ok(lock)
     }
 
     /// Stores a new lock in an empty key opened for writing, tracks it for reclaim, and returns

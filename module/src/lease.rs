@@ -13,6 +13,9 @@ use fencedlock_protocol::LockStatus;
 use crate::error::LockError;
 use crate::fence::HighWater;
 
+/// `tracked_at` of a value with no live reclaim entry (no bucket has this number).
+const UNFILED: u64 = u64::MAX;
+
 /// Microseconds of the server's monotonic clock.
 pub type Micros = u64;
 
@@ -247,6 +250,18 @@ impl Lock {
     /// The reclaim index's bucket of this key's newest entry (see the field).
     pub fn tracked_at(&self) -> u64 {
         self.tracked_at
+    }
+
+    /// Marks the value as having no live entry in the reclaim index: its key is being unlinked
+    /// from its name (`RENAME`, `MOVE`, or a deletion), so the entries under the old name are
+    /// stale. The next command that opens it under its new name files it again.
+    pub fn unfile(&mut self) {
+        self.tracked_at = UNFILED;
+    }
+
+    /// Whether the value waits to be filed again under its current name (see [`Lock::unfile`]).
+    pub fn is_unfiled(&self) -> bool {
+        self.tracked_at == UNFILED
     }
 
     /// Records the bucket of the key's newest entry in the reclaim index.

@@ -127,7 +127,6 @@ mod module {
         }
         state::start_grace(clock::now());
         ffi::every(ctx, sweeper::IDLE_DELAY_MS, sweeper::sweep);
-        ffi::on_key_moved(ctx, sweeper::track_moved)?;
         Ok(())
     }
 

@@ -8,14 +8,16 @@
 //! Keys deleted by other means (`DEL`, `FLUSHALL`, eviction, migration) leave their entries
 //! behind until they fall due; the sweep then finds the key gone and forgets the entry, so the
 //! index holds no more than the keys filed within one ttl plus one retention period. `RENAME`
-//! and `MOVE` file the key again under its new name.
+//! and `MOVE` give no callback with the new name: the value is marked unfiled (`unlink2`) and
+//! filed again by the next command that opens it, so an idle key renamed or moved is reclaimed
+//! only after its next use.
 //!
 //! Fences do not depend on the keys: a new grant is above the server's high-water mark, which
 //! outlives every key (see `fence.rs`), so deleting an idle key never lets a fence repeat.
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::ffi::{Moved, Timer};
+use crate::ffi::Timer;
 use crate::key::Key;
 use crate::lease::{Lock, Micros};
 use crate::reclaim::{decide, Due, Index, Verdict, GRAIN};
@@ -46,15 +48,6 @@ pub fn track(lock: &mut Lock, db: i32, key: &[u8]) {
     }
     let bucket = index().track(lock.idle_from(), db, key);
     lock.set_tracked_at(bucket);
-}
-
-/// Tracks a lock key under the name or database `RENAME` or `MOVE` just gave it.
-pub fn track_moved(moved: &Moved) {
-    let mut key = Key::moved(moved);
-    let (db, name) = key.location();
-    if let Ok(Some(lock)) = key.lock() {
-        track(lock, db, name);
-    }
 }
 
 /// Tracked keys and the index's approximate heap bytes, for `INFO fencedlock`.
