@@ -84,13 +84,14 @@ impl<'a> Key<'a> {
         if !self.is_lock() {
             return Err(LockError::WrongType);
         }
-        let (db, name) = self.location();
         // SAFETY: the value of a key of our type is always a `Box<Lock>` we stored.
         let mut lock = unsafe {
             let value = raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(self.ptr));
             value.cast::<Lock>().as_mut()
         };
+        // Rare (after RENAME / MOVE): the database lookup stays off the common path.
         if let Some(lock) = lock.as_deref_mut().filter(|lock| lock.is_unfiled()) {
+            let (db, name) = self.location();
             sweeper::track(lock, db, name);
         }
         Ok(lock)
