@@ -1,6 +1,7 @@
 //! Parsing of command arguments. Pure, so every bad input is unit-tested without a server.
 
-use fencedlock_protocol::limits::MAX_FENCE;
+use fencedlock_protocol::command::BLOCK;
+use fencedlock_protocol::limits::{MAX_BLOCK_MS, MAX_FENCE};
 
 use crate::error::LockError;
 use crate::lease::{check_token, Micros, Record};
@@ -32,6 +33,14 @@ pub fn token(bytes: &[u8]) -> Result<&[u8], LockError> {
 /// A fence to raise to: 1 to `MAX_FENCE`.
 pub fn fence(bytes: &[u8]) -> Result<u64, LockError> {
     parse_u64(bytes).filter(|f| (1..=MAX_FENCE).contains(f)).ok_or(LockError::BadFence)
+}
+
+/// ACQUIRE's optional `BLOCK timeout_ms` (the word in any case): the timeout in ms, 0 for none.
+pub fn block(word: &[u8], timeout: &[u8]) -> Result<u64, LockError> {
+    if !word.eq_ignore_ascii_case(BLOCK.as_bytes()) {
+        return Err(LockError::Syntax);
+    }
+    parse_u64(timeout).filter(|ms| *ms <= MAX_BLOCK_MS).ok_or(LockError::BadTimeout)
 }
 
 /// The arguments of `FENCEDLOCK.APPLY key high_water fence [token remaining_us]` after the key.
@@ -73,6 +82,20 @@ mod tests {
         assert_eq!(fence(b"9223372036854775807"), Ok(MAX_FENCE));
         for bad in [&b"0"[..], b"9223372036854775808", b"-1", b"x"] {
             assert_eq!(fence(bad), Err(LockError::BadFence));
+        }
+    }
+
+    #[test]
+    fn block_takes_the_word_in_any_case_and_a_bounded_timeout() {
+        assert_eq!(block(b"BLOCK", b"0"), Ok(0));
+        assert_eq!(block(b"block", b"250"), Ok(250));
+        assert_eq!(block(b"BlOcK", MAX_BLOCK_MS.to_string().as_bytes()), Ok(MAX_BLOCK_MS));
+        for bad in [&b"-1"[..], b"", b"1.5", b"abc", b" 5", b"9223372036854775808"] {
+            assert_eq!(block(b"BLOCK", bad), Err(LockError::BadTimeout), "{bad:?}");
+        }
+        assert_eq!(block(b"BLOCK", (MAX_BLOCK_MS + 1).to_string().as_bytes()), Err(LockError::BadTimeout));
+        for bad in [&b"BLOK"[..], b"", b"BLOCKS", b"WAIT"] {
+            assert_eq!(block(bad, b"10"), Err(LockError::Syntax), "{bad:?}");
         }
     }
 

@@ -7,14 +7,24 @@ use crate::fence::HighWater;
 use crate::ffi::{int, Call, Reply};
 use crate::key::Key;
 use crate::lease::{Acquired, Lock, Micros, Released};
-use crate::{args, clock, floor, replication, state, stats, sweeper};
+use crate::{args, blocking, clock, floor, replication, state, stats, sweeper};
 
-/// `FENCEDLOCK.ACQUIRE key token ttl_ms` → fence, or nil while another token holds the lease.
+/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms]` → fence, or nil while another
+/// token holds the lease (or others wait for it). With `BLOCK`, a busy key queues the caller
+/// (see `blocking`); where Redis allows no blocking (MULTI, scripts) it is one attempt.
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
-    let mut key = Key::write(call);
+    let block = match call.argc() {
+        6 => Some(args::block(call.arg(4), call.arg(5))?),
+        _ => None,
+    };
     let now = clock::now();
+    if blocking::is_waited(call) {
+        // A lease that ended belongs to the head of the queue, not to whoever asks first.
+        blocking::serve(call, call.db(), call.arg(1), now);
+    }
+    let mut key = Key::write(call);
     let mut mark = state::high_water();
     let before = mark;
     let mut decide = |lock: &mut Lock| lock.acquire(&mut mark, token, ttl, now, state::grace_left(now));
@@ -37,19 +47,23 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
             }
         }
     };
-    let fence = match outcome {
-        Ok(Acquired::Reentered { fence }) => {
+    let fence = match (outcome, block) {
+        (Ok(Acquired::Reentered { fence }), _) => {
             stats::REENTRIES.incr();
             fence
         }
-        Ok(Acquired::Granted { fence, took_over }) => {
+        (Ok(Acquired::Granted { fence, took_over }), _) => {
             stats::GRANTS.incr();
             if took_over {
                 stats::TAKEOVERS.incr();
             }
             fence
         }
-        refused => return count_refusal(refused),
+        (Ok(Acquired::Busy), Some(timeout)) if call.may_block() => {
+            let deadline = lock.deadline().unwrap_or(now);
+            return Ok(blocking::block(call, token, ttl, timeout, deadline, now));
+        }
+        (refused, _) => return count_refusal(refused),
     };
     state::set_high_water(mark);
     replication::replicate(call, mark, &lock.record(now));
@@ -60,7 +74,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
 /// anything is granted (a refused acquire may raise it too: harmless, and rare with headroom).
 fn cover_floor(call: &Call, mark: HighWater, key_fence: u64) -> Result<(), LockError> {
     match mark.peek(key_fence) {
-        Some(fence) => floor::cover(call, fence),
+        Some(fence) => floor::cover(call, call.arg(1), fence),
         None => Ok(()), // no fence left to grant: the acquire refuses on its own
     }
 }
@@ -90,11 +104,16 @@ pub fn renew(call: &Call) -> Result<Reply, LockError> {
 }
 
 /// `FENCEDLOCK.RELEASE key token` → 1 if the caller held an unexpired lease; the fence stays.
+/// The head waiter, if any, is granted the lease in the same command.
 pub fn release(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
-    owner_change(call, &stats::RELEASE_FAILURES, Ends::Lease, |lock, now| {
+    let reply = owner_change(call, &stats::RELEASE_FAILURES, Ends::Lease, |lock, now| {
         lock.release(token, now) == Released::Ended
-    })
+    })?;
+    if reply == Reply::Int(1) && blocking::is_waited(call) {
+        blocking::serve(call, call.db(), call.arg(1), clock::now());
+    }
+    Ok(reply)
 }
 
 /// Whether an owner-checked change ends the lease.
@@ -139,7 +158,7 @@ pub fn raise(call: &Call) -> Result<Reply, LockError> {
     let now = clock::now();
     let mut mark = state::high_water();
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
-    floor::cover(call, fence)?;
+    floor::cover(call, call.arg(1), fence)?;
     match lock.raise(&mut mark, token, fence, now) {
         Some(raised) => {
             state::set_high_water(mark);

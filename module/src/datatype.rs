@@ -9,7 +9,7 @@ use redis_module::raw;
 
 use crate::ffi::{guard, log_warning, string_bytes};
 use crate::lease::{Lock, Record};
-use crate::{clock, replication, state, sweeper};
+use crate::{blocking, clock, replication, state, sweeper};
 
 /// The on-disk encoding version. Bump it when the layout below changes; `rdb_load` refuses
 /// versions it does not know instead of guessing.
@@ -158,12 +158,21 @@ unsafe extern "C" fn free(value: *mut c_void) {
 /// The key is losing its name: deleted, overwritten, or the source of a `RENAME` or `MOVE`
 /// (which give no callback for the new name). The value's reclaim entries name the old key, so
 /// it is marked unfiled; if it lives on, the next command that opens it files it again.
-unsafe extern "C" fn unlink2(_ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
+/// Waiters on the old name are served (see `blocking`).
+unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_void) {
     guard("unlink", (), || {
         // SAFETY: Redis passes a live value of our type, on the main thread; nothing else holds
         // a reference to it during this callback.
         if let Some(lock) = unsafe { value.cast::<Lock>().cast_mut().as_mut() } {
             lock.unfile();
+        }
+        if blocking::waiters() > 0 {
+            // SAFETY: Redis passes a live key context naming the key being unlinked.
+            let (db, name) = unsafe {
+                let name = raw::RedisModule_GetKeyNameFromOptCtx.map_or(std::ptr::null(), |f| f(ctx));
+                (raw::RedisModule_GetDbIdFromOptCtx.map_or(0, |f| f(ctx)), string_bytes(name.cast_mut()))
+            };
+            blocking::unlinked(db, name);
         }
     });
 }

@@ -15,6 +15,10 @@ use redis_module::{raw, Context};
 
 use crate::error::LockError;
 
+pub mod blocked;
+
+pub use blocked::{answer, in_cluster, start_timer, stop_timer, BlockedClient, TimerId, Waits};
+
 type RawCtx = *mut raw::RedisModuleCtx;
 type RawString = *mut raw::RedisModuleString;
 
@@ -35,6 +39,11 @@ impl<'a> Call<'a> {
             Some(&s) => unsafe { string_bytes(s) },
             None => &[],
         }
+    }
+
+    /// How many arguments the call has, its name included.
+    pub fn argc(&self) -> usize {
+        self.argv.len()
     }
 
     /// The arguments from `first` on.
@@ -59,23 +68,6 @@ impl<'a> Call<'a> {
         // SAFETY: a live command context.
         let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ctx)) };
         flags & wanted != 0
-    }
-
-    /// Whether the server runs in cluster mode (keys live in slots that can migrate). Read once:
-    /// `cluster-enabled` cannot change while the server runs, and the flags call is not free.
-    pub fn in_cluster(&self) -> bool {
-        static CLUSTER: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *CLUSTER.get_or_init(|| {
-            // SAFETY: a live command context.
-            let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ctx)) };
-            flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
-        })
-    }
-
-    /// Another key's name as a Redis string in this command's context.
-    pub fn string<'c>(&'c self, bytes: &'c [u8]) -> Option<KeyName<'c>> {
-        // SAFETY: a live command context, which outlives the name.
-        unsafe { KeyName::new(self.ctx, bytes) }
     }
 
     /// Replicates this call as it was sent, to replicas and the AOF.
@@ -115,6 +107,28 @@ pub enum Reply {
     Int(i64),
     Nil,
     Ints(Vec<i64>),
+    /// Nothing now: the client was blocked and is answered later (see `Call::block`).
+    Blocked,
+}
+
+/// A callback context in which key names can be made: a command's or a timer's.
+pub trait Names {
+    /// A key's name as a Redis string in this context.
+    fn string<'c>(&'c self, bytes: &'c [u8]) -> Option<KeyName<'c>>;
+}
+
+impl Names for Call<'_> {
+    fn string<'c>(&'c self, bytes: &'c [u8]) -> Option<KeyName<'c>> {
+        // SAFETY: a live command context, which outlives the name.
+        unsafe { KeyName::new(self.ctx, bytes) }
+    }
+}
+
+impl Names for Timer {
+    fn string<'c>(&'c self, bytes: &'c [u8]) -> Option<KeyName<'c>> {
+        // SAFETY: a live timer context, which outlives the name.
+        unsafe { KeyName::new(self.ctx, bytes) }
+    }
 }
 
 /// An integer reply from an unsigned value (fences fit: they stop at `i64::MAX`).
@@ -145,7 +159,16 @@ pub unsafe fn run(ctx: RawCtx, argv: *mut RawString, argc: c_int, spec: &Command
         log_warning("fencedlock: a command panicked; it replied an error and changed nothing");
         Err(LockError::Internal)
     });
-    // SAFETY: a live command context; the reply functions were filled by Init.
+    // SAFETY: a live command context.
+    unsafe { send_reply(ctx, reply) }
+}
+
+/// Sends a command's reply (nothing for [`Reply::Blocked`]).
+///
+/// # Safety
+/// `ctx` is a live command or blocked-client reply context.
+unsafe fn send_reply(ctx: RawCtx, reply: Result<Reply, LockError>) -> c_int {
+    // SAFETY: a live context (the caller's promise); the reply functions were filled by Init.
     unsafe {
         match reply {
             Ok(Reply::Int(v)) => raw::RedisModule_ReplyWithLongLong.map_or(0, |f| f(ctx, v)),
@@ -161,6 +184,7 @@ pub unsafe fn run(ctx: RawCtx, argv: *mut RawString, argc: c_int, spec: &Command
                 }
                 OK
             }
+            Ok(Reply::Blocked) => OK,
             Err(e) => {
                 let msg = CString::new(e.to_string().replace(['\r', '\n', '\0'], " ")).unwrap_or_default();
                 raw::RedisModule_ReplyWithError.map_or(0, |f| f(ctx, msg.as_ptr()))
@@ -260,7 +284,11 @@ unsafe fn set_command_info(command: *mut raw::RedisModuleCommand, spec: &Command
                 ArgKind::Key => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
                 ArgKind::Text => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, -1),
                 ArgKind::Integer => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, -1),
+                ArgKind::Keyword => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN, -1),
             };
+            if arg.kind == ArgKind::Keyword {
+                doc.token = name.as_ptr();
+            }
             if optional {
                 doc.flags = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
             }
@@ -285,8 +313,8 @@ unsafe fn set_command_info(command: *mut raw::RedisModuleCommand, spec: &Command
     }
 }
 
-/// A timer callback's context (the reclaim sweep). Only [`every`]'s callback creates one, from
-/// the context Redis passed to it.
+/// A timer callback's context (the reclaim sweep, waiters' wake-ups). Only timer callbacks
+/// create one, from the context Redis passed to them.
 pub struct Timer {
     ctx: RawCtx,
 }
@@ -308,12 +336,6 @@ impl Timer {
     pub fn select_db(&self, db: i32) -> bool {
         // SAFETY: a live timer context.
         unsafe { raw::RedisModule_SelectDb.is_some_and(|f| f(self.ctx, db) == OK) }
-    }
-
-    /// A key name as a Redis string in this timer's context.
-    pub fn string<'t>(&'t self, bytes: &'t [u8]) -> Option<KeyName<'t>> {
-        // SAFETY: a live timer context, which outlives the name.
-        unsafe { KeyName::new(self.ctx, bytes) }
     }
 
     /// Sends `DEL key` to replicas and the AOF: the effect of a reclaim.

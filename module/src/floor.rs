@@ -3,19 +3,19 @@
 //! mark already outlives every key there.
 
 use crate::error::LockError;
-use crate::ffi::Call;
+use crate::ffi::{self, Names};
 use crate::key::Key;
 use crate::lease::{Lock, Record};
 use crate::{clock, replication, slot, state};
 
-/// Makes sure the floor of the call's key's slot covers `fence`, raising it (with headroom) and
-/// replicating the raise when it does not.
-pub fn cover(call: &Call, fence: u64) -> Result<(), LockError> {
-    if !call.in_cluster() {
+/// Makes sure the floor of `key`'s slot covers `fence`, raising it (with headroom) and
+/// replicating the raise when it does not. `names` is the running command or timer.
+pub fn cover(names: &impl Names, key: &[u8], fence: u64) -> Result<(), LockError> {
+    if !ffi::in_cluster() {
         return Ok(());
     }
-    let name = slot::floor_key(slot::slot(call.arg(1)));
-    let name = call.string(&name).ok_or(LockError::Internal)?;
+    let name = slot::floor_key(slot::slot(key));
+    let name = names.string(&name).ok_or(LockError::Internal)?;
     let mut key = Key::named(&name);
     let floor = key.lock()?;
     if !slot::needs_raise(floor.as_ref().map(|lock| lock.fence()), fence) {

@@ -130,8 +130,19 @@ impl Lock {
         self.holder().filter(|h| now < h.deadline)
     }
 
-    fn held_by(&self, token: &[u8], now: Micros) -> bool {
+    pub fn held_by(&self, token: &[u8], now: Micros) -> bool {
         self.live_holder(now).is_some_and(|h| *h.token == *token)
+    }
+
+    /// Whether someone holds an unexpired lease.
+    pub fn is_held(&self, now: Micros) -> bool {
+        self.live_holder(now).is_some()
+    }
+
+    /// When the current holder's lease expires (already past for an expired one); `None` when
+    /// the lease ended. Waiters are served at this instant.
+    pub fn deadline(&self) -> Option<Micros> {
+        self.holder().map(|h| h.deadline)
     }
 
     /// `grace_left` is how long the server still refuses new grants after a restart (0: none).

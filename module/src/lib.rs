@@ -10,6 +10,7 @@
 #![cfg_attr(test, allow(dead_code))] // the FFI glue is only reached from `redis_module!`, not built in tests
 
 mod args;
+mod blocking;
 mod clock;
 mod commands;
 mod datatype;
@@ -26,6 +27,7 @@ mod slot;
 mod state;
 mod stats;
 mod sweeper;
+mod waiting;
 
 #[cfg(not(test))]
 mod module {
@@ -39,7 +41,7 @@ mod module {
 
     use crate::datatype::LOCK_TYPE;
     use crate::ffi::{self, Handler};
-    use crate::{clock, commands, state, stats, sweeper};
+    use crate::{blocking, clock, commands, state, stats, sweeper};
 
     /// One registered command: its shape (from the protocol crate, which also gives its arity
     /// and docs), its flags, its implementation, and the C entry point Redis calls.
@@ -96,6 +98,7 @@ mod module {
 
     fn register(ctx: &Context) -> Result<(), String> {
         ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
+        ffi::blocked::init(ctx);
         let category = ffi::add_acl_category(ctx, command::ACL_CATEGORY_C).then_some(command::ACL_CATEGORY_C);
         for c in COMMANDS {
             ffi::create_command(ctx, &c.spec, c.entry, c.flags, category)?;
@@ -127,6 +130,7 @@ mod module {
         }
         state::start_grace(clock::now());
         ffi::every(ctx, sweeper::IDLE_DELAY_MS, sweeper::sweep);
+        ffi::blocked::on_flush(ctx, blocking::flushed);
         Ok(())
     }
 

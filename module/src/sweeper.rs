@@ -17,11 +17,11 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::ffi::Timer;
+use crate::ffi::{Names, Timer};
 use crate::key::Key;
 use crate::lease::{Lock, Micros};
 use crate::reclaim::{decide, Due, Index, Verdict, GRAIN};
-use crate::{clock, slot, state, stats};
+use crate::{blocking, clock, slot, state, stats};
 
 static INDEX: Mutex<Index> = Mutex::new(Index::new());
 
@@ -99,6 +99,13 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
                 track(lock, due.db, &due.key);
             }
             true
+        }
+        // Someone waits for it: the wake-up hands it over instead; look again later.
+        Verdict::Delete if blocking::is_waited_at(due.db, &due.key) => {
+            drop(key);
+            drop(name);
+            refile(due);
+            false
         }
         Verdict::Delete if deciding && key.delete().is_ok() => {
             timer.replicate_del(&name);

@@ -17,6 +17,8 @@ pub enum ArgKind {
     Text,
     /// A decimal integer.
     Integer,
+    /// A fixed word, its `name` (e.g. `BLOCK`), matched case-insensitively.
+    Keyword,
 }
 
 /// One argument of a command.
@@ -95,13 +97,26 @@ const KEY: Arg = Arg { name: "key", kind: ArgKind::Key };
 const TOKEN: Arg = Arg { name: "token", kind: ArgKind::Text };
 const TTL: Arg = Arg { name: "ttl_ms", kind: ArgKind::Integer };
 
+/// The option word of a blocking [`ACQUIRE`], after XREAD's `BLOCK`.
+pub const BLOCK: &str = "BLOCK";
+
+/// A blocking [`ACQUIRE`]'s timeout argument: `0` waits without a time limit (Redis's
+/// convention for `BLOCK 0`), up to [`MAX_BLOCK_MS`](crate::limits::MAX_BLOCK_MS).
+const TIMEOUT: Arg = Arg { name: "timeout_ms", kind: ArgKind::Integer };
+
 command! {
-    /// `FENCEDLOCK.ACQUIRE key token ttl_ms` → the fence, or nil while another token holds an
-    /// unexpired lease. The holder's own token gets the same fence again and a fresh ttl.
+    /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms]` → the fence, or nil while
+    /// another token holds an unexpired lease (or others wait for it: nobody barges past the
+    /// queue). The holder's own token gets the same fence again and a fresh ttl.
+    ///
+    /// With `BLOCK`, a busy key queues the caller in arrival order; when the lease ends
+    /// (release, expiry, deletion, reclaim) the head of the queue is granted at once and gets
+    /// its fence; nil when `timeout_ms` passes first (`0`: no time limit). Inside `MULTI`,
+    /// scripts and functions it is one non-blocking attempt.
     ACQUIRE = "FENCEDLOCK.ACQUIRE",
     args: &[KEY, TOKEN, TTL],
-    optional: &[],
-    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it"
+    optional: &[Arg { name: BLOCK, kind: ArgKind::Keyword }, TIMEOUT],
+    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit)"
 }
 command! {
     /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs
@@ -189,11 +204,13 @@ mod tests {
 
     #[test]
     fn arity_follows_the_arguments() {
-        assert_eq!(ACQUIRE.arity(), 4);
+        assert_eq!(ACQUIRE.arity(), -4);
         assert_eq!(RELEASE.arity(), 3);
         assert_eq!(STATUS.arity(), 2);
         assert_eq!(APPLY.arity(), -4);
-        assert!(ACQUIRE.accepts(4) && !ACQUIRE.accepts(3) && !ACQUIRE.accepts(5));
+        assert!(ACQUIRE.accepts(4) && ACQUIRE.accepts(6));
+        assert!(!ACQUIRE.accepts(3) && !ACQUIRE.accepts(5) && !ACQUIRE.accepts(7));
+        assert!(RELEASE.accepts(3) && !RELEASE.accepts(4));
         assert!(APPLY.accepts(4) && APPLY.accepts(6));
         assert!(!APPLY.accepts(5) && !APPLY.accepts(7) && !APPLY.accepts(3));
     }

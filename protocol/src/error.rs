@@ -1,8 +1,9 @@
 //! The error replies the module sends. The module renders them from here and clients classify
 //! them from here, so neither side restates the other's wording.
 
+use crate::command::BLOCK;
 use crate::config::MAX_TTL_MS;
-use crate::limits::{MAX_FENCE, MAX_TOKEN_LEN};
+use crate::limits::{MAX_BLOCK_MS, MAX_FENCE, MAX_TOKEN_LEN};
 
 /// An error reply of the module, by kind. Every one of them changed nothing on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -16,10 +17,18 @@ pub enum ReplyError {
     BadToken,
     /// The fence to raise to is not an integer from 1 to [`MAX_FENCE`].
     BadFence,
+    /// The `BLOCK` timeout is not an integer from 0 to [`MAX_BLOCK_MS`].
+    BadTimeout,
+    /// An optional argument other than `BLOCK timeout_ms`.
+    Syntax,
     /// The server has issued [`MAX_FENCE`]; it can grant no more.
     FencesExhausted,
     /// New grants are refused during the restart grace (the value: ms left). Code `TRYAGAIN`.
     RestartGrace,
+    /// A blocked ACQUIRE whose key was deleted on a Redis Cluster node (`DEL`, `FLUSHALL`, or
+    /// its slot migrating away): this node may no longer serve the key, so the waiter must ask
+    /// again (and be routed to the slot's owner). Nothing was granted. Code `TRYAGAIN`.
+    WaitInterrupted,
     /// The key holds another kind of value. Code `WRONGTYPE`.
     WrongType,
     /// A client sent the internal `FENCEDLOCK.APPLY`.
@@ -32,13 +41,16 @@ pub enum ReplyError {
 
 impl ReplyError {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [ReplyError; 10] = [
+    pub const ALL: [ReplyError; 13] = [
         ReplyError::BadTtl,
         ReplyError::TtlTooLarge,
         ReplyError::BadToken,
         ReplyError::BadFence,
+        ReplyError::BadTimeout,
+        ReplyError::Syntax,
         ReplyError::FencesExhausted,
         ReplyError::RestartGrace,
+        ReplyError::WaitInterrupted,
         ReplyError::WrongType,
         ReplyError::InternalCommand,
         ReplyError::BadRecord,
@@ -48,7 +60,7 @@ impl ReplyError {
     /// The reply's first word: `ERR`, `TRYAGAIN` or `WRONGTYPE`.
     pub const fn code(self) -> &'static str {
         match self {
-            ReplyError::RestartGrace => "TRYAGAIN",
+            ReplyError::RestartGrace | ReplyError::WaitInterrupted => "TRYAGAIN",
             ReplyError::WrongType => "WRONGTYPE",
             _ => "ERR",
         }
@@ -61,8 +73,11 @@ impl ReplyError {
             ReplyError::TtlTooLarge => "ttl exceeds",
             ReplyError::BadToken => "token must be",
             ReplyError::BadFence => "fence must be",
+            ReplyError::BadTimeout => "timeout must be",
+            ReplyError::Syntax => "syntax error",
             ReplyError::FencesExhausted => "fence space exhausted",
             ReplyError::RestartGrace => "fencedlock restart grace",
+            ReplyError::WaitInterrupted => "fencedlock wait interrupted",
             ReplyError::WrongType => "Operation against a key holding the wrong kind of value",
             ReplyError::InternalCommand => "FENCEDLOCK.APPLY is internal",
             ReplyError::BadRecord => "malformed FENCEDLOCK.APPLY record",
@@ -82,6 +97,13 @@ impl ReplyError {
             ReplyError::TtlTooLarge => format!("{code} {prefix} {} ({value})", MAX_TTL_MS.full_name),
             ReplyError::BadToken => format!("{code} {prefix} 1 to {MAX_TOKEN_LEN} bytes"),
             ReplyError::BadFence => format!("{code} {prefix} an integer from 1 to {MAX_FENCE}"),
+            ReplyError::BadTimeout => {
+                format!("{code} {prefix} an integer number of milliseconds from 0 (no limit) to {MAX_BLOCK_MS}")
+            }
+            ReplyError::Syntax => format!("{code} {prefix}: the only option is {BLOCK} timeout_ms"),
+            ReplyError::WaitInterrupted => format!(
+                "{code} {prefix}: the lock key was deleted or its slot moved on this cluster node; nothing was granted, ask again"
+            ),
             ReplyError::FencesExhausted => {
                 format!("{code} {prefix}: no fence above {MAX_FENCE} can be issued")
             }
@@ -110,7 +132,12 @@ impl ReplyError {
     pub const fn is_bad_request(self) -> bool {
         matches!(
             self,
-            ReplyError::BadTtl | ReplyError::TtlTooLarge | ReplyError::BadToken | ReplyError::BadFence
+            ReplyError::BadTtl
+                | ReplyError::TtlTooLarge
+                | ReplyError::BadToken
+                | ReplyError::BadFence
+                | ReplyError::BadTimeout
+                | ReplyError::Syntax
         )
     }
 }

@@ -25,3 +25,7 @@ pub const EPOCH_GAP: u64 = 1 << 32;
 /// per-entity lock keys (one per invoice, job or user) stay bounded by the keys used in the
 /// last ten minutes instead of growing forever.
 pub const DEFAULT_RECLAIM_AFTER_MS: u64 = 10 * 60 * 1000;
+
+/// Longest `BLOCK` timeout of `FENCEDLOCK.ACQUIRE`, in ms (the same bound as ttls, far from
+/// overflow); `0` means no limit.
+pub const MAX_BLOCK_MS: u64 = MAX_MAX_TTL_MS;

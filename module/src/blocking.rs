@@ -1,0 +1,321 @@
+//! Server-side waiting, the FFI side of `waiting`: queues the callers of a busy
+//! `ACQUIRE … BLOCK`, serves a key's queue when its lease ends, answers the served, and counts.
+//!
+//! A lease ends in one of three ways, and the queue is served in each:
+//! - by a command on the key (`RELEASE`; an `ACQUIRE` that finds an expired lease serves the
+//!   queue before it decides, so nobody barges past it): in that command, atomically with it;
+//! - by expiry: a wake-up timer at the holder's deadline (on the monotonic clock);
+//! - by deletion (`DEL`, `UNLINK`, eviction, reclaim, `FLUSHALL`, `RENAME` away): the key's
+//!   unlink callback or the flush event files a wake-up for now. Outside a cluster the head gets
+//!   a fresh key (its fence still comes from the high-water mark, so it is higher); in a
+//!   cluster the key may have left this node with its slot, so the waiters are told to ask
+//!   again, and the cluster routes them to the slot's owner.
+//!
+//! One timer serves every key, armed at the earliest wake-up. A handoff is replicated and
+//! written to the AOF as the same `APPLY` record as any grant; the queues themselves are not
+//! (after a failover, waiters reconnect and queue again).
+
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::{LazyLock, Mutex, MutexGuard};
+
+use crate::error::LockError;
+use crate::ffi::{self, int, BlockedClient, Call, Names, Reply, Timer, TimerId, Waits};
+use crate::key::Key;
+use crate::lease::{Lock, Micros, Released};
+use crate::waiting::{Answer, KeyId, Queues, Served, Waiter};
+use crate::{clock, floor, replication, state, stats, sweeper};
+
+/// How long one wake-up may serve keys before it yields to the event loop.
+const BUDGET: Micros = 2_000;
+
+struct State {
+    queues: Queues<BlockedClient>,
+    /// The wake-up timer and the instant it was armed for.
+    armed: Option<(TimerId, Micros)>,
+    /// Handoffs whose client went away before the reply reached it, to be given back.
+    lost: Vec<LostGrant>,
+}
+
+/// A lease granted to a waiter that disconnected before it heard of it.
+struct LostGrant {
+    key: KeyId,
+    token: Box<[u8]>,
+    fence: u64,
+}
+
+static STATE: LazyLock<Mutex<State>> =
+    LazyLock::new(|| Mutex::new(State { queues: Queues::new(), armed: None, lost: Vec::new() }));
+
+/// Waiters queued now, readable without the lock: a command on a key nobody waits for pays one
+/// load of this, nothing more.
+static WAITERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Runs `f` on the state and refreshes [`WAITERS`].
+fn with<T>(f: impl FnOnce(&mut State) -> T) -> T {
+    // Every method leaves the state consistent, so a poisoned lock is safe to keep using.
+    let mut state: MutexGuard<'_, State> = STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let result = f(&mut state);
+    WAITERS.store(state.queues.len(), Relaxed);
+    result
+}
+
+/// Waiters queued now, for `INFO`.
+pub fn waiters() -> usize {
+    WAITERS.load(Relaxed)
+}
+
+/// Whether anyone waits on the call's key.
+pub fn is_waited(call: &Call) -> bool {
+    waiters() > 0 && is_waited_at(call.db(), call.arg(1))
+}
+
+/// Whether anyone waits on `name` in `db`.
+pub fn is_waited_at(db: i32, name: &[u8]) -> bool {
+    waiters() > 0 && with(|s| s.queues.is_waited(&(db, name.into())))
+}
+
+/// Queues the caller of an ACQUIRE that found the key held until `deadline`, for up to
+/// `timeout_ms` (0: no limit). Replies nothing now: the client is answered when served.
+pub fn block(
+    call: &Call,
+    token: &[u8],
+    ttl: Micros,
+    timeout_ms: u64,
+    deadline: Micros,
+    now: Micros,
+) -> Reply {
+    let Some(client) = call.block::<Queued>(timeout_ms) else {
+        // Redis would not block this client: answer as the one attempt it was.
+        stats::CONTENDED.incr();
+        return Reply::Nil;
+    };
+    let key: KeyId = (call.db(), call.arg(1).into());
+    with(|s| {
+        s.queues.push(key.clone(), Waiter { handle: client, token: token.into(), ttl, since: now });
+        s.queues.wake(&key, deadline);
+        rearm(s, now);
+    });
+    stats::BLOCKED_ACQUIRES.incr();
+    Reply::Blocked
+}
+
+/// Serves the waiters of `name` in `db` (selected in `names`' context) if its lease ended, and
+/// answers them. Replicates a handoff.
+pub fn serve(names: &impl Names, db: i32, name: &[u8], now: Micros) {
+    let id: KeyId = (db, name.into());
+    let served = match names.string(name) {
+        Some(redis_name) => serve_key(names, &redis_name, &id, now),
+        None => {
+            with(|s| s.queues.take_all(&id)).into_iter().map(|w| failed(w, LockError::Internal)).collect()
+        }
+    };
+    for s in served {
+        answer(&id, s, now);
+    }
+    with(|s| rearm(s, now));
+}
+
+fn serve_key(
+    names: &impl Names,
+    redis_name: &ffi::KeyName<'_>,
+    id: &KeyId,
+    now: Micros,
+) -> Vec<Served<BlockedClient>> {
+    let mut key = Key::named(redis_name);
+    let mut mark = state::high_water();
+    let grace = state::grace_left(now);
+    let take_all = |e: LockError| -> Vec<_> {
+        with(|s| s.queues.take_all(id)).into_iter().map(|w| failed(w, e.clone())).collect()
+    };
+    match key.lock() {
+        Err(e) => take_all(e),
+        Ok(Some(lock)) => {
+            if !lock.is_held(now) {
+                if let Some(Err(e)) = mark.peek(lock.fence()).map(|fence| floor::cover(names, &id.1, fence)) {
+                    return take_all(e);
+                }
+            }
+            let served = with(|s| s.queues.serve(id, lock, &mut mark, now, grace));
+            if served.iter().any(|s| !matches!(s.answer, Answer::Failed(_))) {
+                state::set_high_water(mark);
+                replication::replicate_named(redis_name, mark, &lock.record(now));
+            }
+            served
+        }
+        // The key may have left this node with its slot: only the cluster knows who serves it.
+        Ok(None) if ffi::in_cluster() => take_all(LockError::WaitInterrupted),
+        Ok(None) => {
+            let mut fresh = Lock::new();
+            let mut served = with(|s| s.queues.serve(id, &mut fresh, &mut mark, now, grace));
+            if served.iter().any(|s| !matches!(s.answer, Answer::Failed(_))) {
+                match key.set_lock(fresh) {
+                    Ok(stored) => {
+                        state::set_high_water(mark);
+                        replication::replicate_named(redis_name, mark, &stored.record(now));
+                    }
+                    Err(e) => {
+                        for s in &mut served {
+                            s.answer = Answer::Failed(e.clone());
+                        }
+                    }
+                }
+            }
+            served
+        }
+    }
+}
+
+fn failed(waiter: Waiter<BlockedClient>, e: LockError) -> Served<BlockedClient> {
+    Served { waiter, answer: Answer::Failed(e) }
+}
+
+/// Unblocks a served waiter with its answer, and counts it.
+fn answer(key: &KeyId, served: Served<BlockedClient>, now: Micros) {
+    stats::waited(served.waited(now));
+    let Served { waiter, answer } = served;
+    let (reply, if_lost): (_, Option<Box<dyn FnOnce()>>) = match answer {
+        Answer::Granted { fence, took_over } => {
+            stats::GRANTS.incr();
+            stats::HANDOFFS.incr();
+            if took_over {
+                stats::TAKEOVERS.incr();
+            }
+            let lost = LostGrant { key: key.clone(), token: waiter.token, fence };
+            (Ok(int(fence)), Some(Box::new(move || give_back_later(lost))))
+        }
+        // The lease is its token's other request's too: that one keeps it.
+        Answer::Reentered { fence } => {
+            stats::REENTRIES.incr();
+            (Ok(int(fence)), None)
+        }
+        Answer::Failed(e) => (Err(e), None),
+    };
+    ffi::answer(waiter.handle, reply, if_lost);
+}
+
+/// A granted waiter's client went away before the reply reached it: nobody will use or release
+/// that lease, so the next wake-up gives it back (to the next waiter, if any).
+fn give_back_later(lost: LostGrant) {
+    stats::WAIT_ABANDONED.incr();
+    with(|s| {
+        s.lost.push(lost);
+        rearm(s, clock::now());
+    });
+}
+
+/// A `FLUSHDB` / `FLUSHALL` emptied `db` (`None`: every database): its waited keys are gone.
+pub fn flushed(db: Option<i32>) {
+    let now = clock::now();
+    with(|s| {
+        for key in s.queues.keys_in(db) {
+            s.queues.wake(&key, now);
+        }
+        rearm(s, now);
+    });
+}
+
+/// A lock key is losing its name (deleted, overwritten, renamed or moved away): if anyone waits
+/// on it, serve them now.
+pub fn unlinked(db: i32, name: &[u8]) {
+    if waiters() == 0 {
+        return;
+    }
+    let now = clock::now();
+    with(|s| {
+        let key = (db, name.into());
+        if s.queues.is_waited(&key) {
+            s.queues.wake(&key, now);
+            rearm(s, now);
+        }
+    });
+}
+
+/// Arms the wake-up timer for the earliest wake-up (or stops it when nothing is due). Never
+/// early: a look at a key before its holder's deadline would only arm again.
+fn rearm(s: &mut State, now: Micros) {
+    let next = if s.lost.is_empty() { s.queues.next_due() } else { Some(now) };
+    match (next, s.armed) {
+        (None, None) => {}
+        (Some(at), Some((_, armed_at))) if armed_at <= at => {}
+        (next, armed) => {
+            if let Some((id, _)) = armed {
+                ffi::stop_timer(id);
+            }
+            s.armed = next.and_then(|at| {
+                let delay_ms = at.saturating_sub(now).div_ceil(1000);
+                ffi::start_timer(i64::try_from(delay_ms).unwrap_or(i64::MAX), wake).map(|id| (id, at))
+            });
+        }
+    }
+}
+
+/// The wake-up timer: gives back lost grants, then serves every key whose wake-up is due, in
+/// slices of at most [`BUDGET`].
+fn wake(timer: &Timer) {
+    with(|s| s.armed = None);
+    let start = clock::now();
+    // Only a primary grants. A server that became a replica has no waiters (Redis unblocked
+    // them with the role change); what is left can only be dropped.
+    if !timer.is_deciding_primary() {
+        with(|s| s.lost.clear());
+        return;
+    }
+    for lost in with(|s| std::mem::take(&mut s.lost)) {
+        give_back(timer, lost);
+    }
+    while clock::now().saturating_sub(start) < BUDGET {
+        let now = clock::now();
+        let Some((db, name)) = with(|s| s.queues.pop_due(now)) else { break };
+        if timer.select_db(db) {
+            serve(timer, db, &name, now);
+        } else {
+            let served = with(|s| s.queues.take_all(&(db, name.clone())));
+            for waiter in served {
+                answer(&(db, name.clone()), failed(waiter, LockError::Internal), now);
+            }
+        }
+    }
+    with(|s| rearm(s, clock::now()));
+}
+
+/// Releases a lost grant if its token still holds it with that fence, then serves the key.
+fn give_back(timer: &Timer, lost: LostGrant) {
+    let (db, name) = &lost.key;
+    if !timer.select_db(*db) {
+        return;
+    }
+    let Some(redis_name) = timer.string(name) else { return };
+    let now = clock::now();
+    let mut key = Key::named(&redis_name);
+    if let Ok(Some(lock)) = key.lock() {
+        if lock.fence() == lost.fence && lock.release(&lost.token, now) == Released::Ended {
+            replication::replicate_named(&redis_name, state::high_water(), &lock.record(now));
+            sweeper::track(lock, *db, name);
+        }
+    }
+    drop(key);
+    drop(redis_name);
+    if with(|s| s.queues.is_waited(&lost.key)) {
+        serve(timer, *db, name, now);
+    }
+}
+
+/// Redis's own ends of a wait.
+struct Queued;
+
+impl Waits for Queued {
+    fn timed_out(client: BlockedClient) {
+        if let Some((_, waiter)) = with(|s| s.queues.remove(client)) {
+            stats::WAIT_TIMEOUTS.incr();
+            stats::CONTENDED.incr();
+            stats::waited(clock::now().saturating_sub(waiter.since));
+        }
+    }
+
+    fn abandoned(client: BlockedClient) {
+        if let Some((_, waiter)) = with(|s| s.queues.remove(client)) {
+            stats::WAIT_ABANDONED.incr();
+            stats::waited(clock::now().saturating_sub(waiter.since));
+        }
+    }
+}

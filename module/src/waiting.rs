@@ -1,0 +1,462 @@
+//! Blocked `ACQUIRE … BLOCK`s: one FIFO queue per lock key and every decision about serving it,
+//! as pure functions of the queues, the lock, the high-water mark and an injected `now`.
+//!
+//! The FFI side (`blocking.rs`) blocks and answers clients and runs the wake-up timer; this
+//! module only decides who is answered what, and when the next look at a key is due. `H` is a
+//! waiter's handle (the blocked client there, a number in the tests).
+//!
+//! Guarantees kept here: waiters are granted strictly in arrival order; a waiter that left the
+//! queue (timeout, disconnect) is never served; a lease is handed over at the moment it ends, to
+//! the head only, so nobody barges past the queue.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::hash::Hash;
+
+use crate::error::LockError;
+use crate::fence::HighWater;
+use crate::lease::{Acquired, Lock, Micros};
+
+/// A lock key: its database and name.
+pub type KeyId = (i32, Box<[u8]>);
+
+/// One blocked acquire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Waiter<H> {
+    pub handle: H,
+    pub token: Box<[u8]>,
+    /// The ttl its lease gets, counted from the handoff.
+    pub ttl: Micros,
+    /// When it started waiting.
+    pub since: Micros,
+}
+
+/// What a waiter that leaves the queue is answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// A new lease from the handoff on; `took_over` when the previous holder's lease expired.
+    Granted { fence: u64, took_over: bool },
+    /// Its token already held the lease (another of its requests was granted): same fence.
+    Reentered { fence: u64 },
+    /// No lease: the error the acquire would have replied (fences exhausted, wrong type, the
+    /// key moved away in a cluster).
+    Failed(LockError),
+}
+
+/// A waiter taken off its queue, with its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Served<H> {
+    pub waiter: Waiter<H>,
+    pub answer: Answer,
+}
+
+impl<H> Served<H> {
+    /// How long it waited, for `INFO`.
+    pub fn waited(&self, now: Micros) -> Micros {
+        now.saturating_sub(self.waiter.since)
+    }
+}
+
+#[derive(Debug)]
+struct Queue<H> {
+    waiters: VecDeque<Waiter<H>>,
+    /// The wake-up filed for this key in `Queues::due`, if any.
+    wake: Option<Micros>,
+}
+
+/// Every key's queue, where each waiter waits, and when each key must be looked at next.
+#[derive(Debug)]
+pub struct Queues<H> {
+    queues: HashMap<KeyId, Queue<H>>,
+    /// The key each waiter waits on, so a timeout or disconnect finds its queue.
+    keys: HashMap<H, KeyId>,
+    /// Wake-ups, earliest first: a holder's deadline, or "now" after the key was deleted.
+    due: BTreeSet<(Micros, KeyId)>,
+}
+
+impl<H: Copy + Eq + Hash> Default for Queues<H> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<H: Copy + Eq + Hash> Queues<H> {
+    pub fn new() -> Self {
+        Self { queues: HashMap::new(), keys: HashMap::new(), due: BTreeSet::new() }
+    }
+
+    /// Waiters in all queues.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Whether anyone waits on `key`.
+    pub fn is_waited(&self, key: &KeyId) -> bool {
+        self.queues.contains_key(key)
+    }
+
+    /// The keys of `db` with waiters (`None`: of every database), e.g. after a `FLUSHDB`.
+    pub fn keys_in(&self, db: Option<i32>) -> Vec<KeyId> {
+        self.queues.keys().filter(|key| db.is_none_or(|db| key.0 == db)).cloned().collect()
+    }
+
+    /// Queues `waiter` at the tail of `key`'s queue. The caller files a wake-up at the holder's
+    /// deadline with [`Queues::wake`].
+    pub fn push(&mut self, key: KeyId, waiter: Waiter<H>) {
+        self.keys.insert(waiter.handle, key.clone());
+        self.queues
+            .entry(key)
+            .or_insert_with(|| Queue { waiters: VecDeque::new(), wake: None })
+            .waiters
+            .push_back(waiter);
+    }
+
+    /// Takes a waiter out of its queue (it timed out or disconnected); `None` if it no longer
+    /// waits (it was already served).
+    pub fn remove(&mut self, handle: H) -> Option<(KeyId, Waiter<H>)> {
+        let key = self.keys.remove(&handle)?;
+        let queue = self.queues.get_mut(&key)?;
+        let at = queue.waiters.iter().position(|w| w.handle == handle)?;
+        let waiter = queue.waiters.remove(at)?;
+        if queue.waiters.is_empty() {
+            self.drop_queue(&key);
+        }
+        Some((key, waiter))
+    }
+
+    /// Files a look at `key` at `at`, unless an earlier one is filed. No-op without waiters.
+    pub fn wake(&mut self, key: &KeyId, at: Micros) {
+        let Some(queue) = self.queues.get_mut(key) else { return };
+        if queue.wake.is_some_and(|filed| filed <= at) {
+            return;
+        }
+        if let Some(filed) = queue.wake.replace(at) {
+            self.due.remove(&(filed, key.clone()));
+        }
+        self.due.insert((at, key.clone()));
+    }
+
+    /// The earliest filed wake-up.
+    pub fn next_due(&self) -> Option<Micros> {
+        self.due.first().map(|(at, _)| *at)
+    }
+
+    /// A key whose wake-up is due at `now`, taken off the schedule.
+    pub fn pop_due(&mut self, now: Micros) -> Option<KeyId> {
+        let (at, _) = self.due.first()?;
+        if *at > now {
+            return None;
+        }
+        let (_, key) = self.due.pop_first()?;
+        if let Some(queue) = self.queues.get_mut(&key) {
+            queue.wake = None;
+        }
+        Some(key)
+    }
+
+    /// Serves `key`'s queue against its lock after a lease may have ended (release, expiry,
+    /// a new key in place of a deleted one): if nobody holds an unexpired lease, the head is
+    /// granted one from `now` with its own ttl and a new fence, and every other waiter with the
+    /// same token re-enters it (a waiter never shares a live holder's token otherwise: that
+    /// token's ACQUIRE is answered at once). Files the next wake-up at the holder's deadline.
+    pub fn serve(
+        &mut self,
+        key: &KeyId,
+        lock: &mut Lock,
+        mark: &mut HighWater,
+        now: Micros,
+        grace_left: Micros,
+    ) -> Vec<Served<H>> {
+        let Some(queue) = self.queues.get_mut(key) else { return Vec::new() };
+        if lock.is_held(now) {
+            if let Some(deadline) = lock.deadline() {
+                self.wake(key, deadline);
+            }
+            return Vec::new();
+        }
+        let Some(head) = queue.waiters.pop_front() else { return Vec::new() };
+        let answer = match lock.acquire(mark, &head.token, head.ttl, now, grace_left) {
+            Ok(Acquired::Granted { fence, took_over }) => Answer::Granted { fence, took_over },
+            Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
+            // Nobody holds it, so this cannot be; keep the head rather than lose it.
+            Ok(Acquired::Busy) => {
+                queue.waiters.push_front(head);
+                return Vec::new();
+            }
+            // The same error would meet every waiter (no fences left, the restart grace):
+            // answer them all rather than keep them waiting for nothing.
+            Err(e) => {
+                queue.waiters.push_front(head);
+                let failed = self.take_all(key);
+                return failed
+                    .into_iter()
+                    .map(|waiter| Served { waiter, answer: Answer::Failed(e.clone()) })
+                    .collect();
+            }
+        };
+        let (same, rest): (Vec<_>, Vec<_>) = queue.waiters.drain(..).partition(|w| w.token == head.token);
+        queue.waiters = rest.into();
+        let mut served = vec![Served { waiter: head, answer }];
+        for waiter in same {
+            if let Ok(Acquired::Reentered { fence }) = lock.acquire(mark, &waiter.token, waiter.ttl, now, 0) {
+                served.push(Served { waiter, answer: Answer::Reentered { fence } });
+            }
+        }
+        for s in &served {
+            self.keys.remove(&s.waiter.handle);
+        }
+        if self.queues.get(key).is_some_and(|q| !q.waiters.is_empty()) {
+            if let Some(deadline) = lock.deadline() {
+                self.wake(key, deadline);
+            }
+        } else {
+            self.drop_queue(key);
+        }
+        served
+    }
+
+    /// Empties `key`'s queue (e.g. its key left this cluster node), oldest first.
+    pub fn take_all(&mut self, key: &KeyId) -> Vec<Waiter<H>> {
+        let Some(queue) = self.queues.get_mut(key) else { return Vec::new() };
+        let waiters: Vec<_> = queue.waiters.drain(..).collect();
+        for w in &waiters {
+            self.keys.remove(&w.handle);
+        }
+        self.drop_queue(key);
+        waiters
+    }
+
+    fn drop_queue(&mut self, key: &KeyId) {
+        if let Some(queue) = self.queues.remove(key) {
+            if let Some(at) = queue.wake {
+                self.due.remove(&(at, key.clone()));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Micros = 1000;
+
+    fn key(name: &str) -> KeyId {
+        (0, name.as_bytes().into())
+    }
+
+    fn waiter(handle: u32, token: &str, since: Micros) -> Waiter<u32> {
+        Waiter { handle, token: token.as_bytes().into(), ttl: 100 * MS, since }
+    }
+
+    /// A lock held by `token` from 0 for `ttl`, and the mark after its grant.
+    fn held(token: &str, ttl: Micros) -> (Lock, HighWater) {
+        let (mut lock, mut mark) = (Lock::new(), HighWater::default());
+        assert!(matches!(lock.acquire(&mut mark, token.as_bytes(), ttl, 0, 0), Ok(Acquired::Granted { .. })));
+        (lock, mark)
+    }
+
+    fn handles(served: &[Served<u32>]) -> Vec<u32> {
+        served.iter().map(|s| s.waiter.handle).collect()
+    }
+
+    #[test]
+    fn waiters_are_granted_in_arrival_order_with_rising_fences() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        for h in 1..=5 {
+            q.push(key("k"), waiter(h, &format!("t{h}"), u64::from(h)));
+        }
+        assert!(lock.release(b"holder", 5 * MS) == crate::lease::Released::Ended);
+        let mut order = Vec::new();
+        let mut last = lock.fence();
+        let mut now = 5 * MS;
+        while q.len() != 0 {
+            let served = q.serve(&key("k"), &mut lock, &mut mark, now, 0);
+            assert_eq!(served.len(), 1);
+            let Answer::Granted { fence, took_over: false } = served[0].answer else { panic!("{served:?}") };
+            assert!(fence > last);
+            last = fence;
+            order.push(served[0].waiter.handle);
+            let token = served[0].waiter.token.clone();
+            now += MS;
+            lock.release(&token, now);
+        }
+        assert_eq!(order, [1, 2, 3, 4, 5]);
+        assert_eq!(q.next_due(), None, "no queue, no wake-up left behind");
+    }
+
+    #[test]
+    fn nobody_is_served_while_the_lease_runs() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, 10 * MS - 1, 0).is_empty());
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn expiry_hands_over_at_the_deadline_and_counts_a_takeover() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 2 * MS));
+        q.wake(&key("k"), lock.deadline().unwrap());
+        assert_eq!(q.pop_due(10 * MS - 1), None, "not before the deadline");
+        assert_eq!(q.pop_due(10 * MS), Some(key("k")));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0);
+        assert_eq!(served[0].answer, Answer::Granted { fence: 2, took_over: true });
+        assert_eq!(served[0].waited(10 * MS), 8 * MS);
+        assert_eq!(lock.status(10 * MS).pttl_ms, Some(100), "the lease starts at the handoff");
+    }
+
+    #[test]
+    fn the_next_wake_up_follows_the_new_holders_deadline() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        q.push(key("k"), Waiter { ttl: 3 * MS, ..waiter(2, "b", 0) });
+        q.wake(&key("k"), 10 * MS);
+        lock.release(b"holder", 4 * MS);
+        q.serve(&key("k"), &mut lock, &mut mark, 4 * MS, 0);
+        assert_eq!(q.next_due(), Some(10 * MS), "an earlier wake-up stays filed");
+        assert_eq!(q.pop_due(10 * MS), Some(key("k")));
+        assert_eq!(q.next_due(), None);
+        // Waiter 1 (ttl 100 ms) holds until 104 ms; a later look files its deadline.
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0).is_empty());
+        assert_eq!(q.next_due(), Some(104 * MS));
+    }
+
+    #[test]
+    fn a_waiter_that_timed_out_or_disconnected_is_never_served() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        for h in 1..=3 {
+            q.push(key("k"), waiter(h, &format!("t{h}"), 0));
+        }
+        assert_eq!(q.remove(1).map(|(k, w)| (k, w.handle)), Some((key("k"), 1)));
+        assert_eq!(q.remove(3).map(|(_, w)| w.handle), Some(3));
+        assert_eq!(q.remove(3), None, "gone already");
+        lock.release(b"holder", MS);
+        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, MS, 0)), [2]);
+        assert!((q.len() == 0));
+        assert_eq!(q.remove(2), None, "a served waiter is not in any queue");
+    }
+
+    #[test]
+    fn the_last_waiter_leaving_drops_the_queue_and_its_wake_up() {
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        q.wake(&key("k"), 5 * MS);
+        q.remove(1);
+        assert!(!q.is_waited(&key("k")));
+        assert_eq!(q.next_due(), None);
+    }
+
+    #[test]
+    fn the_holder_reenters_while_others_wait_and_the_queue_is_untouched() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        // The holder's own ACQUIRE is decided by the lock alone; serving in between changes nothing.
+        assert_eq!(
+            lock.acquire(&mut mark, b"holder", 10 * MS, 5 * MS, 0),
+            Ok(Acquired::Reentered { fence: 1 })
+        );
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0).is_empty());
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn waiters_with_the_new_holders_token_reenter_with_its_fence() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        q.push(key("k"), waiter(2, "b", 0));
+        q.push(key("k"), Waiter { ttl: 50 * MS, ..waiter(3, "a", 0) });
+        lock.release(b"holder", MS);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, MS, 0);
+        assert_eq!(handles(&served), [1, 3]);
+        assert_eq!(served[0].answer, Answer::Granted { fence: 2, took_over: false });
+        assert_eq!(served[1].answer, Answer::Reentered { fence: 2 });
+        assert_eq!(lock.status(MS).pttl_ms, Some(50), "the re-entry restarted the lease with its ttl");
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn a_look_while_the_lease_runs_files_the_holders_deadline() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        assert!(lock.renew(b"holder", 30 * MS, 5 * MS));
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0).is_empty());
+        assert_eq!(q.next_due(), Some(35 * MS), "the renewed deadline, not the old one");
+    }
+
+    #[test]
+    fn an_error_that_meets_every_waiter_answers_them_all() {
+        let mut lock = Lock::new();
+        let mut mark = HighWater::new(fencedlock_protocol::limits::MAX_FENCE);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        q.push(key("k"), waiter(2, "b", 0));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, 0, 0);
+        assert_eq!(handles(&served), [1, 2]);
+        assert!(served.iter().all(|s| s.answer == Answer::Failed(LockError::FencesExhausted)));
+        assert!((q.len() == 0) && q.next_due().is_none());
+    }
+
+    #[test]
+    fn queues_are_per_key_and_per_database() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        q.push(key("other"), waiter(2, "b", 0));
+        q.push((1, b"k"[..].into()), waiter(3, "c", 0));
+        lock.release(b"holder", MS);
+        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, MS, 0)), [1]);
+        assert_eq!(q.len(), 2);
+        let mut db0 = q.keys_in(Some(0));
+        db0.sort();
+        assert_eq!(db0, [key("other")]);
+        assert_eq!(q.keys_in(None).len(), 2);
+        assert_eq!(q.take_all(&(1, b"k"[..].into())).len(), 1);
+        assert_eq!(q.len(), 1);
+    }
+
+    proptest::proptest! {
+        /// Whatever leaves the queues in whatever order, grants follow arrival order among the
+        /// waiters still queued, no handle is served twice or after it left, and the waiter
+        /// count stays exact.
+        #[test]
+        fn grants_follow_arrival_order(ops in proptest::collection::vec((0u8..4, 0usize..8), 1..60)) {
+            let (mut lock, mut mark) = held("holder", MS);
+            let mut q: Queues<u32> = Queues::new();
+            let mut queued: VecDeque<u32> = VecDeque::new();
+            let mut next = 0u32;
+            let mut now = 2 * MS;
+            for (op, pick) in ops {
+                now += MS;
+                match op {
+                    0 | 1 => {
+                        next += 1;
+                        q.push(key("k"), waiter(next, &format!("t{next}"), now));
+                        queued.push_back(next);
+                    }
+                    2 => {
+                        if let Some(&h) = queued.get(pick % queued.len().max(1)) {
+                            proptest::prop_assert!(q.remove(h).is_some());
+                            queued.retain(|x| *x != h);
+                        }
+                    }
+                    _ => {
+                        // The holder's lease ran out: the head, and only the head, is granted.
+                        let served = q.serve(&key("k"), &mut lock, &mut mark, now + 100 * MS, 0);
+                        now += 100 * MS;
+                        let expected: Vec<u32> = queued.pop_front().into_iter().collect();
+                        proptest::prop_assert_eq!(handles(&served), expected);
+                    }
+                }
+                proptest::prop_assert_eq!(q.len(), queued.len());
+            }
+        }
+    }
+}
