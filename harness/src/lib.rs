@@ -23,6 +23,7 @@
 //! - `FENCEDLOCK_MODULE`: a prebuilt module `.so` (skips `cargo build`)
 
 mod admin;
+mod blocking;
 mod cli;
 mod cluster;
 mod config;
@@ -41,6 +42,7 @@ mod server;
 mod slots;
 mod wait;
 
+pub use blocking::{acquire_cmd, classify, AcquireReply, BlockedAcquire};
 pub use cluster::{Cluster, ClusterBuilder, CLUSTER_TIMEOUT};
 pub use config::Directive;
 pub use error::{HarnessError, Result};

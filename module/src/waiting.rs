@@ -157,7 +157,8 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     /// a new key in place of a deleted one): if nobody holds an unexpired lease, the head is
     /// granted one from `now` with its own ttl and a new fence, and every other waiter with the
     /// same token re-enters it (a waiter never shares a live holder's token otherwise: that
-    /// token's ACQUIRE is answered at once). Files the next wake-up at the holder's deadline.
+    /// token's ACQUIRE is answered at once). Files the next wake-up at the holder's deadline,
+    /// or at the end of the restart grace if the lease ended during it.
     pub fn serve(
         &mut self,
         key: &KeyId,
@@ -182,8 +183,14 @@ impl<H: Copy + Eq + Hash> Queues<H> {
                 queue.waiters.push_front(head);
                 return Vec::new();
             }
-            // The same error would meet every waiter (no fences left, the restart grace):
-            // answer them all rather than keep them waiting for nothing.
+            // During the restart grace nobody may be granted: the queue waits for its end.
+            Err(LockError::RestartGrace { .. }) => {
+                queue.waiters.push_front(head);
+                self.wake(key, now.saturating_add(grace_left));
+                return Vec::new();
+            }
+            // The same error would meet every waiter (no fences left, the wrong type): answer
+            // them all rather than keep them waiting for nothing.
             Err(e) => {
                 queue.waiters.push_front(head);
                 let failed = self.take_all(key);
@@ -402,6 +409,20 @@ mod tests {
         assert_eq!(handles(&served), [1, 2]);
         assert!(served.iter().all(|s| s.answer == Answer::Failed(LockError::FencesExhausted)));
         assert!((q.len() == 0) && q.next_due().is_none());
+    }
+
+    #[test]
+    fn a_lease_that_ends_during_the_restart_grace_is_handed_over_when_the_grace_ends() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "a", 0));
+        lock.release(b"holder", MS);
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, MS, 4 * MS).is_empty());
+        assert_eq!(q.len(), 1, "still waiting, not failed");
+        assert_eq!(q.pop_due(5 * MS - 1), None);
+        assert_eq!(q.pop_due(5 * MS), Some(key("k")));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0);
+        assert_eq!(served[0].answer, Answer::Granted { fence: 2, took_over: false });
     }
 
     #[test]

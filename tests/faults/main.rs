@@ -5,6 +5,7 @@ mod support;
 
 mod crash;
 mod failover;
+mod handoff;
 mod memory;
 mod pause;
 mod reclaim_scale;

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod blocking;
 mod commands;
 mod hostile_input;
 mod persistence;
