@@ -180,7 +180,9 @@ pub struct RunArgs {
     /// Lease time; renewed every ttl/3 while the command runs (500ms, 30s, 5m, 1h).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
     pub ttl: Duration,
-    /// If the lock is busy, wait up to this long (with jittered backoff) instead of skipping.
+    /// If the lock is busy, wait up to this long instead of skipping: in the server's queue,
+    /// handed the lock as the holder releases it (polling with jittered backoff where the
+    /// server's module is too old to wait).
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
     pub wait: Duration,
     /// After SIGTERM on a lost lease, wait this long before SIGKILL.
@@ -204,7 +206,8 @@ pub struct AcquireArgs {
     /// Lease time (500ms, 30s, 5m, 1h).
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
     pub ttl: Duration,
-    /// If the lock is busy, wait up to this long instead of failing with 75.
+    /// If the lock is busy, wait up to this long instead of failing with 75 (in the server's
+    /// queue, like `run --wait`).
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
     pub wait: Duration,
     /// Write the token to this file (mode 0600) instead of printing it.

@@ -172,6 +172,9 @@ fn module_refusal(node: &str, refusal: ReplyError, source: &RedisError, ctx: Con
         ReplyError::RestartGrace => CliError::Busy(format!(
             "the server at {node} refuses new leases during its restart grace ({text}); try again shortly or use --wait"
         )),
+        ReplyError::WaitInterrupted => CliError::Busy(format!(
+            "the lock key moved away from {node} while waiting for it (a cluster slot migration or a deletion: {text}); try again"
+        )),
         ReplyError::WrongType => CliError::Usage(format!(
             "key {:?} on {node} holds another kind of data, not a lock; choose another --key",
             ctx.key
@@ -269,8 +272,11 @@ mod tests {
             (ReplyError::TtlTooLarge, code::USAGE),
             (ReplyError::BadToken, code::USAGE),
             (ReplyError::BadFence, code::USAGE),
+            (ReplyError::BadTimeout, code::USAGE),
+            (ReplyError::Syntax, code::USAGE),
             (ReplyError::WrongType, code::USAGE),
             (ReplyError::RestartGrace, code::BUSY),
+            (ReplyError::WaitInterrupted, code::BUSY),
             (ReplyError::FencesExhausted, code::INTERNAL),
             (ReplyError::InternalCommand, code::INTERNAL),
             (ReplyError::BadRecord, code::INTERNAL),

@@ -65,14 +65,19 @@ pub fn open(urls: &[String], options: LeaseOptions) -> Result<Redlock, CliError>
 }
 
 /// One attempt; if it failed in a way that may pass and the options allow waiting, `on_wait`
-/// hears why before the attempts go on with backoff up to the configured wait. The pause is
-/// where `run` and the demo tell the operator that they wait, which a plain
-/// [`Redlock::acquire`] gives them no chance to do.
+/// hears why before [`Redlock::acquire`] waits up to the configured wait: in the server's
+/// queue (for several servers, the key's designated one), or with backoff where the module
+/// cannot wait. The pause is where `run` and the demo tell the operator that they wait, which
+/// a plain [`Redlock::acquire`] gives them no chance to do.
 pub async fn acquire(lock: &Redlock, key: &str, on_wait: impl FnOnce(&Error)) -> Result<Lease, Error> {
+    let started = tokio::time::Instant::now();
     match lock.try_acquire(key).await {
         Err(err) if err.is_retryable() && !lock.config().max_wait().is_zero() => {
             on_wait(&err);
-            lock.acquire(key).await
+            // The first attempt counts against `--wait` (with silent servers it can take a
+            // node timeout); dropping `acquire` at the limit leaves nothing held or queued.
+            let limit = started + lock.config().max_wait();
+            tokio::time::timeout_at(limit, lock.acquire(key)).await.unwrap_or(Err(err))
         }
         other => other,
     }

@@ -16,11 +16,17 @@ use crate::validity;
 /// here, before any request.
 pub const MAX_TTL: Duration = Duration::from_millis(DEFAULT_MAX_TTL_MS);
 
+/// Default of [`LockConfigBuilder::max_blocking`]: waiting acquisitions per server, each on a
+/// connection of its own. Enough that a busy process's waiters queue on the server (where
+/// order and handoff are exact) while bounding the connections one locker opens.
+pub const DEFAULT_MAX_BLOCKING: usize = 16;
+
 /// Validated lease options shared by [`Locker`](crate::Locker) and [`Redlock`](crate::Redlock).
 ///
 /// Build one with [`LockConfig::builder`]; [`LockConfig::default`] is a 10 s ttl, drift
-/// `ttl * 0.01 + 2 ms`, a 250 ms per-node timeout, 20–400 ms jittered retries for at most
-/// 10 s, and keep-alive renewals every ttl / 3.
+/// `ttl * 0.01 + 2 ms`, a 250 ms per-node timeout, waiting on the server for at most 10 s
+/// (up to [`DEFAULT_MAX_BLOCKING`] waiting requests per node; 20–400 ms jittered retries where
+/// a server cannot wait), and keep-alive renewals every ttl / 3.
 #[derive(Debug, Clone)]
 pub struct LockConfig {
     ttl: Duration,
@@ -29,6 +35,7 @@ pub struct LockConfig {
     max_wait: Duration,
     backoff: Backoff,
     node_timeout: Duration,
+    max_blocking: usize,
     renew_interval: Option<Duration>,
     token_format: TokenFormat,
 }
@@ -47,6 +54,7 @@ impl LockConfig {
             max_wait: Duration::from_secs(10),
             backoff: Backoff::default(),
             node_timeout: DEFAULT_NODE_TIMEOUT,
+            max_blocking: DEFAULT_MAX_BLOCKING,
             renew_interval: None,
             token_format: TokenFormat::Raw,
         }
@@ -67,7 +75,8 @@ impl LockConfig {
         validity::drift(self.ttl, self.drift_factor, self.drift_constant)
     }
 
-    /// How long [`acquire`](crate::Locker::acquire) keeps retrying before giving up.
+    /// How long [`acquire`](crate::Locker::acquire) waits (on the server, or retrying)
+    /// before giving up.
     pub fn max_wait(&self) -> Duration {
         self.max_wait
     }
@@ -80,6 +89,13 @@ impl LockConfig {
     /// How long one node may take to answer one request (connecting included).
     pub fn node_timeout(&self) -> Duration {
         self.node_timeout
+    }
+
+    /// How many requests waiting on the server (`FENCEDLOCK.ACQUIRE … BLOCK`) one node may
+    /// have in flight at once, each on a connection of its own; 0 turns waiting on the server
+    /// off (acquisition polls with backoff).
+    pub fn max_blocking(&self) -> usize {
+        self.max_blocking
     }
 
     /// How often the keep-alive renews: the configured interval, or ttl / 3.
@@ -166,14 +182,17 @@ impl LockConfigBuilder {
         self
     }
 
-    /// How long `acquire` keeps retrying. `Duration::ZERO` means one attempt. Default 10 s.
+    /// How long `acquire` waits for a busy lock, on the server or retrying. `Duration::ZERO`
+    /// means one attempt (no waiting). There is no "forever": the server's `BLOCK 0` is never
+    /// sent. Default 10 s.
     pub fn max_wait(mut self, max_wait: Duration) -> Self {
         self.config.max_wait = max_wait;
         self
     }
 
-    /// Jittered delay between attempts: retry `n` waits a random time in
-    /// `[min, min(max, min * 2^n)]`. Default 20 ms to 400 ms.
+    /// Jittered delay between attempts where the server cannot wait (or after a failed
+    /// Redlock round): retry `n` waits a random time in `[min, min(max, min * 2^n)]`.
+    /// Default 20 ms to 400 ms.
     pub fn backoff(mut self, min: Duration, max: Duration) -> Self {
         self.config.backoff = Backoff { min, max };
         self
@@ -184,6 +203,18 @@ impl LockConfigBuilder {
     /// that a majority already decided does not). Default 250 ms.
     pub fn node_timeout(mut self, timeout: Duration) -> Self {
         self.config.node_timeout = timeout;
+        self
+    }
+
+    /// How many acquisitions may wait on one server at once (`FENCEDLOCK.ACQUIRE … BLOCK`),
+    /// each on a connection of its own: a waiting request holds its connection until the
+    /// lock is handed over, so it must not share the connection that carries renewals. More
+    /// waiters than this wait in the client, in arrival order, for a free connection (within
+    /// the same maximum wait). `0` turns waiting on the server off: `acquire` then polls with
+    /// the backoff, as against servers whose module cannot wait. Default
+    /// [`DEFAULT_MAX_BLOCKING`].
+    pub fn max_blocking(mut self, limit: usize) -> Self {
+        self.config.max_blocking = limit;
         self
     }
 
@@ -226,6 +257,8 @@ mod tests {
         assert_eq!(c.drift(), 102 * MS);
         assert_eq!(c.renew_interval(), Duration::from_secs(10) / 3);
         assert_eq!(c.ttl_ms(), 10_000);
+        assert_eq!(c.max_blocking(), DEFAULT_MAX_BLOCKING);
+        assert_eq!(LockConfig::builder().max_blocking(0).build().unwrap().max_blocking(), 0);
         assert!(LockConfig::default().validate().is_ok());
     }
 

@@ -9,19 +9,28 @@
 //!
 //! Each method here is one round. Retrying rounds, and releasing what a caller gave up on
 //! midway, belong to the lease being taken (the lease module's `Claim`), which holds its engine.
+//!
+//! Releases never make a caller wait for a node the majority already outvoted: a release
+//! round returns once a majority's answer is known, and a failed acquisition round returns
+//! once the nodes that answered it have released; the releases still owed to the others
+//! finish in the background, bounded by the per-node timeout (see the `trailing` module for
+//! why they cannot undo a later grant).
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+use futures::future::{join, join_all, BoxFuture};
+use futures::FutureExt;
 
 use crate::config::LockConfig;
 use crate::error::{Error, LossCause};
 use crate::fenced::{self, Fencing};
 use crate::node::{Failure, Node};
 use crate::quorum::{quorum, NodeVote, Phase, QuorumReport, Vote};
-use crate::round;
+use crate::round::{self, Stragglers};
 use crate::token::Token;
+use crate::trailing::Trailing;
 use crate::validity;
 
 /// The shared state of a locker: its nodes and options.
@@ -30,6 +39,10 @@ pub(crate) struct Engine {
     pub(crate) nodes: Vec<Node>,
     pub(crate) config: LockConfig,
     pub(crate) fencing: Fencing,
+    /// Releases finishing in the background.
+    trailing: Trailing,
+    /// This engine, for the background tasks that finish its releases.
+    me: Weak<Engine>,
 }
 
 /// A successful acquisition round.
@@ -42,23 +55,51 @@ pub(crate) struct Grant {
 impl Engine {
     /// An engine over `nodes`, each given the configured per-node timeout.
     pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Arc<Engine> {
-        let nodes = nodes.into_iter().map(|n| n.with_timeout(config.node_timeout())).collect();
-        Arc::new(Engine { nodes, config, fencing })
+        let nodes = nodes
+            .into_iter()
+            .map(|n| n.with_timeout(config.node_timeout()).with_max_blocking(config.max_blocking()))
+            .collect();
+        Arc::new_cyclic(|me| Engine { nodes, config, fencing, trailing: Trailing::new(), me: me.clone() })
     }
 
     pub(crate) fn quorum(&self) -> usize {
         quorum(self.nodes.len())
     }
 
+    /// Whether a background release of `token` on `key` to node `i` was in flight and got
+    /// no answer: waits for such releases to end first (bounded by the node timeout). A
+    /// request waiting on that node runs on a connection of its own and could overtake a
+    /// release left unanswered on the shared one, so Redlock's waiting step passes the node
+    /// over, as a round counts it timed out (see the `trailing` module).
+    pub(crate) async fn release_left_behind(&self, i: usize, key: &str, token: &Token) -> bool {
+        self.trailing.timed_out(i, key, token).await
+    }
+
     /// One acquisition round: ACQUIRE everywhere, then (fenced Redlock) RAISE on the granting
     /// nodes. Releases everywhere unless the lease is handed out.
-    pub(crate) async fn attempt(&self, key: &str, token: &Token) -> Result<Grant, Error> {
+    ///
+    /// With `block`, each node that can wait on the server does so for up to that long
+    /// before it counts as refused (Redlock's second step, see the `waiting` module).
+    pub(crate) async fn attempt(
+        &self,
+        key: &str,
+        token: &Token,
+        block: Option<Duration>,
+    ) -> Result<Grant, Error> {
         let ttl = self.config.ttl();
         let ttl_ms = self.config.ttl_ms();
         let drift = self.config.drift();
         let sent = Instant::now();
-        let requests = self.nodes.iter().map(|node| async move {
-            match node.acquire(key, token, ttl_ms).await {
+        let asked: Vec<AtomicBool> = self.nodes.iter().map(|_| AtomicBool::new(false)).collect();
+        let requests = self.nodes.iter().zip(&asked).enumerate().map(|(i, (node, asked))| async move {
+            // Never overtake a release of an earlier round still in flight to this node; one
+            // that got no answer within the node timeout makes the node count as timed out
+            // this round (see the `trailing` module).
+            if self.trailing.timed_out(i, key, token).await {
+                return Vote::TimedOut;
+            }
+            asked.store(true, Ordering::Relaxed);
+            match node.acquire(key, token, ttl_ms, block).await {
                 Ok(Some(fence)) => Vote::Granted { fence },
                 Ok(None) => Vote::Refused,
                 Err(failure) => failure.into_vote(),
@@ -83,11 +124,12 @@ impl Engine {
         // No usable majority: give back what we got (and what a node that timed out, or was
         // not waited for, may have granted after all; the RELEASE follows the ACQUIRE on the
         // node's connection). RELEASE by our token cannot hurt another holder. A node that
-        // refused holds another token's lease, so it holds nothing of ours.
-        let skip: Vec<bool> = report.votes.iter().map(|v| matches!(v.vote, Vote::Refused)).collect();
-        if skip.iter().any(|s| !s) {
-            self.release_some(key, token, &skip).await;
-        }
+        // refused holds another token's lease, so it holds nothing of ours; one not asked
+        // holds nothing new.
+        let owed: Vec<usize> = (0..report.votes.len())
+            .filter(|&i| asked[i].load(Ordering::Relaxed) && !matches!(report.votes[i].vote, Vote::Refused))
+            .collect();
+        self.give_back(key, token, &report, &owed).await;
         Err(self.round_error(report, Phase::Acquire))
     }
 
@@ -119,15 +161,32 @@ impl Engine {
 
     /// RELEASE everywhere. `Ok(true)` if a majority (the node, for N = 1) still held the lease,
     /// `Ok(false)` if a majority no longer did, an error when the answers leave that open.
+    ///
+    /// Returns as soon as that answer is known; the RELEASEs to nodes that had not answered
+    /// by then finish in the background (each bounded by the per-node timeout).
     pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Error> {
-        let report = self.release_report(key, token).await;
+        let Some(engine) = self.me.upgrade() else {
+            return self.held(self.release_report(key, token).await);
+        };
+        let sent = Instant::now();
+        let requests = (0..self.nodes.len()).map(|i| release_on(&engine, i, key, token));
+        let (votes, rest) = round::until_settled(requests, self.quorum()).await;
+        let behind: Vec<usize> = (0..votes.len()).filter(|&i| matches!(votes[i], Vote::NotAwaited)).collect();
+        let report = self.report(key, Phase::Release, votes, sent, Duration::ZERO, Duration::ZERO);
+        self.trail(key, token, rest, &behind).await;
+        self.held(report)
+    }
+
+    /// What a release round's report says: whether a majority held the lease, or the error.
+    fn held(&self, report: QuorumReport) -> Result<bool, Error> {
         match report.majority_held() {
             Some(held) => Ok(held),
             None => Err(self.round_error(report, Phase::Release)),
         }
     }
 
-    /// RELEASE everywhere, waiting for every node (up to its timeout), and how each answered.
+    /// RELEASE everywhere, waiting for every node (up to its timeout), and how each answered:
+    /// for callers already in the background (a dropped lease's release).
     pub(crate) async fn release_report(&self, key: &str, token: &Token) -> QuorumReport {
         let sent = Instant::now();
         let replies = join_all(self.nodes.iter().map(|n| n.release(key, token))).await;
@@ -139,19 +198,67 @@ impl Engine {
         report
     }
 
-    /// RELEASE on the nodes not marked in `skip`, ignoring the outcome (leases that could
-    /// not be released expire after the ttl).
-    async fn release_some(&self, key: &str, token: &Token, skip: &[bool]) {
-        let releases =
-            self.nodes.iter().zip(skip).filter(|(_, skip)| !**skip).map(|(node, _)| node.release(key, token));
-        let replies = join_all(releases).await;
+    /// A failed acquisition round's releases, to the nodes in `owed`: awaited for the nodes
+    /// that answered the round (they answer again at once), left to finish in the background
+    /// for the others, whose leases, if any, expire after the ttl should the release not
+    /// reach them.
+    async fn give_back(&self, key: &str, token: &Token, report: &QuorumReport, owed: &[usize]) {
+        let (now, later): (Vec<usize>, Vec<usize>) =
+            owed.iter().partition(|&&i| report.votes.get(i).is_some_and(|v| v.vote.answered()));
+        let now =
+            join_all(now.iter().filter_map(|&i| self.nodes.get(i)).map(|node| node.release(key, token)));
+        let later = async {
+            match self.me.upgrade() {
+                Some(engine) => {
+                    let requests = later.iter().map(|&i| (i, release_on(&engine, i, key, token)));
+                    self.trail(key, token, Stragglers::new(requests), &later).await;
+                }
+                None => {
+                    let nodes = later.iter().filter_map(|&i| self.nodes.get(i));
+                    join_all(nodes.map(|node| node.release(key, token))).await;
+                }
+            }
+        };
+        let (replies, ()) = join(now, later).await;
         let unanswered = replies.iter().filter(|r| r.is_err()).count();
         if unanswered > 0 {
             tracing::debug!(key, unanswered, "release after a failed round did not reach every node");
         }
     }
 
-    fn report(
+    /// Lets `rest`, releases of `token` on `key` to the nodes `behind`, finish in a task of
+    /// their own, each registered so that no acquisition request of the token overtakes it
+    /// (see the `trailing` module). Without a Tokio runtime to spawn on, or with too many
+    /// releases in the background already, they are awaited here instead.
+    async fn trail(
+        &self,
+        key: &str,
+        token: &Token,
+        mut rest: Stragglers<BoxFuture<'static, Vote>>,
+        behind: &[usize],
+    ) {
+        let batch = self.trailing.batch(behind, key, token);
+        let (Some(mut batch), Ok(runtime)) = (batch, tokio::runtime::Handle::try_current()) else {
+            while rest.next().await.is_some() {}
+            return;
+        };
+        // Polled once here, in the caller's task, so that each RELEASE is on its node's
+        // connection (when one is open) before the caller moves on.
+        while let Some(Some((i, vote))) = rest.next().now_or_never() {
+            batch.ended(i, &vote);
+        }
+        if rest.is_empty() {
+            return batch.close();
+        }
+        runtime.spawn(async move {
+            while let Some((i, vote)) = rest.next().await {
+                batch.ended(i, &vote);
+            }
+            batch.close();
+        });
+    }
+
+    pub(crate) fn report(
         &self,
         key: &str,
         phase: Phase,
@@ -201,6 +308,19 @@ impl Engine {
         }
         Error::QuorumNotReached(Box::new(report))
     }
+}
+
+/// A RELEASE of `token` on `key` to node `i` of `engine` that owns what it needs, so it can
+/// finish in a background task.
+fn release_on(engine: &Arc<Engine>, i: usize, key: &str, token: &Token) -> BoxFuture<'static, Vote> {
+    let (engine, key, token) = (Arc::clone(engine), key.to_owned(), token.clone());
+    async move {
+        match engine.nodes.get(i) {
+            Some(node) => yes_no(node.release(&key, &token).await),
+            None => Vote::NotAwaited,
+        }
+    }
+    .boxed()
 }
 
 fn yes_no(reply: Result<bool, Failure>) -> Vote {

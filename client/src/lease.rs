@@ -2,16 +2,18 @@
 //! claim that releases it on every node when nobody holds it any more.
 //!
 //! Taking a lease is here too, not in the engine: the claim is armed across the rounds, so a
-//! caller that gives up midway (drops the future) leaves no lease behind.
+//! caller that gives up midway (drops the future) leaves no lease behind — nor a waiter in a
+//! server's queue, since a waiting request's connection is closed when its future is dropped.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::Engine;
+use crate::engine::{Engine, Grant};
 use crate::error::{Error, LossCause};
 use crate::quorum::QuorumReport;
 use crate::token::Token;
 use crate::validity;
+use crate::waiting::{self, Turn};
 
 /// A lease on one key, granted by one server or by a Redlock majority.
 ///
@@ -36,13 +38,15 @@ pub struct Lease {
 pub(crate) enum Attempts {
     /// A single round.
     Once,
-    /// Rounds with jittered backoff until one is granted, an error is final, or the
-    /// configured maximum wait runs out.
+    /// Waiting on the server where it can (see the `waiting` module), otherwise rounds with
+    /// jittered backoff, until granted, an error is final, or the configured maximum wait
+    /// runs out.
     UntilMaxWait,
 }
 
 impl Lease {
-    /// Takes a lease on `key` for `token` in rounds of `engine`.
+    /// Takes a lease on `key` for `token` in rounds of `engine`, waiting on the server where
+    /// it can.
     ///
     /// One token serves every round of the call: ACQUIRE is idempotent for its holder, so a
     /// node that granted in a round whose reply (or release) was lost simply grants again.
@@ -52,27 +56,48 @@ impl Lease {
         token: Token,
         attempts: Attempts,
     ) -> Result<Lease, Error> {
-        let mut claim = Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false };
+        let mut claim =
+            Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false, waited: false };
         let give_up = Instant::now() + engine.config.max_wait();
         let mut round = 0u32;
         loop {
+            // Armed while anything may be held, a waiting request in flight included: the
+            // server may grant it just before it sees the connection close.
             claim.armed = true;
-            let err = match engine.attempt(key, &claim.token).await {
-                // Still armed: the lease owns the release now.
-                Ok(grant) => {
-                    return Ok(Lease {
-                        claim,
-                        fence: grant.fence,
-                        deadline: grant.deadline,
-                        report: grant.report,
-                    })
+            let waits = attempts == Attempts::UntilMaxWait && Instant::now() < give_up;
+            let turn = if waits {
+                claim.waited = true;
+                waiting::take_turn(engine, key, &claim.token, give_up).await
+            } else {
+                Turn::Poll
+            };
+            // `held`: whether a failure may have left something of ours on a node that the
+            // round did not release afterwards.
+            let (result, held, last) = match turn {
+                Turn::Granted(grant) => (Ok(grant), true, true),
+                Turn::Again => continue,
+                Turn::Reserved => {
+                    // Not-awaited waiting requests of the round are closed as it ends, and the
+                    // round's release may reach a node before the close does: stay armed.
+                    let result = engine.attempt(key, &claim.token, Some(engine.config.node_timeout())).await;
+                    (result, true, false)
                 }
+                Turn::Poll => (engine.attempt(key, &claim.token, None).await, false, false),
+                Turn::TimedOut if engine.nodes.len() == 1 => {
+                    (Err(Error::Contended { key: key.to_owned() }), false, true)
+                }
+                // Redlock: the designated node kept us waiting to the end; one last plain round
+                // tells how every node stands (and may still be granted).
+                Turn::TimedOut => (engine.attempt(key, &claim.token, None).await, false, true),
+                Turn::Failed { error, may_hold } => (Err(error), may_hold, false),
+            };
+            let err = match result {
+                Ok(grant) => return Ok(Lease::granted(claim, grant)),
                 Err(err) => err,
             };
-            // The failed round released already.
-            claim.armed = false;
+            claim.armed = held;
             let now = Instant::now();
-            if attempts == Attempts::Once || !err.is_retryable() || now >= give_up {
+            if last || attempts == Attempts::Once || !err.is_retryable() || now >= give_up {
                 return Err(err);
             }
             let delay = engine.config.backoff().delay(round, &mut rand::rng());
@@ -80,6 +105,15 @@ impl Lease {
             tokio::time::sleep(delay.min(give_up - now)).await;
             round = round.saturating_add(1);
         }
+    }
+
+    /// The lease `grant` gives; it owns the (still armed) claim's release from now on.
+    fn granted(mut claim: Claim, grant: Grant) -> Lease {
+        // Every waiting request of the acquisition was answered or closed long before this
+        // lease is released.
+        claim.waited = false;
+        claim.armed = true;
+        Lease { claim, fence: grant.fence, deadline: grant.deadline, report: grant.report }
     }
 
     /// The lock key.
@@ -199,11 +233,18 @@ impl std::fmt::Debug for Lease {
 /// round is in flight) nor a dropped [`Lease`] (which owns the claim after the grant) leaves
 /// a node holding a lease nobody knows about. Dropping never blocks a runtime thread; without
 /// a runtime the lease simply expires after its ttl.
+///
+/// A cancelled acquisition that waited on a server released twice: at once, and again one
+/// node timeout later. The waiting request's connection is closed when its future is
+/// dropped, but the release goes out on another connection and may reach the server first;
+/// if the lease is handed to the waiter between the two, only the later release ends it.
 struct Claim {
     engine: Arc<Engine>,
     key: String,
     token: Token,
     armed: bool,
+    /// Whether a waiting request of this acquisition may still be queued on a server.
+    waited: bool,
 }
 
 impl Drop for Claim {
@@ -212,10 +253,15 @@ impl Drop for Claim {
             return;
         }
         let (engine, key, token) = (Arc::clone(&self.engine), self.key.clone(), self.token.clone());
+        let waited = self.waited;
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
                     let _ = engine.release_report(&key, &token).await;
+                    if waited {
+                        tokio::time::sleep(engine.config.node_timeout()).await;
+                        let _ = engine.release_report(&key, &token).await;
+                    }
                 });
             }
             Err(_) => {

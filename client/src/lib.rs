@@ -11,7 +11,8 @@
 //! seen (`UPDATE … SET last_fence = :fence WHERE … AND last_fence <= :fence`): a holder that was
 //! paused past its lease then cannot overwrite its successor's work.
 //!
-//! - [`Locker`]: leases from one server (or a Redis Cluster, routed by key).
+//! - [`Locker`]: leases from one server (or a Redis Cluster, routed by key); `acquire` waits
+//!   in the server's queue and is handed the lease at the release (see *Waiting* below).
 //! - [`Redlock`]: leases by majority of N independent masters, with **fenced Redlock** by
 //!   default: a fence that increases across successive grants even though they come from
 //!   different majorities (see [`Fencing`] for the raise step and its safety argument).
@@ -44,6 +45,54 @@
 //! # let _ = rows; Ok(()) }
 //! ```
 //!
+//! # Waiting for a busy lock
+//!
+//! [`Locker::acquire`] and [`Redlock::acquire`] wait *on the server*
+//! (`FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms`, `ms` the time left of the maximum wait):
+//! the server queues waiters per key in arrival order and hands the lease to the head of the
+//! queue the moment it ends (release, expiry at the holder's deadline, deletion), so a waiter
+//! is granted one network hop after the release instead of at its next poll, and nobody
+//! starves. Against a server whose module predates `BLOCK` (the server refuses the form with
+//! its arity error, which changes nothing), the node is remembered as unable to wait (asked
+//! again after a minute) and acquisition polls with jittered backoff, as
+//! [`LockConfigBuilder::max_blocking`]`(0)` also makes it do.
+//!
+//! - **Connections.** A blocked request holds its connection until it is answered, and the
+//!   node's shared connection carries every renewal, so each waiting request runs on a
+//!   dedicated connection from a small per-node pool, at most
+//!   [`max_blocking`](LockConfigBuilder::max_blocking) ([`DEFAULT_MAX_BLOCKING`]) at once.
+//!   More waiters wait in the client, in arrival order, for a free connection: polling
+//!   instead would not help, since while others are queued the server refuses non-blocking
+//!   ACQUIREs (no barging), so a poller could only starve. A waiting request is bounded by
+//!   its wait plus the per-node timeout (the timeout is for answering).
+//! - **Cancellation.** Dropping the `acquire` future closes its waiting connection, and the
+//!   server drops the waiter from its queue. The server may have granted the lease just
+//!   before it saw the close, so the acquisition's claim stays armed while a waiting request
+//!   is in flight and releases on drop — twice, the second time one node timeout later,
+//!   because the release travels on another connection and may arrive before the close.
+//! - **Validity.** A lease handed over after a wait began at the handoff, somewhere between
+//!   sending and the reply, so its validity is measured (conservatively) from sending; a wait
+//!   that used more than a quarter of the lease is followed by one RENEW, from which the
+//!   validity is measured instead.
+//! - **Redis Cluster.** A waiting request uses a cluster connection of its own from the pool,
+//!   routed by key like every command. If the key's slot moves away (or the key is deleted)
+//!   while requests wait on it, the server answers them `TRYAGAIN` (nothing granted); the
+//!   cluster connection asks again after its retry delay and is routed to the slot's new owner,
+//!   where the request queues again (at the back).
+//! - **Redlock.** Waiting in every master's queue at once would split the votes: A first in
+//!   two queues, B first in the other three, nobody with a majority until the leases expire.
+//!   Instead every contender waits in *one* queue, the key's designated master, chosen by
+//!   rendezvous hashing of key and master address (the same for every client whatever the
+//!   order it lists the masters in, and spread over the masters across keys). Its grant is
+//!   only a reservation: the holder then runs an ordinary round on every master (the
+//!   designated one answers at once for its own token), each master allowed to wait one node
+//!   timeout for the previous holder's releases still in flight, with validity measured from
+//!   the round's start. A failed round releases everywhere (passing the reservation on) and
+//!   backs off before queueing again. A designated master that cannot queue (unreachable, or
+//!   silent: it is pinged on its shared connection every second while we wait) is passed
+//!   over for the next in the ranking, which every client that sees the failure picks alike.
+//!   See [`Redlock`] for the argument.
+//!
 //! # Fenced Redlock in one paragraph
 //!
 //! After a majority granted the lease, the client raises the key's fence on every granting
@@ -71,11 +120,18 @@
 //! A Redlock round ends as soon as its outcome is certain — a majority granted, or enough
 //! nodes refused or failed to rule a majority out — so stopped or slow masters cost nothing
 //! while a majority answers quickly; nodes not waited for show as [`Vote::NotAwaited`].
+//! Releases do not wait for them either: a release returns once a majority's answer is known,
+//! and a failed acquisition round once the nodes that answered it have released. The RELEASEs
+//! to nodes that did not answer still go out and continue in the background, each bounded by
+//! the per-node timeout (a lease they do not reach expires after its ttl). So a silent
+//! minority costs a release nothing, and an acquisition that cannot win retries once per
+//! node timeout.
 //! Servers decide expiry on their own monotonic clocks; no wall-clock time is exchanged.
 
 #![warn(missing_docs)]
 
 mod backoff;
+mod block;
 mod config;
 mod engine;
 mod error;
@@ -89,11 +145,13 @@ mod redact;
 mod redlock;
 mod round;
 mod token;
+mod trailing;
 mod transient;
 mod validity;
+mod waiting;
 
 pub use backoff::Backoff;
-pub use config::{LockConfig, LockConfigBuilder, MAX_TTL};
+pub use config::{LockConfig, LockConfigBuilder, DEFAULT_MAX_BLOCKING, MAX_TTL};
 pub use error::{Error, LossCause};
 pub use fenced::Fencing;
 pub use fencedlock_protocol::limits::MAX_TOKEN_LEN;

@@ -56,10 +56,14 @@ impl Locker {
         Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once).await
     }
 
-    /// Attempts with jittered backoff until granted, a non-retryable error occurs, or the
-    /// configured maximum wait runs out (then the last attempt's error, usually
-    /// [`Error::Contended`], is returned). Cancel-safe: dropping the future leaves no lease
-    /// behind.
+    /// Waits until granted, a non-retryable error occurs, or the configured maximum wait
+    /// runs out (then the last error, usually [`Error::Contended`], is returned).
+    ///
+    /// The wait is the server's: one `FENCEDLOCK.ACQUIRE … BLOCK` on a connection of its own,
+    /// queued in arrival order and answered with a fence the moment the lease ends (see the
+    /// crate docs, *Waiting for a busy lock*). Against a module too old to wait, or with
+    /// [`max_blocking`](crate::LockConfigBuilder::max_blocking)`(0)`, it polls with jittered
+    /// backoff. Cancel-safe: dropping the future leaves no lease and no queued waiter behind.
     pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
         Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::UntilMaxWait).await
     }

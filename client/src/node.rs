@@ -7,17 +7,24 @@
 //! is bounded by the per-node timeout, connecting included, so a stopped server costs at most
 //! that long. Every error is passed through [`redact::error`] here, before anything else sees
 //! it, so no error can carry a lease token.
+//!
+//! A request that waits on the server (`FENCEDLOCK.ACQUIRE … BLOCK`) never uses that shared
+//! connection: it runs on a dedicated one from the node's [`block::Pool`] (for a cluster, a
+//! cluster connection of its own, which routes by key and follows the slot like the shared
+//! one), so a waiter cannot hold back renewals or anything else.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::{ACQUIRE, RAISE, RELEASE, RENEW, STATUS};
+use fencedlock_protocol::command::{ACQUIRE, BLOCK, RAISE, RELEASE, RENEW, STATUS};
 use fencedlock_protocol::LockStatus;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
 use tokio::sync::Mutex;
 
+use crate::block::{self, Pool};
+use crate::config::DEFAULT_MAX_BLOCKING;
 use crate::error::Error;
 use crate::quorum::Vote;
 use crate::redact;
@@ -37,6 +44,8 @@ pub struct Node {
     name: String,
     transport: Transport,
     timeout: Duration,
+    /// Dedicated connections for requests that wait on the server.
+    blocking: Pool<Dedicated>,
 }
 
 enum Transport {
@@ -60,6 +69,26 @@ impl<C> Slot<C> {
 enum Conn {
     Standalone(MultiplexedConnection, u64),
     Cluster(ClusterConnection),
+}
+
+/// A connection that carries one waiting request at a time: closed (dropped) unless the
+/// server answered, so a cancelled or timed-out waiter leaves the server's queue.
+pub(crate) enum Dedicated {
+    Standalone(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+/// What a blocking `FENCEDLOCK.ACQUIRE` came back with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waited {
+    /// Granted, at once or handed over when the lease ended, with this fence.
+    Granted(u64),
+    /// Nothing was granted by the deadline: the server answered nil, or no connection of the
+    /// pool came free in time.
+    TimedOut,
+    /// This node cannot wait: waiting is turned off, or its module is older than `BLOCK`
+    /// (then it refused the request and nothing changed).
+    Unsupported,
 }
 
 /// Why a single request to a node did not produce a reply.
@@ -91,6 +120,7 @@ impl Node {
                 slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
+            blocking: Pool::new(DEFAULT_MAX_BLOCKING),
         })
     }
 
@@ -110,6 +140,7 @@ impl Node {
                 slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
+            blocking: Pool::new(DEFAULT_MAX_BLOCKING),
         })
     }
 
@@ -117,6 +148,24 @@ impl Node {
     pub fn with_timeout(mut self, timeout: Duration) -> Node {
         self.timeout = timeout;
         self
+    }
+
+    /// The same node allowing `limit` requests that wait on the server at once (each on a
+    /// connection of its own; `0`: none). Lockers apply their configured
+    /// [`max_blocking`](crate::LockConfigBuilder::max_blocking).
+    pub(crate) fn with_max_blocking(mut self, limit: usize) -> Node {
+        self.blocking = Pool::new(limit);
+        self
+    }
+
+    /// Whether a request should wait on this node rather than poll it (see [`Pool::may_block`]).
+    pub(crate) fn may_block(&self) -> bool {
+        self.blocking.may_block()
+    }
+
+    /// The node's pool of waiting connections, for what Redlock remembers about it.
+    pub(crate) fn waiting(&self) -> &Pool<Dedicated> {
+        &self.blocking
     }
 
     /// The node's address, as used in reports and errors.
@@ -147,15 +196,96 @@ impl Node {
     }
 
     /// `FENCEDLOCK.ACQUIRE`: the fence on grant, `None` when another token holds the lease.
+    ///
+    /// With `block`, a busy key is waited for on the server up to that long
+    /// ([`Node::acquire_blocking`]); a node that cannot wait is asked once without it.
     pub(crate) async fn acquire(
         &self,
         key: &str,
         token: &Token,
         ttl_ms: u64,
+        block: Option<Duration>,
     ) -> Result<Option<u64>, Failure> {
+        if let Some(wait) = block {
+            match self.acquire_blocking(key, token, ttl_ms, Instant::now() + wait).await? {
+                Waited::Granted(fence) => return Ok(Some(fence)),
+                Waited::TimedOut => return Ok(None),
+                Waited::Unsupported => {}
+            }
+        }
         let mut cmd = redis::cmd(ACQUIRE.name);
         cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
         self.query(&cmd, Some(token)).await
+    }
+
+    /// `FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms` on a dedicated connection, waiting on
+    /// the server until `until` at most (the time spent waiting for a free connection of the
+    /// pool included). The reply may take the whole wait, so it is bounded by the wait plus
+    /// the per-node timeout, not by the timeout alone.
+    ///
+    /// Cancel-safe in the sense the server needs: dropping the future drops the connection,
+    /// which closes it, and the server takes the waiter out of its queue. The server may have
+    /// granted just before it saw the close, so the caller must release on cancellation (the
+    /// lease module's claim does). A stale pooled connection (closed by the server while idle)
+    /// is replaced once; the same token makes the repeat harmless (ACQUIRE is idempotent).
+    pub(crate) async fn acquire_blocking(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl_ms: u64,
+        until: Instant,
+    ) -> Result<Waited, Failure> {
+        if !self.blocking.may_block() {
+            return Ok(Waited::Unsupported);
+        }
+        let Some(_permit) = self.blocking.permit(until).await else {
+            return Ok(Waited::TimedOut);
+        };
+        let mut idle = self.blocking.take_idle();
+        loop {
+            let reused = idle.is_some();
+            let mut conn = match idle.take() {
+                Some(conn) => conn,
+                None => self.dedicated().await.map_err(|e| self.failure(e, Some(token)))?,
+            };
+            let block_ms = block::block_ms(until.saturating_duration_since(Instant::now()));
+            let mut cmd = redis::cmd(ACQUIRE.name);
+            cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms).arg(BLOCK).arg(block_ms);
+            let answer = Duration::from_millis(block_ms).saturating_add(self.timeout);
+            let reply: Result<Option<u64>, RedisError> =
+                match tokio::time::timeout(answer, conn.query(&cmd)).await {
+                    Ok(reply) => reply,
+                    // Dropping the connection closes it: the server forgets the waiter.
+                    Err(_elapsed) => return Err(Failure::TimedOut),
+                };
+            match reply {
+                Ok(fence) => {
+                    self.blocking.give_back(conn);
+                    self.blocking.mark_supported();
+                    return Ok(fence.map_or(Waited::TimedOut, Waited::Granted));
+                }
+                Err(e) if block::is_reply(&e) => {
+                    // The server answered: the connection is in step and no waiter is queued.
+                    self.blocking.give_back(conn);
+                    if block::lacks_block(&e) {
+                        self.blocking.mark_unsupported(&self.name);
+                        return Ok(Waited::Unsupported);
+                    }
+                    return Err(Failure::Redis(redact::error(e, Some(token))));
+                }
+                Err(e) if reused && is_broken(&e) => {
+                    tracing::debug!(node = %self.name, "idle waiting connection was closed; opening another");
+                }
+                Err(e) => return Err(self.failure(e, Some(token))),
+            }
+        }
+    }
+
+    /// `PING` on the shared connection: whether the node answers within the timeout. A
+    /// request waiting on the server says nothing about its liveness until it is answered;
+    /// Redlock watches the node it waits on with this.
+    pub(crate) async fn ping(&self) -> Result<(), Failure> {
+        self.query::<String>(&redis::cmd("PING"), None).await.map(drop)
     }
 
     /// `FENCEDLOCK.RENEW`: whether we still held the lease (it now runs `ttl_ms` from now).
@@ -192,25 +322,66 @@ impl Node {
     /// comes back without echoed arguments and without `secret` (the token the command carries).
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd, secret: Option<&Token>) -> Result<T, Failure> {
         match tokio::time::timeout(self.timeout, self.query_unbounded(cmd)).await {
-            // The connect timeout inside `redis` fires at the same moment as ours.
-            Ok(Err(e)) if e.is_timeout() => Err(Failure::TimedOut),
-            Ok(result) => result.map_err(|e| Failure::Redis(redact::error(e, secret))),
+            Ok(result) => result.map_err(|e| self.failure(e, secret)),
             Err(_elapsed) => Err(Failure::TimedOut),
         }
     }
 
-    async fn query_unbounded<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
-        match self.connection().await? {
-            Conn::Standalone(mut conn, generation) => {
-                let result = cmd.query_async(&mut conn).await;
-                if let Err(e) = &result {
-                    if is_broken(e) {
-                        self.forget(generation).await;
-                    }
-                }
-                result
+    /// A request's error as a [`Failure`]: the connect timeout inside `redis` (which fires at
+    /// the same moment as ours) is a timeout; anything else is redacted.
+    fn failure(&self, e: RedisError, secret: Option<&Token>) -> Failure {
+        if e.is_timeout() {
+            Failure::TimedOut
+        } else {
+            Failure::Redis(redact::error(e, secret))
+        }
+    }
+
+    /// A new connection for one waiting request: no response timeout of its own (the caller
+    /// bounds the wait), the connect bounded by the per-node timeout.
+    async fn dedicated(&self) -> Result<Dedicated, RedisError> {
+        match &self.transport {
+            Transport::Standalone { client, .. } => {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(self.timeout))
+                    .set_response_timeout(None);
+                let conn =
+                    bounded(self.timeout, client.get_multiplexed_async_connection_with_config(&config))
+                        .await?;
+                Ok(Dedicated::Standalone(conn))
             }
-            Conn::Cluster(mut conn) => cmd.query_async(&mut conn).await,
+            Transport::Cluster { client, .. } => {
+                Ok(Dedicated::Cluster(bounded(self.timeout, client.get_async_connection()).await?))
+            }
+        }
+    }
+
+    /// One command on the shared connection. A request that finds the cached connection
+    /// broken (typically: the server restarted since the last request) is sent once more on a
+    /// fresh one. Every command is safe to repeat for its token (ACQUIRE re-enters, RENEW and
+    /// RAISE are idempotent); only a RELEASE whose first copy was processed before the
+    /// connection broke answers 0 the second time.
+    async fn query_unbounded<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
+        let mut retried = false;
+        loop {
+            match self.connection().await? {
+                Conn::Standalone(mut conn, generation) => {
+                    let result = cmd.query_async(&mut conn).await;
+                    if let Err(e) = &result {
+                        if is_broken(e) {
+                            self.forget(generation).await;
+                            // Not a reply that broke the protocol: that would break it again.
+                            if !retried && (e.is_io_error() || e.is_connection_dropped()) {
+                                retried = true;
+                                tracing::debug!(node = %self.name, "connection broken; sending once more on a new one");
+                                continue;
+                            }
+                        }
+                    }
+                    return result;
+                }
+                Conn::Cluster(mut conn) => return cmd.query_async(&mut conn).await,
+            }
         }
     }
 
@@ -289,6 +460,15 @@ async fn bounded<C>(
 /// an I/O error, so the connection is tried again next time.
 fn joined(result: Result<Result<Conn, RedisError>, tokio::task::JoinError>) -> Result<Conn, RedisError> {
     result.unwrap_or_else(|e| Err(std::io::Error::other(format!("connect task ended: {e}")).into()))
+}
+
+impl Dedicated {
+    async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, RedisError> {
+        match self {
+            Dedicated::Standalone(conn) => cmd.query_async(conn).await,
+            Dedicated::Cluster(conn) => cmd.query_async(conn).await,
+        }
+    }
 }
 
 /// Errors after which the multiplexed connection cannot be trusted any more.

@@ -54,8 +54,10 @@ pub enum Vote {
         error: redis::RedisError,
     },
     /// The round was decided (a majority said yes, or enough said no to rule one out) before
-    /// this node answered, so its answer was not waited for. Its request may or may not reach
-    /// the node; a lease is released on every node either way, so a late grant is cleaned up.
+    /// this node answered, so its answer was not waited for. An ACQUIRE, RENEW or RAISE not
+    /// waited for may or may not reach the node; a lease is released on every node either way,
+    /// so a late grant is cleaned up. A RELEASE not waited for still goes out and finishes in
+    /// the background, bounded by the per-node timeout.
     NotAwaited,
 }
 
@@ -96,17 +98,32 @@ impl fmt::Display for Vote {
 /// Counts a round's votes as they arrive and says when its outcome can no longer change:
 /// `quorum` yes votes are in, or so few requests are still out that the yes votes can no
 /// longer reach `quorum` (refusals and failures exceed the `N - quorum` a majority can spare).
+///
+/// [`Tally::either_way`] also tells a definite no from an unknown: it is decided only once
+/// the answer to "did a majority say yes, or did a majority refuse?" can no longer change
+/// (what [`QuorumReport::majority_held`] reports).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Tally {
     quorum: usize,
     outstanding: usize,
     yes: usize,
+    /// Refusals; counted only by an `either_way` tally.
+    refused: Option<usize>,
+    /// Refusals that make a definite no: more than the `N - quorum` a majority can spare.
+    definite_no: usize,
 }
 
 impl Tally {
     /// A round of `requests` requests needing `quorum` yes votes.
     pub(crate) fn new(quorum: usize, requests: usize) -> Tally {
-        Tally { quorum, outstanding: requests, yes: 0 }
+        Tally { quorum, outstanding: requests, yes: 0, refused: None, definite_no: usize::MAX }
+    }
+
+    /// A round of `requests` requests (one per node) decided once a majority said yes, a
+    /// majority refused, or neither can happen any more.
+    pub(crate) fn either_way(quorum: usize, requests: usize) -> Tally {
+        let definite_no = requests.saturating_sub(quorum) + 1;
+        Tally { refused: Some(0), definite_no, ..Tally::new(quorum, requests) }
     }
 
     /// Counts one answer (a yes, or anything else).
@@ -114,12 +131,23 @@ impl Tally {
         self.outstanding = self.outstanding.saturating_sub(1);
         if vote.is_yes() {
             self.yes += 1;
+        } else if let (Some(refused), Vote::Refused) = (self.refused.as_mut(), vote) {
+            *refused += 1;
         }
     }
 
-    /// Whether the remaining answers cannot change whether the quorum is reached.
+    /// Whether the remaining answers cannot change whether the quorum is reached (and, for
+    /// an `either_way` tally, whether a majority refused).
     pub(crate) fn decided(&self) -> bool {
-        self.yes >= self.quorum || self.yes + self.outstanding < self.quorum
+        let yes_settled = self.yes >= self.quorum || self.yes + self.outstanding < self.quorum;
+        match self.refused {
+            None => yes_settled,
+            Some(refused) => {
+                self.yes >= self.quorum
+                    || refused >= self.definite_no
+                    || (yes_settled && refused + self.outstanding < self.definite_no)
+            }
+        }
     }
 }
 
@@ -389,6 +417,59 @@ mod tests {
         assert!(t.decided() && u.decided());
         // Nothing to ask: decided at once (and not reached).
         assert!(Tally::new(2, 0).decided());
+    }
+
+    #[test]
+    fn an_either_way_round_waits_until_a_majority_answer_is_known() {
+        let (yes, no) = (Vote::Confirmed, Vote::Refused);
+        let tally = |votes: &[&Vote]| {
+            let mut t = Tally::either_way(quorum(5), 5);
+            for v in votes {
+                t.record(v);
+            }
+            t
+        };
+        // Three yes: a majority held, whatever the rest say.
+        assert!(tally(&[&yes, &yes, &yes]).decided());
+        // Three refusals: a definite no.
+        assert!(tally(&[&no, &no, &no]).decided());
+        // A yes-only tally would stop at three non-yes votes; this one waits, because the two
+        // nodes still out may make it a definite no.
+        let t = tally(&[&no, &no, &Vote::TimedOut]);
+        assert!(!t.decided(), "{t:?}");
+        assert!(!tally(&[&yes, &no, &no, &Vote::TimedOut]).decided());
+        // Neither is possible any more: two yes, two no and a failure; or three failures.
+        assert!(tally(&[&yes, &yes, &no, &no, &Vote::TimedOut]).decided());
+        let failed = Vote::TimedOut;
+        assert!(!tally(&[&failed, &failed]).decided());
+        assert!(tally(&[&failed, &failed, &failed]).decided(), "neither three yes nor three no");
+        // Two yes and three out: open.
+        assert!(!tally(&[&yes, &yes]).decided());
+        // One node: its answer decides.
+        let mut t = Tally::either_way(1, 1);
+        assert!(!t.decided());
+        t.record(&Vote::TimedOut);
+        assert!(t.decided());
+        // Every decided tally agrees with majority_held over the votes it saw, whatever the
+        // votes still out would have been (checked over all 5-vote sequences of yes/no/fail).
+        let kinds = [Vote::Confirmed, Vote::Refused, Vote::TimedOut];
+        for code in 0..3usize.pow(5) {
+            let votes: Vec<Vote> = (0..5).map(|i| kinds[(code / 3usize.pow(i)) % 3].clone()).collect();
+            let mut t = Tally::either_way(quorum(5), 5);
+            for (seen, v) in votes.iter().enumerate() {
+                if t.decided() {
+                    let mut partial: Vec<Vote> = votes[..seen].to_vec();
+                    partial.resize(5, Vote::NotAwaited);
+                    assert_eq!(
+                        report(partial).majority_held(),
+                        report(votes.clone()).majority_held(),
+                        "{votes:?} decided after {seen}"
+                    );
+                    break;
+                }
+                t.record(v);
+            }
+        }
     }
 
     #[test]

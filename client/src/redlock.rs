@@ -18,6 +18,32 @@ use crate::token::Token;
 ///
 /// Cheap to clone; clones share the nodes' connections.
 ///
+/// # Waiting without splitting the votes
+///
+/// [`Redlock::acquire`] waits on the servers, but not on all of them: if every contender
+/// queued on every master, the queues could order them differently (A first on two masters,
+/// B first on three), each would hold a minority, and all would stall until the leases
+/// expired. So every contender queues on one master, the key's *designated* one — the first
+/// in a ranking of the masters by a fixed hash of key and master address (rendezvous
+/// hashing), which every client computes alike — and the designated master's queue alone
+/// decides the order. Being granted there is a reservation, not the lease: the reserved
+/// contender then runs an ordinary round (ACQUIRE on every master, then the raise), in which
+/// each master may wait up to one node timeout (the previous holder released everywhere at
+/// once, so its releases to the other masters are at most a moment behind; its leases there
+/// end within the skew of its own round). Mutual exclusion and the fence argument rest on
+/// that round exactly as for a polling client; the queue only decides who runs it next.
+///
+/// Liveness: a failed round releases everywhere (which passes the reservation to the next in
+/// the queue) and backs off with jitter before queueing again. A designated master that
+/// cannot queue us — unreachable, refusing, or silent (a waiter pings it on its shared
+/// connection every second and gives up on it after one node timeout without an answer) —
+/// is passed over for the next in the ranking, for five seconds; clients that see the same
+/// failure pick the same next master, and clients that disagree for a moment (one still
+/// waits on a master another has given up on) can only split the reservation, which the
+/// following round's failure and backoff resolve. Against a designated master whose module
+/// cannot wait, acquisition polls in rounds with backoff. Use the same addresses for the
+/// masters in every client: the ranking hashes them as written.
+///
 /// ```no_run
 /// # async fn demo() -> Result<(), fencedlock::Error> {
 /// use fencedlock::{LockConfig, Redlock};
@@ -59,9 +85,13 @@ impl Redlock {
         Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once).await
     }
 
-    /// Acquisition rounds with jittered backoff until one succeeds, a non-retryable error
-    /// occurs, or the configured maximum wait runs out (then the last round's error is
-    /// returned). Cancel-safe: dropping the future leaves no lease behind on any node.
+    /// Waits in the key's designated master's queue, then takes the majority in a round
+    /// (see [Waiting without splitting the votes](Redlock#waiting-without-splitting-the-votes)),
+    /// until granted, a non-retryable error occurs, or the configured maximum wait runs out
+    /// (then the error of a last round is returned). Without waiting on the servers (module
+    /// too old, or [`max_blocking`](crate::LockConfigBuilder::max_blocking)`(0)`): rounds with
+    /// jittered backoff. Cancel-safe: dropping the future leaves no lease behind on any node
+    /// and no waiter in any queue.
     pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
         Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::UntilMaxWait).await
     }

@@ -2,12 +2,37 @@
 //! they arrive, and the round ends the moment its outcome is certain instead of waiting for
 //! the slowest node up to the per-node timeout.
 
-use std::future::Future;
+use std::future::{ready, Future, Ready};
 
+use futures::future::{join, Join};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 
 use crate::quorum::{Tally, Vote};
+
+/// The requests of a round still in flight when it was decided, each with its node's index.
+/// Not dropped but handed back, for requests that must still reach their node (releases).
+pub(crate) struct Stragglers<Fut: Future<Output = Vote>> {
+    /// Each request joined with its (ready) index, so the index comes back with the vote.
+    pending: FuturesUnordered<Join<Ready<usize>, Fut>>,
+}
+
+impl<Fut: Future<Output = Vote>> Stragglers<Fut> {
+    /// `requests`, each with its node's index, not yet polled.
+    pub(crate) fn new(requests: impl IntoIterator<Item = (usize, Fut)>) -> Self {
+        Stragglers { pending: requests.into_iter().map(|(i, request)| join(ready(i), request)).collect() }
+    }
+
+    /// The next request to finish, with its node's index; `None` once all have.
+    pub(crate) async fn next(&mut self) -> Option<(usize, Vote)> {
+        self.pending.next().await
+    }
+
+    /// Whether every request finished.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+}
 
 /// Awaits `requests` (one per node, in node order) together until `quorum` of them said yes
 /// or the others can no longer make up a quorum, and returns every node's vote in that order.
@@ -23,22 +48,42 @@ where
     I: IntoIterator<Item = Fut>,
     Fut: Future<Output = Vote>,
 {
-    let mut pending: FuturesUnordered<_> =
-        requests.into_iter().enumerate().map(|(i, request)| request.map(move |vote| (i, vote))).collect();
-    let mut votes: Vec<Option<Vote>> = (0..pending.len()).map(|_| None).collect();
-    let mut tally = Tally::new(quorum, pending.len());
+    let (votes, _dropped) = gather(requests, |n| Tally::new(quorum, n)).await;
+    votes
+}
+
+/// Like [`until_decided`], but decided only once whether a majority said yes *or a majority
+/// refused* can no longer change ([`Tally::either_way`]), and the requests still in flight are
+/// handed back instead of dropped, for the caller to finish in the background.
+pub(crate) async fn until_settled<I, Fut>(requests: I, quorum: usize) -> (Vec<Vote>, Stragglers<Fut>)
+where
+    I: IntoIterator<Item = Fut>,
+    Fut: Future<Output = Vote>,
+{
+    gather(requests, |n| Tally::either_way(quorum, n)).await
+}
+
+/// Runs `requests` together until the tally `rule` makes for their number is decided.
+async fn gather<I, Fut>(requests: I, rule: impl FnOnce(usize) -> Tally) -> (Vec<Vote>, Stragglers<Fut>)
+where
+    I: IntoIterator<Item = Fut>,
+    Fut: Future<Output = Vote>,
+{
+    let mut rest = Stragglers::new(requests.into_iter().enumerate());
+    let mut votes: Vec<Option<Vote>> = (0..rest.pending.len()).map(|_| None).collect();
+    let mut tally = rule(votes.len());
     while !tally.decided() {
-        let Some((i, vote)) = pending.next().await else {
+        let Some((i, vote)) = rest.next().await else {
             break;
         };
         tally.record(&vote);
         votes[i] = Some(vote);
     }
     // Whatever already arrived costs nothing to report.
-    while let Some(Some((i, vote))) = pending.next().now_or_never() {
+    while let Some(Some((i, vote))) = rest.pending.next().now_or_never() {
         votes[i] = Some(vote);
     }
-    votes.into_iter().map(|vote| vote.unwrap_or(Vote::NotAwaited)).collect()
+    (votes.into_iter().map(|vote| vote.unwrap_or(Vote::NotAwaited)).collect(), rest)
 }
 
 #[cfg(test)]
@@ -128,6 +173,48 @@ mod tests {
         )
         .await;
         assert_eq!(kinds(&ready), ["yes", "yes", "no"], "the ready third answer is kept");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_settled_round_hands_back_what_is_still_in_flight() {
+        let started = tokio::time::Instant::now();
+        let (votes, mut rest) = until_settled(
+            vec![
+                after(1, Vote::Confirmed).boxed(),
+                after(500, Vote::Confirmed).boxed(),
+                after(2, Vote::Confirmed).boxed(),
+                after(3, Vote::Confirmed).boxed(),
+                after(900, Vote::Refused).boxed(),
+            ],
+            3,
+        )
+        .await;
+        assert!(started.elapsed() < Duration::from_millis(10));
+        assert!(votes[1..2].iter().chain(&votes[4..]).all(|v| matches!(v, Vote::NotAwaited)), "{votes:?}");
+        // The stragglers still run to the end, each with its node's index.
+        let mut late = Vec::new();
+        while let Some((i, vote)) = rest.next().await {
+            late.push((i, vote.is_yes()));
+        }
+        assert_eq!(late, [(1, true), (4, false)]);
+        assert!(rest.is_empty());
+        assert!(started.elapsed() >= Duration::from_millis(900));
+
+        // Two refusals and a timeout: a yes-only round would stop; this one waits to tell a
+        // definite no from an unknown.
+        let (votes, rest) = until_settled(
+            vec![
+                after(1, Vote::Refused).boxed(),
+                after(2, Vote::Refused).boxed(),
+                after(3, Vote::TimedOut).boxed(),
+                after(50, Vote::Refused).boxed(),
+                after(10_000, Vote::Confirmed).boxed(),
+            ],
+            3,
+        )
+        .await;
+        assert_eq!(kinds(&votes), ["no", "no", "other", "no", "-"]);
+        assert!(!rest.is_empty());
     }
 
     #[tokio::test]

@@ -1,10 +1,11 @@
 //! Single-node leases through a Redis Cluster connection: every command routes by key to the
-//! slot's master, so leases on keys in different slots live on different nodes.
+//! slot's master, so leases on keys in different slots live on different nodes. A waiting
+//! acquire queues on the slot's owner and follows the slot when it moves.
 
 use std::time::Duration;
 
-use crate::support::config;
-use fencedlock::{Error, Locker};
+use crate::support::{config, wait_until};
+use fencedlock::{Error, LockConfig, Locker};
 use fencedlock_protocol::command::STATUS;
 use harness::redis::{ErrorKind, ServerErrorKind, Value};
 use harness::{decode_status, Cluster, Server};
@@ -61,4 +62,47 @@ async fn leases_route_by_key_through_a_cluster_connection() {
         assert!(lease.release().await.unwrap());
         assert!(!owner_status(&cluster, &key)[0].2, "{key} released");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_locker_waits_on_the_slot_owner_and_follows_the_slot() {
+    let cluster = Cluster::builder().masters(3).start();
+    let holder = Locker::open_cluster(&cluster.urls(), config(10_000, 1_000)).expect("cluster locker");
+    let waiter = Locker::open_cluster(
+        &cluster.urls(),
+        LockConfig::builder()
+            .ttl(Duration::from_secs(10))
+            .node_timeout(Duration::from_secs(1))
+            .max_wait(Duration::from_secs(15))
+            .backoff(Duration::from_millis(500), Duration::from_millis(500))
+            .build()
+            .unwrap(),
+    )
+    .expect("cluster locker");
+    let key = "cluster:wait";
+    let slot = cluster.key_slot(key);
+    let owner = cluster.slot_owner(slot);
+    let lease = holder.try_acquire(key).await.expect("grant");
+    let waiting = tokio::spawn(async move { waiter.acquire(key).await });
+    let waiters = |i: usize| cluster.nodes()[i].fencedlock_counter("fencedlock_waiters");
+    wait_until("the waiter queued on the slot's owner", Duration::from_secs(5), || waiters(owner) == 1).await;
+
+    // The slot (with the held lease) moves: the waiter is told to ask again, and the cluster
+    // connection sends it to the new owner, where it queues again.
+    let to = (owner + 1) % 3;
+    tokio::task::block_in_place(|| cluster.migrate_slot(slot, to));
+    wait_until("the waiter queued on the new owner", Duration::from_secs(10), || waiters(to) == 1).await;
+    assert_eq!(waiters(owner), 0);
+    assert!(!waiting.is_finished(), "the lease moved with the slot and is still held");
+
+    let fence = lease.fence();
+    assert!(lease.release().await.expect("release on the new owner"));
+    let granted = tokio::time::timeout(Duration::from_secs(3), waiting)
+        .await
+        .expect("handed over at the release")
+        .expect("task")
+        .expect("grant");
+    assert!(granted.fence() > fence);
+    assert_eq!(cluster.nodes()[to].fencedlock_counter("fencedlock_handoffs"), 1);
+    assert!(granted.release().await.unwrap());
 }

@@ -9,4 +9,5 @@ mod handoff;
 mod memory;
 mod pause;
 mod reclaim_scale;
+mod silent_minority;
 mod slow_nodes;

@@ -151,7 +151,7 @@ async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliEr
     let t = &race.timeline;
     let mut ledger = Ledger::open(&race.db).map_err(|e| sqlite(&race.db, e))?;
     let lease = servers::acquire(lock, &race.key, |_| {
-        t.log(name, "lock busy (another worker holds it); retrying with backoff");
+        t.log(name, "lock busy (another worker holds it); waiting for it");
     })
     .await
     .map_err(|e| diagnose::explain(&e, Context { key: &race.key, waited: lock.config().max_wait() }))?;

@@ -99,6 +99,50 @@ fn wait_succeeds_once_the_holder_finishes_and_gives_up_when_it_runs_out() {
     assert!(fences[1] > fences[0], "{fences:?}");
 }
 
+/// `date +%s%N`'s reading in `path`, in ns since the epoch.
+fn stamp(path: &std::path::Path) -> u128 {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.trim().parse().unwrap_or_else(|e| panic!("{}: {text:?}: {e}", path.display()))
+}
+
+#[test]
+fn a_waiting_run_waits_on_the_server_and_starts_when_the_holder_exits() {
+    let server = Server::start();
+    let dir = scratch();
+    let (started, go, ended, began) =
+        (p(dir.path(), "started"), p(dir.path(), "go"), p(dir.path(), "ended"), p(dir.path(), "began"));
+    let url = server.url();
+    let holder_script = format!("{}; date +%s%N > '{}'", hold_until(&started, &go), ended.display());
+    let holder =
+        spawn(&["run", "--redis", &url, "-k", "turn", "--ttl", "5s", "--", "sh", "-c", &holder_script]);
+    wait_for_file(&started, HANG);
+
+    let blocked_before = server.fencedlock_counter("fencedlock_blocked_acquires");
+    let waiter_script = format!("date +%s%N > '{}'", began.display());
+    let mut waiter =
+        spawn(&["run", "--redis", &url, "-k", "turn", "--wait", "5s", "--", "sh", "-c", &waiter_script]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while server.fencedlock_counter("fencedlock_waiters") != 1 {
+        assert!(std::time::Instant::now() < deadline, "the waiting run never queued on the server");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(server.fencedlock_counter("fencedlock_blocked_acquires"), blocked_before + 1);
+    // Long enough that polling would have backed off to hundreds of milliseconds.
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(waiter.is_running(), "--wait waits while the lock is held");
+
+    fs::write(&go, "").unwrap();
+    assert_eq!(holder.finish().code(), 0);
+    let waited = waiter.finish();
+    assert_eq!(waited.code(), 0, "{waited:?}");
+    assert_eq!(server.fencedlock_counter("fencedlock_handoffs"), 1, "the lock was handed to the waiting run");
+    // From the holder's command exiting to the waiter's command starting: the holder's
+    // release, the handoff and a process start, not a backoff poll.
+    let gap_ms = stamp(&began).saturating_sub(stamp(&ended)) / 1_000_000;
+    assert!(gap_ms < 200, "the waiting run started {gap_ms} ms after the holder's command ended");
+    assert!(!server.lock_held("turn"));
+}
+
 #[test]
 fn a_lost_lease_terminates_the_command_and_exits_76() {
     let server = Server::start();

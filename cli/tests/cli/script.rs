@@ -163,3 +163,33 @@ fn several_servers_acquire_by_majority_with_one_fence() {
         assert!(!s.lock_held("m"));
     }
 }
+
+#[test]
+fn acquire_with_wait_is_handed_the_lock_when_it_is_released() {
+    let server = Server::start();
+    let url = server.url();
+    let first = run(&["acquire", "--redis", &url, "-k", "queue", "--ttl", "10s"]);
+    assert_eq!(first.code(), 0, "{first:?}");
+    let words: Vec<&str> = first.stdout.split_whitespace().collect();
+    let [token, fence] = words[..] else { panic!("expected TOKEN FENCE: {first:?}") };
+    let fence: u64 = fence.parse().unwrap();
+
+    let mut waiter = spawn(&["acquire", "--redis", &url, "-k", "queue", "--ttl", "10s", "--wait", "5s"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while server.fencedlock_counter("fencedlock_waiters") != 1 {
+        assert!(std::time::Instant::now() < deadline, "acquire --wait never queued on the server");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(waiter.is_running(), "still waiting while the lease is held");
+    let released = run(&["release", "--redis", &url, "-k", "queue", "--token", token]);
+    assert_eq!(released.code(), 0, "{released:?}");
+    let handed = waiter.finish();
+    assert_eq!(handed.code(), 0, "{handed:?}");
+    let words: Vec<&str> = handed.stdout.split_whitespace().collect();
+    let [_, next] = words[..] else { panic!("expected TOKEN FENCE: {handed:?}") };
+    assert!(next.parse::<u64>().unwrap() > fence, "{handed:?}");
+    assert_eq!(server.fencedlock_counter("fencedlock_handoffs"), 1);
+    assert_eq!(server.fencedlock_counter("fencedlock_blocked_acquires"), 1);
+    assert!(server.lock_held("queue"), "the waiter's lease stays held (detached)");
+}

@@ -1,0 +1,306 @@
+//! Waiting for a busy lock on the server (`FENCEDLOCK.ACQUIRE … BLOCK`) instead of polling:
+//! one step of an acquisition that may wait, taken by the lease module's loop.
+//!
+//! **One server** (N = 1): the blocked ACQUIRE is the whole acquisition. The server queues it in
+//! arrival order and answers it with a fence the moment the lease ends (release, expiry,
+//! deletion), or nil when the wait runs out. The lease began at the handoff, somewhere between
+//! sending and the reply, so its validity is measured, conservatively, from sending; if the
+//! wait used up more than a quarter of the usable lease time, one RENEW re-anchors it (the
+//! validity then runs from before the RENEW).
+//!
+//! **Redlock** (N > 1): waiting on every node's queue at once splits the votes — contender A
+//! first in two queues, B in the other three, nobody with a majority — and everyone stalls
+//! until the leases expire. So every contender waits on *one* node, the same for everyone: the
+//! key's designated node, the first in a ranking of the nodes by a hash of key and node
+//! address (rendezvous hashing: independent of the order in which a client lists the nodes,
+//! and spread over the nodes across keys). The designated node's queue orders the contenders;
+//! its grant is only a reservation. The holder of the reservation then runs a regular round on
+//! every node (the designated one re-enters at once for its own token), each node allowed to
+//! wait up to one node timeout (the previous holder's releases to the other nodes may still be
+//! in flight, or its leases there end a moment later than on the designated node). The round's
+//! validity is measured from its own start, as for any round; on failure it releases
+//! everywhere, which passes the reservation to the next in the queue, and the caller backs off
+//! with jitter before queueing again.
+//!
+//! A designated node that cannot queue us (unreachable, silent, refusing) is passed over for
+//! the next in the ranking — every client that sees the same failure picks the same node —
+//! and one that did not answer is passed over for a while
+//! ([`PASS_OVER_FOR`](crate::block::PASS_OVER_FOR)) before it is tried first again. A node
+//! that answers nothing while we wait on it would stall everyone who queued there, so it is
+//! watched: a `PING` on its shared connection at once and then every [`WATCH_EVERY`]; a ping
+//! without an answer within the node timeout abandons the wait (closing its connection) for
+//! the next node. A node to which a release of ours from an earlier round is still
+//! unanswered is passed over too: the waiting request, on a connection of its own, could
+//! overtake that release (see the `trailing` module). If the designated node's module cannot
+//! wait, the acquisition polls in rounds with backoff; so it does when no candidate could
+//! queue us (those after `N - quorum + 1` failures could not make a majority anyway).
+
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use fencedlock_protocol::ReplyError;
+
+use crate::block;
+use crate::engine::{Engine, Grant};
+use crate::error::Error;
+use crate::node::{Failure, Node, Waited};
+use crate::quorum::{Phase, Vote};
+use crate::token::Token;
+use crate::validity;
+
+/// How often a Redlock waiter checks that the node it waits on still answers.
+pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// What one waiting step came to.
+pub(crate) enum Turn {
+    /// One server granted the lease: the acquisition is done.
+    Granted(Grant),
+    /// Redlock: the designated node granted us; take the majority with a round that may wait
+    /// briefly on each node.
+    Reserved,
+    /// Waiting on the server is not possible here (turned off, the module is older, or no
+    /// candidate node could queue us): run a plain round, and back off if it fails.
+    Poll,
+    /// The server answered nil at the deadline: nothing was granted, nothing is held.
+    TimedOut,
+    /// A cluster node's wait was interrupted (the key was deleted or its slot moved): nothing
+    /// was granted; ask again at once (the cluster connection routes to the slot's new owner).
+    Again,
+    /// The step failed. `may_hold` when the server may have granted without our hearing of it
+    /// (no answer, or a broken connection), so the lease must still be released.
+    Failed { error: Error, may_hold: bool },
+}
+
+/// One waiting step for `token` on `key`, waiting on the server until `until` at most.
+pub(crate) async fn take_turn(engine: &Engine, key: &str, token: &Token, until: Instant) -> Turn {
+    match engine.nodes.as_slice() {
+        [node] => single(engine, node, key, token, until).await,
+        nodes => reserve(engine, nodes, key, token, until).await,
+    }
+}
+
+/// N = 1: the blocked ACQUIRE is the grant.
+async fn single(engine: &Engine, node: &Node, key: &str, token: &Token, until: Instant) -> Turn {
+    if !node.may_block() {
+        return Turn::Poll;
+    }
+    let sent = Instant::now();
+    match node.acquire_blocking(key, token, engine.config.ttl_ms(), until).await {
+        Ok(Waited::Granted(fence)) => match anchor(engine, key, token, fence, sent).await {
+            Ok(grant) => Turn::Granted(grant),
+            Err(error) => Turn::Failed { error, may_hold: true },
+        },
+        Ok(Waited::TimedOut) => Turn::TimedOut,
+        Ok(Waited::Unsupported) => Turn::Poll,
+        Err(failure) => failed(node, failure),
+    }
+}
+
+/// The grant of a blocked ACQUIRE sent at `sent`, re-anchored by a RENEW if the wait ate
+/// more than a quarter of the usable lease time.
+async fn anchor(
+    engine: &Engine,
+    key: &str,
+    token: &Token,
+    fence: u64,
+    sent: Instant,
+) -> Result<Grant, Error> {
+    let (ttl, drift) = (engine.config.ttl(), engine.config.drift());
+    let granted = |from: Instant| Grant {
+        fence,
+        deadline: validity::deadline(from, ttl, drift),
+        report: engine.report(key, Phase::Acquire, vec![Vote::Granted { fence }], from, ttl, drift),
+    };
+    let grant = granted(sent);
+    if !needs_anchor(grant.report.elapsed, ttl.saturating_sub(drift)) {
+        return Ok(grant);
+    }
+    match engine.renew(key, token).await {
+        // The RENEW's deadline runs from before it was sent.
+        Ok(deadline) => Ok(granted(deadline.checked_sub(ttl.saturating_sub(drift)).unwrap_or(sent))),
+        Err(error) if grant.report.validity.is_some() && !error.is_lease_lost() => {
+            tracing::debug!(key, %error, "could not re-anchor a lease after a long wait; keeping the shorter validity");
+            Ok(grant)
+        }
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether a grant that took `waited` from sending to reply should be re-anchored: the wait
+/// used more than a quarter of the `window` (ttl minus drift) the lease can be relied on.
+fn needs_anchor(waited: Duration, window: Duration) -> bool {
+    waited > window / 4
+}
+
+/// N > 1: queue on the designated node (or the next in the ranking) for a reservation.
+async fn reserve(engine: &Engine, nodes: &[Node], key: &str, token: &Token, until: Instant) -> Turn {
+    // Once this many candidates failed, too few nodes are left for a majority anyway.
+    let candidates = nodes.len() - engine.quorum() + 1;
+    let ranked = ranking(key, nodes.iter().map(Node::name));
+    // A node that recently failed to queue anyone is passed over while a later one has not.
+    let (fresh, passed_over): (Vec<usize>, Vec<usize>) =
+        ranked.into_iter().take(candidates).partition(|&i| !nodes[i].waiting().recently_failed());
+    for i in fresh.into_iter().chain(passed_over) {
+        let node = &nodes[i];
+        if !node.may_block() {
+            return Turn::Poll;
+        }
+        if engine.release_left_behind(i, key, token).await {
+            tracing::debug!(
+                key,
+                node = node.name(),
+                "a release of ours is unanswered there; trying the next"
+            );
+            continue;
+        }
+        let wait = node.acquire_blocking(key, token, engine.config.ttl_ms(), until);
+        match watched(node, wait).await {
+            Ok(Waited::Granted(_)) => return Turn::Reserved,
+            Ok(Waited::TimedOut) => return Turn::TimedOut,
+            Ok(Waited::Unsupported) => return Turn::Poll,
+            Err(failure) => match failed(node, failure) {
+                Turn::Failed { error, may_hold } => {
+                    if may_hold {
+                        node.waiting().mark_failed();
+                    }
+                    // Whatever it may have granted is released by the rounds that follow.
+                    tracing::debug!(key, node = node.name(), %error, "cannot wait on this node; trying the next");
+                }
+                again => return again,
+            },
+        }
+    }
+    Turn::Poll
+}
+
+/// `wait` on `node`, abandoned (its connection dropped, so the server forgets the waiter) as
+/// soon as the node stops answering pings on its shared connection.
+async fn watched(
+    node: &Node,
+    wait: impl Future<Output = Result<Waited, Failure>>,
+) -> Result<Waited, Failure> {
+    let watchdog = async {
+        loop {
+            match node.ping().await {
+                // Any answer, an error reply included (an ACL without PING), is a sign of life.
+                Ok(()) => {}
+                Err(Failure::Redis(e)) if block::is_reply(&e) => {}
+                Err(failure) => return failure,
+            }
+            tokio::time::sleep(WATCH_EVERY).await;
+        }
+    };
+    tokio::select! {
+        biased;
+        waited = wait => waited,
+        failure = watchdog => Err(failure),
+    }
+}
+
+/// The turn for a failed blocking request on `node`.
+fn failed(node: &Node, failure: Failure) -> Turn {
+    // An error reply means the server answered, so nothing was granted; anything else
+    // (no answer, a broken connection) leaves that open.
+    let may_hold = !matches!(&failure, Failure::Redis(e) if block::is_reply(e));
+    let error = node.error("ACQUIRE", failure);
+    if error.reply_error() == Some(ReplyError::WaitInterrupted) {
+        return Turn::Again;
+    }
+    Turn::Failed { error, may_hold }
+}
+
+/// The nodes (by index) in the order in which contenders for `key` wait on them: by a hash of
+/// key and node name, highest first (rendezvous hashing), ties by name. Every client with the
+/// same node addresses computes the same order, whatever order it lists them in.
+pub(crate) fn ranking<'a>(key: &str, names: impl Iterator<Item = &'a str>) -> Vec<usize> {
+    let mut ranked: Vec<(u64, &str, usize)> =
+        names.enumerate().map(|(i, name)| (score(key, name), name, i)).collect();
+    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
+    ranked.into_iter().map(|(_, _, i)| i).collect()
+}
+
+/// A fixed 64-bit hash of (key, node name): FNV-1a over both with a separator, finished with
+/// the SplitMix64 mixer so that nearby inputs spread. Fixed, so every client and version
+/// agrees (std's hasher is randomly seeded per process).
+fn score(key: &str, name: &str) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let bytes = key.as_bytes().iter().chain([0xffu8].iter()).chain(name.as_bytes());
+    let mut h = bytes.fold(OFFSET, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME));
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NAMES: [&str; 5] =
+        ["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003", "127.0.0.1:7004", "127.0.0.1:7005"];
+
+    fn ranked_names(key: &str, names: &[&'static str]) -> Vec<&'static str> {
+        ranking(key, names.iter().copied()).into_iter().map(|i| names[i]).collect()
+    }
+
+    #[test]
+    fn every_client_ranks_the_nodes_alike_whatever_their_order() {
+        for key in ["invoice:42", "job", "", "ключ"] {
+            let forward = ranked_names(key, &NAMES);
+            let mut reversed = NAMES;
+            reversed.reverse();
+            assert_eq!(ranked_names(key, &reversed), forward, "{key}");
+            let mut rotated = NAMES;
+            rotated.rotate_left(2);
+            assert_eq!(ranked_names(key, &rotated), forward, "{key}");
+            let mut sorted = forward.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, NAMES.to_vec(), "a permutation of the nodes");
+        }
+    }
+
+    #[test]
+    fn keys_spread_over_the_nodes() {
+        let mut first = [0usize; 5];
+        for k in 0..5_000 {
+            first[ranking(&format!("key:{k}"), NAMES.iter().copied())[0]] += 1;
+        }
+        for (i, n) in first.iter().enumerate() {
+            assert!((700..1300).contains(n), "node {i} designated for {n} of 5000 keys: {first:?}");
+        }
+    }
+
+    #[test]
+    fn losing_a_node_moves_only_its_keys() {
+        // Rendezvous hashing: dropping a node changes the first choice only for keys whose
+        // first choice it was; those move to their second choice.
+        let four = &NAMES[..4];
+        for k in 0..1_000 {
+            let key = format!("key:{k}");
+            let all = ranked_names(&key, &NAMES);
+            let without = ranked_names(&key, four);
+            let expected: Vec<_> = all.iter().copied().filter(|n| *n != NAMES[4]).collect();
+            assert_eq!(without, expected, "{key}");
+        }
+    }
+
+    #[test]
+    fn the_score_is_fixed_across_processes_and_versions() {
+        // Changing it would split the votes between old and new clients of one deployment.
+        assert_ne!(score("k", "127.0.0.1:6379"), score("k", "127.0.0.1:6380"));
+        assert_ne!(score("ab", "c"), score("a", "bc"), "the separator keeps key and name apart");
+        assert_eq!(score("invoice:42", "127.0.0.1:6379"), 0x28bc_a2db_ff71_e66b);
+        assert_eq!(score("", ""), 0x4f2d_b50f_1240_40cd);
+    }
+
+    #[test]
+    fn long_waits_are_re_anchored() {
+        let window = Duration::from_millis(9_898);
+        assert!(!needs_anchor(Duration::from_millis(5), window));
+        assert!(!needs_anchor(window / 4, window));
+        assert!(needs_anchor(window / 4 + Duration::from_millis(1), window));
+        assert!(needs_anchor(window * 2, window));
+    }
+}
