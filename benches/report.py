@@ -291,11 +291,13 @@ def contention_section(c: dict | None, estimates: dict) -> list[str]:
         f"were handed out; each holder works ~{st['hold_ms']} ms and releases. Server commands per "
         "grant from `INFO commandstats`, over every batch criterion ran.",
         "",
-        "| strategy | grants/s | server commands per grant | of which ACQUIRE | criterion median per batch |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "| strategy | grants/s | of the limit | server commands per grant | of which ACQUIRE | handoff p50 | max wait | criterion median per batch |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    limit = c.get("limit")
     labels = {
-        "fencedlock_backoff": "`Locker::acquire` (jittered exponential backoff, 20 → 400 ms)",
+        "fencedlock_server_wait": "`Locker::acquire`, waiting on the server (`ACQUIRE … BLOCK`)",
+        "fencedlock_backoff": "`Locker::acquire` polling with jittered exponential backoff (20 → 400 ms; `max_blocking(0)`, as before BLOCK)",
         "fixed_20ms_poll": f"fixed-delay poll (`try_acquire`, sleep {st['poll_ms']} ms)",
     }
     for key, label in labels.items():
@@ -305,7 +307,17 @@ def contention_section(c: dict | None, estimates: dict) -> list[str]:
         est = estimates.get(("contention_64_tasks", key))
         crit = f"{est / 1e9:.2f} s" if est is not None else "–"
         acq = r["by_command"].get("FENCEDLOCK.ACQUIRE", r["by_command"].get("fencedlock.acquire", 0))
-        out.append(f"| {label} | {r['grants_per_s']:.0f} | {r['commands_per_grant']:.2f} | {acq:.2f} | {crit} |")
+        out.append(
+            f"| {label} | {r['grants_per_s']:.0f} | {r.get('of_limit', 0):.2f}× | {r['commands_per_grant']:.2f} "
+            f"| {acq:.2f} | {r.get('handoff_p50_ms', 0):.2f} ms | {r.get('wait_max_ms', 0):.0f} ms | {crit} |"
+        )
+    if limit:
+        out += [
+            "",
+            f"Physical limit measured in the same run: one grant per (hold {limit['hold_ms_measured']:.2f} ms + one "
+            f"ACQUIRE round trip {limit['rtt_ms']:.3f} ms) = {limit['grants_per_s']:.0f} grants/s; FIFO order "
+            f"predicts a longest wait of {limit['fifo_max_wait_ms']:.0f} ms ({st['tasks']} × (hold + round trip)).",
+        ]
     return out
 
 
