@@ -11,33 +11,19 @@
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use fencedlock_protocol::command::{ACQUIRE, RELEASE};
+use fencedlock_protocol::command::ACQUIRE;
 use fencedlock_protocol::config::RECLAIM_AFTER_MS;
 use harness::{
     error_text, is_floor_key, key_in_slot, key_slot, poll, Cluster, LockStatus, Server, FLOOR_KEY_PREFIX,
 };
 use harness::{redis, EPOCH_GAP};
 
-use crate::replica_of;
+use crate::{grant, release, replica_of};
 
 const RECLAIM: &str = RECLAIM_AFTER_MS.full_name;
 const LONG_TTL: u64 = 60_000;
 /// Bound on waiting for a reclaim (the sweep runs every 100 ms).
 const GONE_WITHIN: Duration = Duration::from_secs(5);
-
-fn grant(node: &Server, key: &str, token: &str, ttl_ms: u64) -> u64 {
-    let fence: Option<u64> = node
-        .cmd(&[ACQUIRE.name, key, token, &ttl_ms.to_string()])
-        .unwrap_or_else(|e| panic!("ACQUIRE {key} on {}: {}", node.addr(), error_text(&e)));
-    fence.unwrap_or_else(|| panic!("ACQUIRE {key} on {} was refused", node.addr()))
-}
-
-fn release(node: &Server, key: &str, token: &str) {
-    let released: i64 = node
-        .cmd(&[RELEASE.name, key, token])
-        .unwrap_or_else(|e| panic!("RELEASE {key} on {}: {}", node.addr(), error_text(&e)));
-    assert_eq!(released, 1, "RELEASE {key} on {}", node.addr());
-}
 
 fn reclaimed(node: &Server) -> u64 {
     node.fencedlock_counter("fencedlock_reclaimed")

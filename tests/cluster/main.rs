@@ -335,3 +335,19 @@ async fn a_cluster_failover_keeps_leases_and_jumps_to_a_new_epoch() {
     let next_on_old_key = locker.try_acquire("{fo}:0").await.expect("grant");
     assert!(next_on_old_key.fence() > next.fence());
 }
+
+/// `ACQUIRE` on one node, which must grant: the fence.
+fn grant(node: &Server, key: &str, token: &str, ttl_ms: u64) -> u64 {
+    let fence: Option<u64> = node
+        .cmd(&[ACQUIRE.name, key, token, &ttl_ms.to_string()])
+        .unwrap_or_else(|e| panic!("ACQUIRE {key} on {}: {}", node.addr(), error_text(&e)));
+    fence.unwrap_or_else(|| panic!("ACQUIRE {key} on {} was refused", node.addr()))
+}
+
+/// `RELEASE` on one node, which must have held the lease for `token`.
+fn release(node: &Server, key: &str, token: &str) {
+    let released: i64 = node
+        .cmd(&[fencedlock_protocol::command::RELEASE.name, key, token])
+        .unwrap_or_else(|e| panic!("RELEASE {key} on {}: {}", node.addr(), error_text(&e)));
+    assert_eq!(released, 1, "RELEASE {key} on {}", node.addr());
+}

@@ -6,9 +6,11 @@
 
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::{ACQUIRE, RAISE, RELEASE};
+use fencedlock_protocol::command::RAISE;
 use fencedlock_protocol::ReplyError;
-use harness::{error_text, redis, Cluster, Server};
+use harness::{error_text, redis, Cluster};
+
+use crate::{grant, release};
 
 const LONG_TTL: u64 = 60_000;
 /// Bound on a reply that must come.
@@ -18,20 +20,6 @@ const PROMPT: Duration = Duration::from_millis(200);
 
 fn cluster() -> Cluster {
     Cluster::builder().masters(3).start()
-}
-
-fn grant(node: &Server, key: &str, token: &str) -> u64 {
-    let fence: Option<u64> = node
-        .cmd(&[ACQUIRE.name, key, token, &LONG_TTL.to_string()])
-        .unwrap_or_else(|e| panic!("ACQUIRE {key} on {}: {}", node.addr(), error_text(&e)));
-    fence.unwrap_or_else(|| panic!("ACQUIRE {key} on {} was refused", node.addr()))
-}
-
-fn release(node: &Server, key: &str, token: &str) {
-    let released: i64 = node
-        .cmd(&[RELEASE.name, key, token])
-        .unwrap_or_else(|e| panic!("RELEASE {key} on {}: {}", node.addr(), error_text(&e)));
-    assert_eq!(released, 1, "RELEASE {key} on {}", node.addr());
 }
 
 fn ms(d: Duration) -> f64 {
@@ -45,7 +33,7 @@ fn a_release_hands_over_and_a_deletion_tells_waiters_to_ask_again() {
     let node = &cluster.nodes()[cluster.slot_owner(cluster.key_slot(key))];
 
     // Handoff at RELEASE, as on a single server.
-    let held = grant(node, key, "holder");
+    let held = grant(node, key, "holder", LONG_TTL);
     let mut w = node.queue_acquire(key, b"w", LONG_TTL, 0);
     let released = Instant::now();
     release(node, key, "holder");
@@ -70,7 +58,7 @@ fn a_release_hands_over_and_a_deletion_tells_waiters_to_ask_again() {
         assert_eq!(node.lock_status(key), None, "{how:?}: nothing was granted");
         assert_eq!(node.waiters(), 0);
         // Asking again: the key is free now, granted above every fence before.
-        let fence = grant(node, key, &token);
+        let fence = grant(node, key, &token, LONG_TTL);
         assert!(fence > last, "{how:?}: fence {fence} after {last}");
         (last, holder) = (fence, token);
         eprintln!("cluster {how:?}: waiter interrupted {:.2} ms after the command", ms(after));
@@ -89,7 +77,7 @@ fn a_waiter_whose_slot_migrates_is_told_to_ask_again_and_queues_on_the_new_owner
     let (src, dst) = (&cluster.nodes()[source], &cluster.nodes()[target]);
 
     // The source has issued far higher fences than the target.
-    let held = grant(src, key, "holder");
+    let held = grant(src, key, "holder", LONG_TTL);
     let lifted: Option<u64> = src
         .cmd(&[RAISE.name, key, "holder", &(held + 1_000_000).to_string()])
         .unwrap_or_else(|e| panic!("RAISE: {}", error_text(&e)));
