@@ -312,6 +312,19 @@ impl Server {
         self.info(section).remove(field)
     }
 
+    /// The server's own version as (major, minor): `valkey_version` on Valkey (whose
+    /// `redis_version` stays at the Redis release it forked from), `redis_version` on Redis.
+    /// Features differ by version within a flavor (Redis 7.4 added module ACL categories).
+    pub fn version(&self) -> (u32, u32) {
+        let info = self.info("server");
+        let text = info
+            .get("valkey_version")
+            .or_else(|| info.get("redis_version"))
+            .unwrap_or_else(|| panic!("no version in INFO server on {}", self.addr()));
+        let mut parts = text.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    }
+
     /// The server log (and anything it printed to stdout/stderr before opening the log).
     pub fn log_contents(&self) -> String {
         let mut out = fs::read_to_string(self.dir().join(STDIO_FILE)).unwrap_or_default();
