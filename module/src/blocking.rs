@@ -130,6 +130,10 @@ fn serve_key(
     match key.lock() {
         Err(e) => take_all(e),
         Ok(Some(lock)) => {
+            // The handoff at the deadline is often the first look at an expired lease.
+            if let Some(expired) = lock.take_expiry(now) {
+                stats::lease_expired(expired);
+            }
             if !lock.is_held(now) {
                 if let Some(Err(e)) = mark.peek(lock.fence()).map(|fence| floor::cover(names, &id.1, fence)) {
                     return take_all(e);
@@ -288,7 +292,8 @@ fn give_back(timer: &Timer, lost: LostGrant) {
     let now = clock::now();
     let mut key = Key::named(&redis_name);
     if let Ok(Some(lock)) = key.lock() {
-        if lock.fence() == lost.fence && lock.release(&lost.token, now) == Released::Ended {
+        // Not counted as a release: nobody held this lease (`wait_abandoned` counts it).
+        if lock.fence() == lost.fence && matches!(lock.release(&lost.token, now), Released::Ended { .. }) {
             replication::replicate_named(&redis_name, state::high_water(), &lock.record(now));
             sweeper::track(lock, *db, name);
         }

@@ -32,6 +32,10 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let (outcome, lock) = match key.lock()? {
         Some(lock) => {
             cover_floor(call, before, lock.fence())?;
+            // An expired lease this replaces (or that a refusal leaves) ended: count it once.
+            if let Some(expired) = lock.take_expiry(now) {
+                stats::lease_expired(expired);
+            }
             (decide(lock), lock)
         }
         None => {
@@ -108,7 +112,13 @@ pub fn renew(call: &Call) -> Result<Reply, LockError> {
 pub fn release(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let reply = owner_change(call, &stats::RELEASE_FAILURES, Ends::Lease, |lock, now| {
-        lock.release(token, now) == Released::Ended
+        match lock.release(token, now) {
+            Released::Ended { span } => {
+                stats::lease_released(span);
+                true
+            }
+            Released::Expired | Released::NotOwner => false,
+        }
     })?;
     if reply == Reply::Int(1) && blocking::is_waited(call) {
         blocking::serve(call, call.db(), call.arg(1), clock::now());
@@ -127,6 +137,7 @@ enum Ends {
 
 /// RENEW and RELEASE: `change` decides (and applies) an owner-checked change to an existing
 /// lock. Done → replicate the new state and reply 1; refused or no lock → count and reply 0.
+/// A refusal may be the first look at an expired lease (a late RENEW or RELEASE): counted.
 fn owner_change(
     call: &Call,
     refusals: &stats::Counter,
@@ -143,6 +154,9 @@ fn owner_change(
                 sweeper::track(lock, db, name);
             }
             return Ok(Reply::Int(1));
+        }
+        if let Some(expired) = lock.take_expiry(now) {
+            stats::lease_expired(expired);
         }
     }
     refusals.incr();

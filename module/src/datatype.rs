@@ -183,7 +183,7 @@ unsafe extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_
         // SAFETY: Redis passes a value of our type and a live key context naming the copy.
         unsafe {
             let Some(lock) = value.cast::<Lock>().as_ref() else { return std::ptr::null_mut() };
-            let mut copy = lock.clone();
+            let mut copy = lock.copied();
             let name = raw::RedisModule_GetToKeyNameFromOptCtx.map_or(std::ptr::null(), |f| f(ctx));
             let db = raw::RedisModule_GetToDbIdFromOptCtx.map_or(0, |f| f(ctx));
             if !name.is_null() {

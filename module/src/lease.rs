@@ -16,6 +16,14 @@ use crate::fence::HighWater;
 /// `tracked_at` of a value with no live reclaim entry (no bucket has this number).
 const UNFILED: u64 = u64::MAX;
 
+/// `granted_at` of a lease whose grant this server did not see (loaded from RDB or AOF, or
+/// applied from the primary): a record carries the remaining time only, so any hold time made up
+/// for it would be wrong. Its end is counted, but stays out of the distributions.
+const UNTIMED: Micros = u64::MAX;
+/// `granted_at` of an expired lease whose end was counted already (see [`Lock::take_expiry`]):
+/// an expiry is observed by whichever command looks first, and counted once.
+const COUNTED: Micros = u64::MAX - 1;
+
 /// Microseconds of the server's monotonic clock.
 pub type Micros = u64;
 
@@ -46,6 +54,23 @@ struct Holder {
     token: Box<[u8]>,
     /// On the monotonic clock of *this* server: never compared with another machine's clock.
     deadline: Micros,
+    /// When this server granted the lease (same clock), for the hold-time metrics; renewals and
+    /// re-entries continue the same lease and keep it. [`UNTIMED`] or [`COUNTED`] otherwise.
+    /// Costs no memory per key in practice: a `Lock` grows from 40 to 48 bytes, and the
+    /// allocator hands out 48 for either (see `a_lock_value_stays_small`).
+    granted_at: Micros,
+}
+
+impl Holder {
+    /// The grant time, when known and the lease's end not counted yet.
+    fn granted_at(&self) -> Option<Micros> {
+        (self.granted_at < COUNTED).then_some(self.granted_at)
+    }
+
+    /// Grant to the current deadline: the whole lease it was given, renewals included.
+    fn given(&self) -> Option<Micros> {
+        self.granted_at().map(|at| self.deadline.saturating_sub(at))
+    }
 }
 
 /// What `ACQUIRE` decided.
@@ -63,11 +88,30 @@ pub enum Acquired {
 /// What `RELEASE` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Released {
-    /// The caller's unexpired lease ended now.
-    Ended,
+    /// The caller's unexpired lease ended now; `span` is `None` for a lease of unknown grant
+    /// time (see [`UNTIMED`]).
+    Ended {
+        span: Option<Span>,
+    },
     /// The caller held the lease but it had already expired: it may have acted too late.
     Expired,
     NotOwner,
+}
+
+/// A lease released in time, for the metrics: how long it was held, of how long it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// Grant to release.
+    pub held: Micros,
+    /// Grant to the deadline it had when released (renewals lengthen it); always above `held`.
+    pub given: Micros,
+}
+
+/// A lease that ended by expiry, observed once (see [`Lock::take_expiry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    /// Grant to deadline (renewals included); `None` for a lease of unknown grant time.
+    pub lifetime: Option<Micros>,
 }
 
 /// What `STATUS` shows. Never the token.
@@ -171,7 +215,7 @@ impl Lock {
         let fence = high_water.next(self.fence)?;
         let took_over = self.holder().is_some_and(|h| *h.token != *token);
         self.fence = fence;
-        self.lease = Lease::Held(Holder { token: token.into(), deadline });
+        self.lease = Lease::Held(Holder { token: token.into(), deadline, granted_at: now });
         Ok(Acquired::Granted { fence, took_over })
     }
 
@@ -186,16 +230,50 @@ impl Lock {
         }
     }
 
+    /// An expired lease is left as it is (the fence and the takeover count depend on it): its
+    /// end is counted by [`Lock::take_expiry`].
     pub fn release(&mut self, token: &[u8], now: Micros) -> Released {
         match self.holder() {
             Some(h) if *h.token != *token => Released::NotOwner,
             None => Released::NotOwner,
             Some(h) if now >= h.deadline => Released::Expired,
-            Some(_) => {
+            Some(h) => {
+                let span = h
+                    .granted_at()
+                    .zip(h.given())
+                    .map(|(at, given)| Span { held: now.saturating_sub(at), given });
                 self.lease = Lease::Ended { at: now };
-                Released::Ended
+                Released::Ended { span }
             }
         }
+    }
+
+    /// The end of an expired lease, the first time anyone asks (later: `None`); `None` as well
+    /// for a live lease or none. Commands that find the lease expired ask (ACQUIRE before it
+    /// decides, a refused RENEW or RELEASE, the waiters' handoff, the reclaim of the key), so an
+    /// expiry is counted when it is first observed, not at the deadline: a lease that expires
+    /// on a key nobody touches again is counted when its key is reclaimed. Changes only the
+    /// metrics' mark: nothing any command decides or replicates.
+    pub fn take_expiry(&mut self, now: Micros) -> Option<Expired> {
+        let Lease::Held(h) = &mut self.lease else { return None };
+        if now < h.deadline || h.granted_at == COUNTED {
+            return None;
+        }
+        let lifetime = h.given();
+        h.granted_at = COUNTED;
+        Some(Expired { lifetime })
+    }
+
+    /// The value for `COPY`: the same fence and lease, with the grant time forgotten, so one
+    /// grant does not enter the hold-time distributions twice (once per key).
+    pub fn copied(&self) -> Lock {
+        let mut copy = self.clone();
+        if let Lease::Held(h) = &mut copy.lease {
+            if h.granted_at < COUNTED {
+                h.granted_at = UNTIMED;
+            }
+        }
+        copy
     }
 
     /// Fenced Redlock's step: the holder lifts its own fence to `fence` (the quorum's maximum).
@@ -237,7 +315,9 @@ impl Lock {
             None => Lease::Ended { at: now },
             Some((token, remaining)) => {
                 check_token(token).map_err(|_| LockError::BadRecord)?;
-                Lease::Held(Holder { token: token.into(), deadline: now.saturating_add(remaining) })
+                // Granted elsewhere or before a restart: the grant time is not known here.
+                let deadline = now.saturating_add(remaining);
+                Lease::Held(Holder { token: token.into(), deadline, granted_at: UNTIMED })
             }
         };
         Ok(Self { fence: record.fence, lease, tracked_at: 0 })
@@ -335,10 +415,81 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_keeps_the_lease_but_not_its_grant_time() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 10 * MS, 0));
+        let mut copy = lock.copied();
+        assert_eq!(copy.status(20 * MS), lock.status(20 * MS));
+        assert_eq!(copy.release(b"a", 40 * MS), Released::Ended { span: None });
+        assert_eq!(
+            lock.release(b"a", 40 * MS),
+            Released::Ended { span: Some(Span { held: 30 * MS, given: 100 * MS }) }
+        );
+    }
+
+    #[test]
     fn a_lock_value_stays_small() {
-        // fence, the lease (token box + deadline, or the end time in the same space), and the
-        // reclaim index position: every lock key pays this.
-        assert_eq!(std::mem::size_of::<Lock>(), 40);
+        // fence, the lease (token box + deadline + grant time, or the end time in the same
+        // space), and the reclaim index position: every lock key pays this. 48 bytes is the
+        // allocator's size class that a 40-byte value was rounded up to already (jemalloc's
+        // classes go 32, 48, 64), so the grant time costs `used_memory` nothing per key; only
+        // `MEMORY USAGE`, which counts `size_of`, shows 8 more bytes.
+        assert_eq!(std::mem::size_of::<Lock>(), 48);
+    }
+
+    #[test]
+    fn a_release_reports_how_long_the_lease_was_held_of_how_long_it_was_given() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 10 * MS, 0));
+        let r = lock.release(b"a", 40 * MS);
+        assert_eq!(r, Released::Ended { span: Some(Span { held: 30 * MS, given: 100 * MS }) });
+    }
+
+    #[test]
+    fn renewals_and_reentries_continue_the_lease_from_its_grant() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        assert!(lock.renew(b"a", 100 * MS, 80 * MS)); // deadline 180
+        assert_eq!(lock.acquire(&mut hw, b"a", 100 * MS, 150 * MS, 0), Ok(Acquired::Reentered { fence: 1 }));
+        // Held from 0 to 200, given 0 to 250.
+        let r = lock.release(b"a", 200 * MS);
+        assert_eq!(r, Released::Ended { span: Some(Span { held: 200 * MS, given: 250 * MS }) });
+    }
+
+    #[test]
+    fn an_expiry_is_reported_once_with_the_lifetime_it_was_given() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 10 * MS, 0));
+        assert!(lock.renew(b"a", 100 * MS, 50 * MS)); // deadline 150
+        assert_eq!(lock.take_expiry(149 * MS), None, "still live");
+        let before = (lock.status(200 * MS), lock.record(200 * MS).fence, lock.deadline());
+        assert_eq!(lock.take_expiry(200 * MS), Some(Expired { lifetime: Some(140 * MS) }));
+        assert_eq!(lock.take_expiry(300 * MS), None, "counted already");
+        assert_eq!((lock.status(200 * MS), lock.record(200 * MS).fence, lock.deadline()), before);
+        // The lost holder's late release is still refused as late, and a takeover still counts.
+        assert_eq!(lock.release(b"a", 300 * MS), Released::Expired);
+        assert_eq!(
+            lock.acquire(&mut hw, b"b", MS, 300 * MS, 0),
+            Ok(Acquired::Granted { fence: 2, took_over: true })
+        );
+    }
+
+    #[test]
+    fn released_and_never_held_leases_report_no_expiry() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        assert_eq!(lock.take_expiry(0), None);
+        granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
+        assert!(matches!(lock.release(b"a", 10 * MS), Released::Ended { .. }));
+        assert_eq!(lock.take_expiry(500 * MS), None);
+    }
+
+    #[test]
+    fn a_loaded_lease_has_no_made_up_grant_time() {
+        let rec = Record { fence: 3, holder: Some((&b"a"[..], 100 * MS)) };
+        let mut lock = Lock::from_record(&rec, 1_000 * MS).unwrap();
+        assert_eq!(lock.clone().release(b"a", 1_050 * MS), Released::Ended { span: None });
+        assert_eq!(lock.take_expiry(1_100 * MS), Some(Expired { lifetime: None }));
+        assert_eq!(lock.take_expiry(1_200 * MS), None);
     }
 
     #[test]
@@ -374,7 +525,7 @@ mod tests {
         let (mut lock, mut hw) = (Lock::new(), HighWater::default());
         let f1 = granted(lock.acquire(&mut hw, b"a", 100 * MS, 0, 0));
         assert_eq!(lock.release(b"b", 10 * MS), Released::NotOwner);
-        assert_eq!(lock.release(b"a", 10 * MS), Released::Ended);
+        assert!(matches!(lock.release(b"a", 10 * MS), Released::Ended { .. }));
         assert_eq!(lock.release(b"a", 10 * MS), Released::NotOwner);
         assert_eq!(lock.status(10 * MS), Status { fence: f1, pttl_ms: None });
         let f2 = granted(lock.acquire(&mut hw, b"a", 100 * MS, 20 * MS, 0));
@@ -493,7 +644,9 @@ mod tests {
 
     /// Random interleavings of every operation by three clients over a moving clock: grants
     /// strictly increase, a refused or stale caller changes nothing, and at most one token
-    /// holds a live lease at any time.
+    /// holds a live lease at any time. For the metrics: every lease's end is reported once (by
+    /// its release or by the first look at its expiry, which ACQUIRE takes before deciding, as
+    /// the command does), with the times the model expects, and none for a reloaded lease.
     mod model {
         use super::*;
         use proptest::prelude::*;
@@ -506,6 +659,8 @@ mod tests {
             Raise(usize, u64),
             Advance(u64),
             Reload,
+            /// A look at the lease that counts its expiry (a refused RENEW, the reclaim, ...).
+            Observe,
         }
 
         fn op() -> impl Strategy<Value = Op> {
@@ -516,6 +671,7 @@ mod tests {
                 (0..3usize, 0..100u64).prop_map(|(c, f)| Op::Raise(c, f)),
                 (0..40u64).prop_map(Op::Advance),
                 Just(Op::Reload),
+                Just(Op::Observe),
             ]
         }
 
@@ -525,38 +681,60 @@ mod tests {
                 let tokens: [&[u8]; 3] = [b"a", b"b", b"c"];
                 let (mut lock, mut hw, mut now) = (Lock::new(), HighWater::default(), 0u64);
                 let mut last_grant = 0u64;
-                let mut holder: Option<(usize, u64)> = None; // (client, deadline) as the model sees it
+                // The lease as the model sees it: its end is reported once, when it is released
+                // or when its expiry is first observed; `granted` is `None` once reloaded.
+                #[derive(Clone, Copy)]
+                struct Model { client: usize, deadline: u64, granted: Option<u64>, reported: bool }
+                let mut holder: Option<Model> = None;
+                // What `take_expiry` must say now, and the model's bookkeeping of it.
+                fn observe(lock: &mut Lock, holder: &mut Option<Model>, now: u64) -> Result<(), TestCaseError> {
+                    let due = holder.filter(|h| now >= h.deadline && !h.reported);
+                    let want = due.map(|h| Expired { lifetime: h.granted.map(|g| h.deadline - g) });
+                    prop_assert_eq!(lock.take_expiry(now), want);
+                    if let Some(h) = holder.as_mut().filter(|_| due.is_some()) {
+                        h.reported = true;
+                    }
+                    Ok(())
+                }
                 for op in ops {
-                    let live = holder.filter(|(_, d)| now < *d).map(|(c, _)| c);
+                    let live = holder.filter(|h| now < h.deadline).map(|h| h.client);
                     match op {
-                        Op::Acquire(c, t) => match lock.acquire(&mut hw, tokens[c], t * MS, now, 0).unwrap() {
-                            Acquired::Granted { fence, .. } => {
-                                prop_assert!(live.is_none());
-                                prop_assert!(fence > last_grant && fence > 0);
-                                last_grant = fence;
-                                holder = Some((c, now + t * MS));
+                        Op::Acquire(c, t) => {
+                            observe(&mut lock, &mut holder, now)?;
+                            match lock.acquire(&mut hw, tokens[c], t * MS, now, 0).unwrap() {
+                                Acquired::Granted { fence, .. } => {
+                                    prop_assert!(live.is_none());
+                                    prop_assert!(fence > last_grant && fence > 0);
+                                    prop_assert!(holder.is_none_or(|h| h.reported), "the lease it replaces was counted");
+                                    last_grant = fence;
+                                    holder = Some(Model { client: c, deadline: now + t * MS, granted: Some(now), reported: false });
+                                }
+                                Acquired::Reentered { fence } => {
+                                    prop_assert_eq!(live, Some(c));
+                                    prop_assert_eq!(fence, lock.fence());
+                                    holder = holder.map(|h| Model { deadline: now + t * MS, ..h });
+                                }
+                                Acquired::Busy => prop_assert!(live.is_some() && live != Some(c)),
                             }
-                            Acquired::Reentered { fence } => {
-                                prop_assert_eq!(live, Some(c));
-                                prop_assert_eq!(fence, lock.fence());
-                                holder = Some((c, now + t * MS));
-                            }
-                            Acquired::Busy => prop_assert!(live.is_some() && live != Some(c)),
-                        },
+                        }
                         Op::Renew(c, t) => {
                             let ok = lock.renew(tokens[c], t * MS, now);
                             prop_assert_eq!(ok, live == Some(c));
                             if ok {
-                                holder = Some((c, now + t * MS));
+                                holder = holder.map(|h| Model { deadline: now + t * MS, ..h });
                             }
                         }
                         Op::Release(c) => {
                             let r = lock.release(tokens[c], now);
-                            prop_assert_eq!(r == Released::Ended, live == Some(c));
-                            if r == Released::Ended {
+                            prop_assert_eq!(matches!(r, Released::Ended { .. }), live == Some(c));
+                            if let (Released::Ended { span }, Some(h)) = (r, holder) {
+                                let want = h.granted.map(|g| Span { held: now - g, given: h.deadline - g });
+                                prop_assert_eq!(span, want);
+                                prop_assert!(span.is_none_or(|s| s.held < s.given));
                                 holder = None;
                             }
                         }
+                        Op::Observe => observe(&mut lock, &mut holder, now)?,
                         Op::Raise(c, f) => {
                             let before = lock.fence();
                             match lock.raise(&mut hw, tokens[c], f, now) {
@@ -571,13 +749,17 @@ mod tests {
                         Op::Advance(ms) => now += ms * MS,
                         Op::Reload => {
                             let rec = lock.record(now);
-                            let (fence, holder) = (rec.fence, rec.holder.map(|(t, r)| (t.to_vec(), r)));
-                            let rec = Record { fence, holder: holder.as_ref().map(|(t, r)| (&t[..], *r)) };
+                            let (fence, sent) = (rec.fence, rec.holder.map(|(t, r)| (t.to_vec(), r)));
+                            let rec = Record { fence, holder: sent.as_ref().map(|(t, r)| (&t[..], *r)) };
                             lock = Lock::from_record(&rec, now).unwrap();
+                            // An expired lease travels as none; a live one without its grant time.
+                            holder = holder
+                                .filter(|h| now < h.deadline)
+                                .map(|h| Model { granted: None, ..h });
                         }
                     }
                     prop_assert!(hw.get() >= lock.fence());
-                    prop_assert_eq!(lock.status(now).pttl_ms.is_some(), holder.is_some_and(|(_, d)| now < d));
+                    prop_assert_eq!(lock.status(now).pttl_ms.is_some(), holder.is_some_and(|h| now < h.deadline));
                 }
             }
 

@@ -19,6 +19,7 @@ mod error;
 mod fence;
 mod ffi;
 mod floor;
+mod histogram;
 mod key;
 mod lease;
 mod reclaim;

@@ -1,11 +1,34 @@
-//! Counters for `INFO fencedlock`: what an operator of a lock service watches (contention,
-//! failed renewals and releases, takeovers of expired leases = holders that lost their lease
-//! without releasing it).
+//! Counters and distributions for `INFO fencedlock`: what an operator of a lock service watches
+//! (contention, failed renewals and releases, takeovers of expired leases = holders that lost
+//! their lease without releasing it, how long critical sections hold their lease and how much of
+//! it they use).
+//!
+//! How a lease's end is counted (once, on the primary that granted it):
+//! - released in time: by the `RELEASE`, into `leases_released`, `hold_time_ms` (grant to
+//!   release) and `hold_share_pct` (that hold as a share of the lease it had been given, grant
+//!   to its last deadline, renewals included);
+//! - expired: into `leases_expired` and `expired_lifetime_ms` (grant to deadline) when the
+//!   expiry is first observed, which is not the deadline itself: by the next `ACQUIRE`, a
+//!   refused `RENEW` or `RELEASE` (a late release), the waiters' handoff at the deadline, or
+//!   the reclaim of the idle key. An expired lease nobody touches again is counted when its
+//!   key is reclaimed (`fencedlock.reclaim-after-ms` later).
+//!
+//! Not counted: a lease whose key is deleted, overwritten, renamed, flushed or evicted while
+//! held (the key went, not the lease), and a handoff given back because its waiter had left
+//! (`wait_abandoned` counts that). Leases this server did not grant (loaded from RDB or AOF, or
+//! applied from a primary) have no known grant time: their ends are counted in
+//! `leases_released` / `leases_expired` but not in the distributions, whose `count` is then
+//! lower. A replica decides nothing, so it counts nothing until it is promoted.
+//!
+//! Like every field here, none is reset by `CONFIG RESETSTAT` (Redis gives modules no event
+//! for it): rates come from differences between two reads.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use redis_module::InfoContext;
+use redis_module::{raw, InfoContext};
 
+use crate::histogram::{Histogram, Snapshot, PERCENTILES};
+use crate::lease::{Expired, Micros, Span};
 use crate::{blocking, state, sweeper};
 
 pub struct Counter(AtomicU64);
@@ -62,6 +85,53 @@ pub static WAIT_ABANDONED: Counter = Counter::new();
 pub static WAIT_TIME_US: Counter = Counter::new();
 pub static WAIT_TIME_MAX_US: Counter = Counter::new();
 
+/// Leases released in time by their holder.
+pub static LEASES_RELEASED: Counter = Counter::new();
+/// Leases that expired (counted when first observed, see the module doc).
+pub static LEASES_EXPIRED: Counter = Counter::new();
+
+/// Upper bounds of the time buckets, in ms: 1 ms to a minute, roughly 1-2-5 steps (a lease's
+/// ttl is in this range; the max ttl is a day, which lands in `+inf`).
+const TIME_BOUNDS_MS: [u64; 15] =
+    [1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000, 60_000];
+/// Time buckets in µs (what the clock gives), the last one `+inf`.
+const TIME_BOUNDS_US: [u64; 16] = {
+    let mut us = [u64::MAX; 16];
+    let mut i = 0;
+    while i < TIME_BOUNDS_MS.len() {
+        us[i] = TIME_BOUNDS_MS[i] * 1000;
+        i += 1;
+    }
+    us
+};
+/// Share buckets in percent; a release in time is always at most 100 %.
+const SHARE_BOUNDS_PCT: [u64; 7] = [10, 25, 50, 75, 90, 100, u64::MAX];
+
+/// Grant to release, of leases released in time (µs).
+pub static HOLD_TIME: Histogram<16> = Histogram::new(TIME_BOUNDS_US);
+/// Hold time as a share of the lease it had been given, rounded up (percent).
+pub static HOLD_SHARE: Histogram<7> = Histogram::new(SHARE_BOUNDS_PCT);
+/// Grant to deadline, of leases that expired (µs).
+pub static EXPIRED_LIFETIME: Histogram<16> = Histogram::new(TIME_BOUNDS_US);
+
+/// Counts a lease released in time; `span` is `None` for one of unknown grant time.
+pub fn lease_released(span: Option<Span>) {
+    LEASES_RELEASED.incr();
+    if let Some(Span { held, given }) = span {
+        HOLD_TIME.record(held);
+        // Rounded up, so a bucket's bound is exact: `le_50` holds releases at or before half.
+        HOLD_SHARE.record(held.saturating_mul(100).div_ceil(given.max(1)));
+    }
+}
+
+/// Counts a lease that expired (once: see `Lock::take_expiry`).
+pub fn lease_expired(expired: Expired) {
+    LEASES_EXPIRED.incr();
+    if let Some(lifetime) = expired.lifetime {
+        EXPIRED_LIFETIME.record(lifetime);
+    }
+}
+
 /// Counts a wait that ended after `waited` µs.
 pub fn waited(waited: u64) {
     WAIT_TIME_US.add(waited);
@@ -87,6 +157,8 @@ pub fn add_info_section(ctx: &InfoContext) {
         ("handoffs", &HANDOFFS),
         ("wait_timeouts", &WAIT_TIMEOUTS),
         ("wait_abandoned", &WAIT_ABANDONED),
+        ("leases_released", &LEASES_RELEASED),
+        ("leases_expired", &LEASES_EXPIRED),
     ] {
         ctx.add_info_field_long_long(name, counter.get());
     }
@@ -101,4 +173,36 @@ pub fn add_info_section(ctx: &InfoContext) {
     let (tracked, bytes) = sweeper::size();
     ctx.add_info_field_long_long("reclaim_tracked", mark_field(tracked as u64));
     ctx.add_info_field_long_long("reclaim_index_bytes", mark_field(bytes as u64));
+    add_histogram(ctx, "hold_time_ms", &HOLD_TIME.snapshot(), 1000);
+    add_histogram(ctx, "hold_share_pct", &HOLD_SHARE.snapshot(), 1);
+    add_histogram(ctx, "expired_lifetime_ms", &EXPIRED_LIFETIME.snapshot(), 1000);
+}
+
+/// One distribution as a dict field, `fencedlock_<name>:le_<bound>=..,...,le_inf=..,count=..,
+/// sum=..,max=..,p50=..,p90=..,p99=..`: cumulative counts per bound (Prometheus's `le`), then
+/// the estimates (see `histogram`). Values are divided by `unit` (µs → ms); the sum rounds to
+/// the nearest, the maximum and the percentiles up (so a sub-millisecond hold never shows 0).
+#[allow(deprecated)]
+fn add_histogram<const N: usize>(ctx: &InfoContext, name: &str, h: &Snapshot<N>, unit: Micros) {
+    let field = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    // SAFETY: copies function pointers Redis filled at module load.
+    let dicts = unsafe { (raw::RedisModule_InfoBeginDictField, raw::RedisModule_InfoEndDictField) };
+    if !matches!(dicts, (Some(_), Some(_))) {
+        return; // a server without dict fields shows the flat counters only
+    }
+    raw::add_info_begin_dict_field(ctx.ctx, name);
+    for (bound, count) in h.bounds.iter().zip(h.cumulative()) {
+        let label = match *bound {
+            u64::MAX => "le_inf".to_string(),
+            b => format!("le_{}", b / unit),
+        };
+        ctx.add_info_field_long_long(&label, field(count));
+    }
+    ctx.add_info_field_long_long("count", field(h.count()));
+    ctx.add_info_field_long_long("sum", field(h.sum.saturating_add(unit / 2) / unit));
+    ctx.add_info_field_long_long("max", field(h.max.div_ceil(unit)));
+    for (label, per_mille) in PERCENTILES {
+        ctx.add_info_field_long_long(label, field(h.percentile(per_mille).div_ceil(unit)));
+    }
+    raw::add_info_end_dict_field(ctx.ctx);
 }

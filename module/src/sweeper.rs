@@ -107,7 +107,17 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
             refile(due);
             false
         }
-        Verdict::Delete if deciding && key.delete().is_ok() => {
+        Verdict::Delete if deciding => {
+            // An expired lease nobody looked at since is counted here, at the latest.
+            if let Some(expired) = found.as_mut().and_then(|lock| lock.take_expiry(now)) {
+                stats::lease_expired(expired);
+            }
+            if key.delete().is_err() {
+                drop(key);
+                drop(name);
+                refile(due);
+                return false;
+            }
             timer.replicate_del(&name);
             stats::RECLAIMED.incr();
             true

@@ -273,7 +273,7 @@ mod tests {
         for h in 1..=5 {
             q.push(key("k"), waiter(h, &format!("t{h}"), u64::from(h)));
         }
-        assert!(lock.release(b"holder", 5 * MS) == crate::lease::Released::Ended);
+        assert!(matches!(lock.release(b"holder", 5 * MS), crate::lease::Released::Ended { .. }));
         let mut order = Vec::new();
         let mut last = lock.fence();
         let mut now = 5 * MS;
