@@ -38,7 +38,27 @@ pub struct LockConfig {
     max_blocking: usize,
     renew_interval: Option<Duration>,
     token_format: TokenFormat,
+    on_unavailable: OnUnavailable,
+    confirm_replicas: usize,
+    confirm_timeout: Duration,
 }
+
+/// What [`Locker::acquire_with_policy`](crate::Locker::acquire_with_policy) does when the lock
+/// service cannot answer (unreachable, timed out, no quorum, loading, out of memory, restart
+/// grace; see [`Error::is_unavailable`]). Declared in advance, because the right answer depends
+/// on the work, not on the outage: a lock-protected job that must never run twice fails closed;
+/// one whose duplicate is harmless, or whose resource checks fences anyway, may fail open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUnavailable {
+    /// Return the error: the work does not run. Today's behaviour and the default.
+    #[default]
+    FailClosed,
+    /// Hand the caller an explicit "unlocked" outcome (never a fake fence) and log a warning.
+    FailOpen,
+}
+
+/// Default of [`LockConfigBuilder::confirm_timeout`].
+pub const DEFAULT_CONFIRM_TIMEOUT: Duration = Duration::from_secs(1);
 
 impl LockConfig {
     /// A builder starting from the defaults.
@@ -57,6 +77,9 @@ impl LockConfig {
             max_blocking: DEFAULT_MAX_BLOCKING,
             renew_interval: None,
             token_format: TokenFormat::Raw,
+            on_unavailable: OnUnavailable::FailClosed,
+            confirm_replicas: 0,
+            confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
         }
     }
 
@@ -112,6 +135,21 @@ impl LockConfig {
         Token::generate(self.token_format)
     }
 
+    /// The declared failure policy ([`LockConfigBuilder::on_unavailable`]).
+    pub fn on_unavailable(&self) -> OnUnavailable {
+        self.on_unavailable
+    }
+
+    /// Replicas that must confirm each grant before it is handed out; 0: no confirmation.
+    pub fn confirm_replicas(&self) -> usize {
+        self.confirm_replicas
+    }
+
+    /// How long a grant waits for its replica confirmations.
+    pub fn confirm_timeout(&self) -> Duration {
+        self.confirm_timeout
+    }
+
     fn validate(&self) -> Result<(), Error> {
         let bad = |msg: String| Err(Error::Config(msg));
         if self.ttl < Duration::from_millis(1) {
@@ -144,6 +182,25 @@ impl LockConfig {
                     "renew interval {every:?} must be positive and shorter than ttl minus drift ({:?})",
                     self.ttl - self.drift()
                 ));
+            }
+        }
+        if self.confirm_replicas > 0 {
+            if self.confirm_timeout.is_zero() {
+                return bad("confirm timeout must be positive (WAIT's 0 would wait forever)".into());
+            }
+            // The confirmation's wait is charged against the lease like the round's own time.
+            if self.confirm_timeout >= self.ttl - self.drift() {
+                return bad(format!(
+                    "confirm timeout {:?} must be shorter than ttl minus drift ({:?})",
+                    self.confirm_timeout,
+                    self.ttl - self.drift()
+                ));
+            }
+            // WAIT blocks its connection, so it runs on one of the node's waiting connections.
+            if self.max_blocking == 0 {
+                return bad("confirm_replicas needs max_blocking of at least 1: each confirmation \
+                     waits on a connection of its own"
+                    .into());
             }
         }
         Ok(())
@@ -230,6 +287,32 @@ impl LockConfigBuilder {
         self
     }
 
+    /// What to do when the lock service cannot answer. Default [`OnUnavailable::FailClosed`].
+    pub fn on_unavailable(mut self, policy: OnUnavailable) -> Self {
+        self.config.on_unavailable = policy;
+        self
+    }
+
+    /// Confirm each grant on this many replicas (`WAIT`) before handing the lease out, so a
+    /// failover to a confirming replica keeps it. A grant not confirmed within
+    /// [`confirm_timeout`](Self::confirm_timeout) is released and reported as
+    /// [`Error::NotConfirmed`]. Renewals are not confirmed. For a single server only (not a
+    /// Redis Cluster, not Redlock: [`Error::Config`] at the first acquisition); each
+    /// confirmation runs on one of the node's [`max_blocking`](Self::max_blocking)
+    /// connections, so that must be at least 1. Default 0 (no confirmation).
+    pub fn confirm_replicas(mut self, replicas: usize) -> Self {
+        self.config.confirm_replicas = replicas;
+        self
+    }
+
+    /// How long a grant waits for its replica confirmations (`WAIT`'s timeout, rounded up to
+    /// whole milliseconds); shorter than the ttl minus drift, since the wait is charged against
+    /// the lease. Default [`DEFAULT_CONFIRM_TIMEOUT`].
+    pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
+        self.config.confirm_timeout = timeout;
+        self
+    }
+
     /// Checks the options; [`Error::Config`] names the first one that makes no sense.
     pub fn build(self) -> Result<LockConfig, Error> {
         self.config.validate()?;
@@ -289,5 +372,18 @@ mod tests {
         assert!(err(LockConfig::builder().renew_interval(Duration::ZERO)).contains("renew"));
         assert!(err(LockConfig::builder().renew_interval(Duration::from_secs(10))).contains("renew"));
         assert!(LockConfig::builder().max_wait(Duration::ZERO).build().is_ok());
+    }
+
+    #[test]
+    fn confirmation_needs_a_usable_timeout_and_a_waiting_connection() {
+        let confirm = || LockConfig::builder().confirm_replicas(1);
+        assert!(err(confirm().confirm_timeout(Duration::ZERO)).contains("confirm timeout"));
+        assert!(err(confirm().confirm_timeout(Duration::from_secs(10))).contains("shorter than ttl"));
+        assert!(err(confirm().max_blocking(0)).contains("max_blocking"));
+        let ok = confirm().confirm_timeout(500 * MS).build().unwrap();
+        assert_eq!((ok.confirm_replicas(), ok.confirm_timeout()), (1, 500 * MS));
+        assert_eq!(LockConfig::default().confirm_timeout(), DEFAULT_CONFIRM_TIMEOUT);
+        // Without confirmation the confirm options are not checked.
+        assert!(LockConfig::builder().max_blocking(0).confirm_timeout(Duration::ZERO).build().is_ok());
     }
 }

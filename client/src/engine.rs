@@ -24,6 +24,7 @@ use futures::future::{join, join_all, BoxFuture};
 use futures::FutureExt;
 
 use crate::config::LockConfig;
+use crate::confirm::{self, Confirm};
 use crate::error::{Error, LossCause};
 use crate::fenced::{self, Fencing};
 use crate::node::{Failure, Node};
@@ -62,6 +63,17 @@ impl Engine {
         Arc::new_cyclic(|me| Engine { nodes, config, fencing, trailing: Trailing::new(), me: me.clone() })
     }
 
+    /// This engine as an `Arc`, for background work that outlives the caller (`None` while
+    /// it is being dropped).
+    pub(crate) fn shared(&self) -> Option<Arc<Engine>> {
+        self.me.upgrade()
+    }
+
+    /// Waits for the releases still finishing in the background (see the `trailing` module).
+    pub(crate) async fn settle(&self) {
+        self.trailing.drained().await;
+    }
+
     pub(crate) fn quorum(&self) -> usize {
         quorum(self.nodes.len())
     }
@@ -80,12 +92,17 @@ impl Engine {
     ///
     /// With `block`, each node that can wait on the server does so for up to that long
     /// before it counts as refused (Redlock's second step, see the `waiting` module).
+    ///
+    /// With replica confirmation configured, the round is the `confirm` module's instead.
     pub(crate) async fn attempt(
         &self,
         key: &str,
         token: &Token,
         block: Option<Duration>,
     ) -> Result<Grant, Error> {
+        if let Some(confirm) = Confirm::of(self)? {
+            return confirm::attempt(self, key, token, &confirm).await;
+        }
         let ttl = self.config.ttl();
         let ttl_ms = self.config.ttl_ms();
         let drift = self.config.drift();
@@ -285,7 +302,7 @@ impl Engine {
 
     /// The error for a failed round. With a single node the node's own answer is the error
     /// (contended, timed out, server error); with several, the whole report is.
-    fn round_error(&self, report: QuorumReport, phase: Phase) -> Error {
+    pub(crate) fn round_error(&self, report: QuorumReport, phase: Phase) -> Error {
         let lost =
             |report: &QuorumReport| Error::LeaseLost { key: report.key.clone(), cause: LossCause::Refused };
         if phase == Phase::Renew && report.majority_refused() {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use fencedlock_protocol::{ReplyError, StatusError};
 
 use crate::quorum::QuorumReport;
-use crate::transient::is_transient;
+use crate::transient::{is_outage, is_transient};
 
 /// Everything that can go wrong when taking, keeping or giving back a lease.
 ///
@@ -72,6 +72,19 @@ pub enum Error {
         source: StatusError,
     },
 
+    /// A grant was not confirmed by enough replicas within the confirm timeout
+    /// ([`LockConfigBuilder::confirm_replicas`](crate::LockConfigBuilder::confirm_replicas)):
+    /// it was released, not handed out, because a failover could lose it.
+    #[error("grant on {node} confirmed by {confirmed} of {wanted} replicas in time; released")]
+    NotConfirmed {
+        /// The node's address.
+        node: String,
+        /// Replicas asked for.
+        wanted: usize,
+        /// Replicas that confirmed in time.
+        confirmed: usize,
+    },
+
     /// The configuration or an argument is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -102,10 +115,35 @@ impl Error {
     /// Configuration and argument errors, `WRONGTYPE` and unknown commands are final.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Contended { .. } | Error::Timeout { .. } => true,
+            Error::Contended { .. } | Error::Timeout { .. } | Error::NotConfirmed { .. } => true,
             Error::QuorumNotReached(report) => report.could_still_succeed(),
             Error::Server { source, .. } => is_transient(source),
             Error::LeaseLost { .. } | Error::BadReply { .. } | Error::Config(_) => false,
+        }
+    }
+
+    /// Whether the lock service could not answer, as opposed to answering "someone holds it"
+    /// ([`Error::Contended`]) or "your request is wrong": a node unreachable or timed out, no
+    /// quorum for lack of answers, a server loading, out of memory, in its restart grace or
+    /// reconfiguring, a grant not confirmed by replicas. This is the case a declared
+    /// [`OnUnavailable`](crate::OnUnavailable) policy decides.
+    pub fn is_unavailable(&self) -> bool {
+        match self {
+            Error::Timeout { .. } | Error::NotConfirmed { .. } => true,
+            // A key that moved away while we waited is answered: retry where it lives now.
+            Error::Server { .. } if self.reply_error() == Some(ReplyError::WaitInterrupted) => false,
+            Error::Server { source, .. } => is_outage(source),
+            // No majority because nodes did not answer, and none that did said another owner
+            // holds it. Any refusal counts, not only a majority of them: a round ends as soon
+            // as a majority is out of reach, without waiting for the rest, so whether a
+            // majority would have refused depends on which answers came first. A refusal is
+            // the service answering "held", which fail-open must not override.
+            Error::QuorumNotReached(report) => {
+                report.refused() == 0 && report.votes.iter().any(|v| v.vote.is_outage())
+            }
+            Error::Contended { .. } | Error::LeaseLost { .. } | Error::BadReply { .. } | Error::Config(_) => {
+                false
+            }
         }
     }
 
@@ -131,6 +169,7 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quorum::Vote;
     use redis::{ErrorKind, RedisError, ServerErrorKind};
 
     fn server(kind: ErrorKind, text: &'static str) -> Error {
@@ -183,5 +222,82 @@ mod tests {
         }
         assert_eq!(server(ErrorKind::Io, "reset").reply_error(), None);
         assert_eq!(Error::Contended { key: "k".into() }.reply_error(), None);
+    }
+
+    fn quorum_failed(votes: Vec<Vote>) -> Error {
+        Error::QuorumNotReached(Box::new(crate::quorum::report(votes)))
+    }
+
+    #[test]
+    fn the_service_not_answering_is_unavailable() {
+        let timeout =
+            Error::Timeout { node: "n".into(), operation: "ACQUIRE", after: Duration::from_millis(5) };
+        assert!(timeout.is_unavailable());
+        for kind in [ErrorKind::Io, ErrorKind::Server(ServerErrorKind::ClusterDown)] {
+            assert!(server(kind, "down").is_unavailable(), "{kind:?}");
+        }
+        let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert!(Error::Server { node: "n".into(), source: refused }.is_unavailable());
+        for line in [
+            "LOADING Redis is loading the dataset in memory",
+            "OOM command not allowed when used memory > 'maxmemory'.",
+            "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.",
+            "NOREPLICAS Not enough good replicas to write.",
+            "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+            "READONLY You can't write against a read only replica.",
+            &ReplyError::RestartGrace.message(1500),
+        ] {
+            assert!(replied(line).is_unavailable(), "{line}");
+        }
+        let not_confirmed = Error::NotConfirmed { node: "n".into(), wanted: 2, confirmed: 1 };
+        assert!(not_confirmed.is_unavailable());
+    }
+
+    #[test]
+    fn answers_and_mistakes_are_not_unavailable() {
+        assert!(!Error::Contended { key: "k".into() }.is_unavailable());
+        assert!(!Error::LeaseLost { key: "k".into(), cause: LossCause::Expired }.is_unavailable());
+        assert!(!Error::Config("bad".into()).is_unavailable());
+        // A key that moved (or was deleted) while we waited: answered, not an outage.
+        assert!(!replied(&ReplyError::WaitInterrupted.message(0)).is_unavailable());
+        for line in [
+            "NOPERM User app has no permissions to run the 'fencedlock.acquire' command",
+            "ERR unknown command 'FENCEDLOCK.ACQUIRE'",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "NOSCRIPT No matching script.",
+        ] {
+            assert!(!replied(line).is_unavailable(), "{line}");
+        }
+        assert!(!replied(&ReplyError::BadToken.message(0)).is_unavailable());
+        let Err(source) = fencedlock_protocol::LockStatus::decode([0, 2, -1]) else {
+            panic!("a broken reply")
+        };
+        assert!(!Error::BadReply { node: "n".into(), source }.is_unavailable());
+    }
+
+    #[test]
+    fn a_quorum_is_unavailable_only_for_lack_of_answers() {
+        let io = || Vote::Failed { error: RedisError::from((ErrorKind::Io, "connection refused")) };
+        let loading = || match replied("LOADING Redis is loading the dataset in memory") {
+            Error::Server { source, .. } => Vote::Failed { error: source },
+            other => panic!("{other:?}"),
+        };
+        let wrongtype = || Vote::Failed {
+            error: RedisError::from((ErrorKind::Server(ServerErrorKind::ResponseError), "WRONGTYPE")),
+        };
+        let yes = || Vote::Granted { fence: 1 };
+        // A majority down (timed out, unreachable, loading): nobody could answer.
+        assert!(quorum_failed(vec![yes(), Vote::TimedOut, io()]).is_unavailable());
+        assert!(quorum_failed(vec![Vote::NotAwaited, Vote::TimedOut, loading()]).is_unavailable());
+        assert!(quorum_failed(vec![io(), io(), io()]).is_unavailable());
+        // A refusal: someone holds it, whatever the others did or would have said (a round
+        // decided early leaves nodes not awaited).
+        assert!(!quorum_failed(vec![Vote::Refused, Vote::TimedOut, loading()]).is_unavailable());
+        assert!(!quorum_failed(vec![Vote::NotAwaited, Vote::Refused, io()]).is_unavailable());
+        assert!(!quorum_failed(vec![Vote::Refused, Vote::Refused, Vote::TimedOut]).is_unavailable());
+        assert!(!quorum_failed(vec![Vote::Refused, Vote::Refused, Vote::Refused]).is_unavailable());
+        // Failures that are the caller's doing, not the service's.
+        assert!(!quorum_failed(vec![yes(), wrongtype(), wrongtype()]).is_unavailable());
+        assert!(!quorum_failed(vec![Vote::Refused, wrongtype(), yes()]).is_unavailable());
     }
 }

@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, LossCause};
 use crate::lease::Lease;
+use crate::metrics;
 use crate::validity;
 
 /// State shared between the keep-alive task and the holder's handles.
@@ -212,6 +213,7 @@ async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationTok
             result = lease.renew() => Step::Renewed(result),
             // A renewal still in flight when the validity runs out is too late.
             _ = tokio::time::sleep_until(deadline.into()) => {
+                metrics::renewed(false);
                 Step::Renewed(Err(handle.lost_because(LossCause::Expired)))
             }
         };
@@ -227,6 +229,7 @@ async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationTok
                     handle.lost_because(LossCause::RenewFailed(Box::new(err)))
                 };
                 tracing::warn!(key = handle.key(), fence = handle.fence(), error = %err, "lease lost");
+                lease.record_loss();
                 handle.declare_lost(err);
                 return lease;
             }

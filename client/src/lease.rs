@@ -5,11 +5,13 @@
 //! caller that gives up midway (drops the future) leaves no lease behind — nor a waiter in a
 //! server's queue, since a waiting request's connection is closed when its future is dropped.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::{Engine, Grant};
 use crate::error::{Error, LossCause};
+use crate::metrics::{self, Outcome};
 use crate::quorum::QuorumReport;
 use crate::token::Token;
 use crate::validity;
@@ -31,6 +33,10 @@ pub struct Lease {
     fence: u64,
     deadline: Instant,
     report: QuorumReport,
+    /// When the lease was handed to the caller: hold time runs from here.
+    granted_at: Instant,
+    /// Whether the loss of this lease was counted already (each lease counts once).
+    loss_recorded: AtomicBool,
 }
 
 /// How many acquisition rounds one call may run.
@@ -46,11 +52,25 @@ pub(crate) enum Attempts {
 
 impl Lease {
     /// Takes a lease on `key` for `token` in rounds of `engine`, waiting on the server where
-    /// it can.
+    /// it can, and records the call's outcome and duration.
+    pub(crate) async fn acquire(
+        engine: &Arc<Engine>,
+        key: &str,
+        token: Token,
+        attempts: Attempts,
+    ) -> Result<Lease, Error> {
+        let start = Instant::now();
+        let result = Lease::take(engine, key, token, attempts).await;
+        metrics::acquired(start, attempts == Attempts::UntilMaxWait, Outcome::of(&result));
+        result
+    }
+
+    /// [`Lease::acquire`] without recording the call (the failure policy records its own
+    /// outcome); each failed attempt is counted.
     ///
     /// One token serves every round of the call: ACQUIRE is idempotent for its holder, so a
     /// node that granted in a round whose reply (or release) was lost simply grants again.
-    pub(crate) async fn acquire(
+    pub(crate) async fn take(
         engine: &Arc<Engine>,
         key: &str,
         token: Token,
@@ -95,6 +115,7 @@ impl Lease {
                 Ok(grant) => return Ok(Lease::granted(claim, grant)),
                 Err(err) => err,
             };
+            metrics::attempt_failed(&err);
             claim.armed = held;
             let now = Instant::now();
             if last || attempts == Attempts::Once || !err.is_retryable() || now >= give_up {
@@ -113,7 +134,14 @@ impl Lease {
         // lease is released.
         claim.waited = false;
         claim.armed = true;
-        Lease { claim, fence: grant.fence, deadline: grant.deadline, report: grant.report }
+        Lease {
+            claim,
+            fence: grant.fence,
+            deadline: grant.deadline,
+            report: grant.report,
+            granted_at: Instant::now(),
+            loss_recorded: AtomicBool::new(false),
+        }
     }
 
     /// The lock key.
@@ -153,6 +181,7 @@ impl Lease {
         if self.is_valid() {
             Ok(())
         } else {
+            self.record_loss();
             Err(self.lost(LossCause::Expired))
         }
     }
@@ -176,11 +205,14 @@ impl Lease {
         self.ensure_valid()?;
         match self.claim.engine.renew(&self.claim.key, &self.claim.token).await {
             Ok(deadline) => {
+                metrics::renewed(true);
                 self.deadline = deadline;
                 Ok(())
             }
             Err(err) => {
+                metrics::renewed(false);
                 if err.is_lease_lost() {
+                    self.record_loss();
                     self.deadline = self.deadline.min(Instant::now());
                 }
                 Err(err)
@@ -193,7 +225,12 @@ impl Lease {
     /// too few nodes answered to tell.
     pub async fn release(mut self) -> Result<bool, Error> {
         self.claim.armed = false;
-        self.claim.engine.release(&self.claim.key, &self.claim.token).await
+        metrics::released(self.granted_at.elapsed(), self.claim.engine.config.ttl());
+        let held = self.claim.engine.release(&self.claim.key, &self.claim.token).await;
+        if let Ok(false) = held {
+            self.record_loss();
+        }
+        held
     }
 
     /// Gives up responsibility for the lease without releasing it: it stays held until its
@@ -201,6 +238,13 @@ impl Lease {
     pub fn detach(mut self) -> Token {
         self.claim.armed = false;
         self.claim.token.clone()
+    }
+
+    /// Counts this lease as lost, once.
+    pub(crate) fn record_loss(&self) {
+        if !self.loss_recorded.swap(true, Ordering::Relaxed) {
+            metrics::lease_lost();
+        }
     }
 
     fn lost(&self, cause: LossCause) -> Error {
@@ -214,6 +258,15 @@ impl Lease {
         let config = &self.claim.engine.config;
         let window = config.ttl().saturating_sub(config.drift());
         self.deadline.checked_sub(window).map_or(self.deadline, |sent| sent + config.renew_interval())
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // Dropped while held: the claim releases it in the background, which ends the hold.
+        if self.claim.armed {
+            metrics::released(self.granted_at.elapsed(), self.claim.engine.config.ttl());
+        }
     }
 }
 

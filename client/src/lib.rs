@@ -93,6 +93,40 @@
 //!   over for the next in the ranking, which every client that sees the failure picks alike.
 //!   See [`Redlock`] for the argument.
 //!
+//! # When the lock service is down
+//!
+//! [`Error::is_unavailable`] tells "the service could not answer" (unreachable, timed out, no
+//! majority for lack of answers, loading, out of memory, restart grace, a grant replicas did
+//! not confirm) from "someone holds it" ([`Error::Contended`], or a Redlock round with a
+//! refusal) and from mistakes (configuration, `NOPERM`, `WRONGTYPE`). What to do then is
+//! decided in advance, per locker, with [`LockConfigBuilder::on_unavailable`], and applied by
+//! [`Locker::acquire_with_policy`] / [`Redlock::acquire_with_policy`]:
+//!
+//! - [`OnUnavailable::FailClosed`] (default): the error is returned and the work does not
+//!   run. Right for work that nothing else protects: a duplicate run is the harm.
+//! - [`OnUnavailable::FailOpen`]: the result is [`Acquisition::Unlocked`] (a warning is logged
+//!   and counted): the work may run without the lock. Right for work whose duplicate is
+//!   harmless, or whose resource enforces the invariant anyway (a unique constraint, a
+//!   conditional write): then the resource does the real job and the lock only saves effort.
+//!   An unlocked run has no fence: none may be invented, since a made-up number could exceed
+//!   the real holder's and lock it out of the resource.
+//!
+//! A busy lock is never "unlocked", whatever the policy. Failing open risks duplicates,
+//! failing closed risks starvation while the service is down: choose by what a double grant
+//! costs, and fence the resource either way.
+//!
+//! # Metrics and events
+//!
+//! The client records acquire latency by outcome, wait time, contended and unavailable
+//! attempts, renewals and their failures, leases lost, and hold time against the ttl through
+//! the [`metrics`](https://docs.rs/metrics) facade; the names are the constants of
+//! [`mod@metrics`], and [`metrics::record_fence_refusal`] lets the application count the
+//! stale writes its resource refused, next to the rest. Nothing is recorded until the
+//! application installs a recorder (the facade's no-op costs a few nanoseconds per call). No
+//! metric has a per-key label: keys built from ids would make a time series per id. Events —
+//! a lease lost, a fail-open acquisition, a failed release — go to `tracing` as well: numbers
+//! aggregate and alert, events say which key, which fence and why.
+//!
 //! # Fenced Redlock in one paragraph
 //!
 //! After a majority granted the lease, the client raises the key's fence on every granting
@@ -133,13 +167,16 @@
 mod backoff;
 mod block;
 mod config;
+mod confirm;
 mod engine;
 mod error;
 mod fenced;
 mod keepalive;
 mod lease;
 mod locker;
+pub mod metrics;
 mod node;
+mod policy;
 mod quorum;
 mod redact;
 mod redlock;
@@ -151,7 +188,9 @@ mod validity;
 mod waiting;
 
 pub use backoff::Backoff;
-pub use config::{LockConfig, LockConfigBuilder, DEFAULT_MAX_BLOCKING, MAX_TTL};
+pub use config::{
+    LockConfig, LockConfigBuilder, OnUnavailable, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_MAX_BLOCKING, MAX_TTL,
+};
 pub use error::{Error, LossCause};
 pub use fenced::Fencing;
 pub use fencedlock_protocol::limits::MAX_TOKEN_LEN;
@@ -160,6 +199,7 @@ pub use keepalive::{KeptLease, LeaseHandle};
 pub use lease::Lease;
 pub use locker::Locker;
 pub use node::{Node, DEFAULT_NODE_TIMEOUT};
+pub use policy::Acquisition;
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell
 // server errors apart: callers match on the very `redis` version this crate was built with.

@@ -10,6 +10,7 @@ use crate::fenced::Fencing;
 use crate::keepalive::{self, LeaseHandle};
 use crate::lease::{Attempts, Lease};
 use crate::node::Node;
+use crate::policy::{self, Acquisition};
 use crate::token::Token;
 
 /// Takes leases from one server, or from one Redis Cluster (the key's slot owner).
@@ -68,6 +69,19 @@ impl Locker {
         Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::UntilMaxWait).await
     }
 
+    /// [`acquire`](Self::acquire) under the declared failure policy
+    /// ([`LockConfigBuilder::on_unavailable`](crate::LockConfigBuilder::on_unavailable)).
+    ///
+    /// A busy lock is always [`Error::Contended`] after the maximum wait, never "unlocked".
+    /// When the server cannot answer ([`Error::is_unavailable`]): under
+    /// [`OnUnavailable::FailClosed`](crate::OnUnavailable::FailClosed) (the default) the error
+    /// is returned; under [`OnUnavailable::FailOpen`](crate::OnUnavailable::FailOpen) the
+    /// result is `Ok(`[`Acquisition::Unlocked`]`)`, with a warning logged and the outcome
+    /// counted ([`metrics::UNLOCKED`](crate::metrics::UNLOCKED)). Unlocked work has no fence.
+    pub async fn acquire_with_policy(&self, key: &str) -> Result<Acquisition, Error> {
+        policy::acquire(&self.engine, key).await
+    }
+
     /// Runs `work` under a kept-alive lease on `key`, then releases it.
     ///
     /// If a renewal fails, `work`'s future is dropped at its next `.await` and the result is
@@ -85,6 +99,14 @@ impl Locker {
     /// same fence is returned and the lease restarts for a full ttl.
     pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
         Lease::acquire(&self.engine, key, token.clone(), Attempts::Once).await
+    }
+
+    /// Waits for the releases still finishing in the background: those to nodes that had not
+    /// answered when a majority decided a round (each ends within the node timeout). A process
+    /// about to exit calls this, bounded as it likes, so that its last releases are not cut off
+    /// with the runtime and a node is not left holding a lease until its ttl runs out.
+    pub async fn settle(&self) {
+        self.engine.settle().await;
     }
 
     /// Releases `key` for a token obtained elsewhere. `Ok(true)` if that token held it.

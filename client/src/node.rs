@@ -25,6 +25,7 @@ use tokio::sync::Mutex;
 
 use crate::block::{self, Pool};
 use crate::config::DEFAULT_MAX_BLOCKING;
+use crate::confirm::Confirm;
 use crate::error::Error;
 use crate::quorum::Vote;
 use crate::redact;
@@ -88,6 +89,18 @@ pub(crate) enum Waited {
     TimedOut,
     /// This node cannot wait: waiting is turned off, or its module is older than `BLOCK`
     /// (then it refused the request and nothing changed).
+    Unsupported,
+}
+
+/// What an ACQUIRE on a dedicated connection came back with.
+#[derive(Debug)]
+pub(crate) enum Answer {
+    /// Granted with this fence; with a confirmation asked for, how many replicas acknowledged
+    /// the grant (or why the `WAIT` got no count).
+    Granted { fence: u64, acked: Option<Result<usize, Failure>> },
+    /// Nil: another token holds the lease (or, waiting, still held it at the deadline).
+    Nil,
+    /// The node's module cannot wait (it refused the `BLOCK` form; nothing changed).
     Unsupported,
 }
 
@@ -168,6 +181,11 @@ impl Node {
         &self.blocking
     }
 
+    /// Whether this is a Redis Cluster (whose connection routes `WAIT` to every primary).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.transport, Transport::Cluster { .. })
+    }
+
     /// The node's address, as used in reports and errors.
     pub fn name(&self) -> &str {
         &self.name
@@ -238,8 +256,50 @@ impl Node {
         if !self.blocking.may_block() {
             return Ok(Waited::Unsupported);
         }
-        let Some(_permit) = self.blocking.permit(until).await else {
-            return Ok(Waited::TimedOut);
+        Ok(match self.acquire_dedicated(key, token, ttl_ms, Some(until), until, None).await? {
+            Answer::Granted { fence, .. } => Waited::Granted(fence),
+            Answer::Nil => Waited::TimedOut,
+            Answer::Unsupported => Waited::Unsupported,
+        })
+    }
+
+    /// `FENCEDLOCK.ACQUIRE` followed, if it granted, by `WAIT replicas timeout` on the same
+    /// dedicated connection (see the `confirm` module for why it must be that one, and not
+    /// the shared one). With `block`, the ACQUIRE waits on the server until then, as
+    /// [`Node::acquire_blocking`] does; without, the pool's connection is waited for up to one
+    /// node timeout.
+    ///
+    /// Cancellation is as for [`Node::acquire_blocking`]: a grant may have happened, so the
+    /// caller releases.
+    pub(crate) async fn acquire_confirmed(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl_ms: u64,
+        block: Option<Instant>,
+        confirm: &Confirm,
+    ) -> Result<Answer, Failure> {
+        let permit_until = block.unwrap_or_else(|| Instant::now() + self.timeout);
+        self.acquire_dedicated(key, token, ttl_ms, block, permit_until, Some(confirm)).await
+    }
+
+    /// ACQUIRE on a connection of the pool (with `BLOCK` until `block`, if given), then
+    /// `confirm`'s WAIT on the same connection after a grant. A connection is given back only
+    /// when every request on it was answered: one dropped with a request in flight is closed,
+    /// so the server forgets a waiter and a WAIT alike.
+    async fn acquire_dedicated(
+        &self,
+        key: &str,
+        token: &Token,
+        ttl_ms: u64,
+        block: Option<Instant>,
+        permit_until: Instant,
+        confirm: Option<&Confirm>,
+    ) -> Result<Answer, Failure> {
+        let Some(_permit) = self.blocking.permit(permit_until).await else {
+            // Waiting for the server: nothing granted by the deadline. Not waiting: the node's
+            // waiting connections are all busy, which the caller sees as a slow node.
+            return if block.is_some() { Ok(Answer::Nil) } else { Err(Failure::TimedOut) };
         };
         let mut idle = self.blocking.take_idle();
         loop {
@@ -248,10 +308,16 @@ impl Node {
                 Some(conn) => conn,
                 None => self.dedicated().await.map_err(|e| self.failure(e, Some(token)))?,
             };
-            let block_ms = block::block_ms(until.saturating_duration_since(Instant::now()));
             let mut cmd = redis::cmd(ACQUIRE.name);
-            cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms).arg(BLOCK).arg(block_ms);
-            let answer = Duration::from_millis(block_ms).saturating_add(self.timeout);
+            cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
+            let answer = match block {
+                Some(until) => {
+                    let block_ms = block::block_ms(until.saturating_duration_since(Instant::now()));
+                    cmd.arg(BLOCK).arg(block_ms);
+                    Duration::from_millis(block_ms).saturating_add(self.timeout)
+                }
+                None => self.timeout,
+            };
             let reply: Result<Option<u64>, RedisError> =
                 match tokio::time::timeout(answer, conn.query(&cmd)).await {
                     Ok(reply) => reply,
@@ -259,17 +325,39 @@ impl Node {
                     Err(_elapsed) => return Err(Failure::TimedOut),
                 };
             match reply {
-                Ok(fence) => {
+                Ok(Some(fence)) => {
+                    if block.is_some() {
+                        self.blocking.mark_supported();
+                    }
+                    let acked = match confirm {
+                        Some(confirm) => Some(self.wait_replicas(&mut conn, confirm).await),
+                        None => None,
+                    };
+                    // A WAIT without an answer leaves the connection out of step (or broken):
+                    // close it.
+                    let in_step = match &acked {
+                        None | Some(Ok(_)) => true,
+                        Some(Err(Failure::Redis(e))) => block::is_reply(e),
+                        Some(Err(Failure::TimedOut)) => false,
+                    };
+                    if in_step {
+                        self.blocking.give_back(conn);
+                    }
+                    return Ok(Answer::Granted { fence, acked });
+                }
+                Ok(None) => {
+                    if block.is_some() {
+                        self.blocking.mark_supported();
+                    }
                     self.blocking.give_back(conn);
-                    self.blocking.mark_supported();
-                    return Ok(fence.map_or(Waited::TimedOut, Waited::Granted));
+                    return Ok(Answer::Nil);
                 }
                 Err(e) if block::is_reply(&e) => {
                     // The server answered: the connection is in step and no waiter is queued.
                     self.blocking.give_back(conn);
-                    if block::lacks_block(&e) {
+                    if block.is_some() && block::lacks_block(&e) {
                         self.blocking.mark_unsupported(&self.name);
-                        return Ok(Waited::Unsupported);
+                        return Ok(Answer::Unsupported);
                     }
                     return Err(Failure::Redis(redact::error(e, Some(token))));
                 }
@@ -278,6 +366,17 @@ impl Node {
                 }
                 Err(e) => return Err(self.failure(e, Some(token))),
             }
+        }
+    }
+
+    /// `confirm`'s WAIT on `conn`, which just carried a grant: how many replicas acknowledged
+    /// it, bounded by the confirm timeout plus the per-node timeout.
+    async fn wait_replicas(&self, conn: &mut Dedicated, confirm: &Confirm) -> Result<usize, Failure> {
+        let bound = confirm.timeout().saturating_add(self.timeout);
+        match tokio::time::timeout(bound, conn.query::<usize>(&confirm.command())).await {
+            Ok(Ok(acked)) => Ok(acked),
+            Ok(Err(e)) => Err(self.failure(e, None)),
+            Err(_elapsed) => Err(Failure::TimedOut),
         }
     }
 

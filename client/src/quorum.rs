@@ -73,6 +73,16 @@ impl Vote {
         matches!(self, Vote::Granted { .. } | Vote::Confirmed | Vote::Refused)
     }
 
+    /// Whether the node could not answer: timed out, or failed with an outage (unreachable,
+    /// loading, out of memory, restart grace, ...).
+    pub(crate) fn is_outage(&self) -> bool {
+        match self {
+            Vote::TimedOut => true,
+            Vote::Failed { error } => crate::transient::is_outage(error),
+            _ => false,
+        }
+    }
+
     /// Whether the failure can never turn into a yes by retrying (e.g. `WRONGTYPE`, unknown command).
     pub(crate) fn is_permanent_failure(&self) -> bool {
         match self {
@@ -270,24 +280,26 @@ impl fmt::Display for QuorumReport {
     }
 }
 
+/// An acquisition round's report from `votes` (node names `n0`, `n1`, ...), for unit tests.
+#[cfg(test)]
+pub(crate) fn report(votes: Vec<Vote>) -> QuorumReport {
+    QuorumReport {
+        key: "k".into(),
+        phase: Phase::Acquire,
+        quorum: quorum(votes.len()),
+        votes: votes
+            .into_iter()
+            .enumerate()
+            .map(|(i, vote)| NodeVote { node: format!("n{i}"), vote, raise: None })
+            .collect(),
+        elapsed: Duration::from_millis(3),
+        validity: Some(Duration::from_millis(900)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn report(votes: Vec<Vote>) -> QuorumReport {
-        QuorumReport {
-            key: "k".into(),
-            phase: Phase::Acquire,
-            quorum: quorum(votes.len()),
-            votes: votes
-                .into_iter()
-                .enumerate()
-                .map(|(i, vote)| NodeVote { node: format!("n{i}"), vote, raise: None })
-                .collect(),
-            elapsed: Duration::from_millis(3),
-            validity: Some(Duration::from_millis(900)),
-        }
-    }
 
     fn failed() -> Vote {
         Vote::Failed { error: redis::RedisError::from((redis::ErrorKind::Io, "connection refused")) }

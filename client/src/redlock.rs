@@ -10,6 +10,7 @@ use crate::fenced::Fencing;
 use crate::keepalive::{self, LeaseHandle};
 use crate::lease::{Attempts, Lease};
 use crate::node::Node;
+use crate::policy::{self, Acquisition};
 use crate::token::Token;
 
 /// Takes leases by majority vote of N independent masters (Redlock), with a fence that
@@ -96,6 +97,20 @@ impl Redlock {
         Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::UntilMaxWait).await
     }
 
+    /// [`acquire`](Self::acquire) under the declared failure policy
+    /// ([`LockConfigBuilder::on_unavailable`](crate::LockConfigBuilder::on_unavailable)).
+    ///
+    /// A round that failed with a refusal (another owner holds the lock on some master) is an
+    /// error after the maximum wait, never "unlocked". No majority because too many masters
+    /// could not answer and none refused ([`Error::is_unavailable`]) is returned as the error
+    /// under
+    /// [`OnUnavailable::FailClosed`](crate::OnUnavailable::FailClosed), and is
+    /// `Ok(`[`Acquisition::Unlocked`]`)` (no fence, a warning logged) under
+    /// [`OnUnavailable::FailOpen`](crate::OnUnavailable::FailOpen).
+    pub async fn acquire_with_policy(&self, key: &str) -> Result<Acquisition, Error> {
+        policy::acquire(&self.engine, key).await
+    }
+
     /// Runs `work` under a kept-alive lease on `key` and releases it afterwards.
     ///
     /// If the lease is lost (a renewal fails), `work`'s future is dropped at its next
@@ -113,6 +128,14 @@ impl Redlock {
     /// the same fence is returned and the lease restarts for a full ttl.
     pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
         Lease::acquire(&self.engine, key, token.clone(), Attempts::Once).await
+    }
+
+    /// Waits for the releases still finishing in the background: those to nodes that had not
+    /// answered when a majority decided a round (each ends within the node timeout). A process
+    /// about to exit calls this, bounded as it likes, so that its last releases are not cut off
+    /// with the runtime and a node is not left holding a lease until its ttl runs out.
+    pub async fn settle(&self) {
+        self.engine.settle().await;
     }
 
     /// Releases `key` on every node for a token obtained elsewhere (for example printed by

@@ -154,6 +154,12 @@ impl Trailing {
         timed_out
     }
 
+    /// Waits until every background release in flight has ended (each does within the node
+    /// timeout): every one holds a permit, so all permits free means none is left.
+    pub(crate) async fn drained(&self) {
+        let _all = self.inner.permits.acquire_many(MAX_TRAILING as u32).await;
+    }
+
     /// Background releases in flight.
     fn in_flight(&self) -> usize {
         MAX_TRAILING - self.inner.permits.available_permits()

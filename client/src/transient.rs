@@ -23,3 +23,13 @@ pub(crate) fn is_transient(err: &RedisError) -> bool {
         ) | ErrorKind::ClusterConnectionNotFound
     )
 }
+
+/// The server or the path to it cannot serve requests right now: transient conditions (above),
+/// a server out of memory (`OOM`), busy running a script (`BUSY`), or refusing writes for lack
+/// of replicas (`NOREPLICAS`, `min-replicas-to-write`) — codes without a kind of their own in
+/// the `redis` crate. Configuration errors (unknown command, `NOPERM`, `WRONGTYPE`) are not
+/// outages: a declared fail-open policy must not turn a misconfiguration into silently
+/// unlocked work.
+pub(crate) fn is_outage(err: &RedisError) -> bool {
+    is_transient(err) || matches!(err.code(), Some("OOM" | "BUSY" | "NOREPLICAS"))
+}

@@ -41,9 +41,10 @@ use std::time::{Duration, Instant};
 use fencedlock_protocol::ReplyError;
 
 use crate::block;
+use crate::confirm::{self, Confirm, Unconfirmed};
 use crate::engine::{Engine, Grant};
 use crate::error::Error;
-use crate::node::{Failure, Node, Waited};
+use crate::node::{Answer, Failure, Node, Waited};
 use crate::quorum::{Phase, Vote};
 use crate::token::Token;
 use crate::validity;
@@ -73,9 +74,43 @@ pub(crate) enum Turn {
 
 /// One waiting step for `token` on `key`, waiting on the server until `until` at most.
 pub(crate) async fn take_turn(engine: &Engine, key: &str, token: &Token, until: Instant) -> Turn {
-    match engine.nodes.as_slice() {
-        [node] => single(engine, node, key, token, until).await,
-        nodes => reserve(engine, nodes, key, token, until).await,
+    let confirm = match Confirm::of(engine) {
+        Ok(confirm) => confirm,
+        Err(error) => return Turn::Failed { error, may_hold: false },
+    };
+    match (engine.nodes.as_slice(), confirm) {
+        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm).await,
+        ([node], None) => single(engine, node, key, token, until).await,
+        (nodes, _) => reserve(engine, nodes, key, token, until).await,
+    }
+}
+
+/// N = 1 with replica confirmation: the blocked ACQUIRE and, once granted, its `WAIT` on the
+/// same dedicated connection (see the `confirm` module).
+async fn confirmed(
+    engine: &Engine,
+    node: &Node,
+    key: &str,
+    token: &Token,
+    until: Instant,
+    confirm: &Confirm,
+) -> Turn {
+    if !node.may_block() {
+        return Turn::Poll;
+    }
+    let sent = Instant::now();
+    match node.acquire_confirmed(key, token, engine.config.ttl_ms(), Some(until), confirm).await {
+        Ok(Answer::Granted { fence, acked }) => match confirm::settle(node, key, token, confirm, acked).await
+        {
+            Ok(()) => match anchor(engine, key, token, fence, sent).await {
+                Ok(grant) => Turn::Granted(grant),
+                Err(error) => Turn::Failed { error, may_hold: true },
+            },
+            Err(Unconfirmed { error, may_hold }) => Turn::Failed { error, may_hold },
+        },
+        Ok(Answer::Nil) => Turn::TimedOut,
+        Ok(Answer::Unsupported) => Turn::Poll,
+        Err(failure) => failed(node, failure),
     }
 }
 

@@ -5,8 +5,11 @@
 mod support;
 
 mod cluster;
+mod confirm;
 mod fenced_stress;
 mod keepalive;
+mod metrics;
+mod policy;
 mod redlock;
 mod redlock_waiting;
 mod secrets;

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod confirm_failover;
 mod crash;
 mod failover;
 mod handoff;
