@@ -2,9 +2,11 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use clap::{ArgAction, Args, Parser, Subcommand};
+use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
+use fencedlock::DEFAULT_CONFIRM_TIMEOUT;
 
 use crate::duration;
 
@@ -14,12 +16,14 @@ Exit codes:
   0        success (run: the command exited 0)
   1-255    run: the command's own exit code; 128+N if it died from signal N
   64       usage: bad option, duration, URL or token file
-  65       demo: invariant violated (the double send that --no-fence shows)
-  69       unavailable: server unreachable, timing out or not ready, module not loaded,
-           commands or key not permitted to the user (ACL), no majority
+  65       demo: invariant violated (the double send that --no-fence and --stale-first show)
+  69       unavailable: server unreachable, timing out, loading, out of memory or in its
+           restart grace, grant not confirmed by replicas, no majority (--on-unavailable
+           decides these); module not loaded, commands or key not permitted (ACL)
   70       internal: unexpected server reply
   74       the token file could not be written
-  75       busy: the lock is held by another owner (skipped, or --wait ran out)
+  75       busy: the lock is held by another owner (skipped, or --wait ran out); also a
+           server that cannot answer under --on-unavailable skip
   76       lease lost: run terminated the command; renew/release found the lease gone
   126/127  run: the command is not executable / not found";
 
@@ -29,6 +33,7 @@ Examples:
   fencedlock run --key backup --ttl 5m --wait 1m --redis redis://lock1:6379 -- backup.sh
   fencedlock run --key sync --redis redis://a:6379,redis://b:6379,redis://c:6379 -- sync.sh
   fencedlock status --key nightly-report --json
+  fencedlock plan --ttl 30s --renew-every 10s --pause 45s
   fencedlock demo
 
 One --redis (or FENCEDLOCK_REDIS) is a single-server lease; several are fenced Redlock
@@ -39,7 +44,10 @@ const RUN_AFTER: &str = "\
 The command gets FENCEDLOCK_KEY, FENCEDLOCK_FENCE and FENCEDLOCK_TTL_MS in its environment;
 send FENCEDLOCK_FENCE with every write and have the resource refuse lower fences.
 The lease is renewed every ttl/3 while the command runs. If a renewal fails, the command
-(its whole process group) gets SIGTERM, then SIGKILL after --kill-grace, and fencedlock exits 76.
+(its whole process group) gets SIGTERM, then SIGKILL after --kill-grace or when the lease's
+validity (as last renewed, by fencedlock's clock) ends, whichever comes first, and fencedlock
+exits 76: the command never outlives its lease. A command that needs a long graceful shutdown
+needs a longer --ttl: a failed renewal leaves it about 2/3 of the ttl (see `fencedlock plan`).
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command; the
 lease is released when it exits. When stdin is not a terminal (cron, systemd) the command
 runs in its own process group so that a lost lease stops all of it.
@@ -54,7 +62,32 @@ Examples:
   fencedlock run --key sync --ttl 30s --redis redis://a:6379,redis://b:6379,redis://c:6379 -- ./sync.sh
   # use the fence in a shell script
   fencedlock run --key k --ttl 10s -- sh -c 'psql -c \"UPDATE jobs SET fence=$FENCEDLOCK_FENCE WHERE fence <= $FENCEDLOCK_FENCE\"'
+  # a cache warm-up whose duplicate is harmless: run it even when the lock server is down
+  fencedlock run --key warm --ttl 1m --on-unavailable run -- ./warm-cache.sh
 ";
+
+/// `--on-unavailable`, with the lesson's guidance: decide in advance, by what a duplicate run
+/// costs, not during the outage.
+const RUN_POLICY: &str = "\
+When the lock service cannot answer (a server unreachable, timing out, loading, out of
+memory or in its restart grace, no majority answering, a grant not confirmed by
+--confirm-replicas), --on-unavailable decides, and --wait first waits that long:
+  fail  (default) exit 69; the command does not run. For work that nothing else protects,
+        where two copies running at once do damage.
+  skip  exit 75 with a one-line notice, as when another host holds the lock. For periodic
+        work that the next run catches up on, when missing a run is cheaper than risking two.
+  run   run the command WITHOUT the lock: FENCEDLOCK_FENCE, FENCEDLOCK_KEY and
+        FENCEDLOCK_TTL_MS are unset and a warning goes to stderr; the exit code is the
+        command's. For work whose duplicate is harmless, or whose resource enforces its own
+        invariant (e.g. refuses writes without a current fence).
+A misconfiguration (module not loaded, commands or key denied by ACL, a key of another type,
+bad arguments) always fails with its own exit code: failing open on it would run every job
+unlocked, forever, with nothing down to notice.";
+
+const ACQUIRE_POLICY: &str = "\
+When the lock service cannot answer, --on-unavailable fail (default) exits 69 and skip exits
+75 with a one-line notice, as for a busy lock. There is no `run`: acquire has no work to run
+unlocked, and it never prints a lease it does not hold.";
 
 const ACQUIRE_AFTER: &str = "\
 Prints \"TOKEN FENCE\" (or only the fence with --token-file). The lease stays held until its
@@ -89,6 +122,27 @@ Examples:
   fencedlock status --key deploy
   fencedlock status --key deploy --json";
 
+const PLAN_AFTER: &str = "\
+The worker freezes just as a renewal falls due, the worst moment (the lesson's trade-off):
+  freeze absorbed   ttl - renew interval - the client's clock-drift allowance: a longer
+                    freeze loses the lease (the holder's own clock says it expired)
+  failed renewals   renewal attempts that fit in one lease (before ttl - drift), minus the
+  tolerated         last one; `run` stops the command at the first failed renewal, so for
+                    it this is the margin left for a stall or a slow server
+  recovery          after a crash, up to the ttl: the lease must run out (a successor
+                    waiting with --wait is granted it at expiry)
+  stale window      for --pause beyond ttl - renew interval: how long another owner may hold
+                    the lock while the paused worker still thinks it does; only the
+                    resource's fence check protects it then
+Warnings: --renew-every at or beyond the ttl (the lease lapses between renewals), a renewal
+interval that leaves no failed renewal tolerated (beyond about ttl/2), a pause beyond the
+freeze. Exit 0, or 64 on invalid input.
+
+Examples:
+  fencedlock plan --ttl 30s
+  fencedlock plan --ttl 30s --renew-every 10s --pause 45s
+  fencedlock plan --ttl 2m --renew-every 20s --json";
+
 const DEMO_AFTER: &str = "\
 Three workers race for the invoice lock. The first to get it reads the invoice, passes its
 lease check, then stalls (a stop-the-world pause) longer than its lease. Another worker
@@ -96,12 +150,26 @@ takes over with a higher fence and sends the invoice. When the stalled worker wa
 writes, the SQLite table refuses its write because its fence is lower:
   UPDATE invoices SET sent = sent + 1, last_fence = :fence
    WHERE id = :id AND last_fence <= :fence
-Exit 0: the invoice was sent exactly once. Exit 65: it was sent more than once (what
---no-fence shows: the same race with the fence check removed from the UPDATE).
+--no-fence runs the same race with the fence check removed from the UPDATE: a double send.
+
+--stale-first is the other ordering: the stale write reaches the table after the new owner
+read the invoice but before its first write. No newer fence is in the table yet, so the
+stale write is accepted and the new owner then sends from what it read before: fencing is
+an ordering boundary, not a cancellation. --claim makes each owner's first step a claim
+that raises the fence in the same statement as its read:
+  UPDATE invoices SET last_fence = :fence
+   WHERE id = :id AND last_fence <= :fence RETURNING sent
+and the stale write is refused wherever it lands.
+
+Invariant: the invoice is sent exactly once, the stale write is refused, and no worker
+sends from state that changed after it read it. Exit 0: it holds (default, --claim,
+--stale-first --claim). Exit 65: violated (--no-fence, --stale-first).
 
 Examples:
   fencedlock demo
   fencedlock demo --no-fence
+  fencedlock demo --stale-first
+  fencedlock demo --stale-first --claim
   fencedlock demo --redis redis://127.0.0.1:6380 --ttl 1s";
 
 /// Run a command under a distributed lease, so a job scheduled on many hosts runs once.
@@ -152,10 +220,10 @@ pub struct Global {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run COMMAND while holding the lease on KEY (skip it if another owner holds it).
-    #[command(after_help = format!("{RUN_AFTER}\n{EXIT_CODES}"))]
+    #[command(after_help = format!("{RUN_AFTER}\n{RUN_POLICY}\n\n{EXIT_CODES}"))]
     Run(RunArgs),
     /// Take a lease and print its token and fence, for shell scripts.
-    #[command(after_help = format!("{ACQUIRE_AFTER}\n\n{EXIT_CODES}"))]
+    #[command(after_help = format!("{ACQUIRE_AFTER}\n\n{ACQUIRE_POLICY}\n\n{EXIT_CODES}"))]
     Acquire(AcquireArgs),
     /// Extend a lease taken with `acquire`.
     #[command(after_help = format!("{RENEW_AFTER}\n\n{EXIT_CODES}"))]
@@ -166,6 +234,10 @@ pub enum Command {
     /// Show a key's fence, whether it is held, and the time left.
     #[command(after_help = format!("{STATUS_AFTER}\n\n{EXIT_CODES}"))]
     Status(StatusArgs),
+    /// Size a lease: the freeze it absorbs, the failed renewals it tolerates, the recovery
+    /// time after a crash, and the stale window of a longer pause.
+    #[command(after_help = PLAN_AFTER)]
+    Plan(PlanArgs),
     /// The billing demo: why only a fence checked by the resource stops a paused worker.
     #[command(after_help = format!("{DEMO_AFTER}\n\n{EXIT_CODES}"))]
     Demo(DemoArgs),
@@ -192,6 +264,13 @@ pub struct RunArgs {
     /// sooner, so hosts whose cron fires a few seconds late skip this period's run.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
     pub min_hold: Duration,
+    /// When the lock service cannot answer: fail (exit 69), skip (exit 75), or run the
+    /// command without the lock (see below).
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = OnUnavailable::Fail)]
+    pub on_unavailable: OnUnavailable,
+    /// Replica confirmation of the grant.
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -213,6 +292,66 @@ pub struct AcquireArgs {
     /// Write the token to this file (mode 0600) instead of printing it.
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+    /// When the lock service cannot answer: fail (exit 69) or skip (exit 75).
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = AcquireOnUnavailable::Fail)]
+    pub on_unavailable: AcquireOnUnavailable,
+    /// Replica confirmation of the grant.
+    #[command(flatten)]
+    pub confirm: ConfirmArgs,
+}
+
+/// `run --on-unavailable`: what to do when the lock service cannot answer
+/// ([`fencedlock::Error::is_unavailable`]); every other error fails regardless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OnUnavailable {
+    /// Exit 69 without running the command (fail closed).
+    Fail,
+    /// Exit 75 with a notice, as for a busy lock.
+    Skip,
+    /// Run the command without the lock, FENCEDLOCK_FENCE unset, with a warning (fail open).
+    Run,
+}
+
+/// `acquire --on-unavailable`: `run`'s choices minus running, since acquire runs nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AcquireOnUnavailable {
+    /// Exit 69.
+    Fail,
+    /// Exit 75 with a notice, as for a busy lock.
+    Skip,
+}
+
+/// `--confirm-replicas` / `--confirm-timeout`, for `run` and `acquire`.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct ConfirmArgs {
+    /// Confirm each grant on N replicas of the server (WAIT) before using it, so a failover to
+    /// one of them keeps the lease. A grant not confirmed in time is released and counts as
+    /// the lock service not answering (exit 69, or --on-unavailable).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub confirm_replicas: usize,
+    /// How long a grant waits for its replica confirmations.
+    #[arg(long, value_name = "DURATION", default_value = default_confirm_timeout(), value_parser = duration::parse)]
+    pub confirm_timeout: Duration,
+}
+
+/// The client's [`DEFAULT_CONFIRM_TIMEOUT`] as clap wants a default: text that lives forever.
+fn default_confirm_timeout() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| duration::format(DEFAULT_CONFIRM_TIMEOUT))
+}
+
+/// `fencedlock plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Lease time.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
+    pub ttl: Duration,
+    /// Renewal interval (default: what `run` uses, ttl/3).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub renew_every: Option<Duration>,
+    /// A stall to check against the lease (GC pause, VM freeze, suspend).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
+    pub pause: Option<Duration>,
 }
 
 /// Where `renew` / `release` find the token.
@@ -272,6 +411,14 @@ pub struct DemoArgs {
     /// Run the same race without the fence check in the UPDATE, and watch the double send.
     #[arg(long)]
     pub no_fence: bool,
+    /// The other ordering: the stale write reaches the table after the new owner read the
+    /// invoice, before its first write (accepted unless --claim: exit 65).
+    #[arg(long)]
+    pub stale_first: bool,
+    /// Each new owner first claims the row: raises last_fence to its fence in the statement
+    /// that reads the invoice, so the stale write is refused wherever it lands.
+    #[arg(long)]
+    pub claim: bool,
     /// The SQLite database file (default: a temporary file, removed afterwards).
     #[arg(long, value_name = "PATH")]
     pub db: Option<PathBuf>,

@@ -33,6 +33,10 @@ pub fn explain(err: &Error, ctx: Context<'_>) -> CliError {
             "the lease on {key:?} is no longer held ({cause}): the work it protected may overlap with another owner's"
         )),
         Error::QuorumNotReached(report) => quorum(report, ctx),
+        Error::NotConfirmed { node, wanted, confirmed } => CliError::Unavailable(format!(
+            "the grant of {:?} on {node} was confirmed by {confirmed} of {wanted} replicas in time, so it was released: check the replicas (INFO replication), or lower --confirm-replicas / raise --confirm-timeout",
+            ctx.key
+        )),
         Error::Server { node, source } => match err.reply_error() {
             Some(refusal) => module_refusal(node, refusal, source, ctx),
             None => server(node, source, ctx),
@@ -60,6 +64,8 @@ enum Failure {
     ReadOnly,
     /// Loading its data, or its cluster is reconfiguring (`LOADING`, `TRYAGAIN`, ...).
     NotReady,
+    /// Out of memory (`OOM`: maxmemory reached with nothing to evict).
+    OutOfMemory,
     /// Anything else.
     Other,
 }
@@ -85,6 +91,8 @@ impl Failure {
                 ),
                 _,
             ) => Failure::NotReady,
+            // `OOM` has no kind of its own in the `redis` crate; its code is the contract.
+            (_, Some("OOM")) => Failure::OutOfMemory,
             (ErrorKind::Server(ServerErrorKind::ResponseError), _) if is_unknown_command(err) => {
                 Failure::NoModule
             }
@@ -169,7 +177,9 @@ pub fn vote(vote: &Vote) -> String {
 fn module_refusal(node: &str, refusal: ReplyError, source: &RedisError, ctx: Context<'_>) -> CliError {
     let text = error_text(source);
     match refusal {
-        ReplyError::RestartGrace => CliError::Busy(format!(
+        // The server cannot answer for the lock yet (it may have lost leases in a restart):
+        // unavailable, not "someone holds it".
+        ReplyError::RestartGrace => CliError::Unavailable(format!(
             "the server at {node} refuses new leases during its restart grace ({text}); try again shortly or use --wait"
         )),
         ReplyError::WaitInterrupted => CliError::Busy(format!(
@@ -206,6 +216,9 @@ fn server(node: &str, source: &RedisError, ctx: Context<'_>) -> CliError {
         )),
         Failure::NotReady => CliError::Unavailable(format!(
             "the server at {node} is not ready ({text}); try again shortly or use --wait"
+        )),
+        Failure::OutOfMemory => CliError::Unavailable(format!(
+            "the server at {node} is out of memory ({text}): raise its maxmemory or free memory"
         )),
         Failure::Other => CliError::Internal(format!("unexpected reply from {node}: {text}")),
     }
@@ -275,7 +288,7 @@ mod tests {
             (ReplyError::BadTimeout, code::USAGE),
             (ReplyError::Syntax, code::USAGE),
             (ReplyError::WrongType, code::USAGE),
-            (ReplyError::RestartGrace, code::BUSY),
+            (ReplyError::RestartGrace, code::UNAVAILABLE),
             (ReplyError::WaitInterrupted, code::BUSY),
             (ReplyError::FencesExhausted, code::INTERNAL),
             (ReplyError::InternalCommand, code::INTERNAL),
@@ -311,7 +324,11 @@ mod tests {
                 code::UNAVAILABLE,
             ),
             ("ERR Protocol error", Failure::Other, code::INTERNAL),
-            ("OOM command not allowed when used memory > 'maxmemory'.", Failure::Other, code::INTERNAL),
+            (
+                "OOM command not allowed when used memory > 'maxmemory'.",
+                Failure::OutOfMemory,
+                code::UNAVAILABLE,
+            ),
         ] {
             assert_eq!(Failure::of(&reply(line)), failure, "{line}");
             assert_eq!(exit_code(reply(line)), exit, "{line}");
@@ -324,6 +341,35 @@ mod tests {
         let slow = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert_eq!(Failure::of(&slow), Failure::TimedOut);
         assert_eq!(exit_code(slow), code::UNAVAILABLE);
+    }
+
+    #[test]
+    fn what_the_policy_may_fail_open_on_exits_69_and_a_misconfiguration_is_never_among_it() {
+        // `--on-unavailable` decides by `is_unavailable()`; under `fail` each such error must
+        // still exit 69, whatever its wording.
+        let cannot_answer = [
+            from_server(reply("LOADING Redis is loading the dataset in memory")),
+            from_server(reply(&ReplyError::RestartGrace.message(1500))),
+            from_server(reply("OOM command not allowed when used memory > 'maxmemory'.")),
+            from_server(reply("CLUSTERDOWN The cluster is down")),
+            from_server(RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))),
+            Error::Timeout { node: "a".into(), operation: "ACQUIRE", after: Duration::from_millis(500) },
+            Error::NotConfirmed { node: "a".into(), wanted: 1, confirmed: 0 },
+        ];
+        for err in cannot_answer {
+            assert!(err.is_unavailable(), "{err}");
+            assert_eq!(explain(&err, CTX).exit_code(), code::UNAVAILABLE, "{err}");
+        }
+        let misconfigured = [
+            from_server(reply("NOPERM No permissions to access a key")),
+            from_server(reply("ERR unknown command 'x', with args beginning with: <redacted>")),
+            from_server(reply(&ReplyError::WrongType.message(0))),
+            from_server(reply(&ReplyError::BadTtl.message(0))),
+            Error::Config("bad".into()),
+        ];
+        for err in misconfigured {
+            assert!(!err.is_unavailable(), "a policy must not fail open on {err}");
+        }
     }
 
     #[test]

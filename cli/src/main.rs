@@ -1,5 +1,6 @@
 //! `fencedlock`: run a command under a distributed lease with a fencing token (cron
-//! coordination), script-level acquire / renew / release / status, and the billing demo.
+//! coordination), script-level acquire / renew / release / status, lease sizing (`plan`), and
+//! the billing demo.
 //!
 //! Owns the command line: options, exit codes, messages, the child process. Takes every lease
 //! through the `fencedlock` client crate and must not talk to the lock servers on its own, nor
@@ -12,6 +13,7 @@ mod duration;
 mod error;
 mod logging;
 mod output;
+mod plan;
 mod run;
 mod script;
 mod servers;
@@ -66,6 +68,7 @@ async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
         Command::Renew(args) => script::renew(args, global, out).await,
         Command::Release(args) => script::release(args, global, out).await,
         Command::Status(args) => script::status(args, global, out).await,
+        Command::Plan(args) => plan::run(args, out),
         Command::Demo(args) => demo::run(args, global, out).await,
     }
 }

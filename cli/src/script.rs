@@ -6,7 +6,7 @@ use std::time::Duration;
 use fencedlock::Redlock;
 use serde_json::json;
 
-use crate::args::{AcquireArgs, Global, ReleaseArgs, RenewArgs, StatusArgs};
+use crate::args::{AcquireArgs, AcquireOnUnavailable, Global, ReleaseArgs, RenewArgs, StatusArgs};
 use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
@@ -20,10 +20,20 @@ fn open(global: &Global, ttl: Duration, wait: Duration) -> Result<Redlock, CliEr
 
 /// Takes a lease and leaves it held (detached) for later `renew` / `release`.
 pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result<u8, CliError> {
-    let lock = open(global, args.ttl, args.wait)?;
+    let lock = servers::open_confirmed(
+        &global.redis,
+        LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
+        Some(&args.confirm),
+    )?;
     let ctx = Context { key: &args.key, waited: args.wait };
     // With no --wait (max_wait zero) this is a single attempt.
-    let lease = lock.acquire(&args.key).await.map_err(|e| diagnose::explain(&e, ctx))?;
+    let lease = match lock.acquire(&args.key).await {
+        Ok(lease) => lease,
+        Err(e) if e.is_unavailable() && args.on_unavailable == AcquireOnUnavailable::Skip => {
+            return Ok(crate::run::skip_unavailable(&args.key, &diagnose::explain(&e, ctx), out));
+        }
+        Err(e) => return Err(diagnose::explain(&e, ctx)),
+    };
     crate::run::warn_about_minority(&lease, out);
     let fence = lease.fence();
     let valid_ms = lease.remaining().as_millis() as u64;
@@ -75,7 +85,9 @@ pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result
     let token = token_io::read(&args.token)?;
     let lock = open(global, Duration::from_secs(1), Duration::ZERO)?;
     let ctx = Context { key: &args.key, waited: Duration::ZERO };
-    let held = lock.release_token(&args.key, &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
+    let held = lock.release_token(&args.key, &token).await;
+    servers::settle(&lock).await;
+    let held = held.map_err(|e| diagnose::explain(&e, ctx))?;
     if !held {
         return Err(CliError::LeaseLost(format!(
             "the lease on {:?} was no longer held by this token (it expired or was taken over before the release)",

@@ -8,8 +8,19 @@ use std::time::Duration;
 use fencedlock::{Error, Lease, LockConfig, LockStatus, Node, Redlock, TokenFormat, MAX_TTL};
 use futures::future::join_all;
 
+use crate::args::ConfirmArgs;
 use crate::duration;
 use crate::error::CliError;
+
+/// How long fencedlock waits, before it exits, for releases still finishing in the background
+/// ([`Redlock::settle`]): long enough for servers that answer, which then do not keep the lease
+/// until its ttl; short, because a silent server must not delay the exit by a node timeout.
+const SETTLE_GRACE: Duration = Duration::from_millis(100);
+
+/// Lets the background releases of `lock` finish, for at most [`SETTLE_GRACE`].
+pub async fn settle(lock: &Redlock) {
+    let _ = tokio::time::timeout(SETTLE_GRACE, lock.settle()).await;
+}
 
 /// Options for a lease taken from the command line.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +44,16 @@ pub struct NodeStatus {
 
 /// Checks the URLs and builds the lock over them. Nothing connects yet.
 pub fn open(urls: &[String], options: LeaseOptions) -> Result<Redlock, CliError> {
+    open_confirmed(urls, options, None)
+}
+
+/// [`open`], with each grant confirmed on replicas first when `confirm` asks for any
+/// (`--confirm-replicas`).
+pub fn open_confirmed(
+    urls: &[String],
+    options: LeaseOptions,
+    confirm: Option<&ConfirmArgs>,
+) -> Result<Redlock, CliError> {
     let urls: Vec<&str> = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect();
     if urls.is_empty() {
         return Err(CliError::Usage(
@@ -48,19 +69,33 @@ pub fn open(urls: &[String], options: LeaseOptions) -> Result<Redlock, CliError>
             )));
         }
     }
-    let config = LockConfig::builder()
+    let mut builder = LockConfig::builder()
         .ttl(options.ttl)
         .max_wait(options.wait)
         .node_timeout(options.timeout)
-        .token_format(TokenFormat::Hex)
-        .build()
-        .map_err(|e| match e {
-            Error::Config(msg) => CliError::Usage(format!(
-                "{msg}; use e.g. --ttl 30s (the servers' default limit is {})",
-                duration::format(MAX_TTL)
-            )),
-            other => CliError::Internal(other.to_string()),
-        })?;
+        .token_format(TokenFormat::Hex);
+    if let Some(confirm) = confirm.filter(|c| c.confirm_replicas > 0) {
+        if nodes.len() > 1 {
+            return Err(CliError::Usage(
+                "--confirm-replicas needs a single --redis server: Redlock's independent servers have no replicas to confirm on"
+                    .into(),
+            ));
+        }
+        if confirm.confirm_timeout.is_zero() {
+            return Err(CliError::Usage(
+                "--confirm-timeout must be positive with --confirm-replicas (e.g. --confirm-timeout 1s)"
+                    .into(),
+            ));
+        }
+        builder = builder.confirm_replicas(confirm.confirm_replicas).confirm_timeout(confirm.confirm_timeout);
+    }
+    let config = builder.build().map_err(|e| match e {
+        Error::Config(msg) => CliError::Usage(format!(
+            "{msg}; use e.g. --ttl 30s (the servers' default limit is {})",
+            duration::format(MAX_TTL)
+        )),
+        other => CliError::Internal(other.to_string()),
+    })?;
     Redlock::new(nodes, config).map_err(|e| CliError::Usage(e.to_string()))
 }
 

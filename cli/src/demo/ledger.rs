@@ -27,6 +27,12 @@ impl Guard {
     }
 }
 
+/// The claim: a new owner's first step (`--claim`). It raises the row's fence to its own and
+/// reads the state it inherits in one statement, so no older fence can change that state
+/// after it has looked, whenever the older write arrives.
+pub const CLAIM_SQL: &str =
+    "UPDATE invoices SET last_fence = :fence WHERE id = :id AND last_fence <= :fence RETURNING sent";
+
 /// An invoice row.
 #[derive(Debug, Clone, Copy)]
 pub struct Invoice {
@@ -43,9 +49,27 @@ pub enum Write {
     Accepted {
         /// The outbox entry's id.
         outbox_id: i64,
+        /// How many times the invoice has been sent, this send included: more than the writer
+        /// read plus one means it acted on state that changed after it read it.
+        sent: u32,
     },
     /// The table refused the write: its fence is below `last_fence`.
     Refused {
+        /// The fence the row already carries.
+        last_fence: u64,
+    },
+}
+
+/// The outcome of a claim.
+#[derive(Debug, Clone, Copy)]
+pub enum Claim {
+    /// The row now carries the claimant's fence; `sent` is the state it inherits.
+    Claimed {
+        /// How many times the invoice had been sent when the claim took.
+        sent: u32,
+    },
+    /// A newer fence already holds the row: the claimant is stale and must abandon.
+    Newer {
         /// The fence the row already carries.
         last_fence: u64,
     },
@@ -117,16 +141,32 @@ impl Ledger {
                 "INSERT INTO outbox (invoice_id, worker, fence) VALUES (:id, :worker, :fence)",
                 named_params! { ":id": id, ":worker": worker, ":fence": fence },
             )?;
-            Write::Accepted { outbox_id: tx.last_insert_rowid() }
+            let outbox_id = tx.last_insert_rowid();
+            let sent = tx.query_row(
+                "SELECT sent FROM invoices WHERE id = :id",
+                named_params! { ":id": id },
+                |row| row.get(0),
+            )?;
+            Write::Accepted { outbox_id, sent }
         } else {
-            let last: Option<i64> = tx
-                .query_row(
-                    "SELECT last_fence FROM invoices WHERE id = :id",
-                    named_params! { ":id": id },
-                    |row| row.get(0),
-                )
-                .optional()?;
-            Write::Refused { last_fence: last.and_then(|v| u64::try_from(v).ok()).unwrap_or(0) }
+            Write::Refused { last_fence: last_fence(&tx, id)? }
+        };
+        tx.commit()?;
+        Ok(outcome)
+    }
+
+    /// Claims the invoice for `fence` ([`CLAIM_SQL`]), reading its state in the same
+    /// transaction.
+    pub fn claim(&mut self, id: &str, fence: u64) -> rusqlite::Result<Claim> {
+        let fence =
+            i64::try_from(fence).map_err(|_| rusqlite::Error::IntegralValueOutOfRange(0, i64::MAX))?;
+        let tx = self.conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let sent: Option<u32> = tx
+            .query_row(CLAIM_SQL, named_params! { ":id": id, ":fence": fence }, |row| row.get(0))
+            .optional()?;
+        let outcome = match sent {
+            Some(sent) => Claim::Claimed { sent },
+            None => Claim::Newer { last_fence: last_fence(&tx, id)? },
         };
         tx.commit()?;
         Ok(outcome)
@@ -141,6 +181,16 @@ impl Ledger {
         })?;
         rows.collect()
     }
+}
+
+/// The row's fence (0 if the row is missing), read inside a caller's transaction.
+fn last_fence(conn: &Connection, id: &str) -> rusqlite::Result<u64> {
+    let last: Option<i64> = conn
+        .query_row("SELECT last_fence FROM invoices WHERE id = :id", named_params! { ":id": id }, |row| {
+            row.get(0)
+        })
+        .optional()?;
+    Ok(last.and_then(|v| u64::try_from(v).ok()).unwrap_or(0))
 }
 
 #[cfg(test)]
@@ -163,5 +213,24 @@ mod tests {
         // Creating again resets the table.
         Ledger::create(&path, "inv", 100).unwrap();
         assert_eq!(Ledger::open(&path).unwrap().invoice("inv").unwrap().sent, 0);
+    }
+
+    #[test]
+    fn a_claim_raises_the_fence_so_an_older_write_arriving_later_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        Ledger::create(&path, "inv", 100).unwrap();
+        let mut db = Ledger::open(&path).unwrap();
+        assert!(matches!(db.claim("inv", 8).unwrap(), Claim::Claimed { sent: 0 }));
+        assert_eq!(db.invoice("inv").unwrap().last_fence, 8);
+        // The older fence's write lands after the claim, before the claimant wrote anything.
+        assert!(matches!(db.send("inv", "a", 7, Guard::Fenced).unwrap(), Write::Refused { last_fence: 8 }));
+        assert!(matches!(db.send("inv", "b", 8, Guard::Fenced).unwrap(), Write::Accepted { sent: 1, .. }));
+        // An older claimant is told a newer fence holds the row, and changes nothing.
+        assert!(matches!(db.claim("inv", 7).unwrap(), Claim::Newer { last_fence: 8 }));
+        // Without a claim the older write that arrives first is accepted: nothing newer to compare.
+        Ledger::create(&path, "inv", 100).unwrap();
+        assert!(matches!(db.send("inv", "a", 7, Guard::Fenced).unwrap(), Write::Accepted { sent: 1, .. }));
+        assert!(matches!(db.send("inv", "b", 8, Guard::Fenced).unwrap(), Write::Accepted { sent: 2, .. }));
     }
 }

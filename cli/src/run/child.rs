@@ -24,6 +24,11 @@ pub struct Job {
     status: Option<ExitStatus>,
 }
 
+/// The lease's key, fence and ttl in the command's environment.
+const ENV_KEY: &str = "FENCEDLOCK_KEY";
+const ENV_FENCE: &str = "FENCEDLOCK_FENCE";
+const ENV_TTL_MS: &str = "FENCEDLOCK_TTL_MS";
+
 /// What the command learns about its lease.
 pub struct LeaseEnv<'a> {
     /// `FENCEDLOCK_KEY`.
@@ -35,24 +40,32 @@ pub struct LeaseEnv<'a> {
 }
 
 impl Job {
-    /// Starts `argv` with the lease in its environment and stdio inherited.
+    /// Starts `argv` with the lease in its environment and stdio inherited. Without a lease
+    /// (`--on-unavailable run`) the lease variables are removed, inherited ones included: a
+    /// command run unlocked must never see a fence, least of all an outer run's.
     ///
     /// With `own_group` the command leads a new process group, so a lost lease stops every
     /// process it started, not just the shell at the top. It also dies with fencedlock
     /// (`PR_SET_PDEATHSIG`): if fencedlock is killed nobody renews the lease, so the
     /// command must not go on writing.
-    pub fn spawn(argv: &[OsString], env: LeaseEnv<'_>, own_group: bool) -> Result<Job, CliError> {
+    pub fn spawn(argv: &[OsString], env: Option<LeaseEnv<'_>>, own_group: bool) -> Result<Job, CliError> {
         let (program, args) =
             argv.split_first().ok_or_else(|| CliError::Usage("no command given after --".into()))?;
         let mut cmd = Command::new(program);
-        cmd.args(args)
-            .env("FENCEDLOCK_KEY", env.key)
-            .env("FENCEDLOCK_FENCE", env.fence.to_string())
-            .env("FENCEDLOCK_TTL_MS", env.ttl_ms.to_string())
-            .stdin(Stdio::inherit())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::inherit())
-            .kill_on_drop(false);
+        cmd.args(args);
+        match env {
+            Some(env) => {
+                cmd.env(ENV_KEY, env.key)
+                    .env(ENV_FENCE, env.fence.to_string())
+                    .env(ENV_TTL_MS, env.ttl_ms.to_string());
+            }
+            None => {
+                for var in [ENV_KEY, ENV_FENCE, ENV_TTL_MS] {
+                    cmd.env_remove(var);
+                }
+            }
+        }
+        cmd.stdin(Stdio::inherit()).stdout(Stdio::inherit()).stderr(Stdio::inherit()).kill_on_drop(false);
         if own_group {
             cmd.process_group(0);
         }
@@ -119,25 +132,27 @@ impl Job {
         }
     }
 
-    /// SIGTERM now; SIGKILL to whatever is left after `grace`. Returns the command's status.
-    pub async fn terminate(&mut self, grace: Duration) -> io::Result<ExitStatus> {
+    /// SIGTERM now; SIGKILL to whatever is left at `kill_at` (at once if it has passed).
+    /// Returns the command's status.
+    pub async fn terminate(&mut self, kill_at: Instant) -> io::Result<ExitStatus> {
         self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + grace;
         loop {
+            if Instant::now() >= kill_at {
+                tracing::info!(pid = self.pid, "kill deadline reached, sending SIGKILL");
+                self.signal(libc::SIGKILL);
+                break;
+            }
+            // Never sleep past the deadline: the kill is due at it, not a poll later.
+            let nap = tokio::time::sleep_until(kill_at.min(Instant::now() + GROUP_POLL));
             if self.status.is_none() {
                 tokio::select! {
                     status = self.child.wait() => { self.status = Some(status?); }
-                    _ = tokio::time::sleep(GROUP_POLL) => {}
+                    _ = nap => {}
                 }
             } else {
-                tokio::time::sleep(GROUP_POLL).await;
+                nap.await;
             }
             if !self.any_alive() {
-                break;
-            }
-            if Instant::now() >= deadline {
-                tracing::info!(pid = self.pid, "grace period over, sending SIGKILL");
-                self.signal(libc::SIGKILL);
                 break;
             }
         }

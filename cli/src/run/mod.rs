@@ -10,11 +10,13 @@ pub mod signals;
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
+use std::time::Duration;
 
-use fencedlock::{KeptLease, Lease, Vote};
+use fencedlock::{KeptLease, Lease, Redlock, Vote};
 use serde_json::json;
+use tokio::time::Instant;
 
-use crate::args::{Global, RunArgs};
+use crate::args::{Global, OnUnavailable, RunArgs};
 use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
@@ -30,9 +32,10 @@ pub async fn run(
     out: Output,
     signals: &mut Signals,
 ) -> Result<u8, CliError> {
-    let lock = servers::open(
+    let lock = servers::open_confirmed(
         &global.redis,
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
+        Some(&args.confirm),
     )?;
     let ctx = Context { key: &args.key, waited: args.wait };
 
@@ -49,6 +52,7 @@ pub async fn run(
     let lease = match lease {
         Ok(lease) => lease,
         Err(err) => {
+            let unavailable = err.is_unavailable();
             let err = diagnose::explain(&err, ctx);
             if let CliError::Busy(msg) = &err {
                 // Skipping is the normal outcome on all but one host: a notice, not an error.
@@ -58,11 +62,18 @@ pub async fn run(
                 );
                 return Ok(code::BUSY);
             }
-            return Err(err);
+            if !unavailable {
+                return Err(err);
+            }
+            return match args.on_unavailable {
+                OnUnavailable::Fail => Err(err),
+                OnUnavailable::Skip => Ok(skip_unavailable(&args.key, &err, out)),
+                OnUnavailable::Run => run_unlocked(args, &err, out, signals).await,
+            };
         }
     };
 
-    let granted_at = tokio::time::Instant::now();
+    let granted_at = Instant::now();
     let fence = lease.fence();
     warn_about_minority(&lease, out);
     tracing::info!(key = %args.key, fence, servers = %servers::describe(&lock), valid = ?lease.remaining(), "lease acquired");
@@ -70,7 +81,7 @@ pub async fn run(
     // command must stay in it to read the terminal; under cron it gets a group of its own.
     let own_group = !std::io::stdin().is_terminal();
     let env = LeaseEnv { key: &args.key, fence, ttl_ms: lock.config().ttl_ms() };
-    let mut job = match Job::spawn(&args.command, env, own_group) {
+    let mut job = match Job::spawn(&args.command, Some(env), own_group) {
         Ok(job) => job,
         Err(err) => {
             if let Err(e) = lease.release().await {
@@ -85,7 +96,7 @@ pub async fn run(
     match outcome {
         Supervised::Exited(status) => {
             hold(&kept, granted_at + args.min_hold, signals).await;
-            release(kept, out).await;
+            release(&lock, kept, out).await;
             let exit = exit_code(status);
             tracing::info!(key = %args.key, fence, exit, "command finished, lease released");
             out.record(
@@ -95,7 +106,7 @@ pub async fn run(
             Ok(exit)
         }
         Supervised::Lost { reason, status } => {
-            release(kept, out).await;
+            release(&lock, kept, out).await;
             let msg = format!(
                 "the command was terminated because the lease on {:?} (fence {fence}) was lost ({reason}); {}",
                 args.key,
@@ -113,10 +124,55 @@ pub async fn run(
         }
         Supervised::Failed(err) => {
             job.signal(libc::SIGKILL);
-            release(kept, out).await;
+            release(&lock, kept, out).await;
             Err(CliError::Internal(format!("lost track of the command: {err}")))
         }
     }
+}
+
+/// `--on-unavailable skip`: like a busy lock, a notice (silent with -q) and exit 75.
+pub(crate) fn skip_unavailable(key: &str, err: &CliError, out: Output) -> u8 {
+    let msg = format!("skipped (--on-unavailable skip): {}", err.one_line());
+    out.record(
+        Some(&msg),
+        json!({ "outcome": "skipped", "reason": "unavailable", "key": key, "exit_code": code::BUSY,
+                "message": msg }),
+    );
+    code::BUSY
+}
+
+/// `--on-unavailable run`: the command runs without a lease, so it gets no fence (a missing
+/// `FENCEDLOCK_FENCE` is how it can tell), and the warning is shown even with `-q`.
+async fn run_unlocked(
+    args: &RunArgs,
+    err: &CliError,
+    out: Output,
+    signals: &mut Signals,
+) -> Result<u8, CliError> {
+    out.warning(&format!(
+        "running the command WITHOUT the lock on {:?} (--on-unavailable run; FENCEDLOCK_FENCE is not set): {}",
+        args.key,
+        err.one_line()
+    ));
+    let own_group = !std::io::stdin().is_terminal();
+    let mut job = Job::spawn(&args.command, None, own_group)?;
+    let status = loop {
+        tokio::select! {
+            biased;
+            status = job.wait() => break status,
+            sig = signals.recv() => {
+                tracing::info!(signal = sig, pid = job.pid(), "forwarding signal to the command");
+                job.signal(sig);
+            }
+        }
+    };
+    let status = status.map_err(|e| {
+        job.signal(libc::SIGKILL);
+        CliError::Internal(format!("lost track of the command: {e}"))
+    })?;
+    let exit = exit_code(status);
+    out.record(None, json!({ "outcome": "unlocked", "key": args.key, "exit_code": exit }));
+    Ok(exit)
 }
 
 /// A Redlock grant can hide failing servers; an operator wants to hear about them before
@@ -174,13 +230,25 @@ async fn supervise(
                     Some(other) => other.to_string(),
                     None => "the keep-alive stopped".into(),
                 };
+                let now = Instant::now();
+                let valid_until = Instant::from_std(kept.handle().valid_until());
+                let kill_at = kill_deadline(now, args.kill_grace, valid_until);
+                let when = if kill_at <= now {
+                    "at once (the lease's validity has ended; a command that needs a graceful shutdown needs a longer --ttl)".to_string()
+                } else if kill_at < now + args.kill_grace {
+                    format!(
+                        "in {} (the lease's validity ends then; --kill-grace is longer, and a command that needs a longer shutdown needs a longer --ttl)",
+                        duration::format(round_to_ms(kill_at - now))
+                    )
+                } else {
+                    format!("in {}", duration::format(args.kill_grace))
+                };
                 out.warning(&format!(
-                    "lease on {:?} (fence {}) lost: {reason}; sending SIGTERM to the command, SIGKILL in {}",
+                    "lease on {:?} (fence {}) lost: {reason}; sending SIGTERM to the command, SIGKILL {when}",
                     args.key,
                     kept.fence(),
-                    duration::format(args.kill_grace)
                 ));
-                let status = terminate(job, args, signals).await;
+                let status = terminate(job, kill_at, signals).await;
                 return Supervised::Lost { reason, status };
             }
             sig = signals.recv() => {
@@ -191,14 +259,26 @@ async fn supervise(
     }
 }
 
-/// Terminates the command after a lost lease, still forwarding signals meanwhile.
+/// When a command whose lease was lost at `now` gets SIGKILL: after `kill_grace`, but never
+/// after the lease's local validity ends (at once if it already has), since past that moment
+/// another owner may hold the lock and the command would run beside it.
+fn kill_deadline(now: Instant, kill_grace: Duration, valid_until: Instant) -> Instant {
+    (now + kill_grace).min(valid_until).max(now)
+}
+
+/// For messages: `duration::format` shows whole milliseconds.
+fn round_to_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Terminates the command after a lost lease (SIGTERM now, SIGKILL at `kill_at`), still
+/// forwarding signals meanwhile.
 async fn terminate(
     job: &mut Job,
-    args: &RunArgs,
+    kill_at: Instant,
     signals: &mut Signals,
 ) -> std::io::Result<std::process::ExitStatus> {
-    let grace = args.kill_grace;
-    let stopping = job.terminate(grace);
+    let stopping = job.terminate(kill_at);
     tokio::pin!(stopping);
     loop {
         tokio::select! {
@@ -210,8 +290,8 @@ async fn terminate(
 
 /// `--min-hold`: keeps the (kept-alive) lease until `until`, unless it is lost or a signal
 /// asks fencedlock to stop.
-async fn hold(kept: &KeptLease, until: tokio::time::Instant, signals: &mut Signals) {
-    if until <= tokio::time::Instant::now() {
+async fn hold(kept: &KeptLease, until: Instant, signals: &mut Signals) {
+    if until <= Instant::now() {
         return;
     }
     tracing::info!(key = kept.key(), "holding the lease for --min-hold");
@@ -224,7 +304,8 @@ async fn hold(kept: &KeptLease, until: tokio::time::Instant, signals: &mut Signa
 }
 
 /// Stops the keep-alive and gives the lease back; a failure only costs the rest of the ttl.
-async fn release(kept: KeptLease, out: Output) {
+/// Releases to servers that had not answered when a majority did get a short grace to land.
+async fn release(lock: &Redlock, kept: KeptLease, out: Output) {
     let key = kept.key().to_owned();
     match kept.release().await {
         Ok(true) => {}
@@ -234,6 +315,7 @@ async fn release(kept: KeptLease, out: Output) {
             "could not release the lease on {key:?} ({err}); it expires by itself after its ttl"
         )),
     }
+    servers::settle(lock).await;
 }
 
 /// How the terminated command ended. Asks the status for a signal rather than reading it back
@@ -252,6 +334,19 @@ fn describe_status(status: std::io::Result<std::process::ExitStatus>) -> String 
 mod tests {
     use super::*;
     use std::process::ExitStatus;
+
+    #[test]
+    fn sigkill_comes_at_the_grace_or_the_validity_end_whichever_is_first() {
+        let now = Instant::now();
+        let s = Duration::from_secs;
+        // Grace shorter than the validity left: the grace decides.
+        assert_eq!(kill_deadline(now, s(2), now + s(5)), now + s(2));
+        // Validity ends first (the 3 s ttl with the default 10 s grace).
+        assert_eq!(kill_deadline(now, s(10), now + s(2)), now + s(2));
+        // Validity already over (an expired lease): at once.
+        assert_eq!(kill_deadline(now + s(3), s(10), now + s(2)), now + s(3));
+        assert_eq!(kill_deadline(now, Duration::ZERO, now + s(2)), now);
+    }
 
     #[test]
     fn a_high_exit_code_is_not_mistaken_for_a_signal() {

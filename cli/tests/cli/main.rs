@@ -4,7 +4,11 @@
 
 mod support;
 
+mod confirm;
+mod deadline;
 mod demo;
 mod errors;
+mod plan;
+mod policy;
 mod run;
 mod script;
