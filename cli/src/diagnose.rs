@@ -286,6 +286,7 @@ mod tests {
             (ReplyError::BadToken, code::USAGE),
             (ReplyError::BadFence, code::USAGE),
             (ReplyError::BadTimeout, code::USAGE),
+            (ReplyError::BadLabel, code::USAGE),
             (ReplyError::Syntax, code::USAGE),
             (ReplyError::WrongType, code::USAGE),
             (ReplyError::RestartGrace, code::UNAVAILABLE),

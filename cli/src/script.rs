@@ -111,6 +111,7 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     let mut per_server = Vec::new();
     let mut fences = Vec::new();
     let mut remaining = Vec::new();
+    let mut labels = Vec::new();
     let mut answered = 0;
     let mut first_error = None;
     for answer in &answers {
@@ -121,13 +122,17 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
                     Some(s) => (s.fence, s.held, s.remaining.map(|d| d.as_millis() as u64)),
                     None => (0, false, None),
                 };
+                // Public, but arbitrary bytes: shown lossily, quoted and escaped.
+                let label = state.as_ref().and_then(|s| s.label_lossy()).map(|l| l.into_owned());
                 fences.push(fence);
                 if held {
                     remaining.push(pttl.unwrap_or(0));
+                    labels.extend(label.clone());
                 }
-                lines.push(format!("{}  {}", answer.server, describe(fence, held, pttl)));
-                per_server
-                    .push(json!({ "server": answer.server, "fence": fence, "held": held, "pttl_ms": pttl }));
+                lines.push(format!("{}  {}", answer.server, describe(fence, held, pttl, label.as_deref())));
+                per_server.push(json!({
+                    "server": answer.server, "fence": fence, "held": held, "pttl_ms": pttl, "label": label
+                }));
             }
             Err(err) => {
                 let explained = diagnose::explain(err, ctx);
@@ -145,7 +150,10 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     let held = remaining.len() >= quorum;
     let pttl = held.then(|| remaining[quorum - 1]);
     let fence = fences.iter().copied().max().unwrap_or(0);
-    let summary = describe(fence, held, pttl);
+    // The holder's label: the one a majority of servers show.
+    let label =
+        labels.iter().find(|l| held && labels.iter().filter(|other| other == l).count() >= quorum).cloned();
+    let summary = describe(fence, held, pttl, label.as_deref());
     let text = if answers.len() == 1 {
         format!("{}  {summary}", args.key)
     } else {
@@ -153,12 +161,23 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     };
     out.result(
         &text,
-        json!({ "key": args.key, "fence": fence, "held": held, "pttl_ms": pttl, "servers": per_server }),
+        json!({
+            "key": args.key, "fence": fence, "held": held, "pttl_ms": pttl, "label": label,
+            "servers": per_server
+        }),
     );
     Ok(code::OK)
 }
 
-fn describe(fence: u64, held: bool, pttl: Option<u64>) -> String {
+fn describe(fence: u64, held: bool, pttl: Option<u64>, label: Option<&str>) -> String {
+    let text = describe_lease(fence, held, pttl);
+    match label {
+        Some(label) => format!("{text}  label {label:?}"),
+        None => text,
+    }
+}
+
+fn describe_lease(fence: u64, held: bool, pttl: Option<u64>) -> String {
     match (held, pttl) {
         (true, Some(ms)) => {
             format!("fence {fence}  held  {} left", duration::format(Duration::from_millis(ms)))
@@ -166,5 +185,18 @@ fn describe(fence: u64, held: bool, pttl: Option<u64>) -> String {
         (true, None) => format!("fence {fence}  held"),
         (false, _) if fence == 0 => "fence 0  free  (never locked)".to_string(),
         (false, _) => format!("fence {fence}  free"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_holders_label_is_shown_quoted_and_escaped() {
+        assert_eq!(describe(7, true, None, Some("node-a")), "fence 7  held  label \"node-a\"");
+        // Arbitrary bytes cannot break the line or the terminal.
+        assert_eq!(describe(7, true, None, Some("a\nb\u{1b}")), "fence 7  held  label \"a\\nb\\u{1b}\"");
+        assert_eq!(describe(7, false, None, None), "fence 7  free");
     }
 }

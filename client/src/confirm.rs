@@ -91,13 +91,15 @@ impl Confirm {
     }
 }
 
-/// One non-waiting acquisition round on the engine's single node with `confirm`: ACQUIRE and
-/// WAIT on a dedicated connection; the grant when it was confirmed, released otherwise.
+/// One non-waiting acquisition round on the engine's single node with `confirm`: ACQUIRE
+/// (with `label`, if any) and WAIT on a dedicated connection; the grant when it was confirmed,
+/// released otherwise.
 pub(crate) async fn attempt(
     engine: &Engine,
     key: &str,
     token: &Token,
     confirm: &Confirm,
+    label: Option<&[u8]>,
 ) -> Result<Grant, Error> {
     let [node] = engine.nodes.as_slice() else {
         return Err(Error::Config("confirm_replicas is for a single server".into()));
@@ -108,7 +110,7 @@ pub(crate) async fn attempt(
     }
     let mut guard = Unsettled::new(engine, key, token);
     let sent = Instant::now();
-    let answer = node.acquire_confirmed(key, token, engine.config.ttl_ms(), None, confirm).await;
+    let answer = node.acquire_confirmed(key, token, engine.config.ttl_ms(), None, confirm, label).await;
     match answer {
         Ok(Answer::Granted { fence, acked }) => match settle(node, key, token, confirm, acked).await {
             Ok(()) => {

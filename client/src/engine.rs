@@ -94,14 +94,16 @@ impl Engine {
     /// before it counts as refused (Redlock's second step, see the `waiting` module).
     ///
     /// With replica confirmation configured, the round is the `confirm` module's instead.
+    /// Every ACQUIRE carries `label`, if any: the lease's public label.
     pub(crate) async fn attempt(
         &self,
         key: &str,
         token: &Token,
         block: Option<Duration>,
+        label: Option<&[u8]>,
     ) -> Result<Grant, Error> {
         if let Some(confirm) = Confirm::of(self)? {
-            return confirm::attempt(self, key, token, &confirm).await;
+            return confirm::attempt(self, key, token, &confirm, label).await;
         }
         let ttl = self.config.ttl();
         let ttl_ms = self.config.ttl_ms();
@@ -116,7 +118,7 @@ impl Engine {
                 return Vote::TimedOut;
             }
             asked.store(true, Ordering::Relaxed);
-            match node.acquire(key, token, ttl_ms, block).await {
+            match node.acquire(key, token, ttl_ms, block, label).await {
                 Ok(Some(fence)) => Vote::Granted { fence },
                 Ok(None) => Vote::Refused,
                 Err(failure) => failure.into_vote(),

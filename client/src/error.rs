@@ -269,7 +269,7 @@ mod tests {
             assert!(!replied(line).is_unavailable(), "{line}");
         }
         assert!(!replied(&ReplyError::BadToken.message(0)).is_unavailable());
-        let Err(source) = fencedlock_protocol::LockStatus::decode([0, 2, -1]) else {
+        let Err(source) = fencedlock_protocol::LockStatus::decode([0, 2, -1], None) else {
             panic!("a broken reply")
         };
         assert!(!Error::BadReply { node: "n".into(), source }.is_unavailable());

@@ -76,9 +76,23 @@ impl Lease {
         token: Token,
         attempts: Attempts,
     ) -> Result<Lease, Error> {
+        let give_up = Instant::now() + engine.config.max_wait();
+        Lease::take_until(engine, key, token, attempts, give_up, None).await
+    }
+
+    /// [`Lease::take`] giving up at `give_up` rather than after the configured maximum wait,
+    /// every ACQUIRE carrying the public `label`, if any (an election's candidate: the label
+    /// is the leader's name, and `STATUS` shows it while the lease is held).
+    pub(crate) async fn take_until(
+        engine: &Arc<Engine>,
+        key: &str,
+        token: Token,
+        attempts: Attempts,
+        give_up: Instant,
+        label: Option<&[u8]>,
+    ) -> Result<Lease, Error> {
         let mut claim =
             Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false, waited: false };
-        let give_up = Instant::now() + engine.config.max_wait();
         let mut round = 0u32;
         loop {
             // Armed while anything may be held, a waiting request in flight included: the
@@ -87,7 +101,7 @@ impl Lease {
             let waits = attempts == Attempts::UntilMaxWait && Instant::now() < give_up;
             let turn = if waits {
                 claim.waited = true;
-                waiting::take_turn(engine, key, &claim.token, give_up).await
+                waiting::take_turn(engine, key, &claim.token, give_up, label).await
             } else {
                 Turn::Poll
             };
@@ -99,16 +113,17 @@ impl Lease {
                 Turn::Reserved => {
                     // Not-awaited waiting requests of the round are closed as it ends, and the
                     // round's release may reach a node before the close does: stay armed.
-                    let result = engine.attempt(key, &claim.token, Some(engine.config.node_timeout())).await;
+                    let block = Some(engine.config.node_timeout());
+                    let result = engine.attempt(key, &claim.token, block, label).await;
                     (result, true, false)
                 }
-                Turn::Poll => (engine.attempt(key, &claim.token, None).await, false, false),
+                Turn::Poll => (engine.attempt(key, &claim.token, None, label).await, false, false),
                 Turn::TimedOut if engine.nodes.len() == 1 => {
                     (Err(Error::Contended { key: key.to_owned() }), false, true)
                 }
                 // Redlock: the designated node kept us waiting to the end; one last plain round
                 // tells how every node stands (and may still be granted).
-                Turn::TimedOut => (engine.attempt(key, &claim.token, None).await, false, true),
+                Turn::TimedOut => (engine.attempt(key, &claim.token, None, label).await, false, true),
                 Turn::Failed { error, may_hold } => (Err(error), may_hold, false),
             };
             let err = match result {

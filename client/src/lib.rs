@@ -93,6 +93,22 @@
 //!   over for the next in the ranking, which every client that sees the failure picks alike.
 //!   See [`Redlock`] for the argument.
 //!
+//! # Leader election
+//!
+//! [`Election`] (after etcd's Election API) elects one leader among candidates on a
+//! [`Locker`]'s key: [`Election::campaign`] waits in the server's queue until elected, then
+//! leads under a kept-alive lease carrying a public label, whose fence is the leader's
+//! **epoch** ([`Leadership::epoch`]); [`Leadership::resign`] hands over to the next candidate
+//! at once. Anyone can ask who leads ([`Election::leader`]: label, epoch, time left, never the
+//! token) or follow the changes ([`Election::observe`], a stream polled without busy-waiting).
+//!
+//! Losing leadership cancels [`Leadership::cancellation`] before another candidate can be
+//! elected: the keep-alive gives up at its first failed renewal, within a validity that ends
+//! on the leader's clock before the server's ttl does. But a leader that was frozen (a pause,
+//! a SIGSTOP) cannot act on it, and on waking it still believes it leads: a deposed leader
+//! that has not noticed is exactly the stale owner. Downstream resources must check the epoch
+//! (`UPDATE … SET last_epoch = :epoch WHERE … AND last_epoch <= :epoch`) and refuse older ones.
+//!
 //! # When the lock service is down
 //!
 //! [`Error::is_unavailable`] tells "the service could not answer" (unreachable, timed out, no
@@ -168,6 +184,7 @@ mod backoff;
 mod block;
 mod config;
 mod confirm;
+mod election;
 mod engine;
 mod error;
 mod fenced;
@@ -191,6 +208,7 @@ pub use backoff::Backoff;
 pub use config::{
     LockConfig, LockConfigBuilder, OnUnavailable, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_MAX_BLOCKING, MAX_TTL,
 };
+pub use election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW, MIN_POLL_INTERVAL};
 pub use error::{Error, LossCause};
 pub use fenced::Fencing;
 pub use fencedlock_protocol::limits::MAX_TOKEN_LEN;

@@ -134,4 +134,9 @@ impl Locker {
     pub fn config(&self) -> &LockConfig {
         &self.engine.config
     }
+
+    /// The shared engine, for the election built on this locker.
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
 }

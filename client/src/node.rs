@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::{ACQUIRE, BLOCK, RAISE, RELEASE, RENEW, STATUS};
+use fencedlock_protocol::command::{ACQUIRE, BLOCK, LABEL, RAISE, RELEASE, RENEW, STATUS};
 use fencedlock_protocol::LockStatus;
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
@@ -202,13 +202,13 @@ impl Node {
     pub async fn status(&self, key: &str) -> Result<Option<LockStatus>, Error> {
         let mut cmd = redis::cmd(STATUS.name);
         cmd.arg(key);
-        let reply: Option<[i64; 3]> = self.query(&cmd, None).await.map_err(|f| self.error("STATUS", f))?;
+        let reply: Option<StatusReply> = self.query(&cmd, None).await.map_err(|f| self.error("STATUS", f))?;
         self.decode_status(reply)
     }
 
-    fn decode_status(&self, reply: Option<[i64; 3]>) -> Result<Option<LockStatus>, Error> {
+    fn decode_status(&self, reply: Option<StatusReply>) -> Result<Option<LockStatus>, Error> {
         reply
-            .map(LockStatus::decode)
+            .map(|StatusReply(numbers, label)| LockStatus::decode(numbers, label))
             .transpose()
             .map_err(|source| Error::BadReply { node: self.name.clone(), source })
     }
@@ -216,30 +216,30 @@ impl Node {
     /// `FENCEDLOCK.ACQUIRE`: the fence on grant, `None` when another token holds the lease.
     ///
     /// With `block`, a busy key is waited for on the server up to that long
-    /// ([`Node::acquire_blocking`]); a node that cannot wait is asked once without it.
+    /// ([`Node::acquire_blocking`]); a node that cannot wait is asked once without it. With
+    /// `label`, the lease carries that public label (`LABEL`, shown by `STATUS`).
     pub(crate) async fn acquire(
         &self,
         key: &str,
         token: &Token,
         ttl_ms: u64,
         block: Option<Duration>,
+        label: Option<&[u8]>,
     ) -> Result<Option<u64>, Failure> {
         if let Some(wait) = block {
-            match self.acquire_blocking(key, token, ttl_ms, Instant::now() + wait).await? {
+            match self.acquire_blocking(key, token, ttl_ms, Instant::now() + wait, label).await? {
                 Waited::Granted(fence) => return Ok(Some(fence)),
                 Waited::TimedOut => return Ok(None),
                 Waited::Unsupported => {}
             }
         }
-        let mut cmd = redis::cmd(ACQUIRE.name);
-        cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
-        self.query(&cmd, Some(token)).await
+        self.query(&acquire_cmd(key, token, ttl_ms, label), Some(token)).await
     }
 
-    /// `FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms` on a dedicated connection, waiting on
-    /// the server until `until` at most (the time spent waiting for a free connection of the
-    /// pool included). The reply may take the whole wait, so it is bounded by the wait plus
-    /// the per-node timeout, not by the timeout alone.
+    /// `FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms [LABEL label]` on a dedicated
+    /// connection, waiting on the server until `until` at most (the time spent waiting for a
+    /// free connection of the pool included). The reply may take the whole wait, so it is
+    /// bounded by the wait plus the per-node timeout, not by the timeout alone.
     ///
     /// Cancel-safe in the sense the server needs: dropping the future drops the connection,
     /// which closes it, and the server takes the waiter out of its queue. The server may have
@@ -252,11 +252,13 @@ impl Node {
         token: &Token,
         ttl_ms: u64,
         until: Instant,
+        label: Option<&[u8]>,
     ) -> Result<Waited, Failure> {
         if !self.blocking.may_block() {
             return Ok(Waited::Unsupported);
         }
-        Ok(match self.acquire_dedicated(key, token, ttl_ms, Some(until), until, None).await? {
+        let acquire = acquire_cmd(key, token, ttl_ms, label);
+        Ok(match self.acquire_dedicated(token, acquire, Some(until), until, None).await? {
             Answer::Granted { fence, .. } => Waited::Granted(fence),
             Answer::Nil => Waited::TimedOut,
             Answer::Unsupported => Waited::Unsupported,
@@ -278,20 +280,21 @@ impl Node {
         ttl_ms: u64,
         block: Option<Instant>,
         confirm: &Confirm,
+        label: Option<&[u8]>,
     ) -> Result<Answer, Failure> {
         let permit_until = block.unwrap_or_else(|| Instant::now() + self.timeout);
-        self.acquire_dedicated(key, token, ttl_ms, block, permit_until, Some(confirm)).await
+        let acquire = acquire_cmd(key, token, ttl_ms, label);
+        self.acquire_dedicated(token, acquire, block, permit_until, Some(confirm)).await
     }
 
-    /// ACQUIRE on a connection of the pool (with `BLOCK` until `block`, if given), then
-    /// `confirm`'s WAIT on the same connection after a grant. A connection is given back only
-    /// when every request on it was answered: one dropped with a request in flight is closed,
-    /// so the server forgets a waiter and a WAIT alike.
+    /// `acquire` (an [`acquire_cmd`]) on a connection of the pool (with `BLOCK` until `block`,
+    /// if given), then `confirm`'s WAIT on the same connection after a grant. A connection is
+    /// given back only when every request on it was answered: one dropped with a request in
+    /// flight is closed, so the server forgets a waiter and a WAIT alike.
     async fn acquire_dedicated(
         &self,
-        key: &str,
         token: &Token,
-        ttl_ms: u64,
+        acquire: Cmd,
         block: Option<Instant>,
         permit_until: Instant,
         confirm: Option<&Confirm>,
@@ -308,8 +311,7 @@ impl Node {
                 Some(conn) => conn,
                 None => self.dedicated().await.map_err(|e| self.failure(e, Some(token)))?,
             };
-            let mut cmd = redis::cmd(ACQUIRE.name);
-            cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
+            let mut cmd = acquire.clone();
             let answer = match block {
                 Some(until) => {
                     let block_ms = block::block_ms(until.saturating_duration_since(Instant::now()));
@@ -545,6 +547,17 @@ impl std::fmt::Debug for Node {
     }
 }
 
+/// `FENCEDLOCK.ACQUIRE key token ttl_ms [LABEL label]`; a waiting caller appends `BLOCK`
+/// (options go in any order).
+fn acquire_cmd(key: &str, token: &Token, ttl_ms: u64, label: Option<&[u8]>) -> Cmd {
+    let mut cmd = redis::cmd(ACQUIRE.name);
+    cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
+    if let Some(label) = label {
+        cmd.arg(LABEL).arg(label);
+    }
+    cmd
+}
+
 /// `connect` within `limit`; running out of time is an I/O timeout like the client's own.
 async fn bounded<C>(
     limit: Duration,
@@ -570,6 +583,23 @@ impl Dedicated {
     }
 }
 
+/// A `STATUS` reply taken apart: its three integers, then its label (a fourth element, sent
+/// while a labelled lease holds the key). The rules are [`LockStatus::decode`]'s.
+struct StatusReply([i64; 3], Option<Vec<u8>>);
+
+impl FromRedisValue for StatusReply {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let redis::Value::Array(mut items) = v else {
+            return Err(format!("STATUS must reply an array, not {v:?}").into());
+        };
+        let label = match items.len() {
+            4 => items.pop().map(Vec::<u8>::from_redis_value).transpose()?,
+            _ => None,
+        };
+        Ok(StatusReply(<[i64; 3]>::from_redis_value(redis::Value::Array(items))?, label))
+    }
+}
+
 /// Errors after which the multiplexed connection cannot be trusted any more.
 fn is_broken(e: &RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
@@ -583,10 +613,23 @@ mod tests {
     fn status_replies_are_decoded_and_broken_ones_are_typed_errors() {
         let node = Node::new("redis://127.0.0.1:1").expect("a valid URL");
         assert_eq!(node.decode_status(None).ok(), Some(None));
-        let held = LockStatus { fence: 7, held: true, remaining: Some(Duration::from_millis(250)) };
-        assert_eq!(node.decode_status(Some([7, 1, 250])).ok(), Some(Some(held)));
-        for broken in [[0, 0, -1], [7, 2, -1], [7, 1, -1], [7, 0, 5]] {
-            let err = node.decode_status(Some(broken)).expect_err("broken");
+        let ints = |v: [i64; 3]| v.map(redis::Value::Int).to_vec();
+        let parse = |items: Vec<redis::Value>| {
+            Option::<StatusReply>::from_redis_value(redis::Value::Array(items)).expect("a STATUS shape")
+        };
+        let held =
+            LockStatus { fence: 7, held: true, remaining: Some(Duration::from_millis(250)), label: None };
+        assert_eq!(node.decode_status(parse(ints([7, 1, 250]))).ok(), Some(Some(held.clone())));
+        let labelled = [ints([7, 1, 250]), vec![redis::Value::BulkString(b"node-a".to_vec())]].concat();
+        let with_label = LockStatus { label: Some(b"node-a".to_vec()), ..held };
+        assert_eq!(node.decode_status(parse(labelled)).ok(), Some(Some(with_label)));
+        for shape in [ints([7, 1, 250])[..2].to_vec(), [ints([7, 1, 250]), ints([1, 2, 3])].concat()] {
+            assert!(Option::<StatusReply>::from_redis_value(redis::Value::Array(shape)).is_err());
+        }
+        let free_with_label = [ints([7, 0, -1]), vec![redis::Value::BulkString(b"x".to_vec())]].concat();
+        let broken_ones = [[0, 0, -1], [7, 2, -1], [7, 1, -1], [7, 0, 5]].map(ints);
+        for broken in broken_ones.into_iter().chain([free_with_label]) {
+            let err = node.decode_status(parse(broken)).expect_err("broken");
             assert!(matches!(&err, Error::BadReply { node, .. } if node == "127.0.0.1:1"), "{err:?}");
             assert!(!err.is_retryable());
         }

@@ -72,16 +72,23 @@ pub(crate) enum Turn {
     Failed { error: Error, may_hold: bool },
 }
 
-/// One waiting step for `token` on `key`, waiting on the server until `until` at most.
-pub(crate) async fn take_turn(engine: &Engine, key: &str, token: &Token, until: Instant) -> Turn {
+/// One waiting step for `token` on `key`, waiting on the server until `until` at most; a
+/// grant carries `label`, if any.
+pub(crate) async fn take_turn(
+    engine: &Engine,
+    key: &str,
+    token: &Token,
+    until: Instant,
+    label: Option<&[u8]>,
+) -> Turn {
     let confirm = match Confirm::of(engine) {
         Ok(confirm) => confirm,
         Err(error) => return Turn::Failed { error, may_hold: false },
     };
     match (engine.nodes.as_slice(), confirm) {
-        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm).await,
-        ([node], None) => single(engine, node, key, token, until).await,
-        (nodes, _) => reserve(engine, nodes, key, token, until).await,
+        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm, label).await,
+        ([node], None) => single(engine, node, key, token, until, label).await,
+        (nodes, _) => reserve(engine, nodes, key, token, until, label).await,
     }
 }
 
@@ -94,12 +101,13 @@ async fn confirmed(
     token: &Token,
     until: Instant,
     confirm: &Confirm,
+    label: Option<&[u8]>,
 ) -> Turn {
     if !node.may_block() {
         return Turn::Poll;
     }
     let sent = Instant::now();
-    match node.acquire_confirmed(key, token, engine.config.ttl_ms(), Some(until), confirm).await {
+    match node.acquire_confirmed(key, token, engine.config.ttl_ms(), Some(until), confirm, label).await {
         Ok(Answer::Granted { fence, acked }) => match confirm::settle(node, key, token, confirm, acked).await
         {
             Ok(()) => match anchor(engine, key, token, fence, sent).await {
@@ -115,12 +123,19 @@ async fn confirmed(
 }
 
 /// N = 1: the blocked ACQUIRE is the grant.
-async fn single(engine: &Engine, node: &Node, key: &str, token: &Token, until: Instant) -> Turn {
+async fn single(
+    engine: &Engine,
+    node: &Node,
+    key: &str,
+    token: &Token,
+    until: Instant,
+    label: Option<&[u8]>,
+) -> Turn {
     if !node.may_block() {
         return Turn::Poll;
     }
     let sent = Instant::now();
-    match node.acquire_blocking(key, token, engine.config.ttl_ms(), until).await {
+    match node.acquire_blocking(key, token, engine.config.ttl_ms(), until, label).await {
         Ok(Waited::Granted(fence)) => match anchor(engine, key, token, fence, sent).await {
             Ok(grant) => Turn::Granted(grant),
             Err(error) => Turn::Failed { error, may_hold: true },
@@ -168,7 +183,14 @@ fn needs_anchor(waited: Duration, window: Duration) -> bool {
 }
 
 /// N > 1: queue on the designated node (or the next in the ranking) for a reservation.
-async fn reserve(engine: &Engine, nodes: &[Node], key: &str, token: &Token, until: Instant) -> Turn {
+async fn reserve(
+    engine: &Engine,
+    nodes: &[Node],
+    key: &str,
+    token: &Token,
+    until: Instant,
+    label: Option<&[u8]>,
+) -> Turn {
     // Once this many candidates failed, too few nodes are left for a majority anyway.
     let candidates = nodes.len() - engine.quorum() + 1;
     let ranked = ranking(key, nodes.iter().map(Node::name));
@@ -188,7 +210,7 @@ async fn reserve(engine: &Engine, nodes: &[Node], key: &str, token: &Token, unti
             );
             continue;
         }
-        let wait = node.acquire_blocking(key, token, engine.config.ttl_ms(), until);
+        let wait = node.acquire_blocking(key, token, engine.config.ttl_ms(), until, label);
         match watched(node, wait).await {
             Ok(Waited::Granted(_)) => return Turn::Reserved,
             Ok(Waited::TimedOut) => return Turn::TimedOut,

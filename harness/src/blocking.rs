@@ -96,15 +96,20 @@ impl Server {
         ttl_ms: u64,
         block_ms: Option<u64>,
     ) -> BlockedAcquire {
+        self.send_acquire_cmd(&acquire_cmd(key, token, ttl_ms, block_ms))
+    }
+
+    /// [`Server::send_acquire`] of a command built by the caller (e.g. an [`acquire_cmd`] with
+    /// more options).
+    pub fn send_acquire_cmd(&self, cmd: &redis::Cmd) -> BlockedAcquire {
         let mut conn = self.conn();
         let id: u64 = redis::cmd("CLIENT")
             .arg("ID")
             .query(&mut conn)
             .unwrap_or_else(|e| panic!("CLIENT ID on {}: {}", self.addr(), error_text(&e)));
-        let packed = acquire_cmd(key, token, ttl_ms, block_ms).get_packed_command();
         let sent = Instant::now();
-        conn.send_packed_command(&packed)
-            .unwrap_or_else(|e| panic!("send ACQUIRE {key} to {}: {e}", self.addr()));
+        conn.send_packed_command(&cmd.get_packed_command())
+            .unwrap_or_else(|e| panic!("send ACQUIRE to {}: {e}", self.addr()));
         BlockedAcquire { conn, id, sent, addr: self.addr() }
     }
 

@@ -21,6 +21,7 @@
 //! - `FENCEDLOCK_FLAVOR` = `redis` (default) | `valkey`
 //! - `FENCEDLOCK_REDIS_SERVER`, `FENCEDLOCK_VALKEY_SERVER`, `FENCEDLOCK_REDIS_CLI`: binaries
 //! - `FENCEDLOCK_MODULE`: a prebuilt module `.so` (skips `cargo build`)
+//! - `FENCEDLOCK_V1_MODULE`: a prebuilt v1 module `.so` ([`v1_module`])
 
 mod admin;
 mod blocking;
@@ -30,6 +31,7 @@ mod config;
 mod digest;
 mod error;
 mod flavor;
+mod history;
 mod lock;
 mod paths;
 mod persistence;
@@ -49,6 +51,7 @@ pub use error::{HarnessError, Result};
 pub use fencedlock_protocol::limits::EPOCH_GAP;
 pub use fencedlock_protocol::LockStatus;
 pub use flavor::Flavor;
+pub use history::v1_module;
 pub use lock::{decode_status, try_decode_status, wait_released};
 pub use paths::{module_path, redis_cli, target_dir, workspace_root};
 pub use persistence::PERSIST_TIMEOUT;

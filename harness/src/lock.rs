@@ -14,15 +14,18 @@ use crate::reply::error_text;
 use crate::server::Server;
 
 /// A `STATUS` reply decoded: `Ok(None)` for nil, `Err` (naming the reply) for one that breaks
-/// the contract: not `[int, int, int]`, or a status [`LockStatus::decode`] refuses.
+/// the contract: not `[int, int, int]` or `[int, int, int, bulk label]`, or a status
+/// [`LockStatus::decode`] refuses.
 pub fn try_decode_status(reply: &Value) -> Result<Option<LockStatus>, String> {
+    let decode = |numbers, label| LockStatus::decode(numbers, label).map(Some).map_err(|e| e.to_string());
     match reply {
         Value::Nil => Ok(None),
         Value::Array(items) => match items.as_slice() {
-            [Value::Int(fence), Value::Int(held), Value::Int(pttl)] => {
-                LockStatus::decode([*fence, *held, *pttl]).map(Some).map_err(|e| e.to_string())
+            [Value::Int(fence), Value::Int(held), Value::Int(pttl)] => decode([*fence, *held, *pttl], None),
+            [Value::Int(fence), Value::Int(held), Value::Int(pttl), Value::BulkString(label)] => {
+                decode([*fence, *held, *pttl], Some(label.clone()))
             }
-            _ => Err(format!("STATUS must be [fence, held, pttl]: {reply:?}")),
+            _ => Err(format!("STATUS must be [fence, held, pttl] or [fence, held, pttl, label]: {reply:?}")),
         },
         other => Err(format!("STATUS replied {other:?}")),
     }
@@ -58,6 +61,12 @@ impl Server {
         decode_status(&reply)
     }
 
+    /// The public label of the lease holding `key` ([`Server::lock_status`]); `None` when the
+    /// key is free, missing, or held without one.
+    pub fn lock_label(&self, key: impl ToRedisArgs) -> Option<Vec<u8>> {
+        self.lock_status(key).and_then(|st| st.label)
+    }
+
     /// Whether this server shows an unexpired lease on `key` ([`Server::lock_status`]).
     pub fn lock_held(&self, key: impl ToRedisArgs) -> bool {
         self.lock_status(key).is_some_and(|st| st.held)
@@ -90,14 +99,21 @@ mod tests {
     #[test]
     fn decodes_status_replies() {
         assert_eq!(decode_status(&Value::Nil), None);
-        assert_eq!(
-            decode_status(&reply(7, 1, 250)),
-            Some(LockStatus { fence: 7, held: true, remaining: Some(Duration::from_millis(250)) })
-        );
+        let held =
+            LockStatus { fence: 7, held: true, remaining: Some(Duration::from_millis(250)), label: None };
+        assert_eq!(decode_status(&reply(7, 1, 250)), Some(held.clone()));
         assert_eq!(
             decode_status(&reply(7, 0, -1)),
-            Some(LockStatus { fence: 7, held: false, remaining: None })
+            Some(LockStatus { fence: 7, held: false, remaining: None, label: None })
         );
+        let Value::Array(mut items) = reply(7, 1, 250) else { unreachable!() };
+        items.push(Value::BulkString(b"node-a".to_vec()));
+        assert_eq!(
+            decode_status(&Value::Array(items.clone())),
+            Some(LockStatus { label: Some(b"node-a".to_vec()), ..held })
+        );
+        items[3] = Value::Int(1);
+        assert!(try_decode_status(&Value::Array(items)).is_err(), "a label is a bulk string");
         assert!(try_decode_status(&Value::Array(vec![Value::Int(7), Value::Int(1)])).is_err());
         assert!(try_decode_status(&Value::Int(7)).is_err());
     }

@@ -1,10 +1,10 @@
 //! Parsing of command arguments. Pure, so every bad input is unit-tested without a server.
 
-use fencedlock_protocol::command::BLOCK;
+use fencedlock_protocol::command::{BLOCK, LABEL};
 use fencedlock_protocol::limits::{MAX_BLOCK_MS, MAX_FENCE};
 
 use crate::error::LockError;
-use crate::lease::{check_token, Micros, Record};
+use crate::lease::{check_label, check_token, Holding, Micros, Record};
 
 /// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.
 fn parse_u64(bytes: &[u8]) -> Option<u64> {
@@ -35,20 +35,47 @@ pub fn fence(bytes: &[u8]) -> Result<u64, LockError> {
     parse_u64(bytes).filter(|f| (1..=MAX_FENCE).contains(f)).ok_or(LockError::BadFence)
 }
 
-/// ACQUIRE's optional `BLOCK timeout_ms` (the word in any case): the timeout in ms, 0 for none.
-pub fn block(word: &[u8], timeout: &[u8]) -> Result<u64, LockError> {
-    if !word.eq_ignore_ascii_case(BLOCK.as_bytes()) {
-        return Err(LockError::Syntax);
-    }
-    parse_u64(timeout).filter(|ms| *ms <= MAX_BLOCK_MS).ok_or(LockError::BadTimeout)
+/// ACQUIRE's options, each given at most once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AcquireOptions<'a> {
+    /// `BLOCK timeout_ms`: the timeout in ms, 0 for none.
+    pub block: Option<u64>,
+    /// `LABEL label`: the lease's public label.
+    pub label: Option<&'a [u8]>,
 }
 
-/// The arguments of `FENCEDLOCK.APPLY key high_water fence [token remaining_us]` after the key.
+/// ACQUIRE's options after `ttl_ms`: `BLOCK timeout_ms` and `LABEL label`, the words in any
+/// case, in any order, each at most once. An unknown word, a repeat or a word without its value
+/// is a syntax error (the arity check lets only pairs through).
+pub fn acquire_options<'a>(args: &[&'a [u8]]) -> Result<AcquireOptions<'a>, LockError> {
+    let mut options = AcquireOptions::default();
+    for pair in args.chunks(2) {
+        let [word, value] = pair else { return Err(LockError::Syntax) };
+        if word.eq_ignore_ascii_case(BLOCK.as_bytes()) && options.block.is_none() {
+            options.block =
+                Some(parse_u64(value).filter(|ms| *ms <= MAX_BLOCK_MS).ok_or(LockError::BadTimeout)?);
+        } else if word.eq_ignore_ascii_case(LABEL.as_bytes()) && options.label.is_none() {
+            check_label(value)?;
+            options.label = Some(value);
+        } else {
+            return Err(LockError::Syntax);
+        }
+    }
+    Ok(options)
+}
+
+/// The arguments of `FENCEDLOCK.APPLY key high_water fence [token remaining_us [label]]` after
+/// the key.
 pub fn record<'a>(args: &[&'a [u8]]) -> Result<(u64, Record<'a>), LockError> {
     let num = |b: &[u8]| parse_u64(b).filter(|n| *n <= MAX_FENCE).ok_or(LockError::BadRecord);
+    let holding =
+        |token, remaining, label| Ok::<_, LockError>(Holding { token, remaining: num(remaining)?, label });
     let (high_water, fence, holder) = match args {
         [hw, fence] => (num(hw)?, num(fence)?, None),
-        [hw, fence, token, remaining] => (num(hw)?, num(fence)?, Some((*token, num(remaining)?))),
+        [hw, fence, token, remaining] => (num(hw)?, num(fence)?, Some(holding(*token, remaining, None)?)),
+        [hw, fence, token, remaining, label] => {
+            (num(hw)?, num(fence)?, Some(holding(*token, remaining, Some(*label))?))
+        }
         _ => return Err(LockError::BadRecord),
     };
     Ok((high_water, Record { fence, holder }))
@@ -56,6 +83,8 @@ pub fn record<'a>(args: &[&'a [u8]]) -> Result<(u64, Record<'a>), LockError> {
 
 #[cfg(test)]
 mod tests {
+    use fencedlock_protocol::limits::MAX_LABEL_LEN;
+
     use super::*;
 
     #[test]
@@ -85,6 +114,10 @@ mod tests {
         }
     }
 
+    fn block(word: &[u8], timeout: &[u8]) -> Result<u64, LockError> {
+        acquire_options(&[word, timeout]).map(|o| o.block.expect("a BLOCK option"))
+    }
+
     #[test]
     fn block_takes_the_word_in_any_case_and_a_bounded_timeout() {
         assert_eq!(block(b"BLOCK", b"0"), Ok(0));
@@ -94,20 +127,67 @@ mod tests {
             assert_eq!(block(b"BLOCK", bad), Err(LockError::BadTimeout), "{bad:?}");
         }
         assert_eq!(block(b"BLOCK", (MAX_BLOCK_MS + 1).to_string().as_bytes()), Err(LockError::BadTimeout));
-        for bad in [&b"BLOK"[..], b"", b"BLOCKS", b"WAIT"] {
+        for bad in [&b"BLOK"[..], b"", b"BLOCKS", b"WAIT", b"LABELS"] {
             assert_eq!(block(bad, b"10"), Err(LockError::Syntax), "{bad:?}");
         }
     }
 
     #[test]
-    fn records_parse_with_and_without_a_holder() {
+    fn options_come_in_any_order_each_at_most_once() {
+        let both = AcquireOptions { block: Some(10), label: Some(&b"node-a"[..]) };
+        assert_eq!(acquire_options(&[]), Ok(AcquireOptions::default()));
+        assert_eq!(acquire_options(&[b"BLOCK", b"10", b"LABEL", b"node-a"]), Ok(both));
+        assert_eq!(acquire_options(&[b"label", b"node-a", b"block", b"10"]), Ok(both));
+        assert_eq!(
+            acquire_options(&[b"LaBeL", b"x"]),
+            Ok(AcquireOptions { block: None, label: Some(&b"x"[..]) })
+        );
+        for repeated in [
+            &[&b"BLOCK"[..], b"10", b"BLOCK", b"10"][..],
+            &[b"LABEL", b"a", b"label", b"b"],
+            &[b"LABEL", b"a", b"BLOCK", b"1", b"LABEL", b"a"],
+        ] {
+            assert_eq!(acquire_options(repeated), Err(LockError::Syntax), "{repeated:?}");
+        }
+        // A dangling word (the arity check lets none through; refused all the same).
+        assert_eq!(acquire_options(&[b"LABEL"]), Err(LockError::Syntax));
+        assert_eq!(acquire_options(&[b"BLOCK", b"1", b"LABEL"]), Err(LockError::Syntax));
+    }
+
+    #[test]
+    fn labels_are_1_to_max_label_len_opaque_bytes() {
+        let label = |l: &[u8]| acquire_options(&[b"LABEL", l]).map(|o| o.label.map(<[u8]>::to_vec));
+        assert_eq!(label(b"\x00\xff \r\n"), Ok(Some(b"\x00\xff \r\n".to_vec())));
+        assert_eq!(label(&[b'x'; MAX_LABEL_LEN]), Ok(Some(vec![b'x'; MAX_LABEL_LEN])));
+        assert_eq!(label(b""), Err(LockError::BadLabel));
+        assert_eq!(label(&[b'x'; MAX_LABEL_LEN + 1]), Err(LockError::BadLabel));
+        // The first bad option decides the error.
+        assert_eq!(acquire_options(&[b"LABEL", b"", b"BLOCK", b"x"]), Err(LockError::BadLabel));
+        assert_eq!(acquire_options(&[b"BLOCK", b"x", b"LABEL", b""]), Err(LockError::BadTimeout));
+    }
+
+    #[test]
+    fn records_parse_with_and_without_a_holder_and_a_label() {
         assert_eq!(record(&[b"9", b"3"]), Ok((9, Record { fence: 3, holder: None })));
+        let holding = Holding { token: &b"tok"[..], remaining: 250, label: None };
         assert_eq!(
             record(&[b"9", b"3", b"tok", b"250"]),
-            Ok((9, Record { fence: 3, holder: Some((&b"tok"[..], 250)) }))
+            Ok((9, Record { fence: 3, holder: Some(holding) }))
         );
-        for bad in [&[&b"9"[..]][..], &[b"9", b"x"], &[b"9", b"3", b"tok"], &[b"9", b"3", b"t", b"-1"]] {
-            assert_eq!(record(bad), Err(LockError::BadRecord));
+        let labelled = Holding { label: Some(&b"node-a"[..]), ..holding };
+        assert_eq!(
+            record(&[b"9", b"3", b"tok", b"250", b"node-a"]),
+            Ok((9, Record { fence: 3, holder: Some(labelled) }))
+        );
+        for bad in [
+            &[&b"9"[..]][..],
+            &[b"9", b"x"],
+            &[b"9", b"3", b"tok"],
+            &[b"9", b"3", b"t", b"-1"],
+            &[b"9", b"3", b"t", b"-1", b"l"],
+            &[b"9", b"3", b"t", b"1", b"l", b"x"],
+        ] {
+            assert_eq!(record(bad), Err(LockError::BadRecord), "{bad:?}");
         }
     }
 
@@ -118,6 +198,9 @@ mod tests {
             let _ = fence(&bytes);
             let _ = token(&bytes);
             let _ = record(&[&bytes, &bytes, &bytes, &bytes]);
+            let _ = record(&[&bytes, &bytes, &bytes, &bytes, &bytes]);
+            let _ = acquire_options(&[&bytes, &bytes]);
+            let _ = acquire_options(&[b"LABEL", &bytes, &bytes, &bytes]);
         }
 
         #[test]

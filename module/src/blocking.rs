@@ -79,6 +79,7 @@ pub fn is_waited_at(db: i32, name: &[u8]) -> bool {
 pub fn block(
     call: &Call,
     token: &[u8],
+    label: Option<&[u8]>,
     ttl: Micros,
     timeout_ms: u64,
     deadline: Micros,
@@ -91,7 +92,9 @@ pub fn block(
     };
     let key: KeyId = (call.db(), call.arg(1).into());
     with(|s| {
-        s.queues.push(key.clone(), Waiter { handle: client, token: token.into(), ttl, since: now });
+        let waiter =
+            Waiter { handle: client, token: token.into(), label: label.map(Into::into), ttl, since: now };
+        s.queues.push(key.clone(), waiter);
         s.queues.wake(&key, deadline);
         rearm(s, now);
     });

@@ -2,6 +2,7 @@
 //! effect, count and reply. Arity was checked by `ffi::run` against the protocol's shape.
 //! Every error is returned before anything is written.
 
+use crate::args::AcquireOptions;
 use crate::error::LockError;
 use crate::fence::HighWater;
 use crate::ffi::{int, Call, Reply};
@@ -9,15 +10,17 @@ use crate::key::Key;
 use crate::lease::{Acquired, Lock, Micros, Released};
 use crate::{args, blocking, clock, floor, replication, state, stats, sweeper};
 
-/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms]` → fence, or nil while another
-/// token holds the lease (or others wait for it). With `BLOCK`, a busy key queues the caller
-/// (see `blocking`); where Redis allows no blocking (MULTI, scripts) it is one attempt.
+/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label]` → fence, or nil
+/// while another token holds the lease (or others wait for it). With `BLOCK`, a busy key queues
+/// the caller (see `blocking`); where Redis allows no blocking (MULTI, scripts) it is one
+/// attempt. `LABEL` is the lease's public label (see `Lock::acquire`).
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
-    let block = match call.argc() {
-        6 => Some(args::block(call.arg(4), call.arg(5))?),
-        _ => None,
+    // The plain form, by far the most common, allocates nothing for its options.
+    let AcquireOptions { block, label } = match call.argc() {
+        4 => AcquireOptions::default(),
+        _ => args::acquire_options(&call.args_from(4))?,
     };
     let now = clock::now();
     if blocking::is_waited(call) {
@@ -27,7 +30,8 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let mut key = Key::write(call);
     let mut mark = state::high_water();
     let before = mark;
-    let mut decide = |lock: &mut Lock| lock.acquire(&mut mark, token, ttl, now, state::grace_left(now));
+    let mut decide =
+        |lock: &mut Lock| lock.acquire(&mut mark, token, label, ttl, now, state::grace_left(now));
 
     let (outcome, lock) = match key.lock()? {
         Some(lock) => {
@@ -65,7 +69,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
         }
         (Ok(Acquired::Busy), Some(timeout)) if call.may_block() => {
             let deadline = lock.deadline().unwrap_or(now);
-            return Ok(blocking::block(call, token, ttl, timeout, deadline, now));
+            return Ok(blocking::block(call, token, label, ttl, timeout, deadline, now));
         }
         (refused, _) => return count_refusal(refused),
     };
@@ -196,16 +200,21 @@ pub fn cad(call: &Call) -> Result<Reply, LockError> {
     Ok(Reply::Int(1))
 }
 
-/// `FENCEDLOCK.STATUS key` → `[fence, held, pttl_ms or -1]`, nil for a missing key.
+/// `FENCEDLOCK.STATUS key` → `[fence, held, pttl_ms or -1]`, then the label while a labelled
+/// lease holds the key; nil for a missing key. Never the token.
 pub fn status(call: &Call) -> Result<Reply, LockError> {
     let mut key = Key::read(call);
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
     let status = fencedlock_protocol::LockStatus::from(lock.status(clock::now()));
-    Ok(Reply::Ints(status.encode().to_vec()))
+    let (numbers, label) = status.encode();
+    Ok(match label {
+        None => Reply::Ints(numbers.to_vec()),
+        Some(label) => Reply::IntsThenBulk(numbers.to_vec(), label.to_vec()),
+    })
 }
 
-/// `FENCEDLOCK.APPLY key high_water fence [token remaining_us]`: a state record from the
-/// primary or the AOF. Refused from clients, which could otherwise forge a lease or a fence.
+/// `FENCEDLOCK.APPLY key high_water fence [token remaining_us [label]]`: a state record from
+/// the primary or the AOF. Refused from clients, which could otherwise forge a lease or a fence.
 pub fn apply(call: &Call) -> Result<Reply, LockError> {
     if !call.is_replicated_or_loading() {
         return Err(LockError::InternalCommand);

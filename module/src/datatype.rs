@@ -8,12 +8,20 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::ffi::{guard, log_warning, string_bytes};
-use crate::lease::{Lock, Record};
+use crate::lease::{Holding, Lock, Record};
 use crate::{blocking, clock, replication, state, sweeper};
 
 /// The on-disk encoding version. Bump it when the layout below changes; `rdb_load` refuses
-/// versions it does not know instead of guessing.
-const ENCODING_VERSION: i32 = 1;
+/// versions it does not know instead of guessing. 2 added the label; 1 (without) still loads.
+const ENCODING_VERSION: i32 = 2;
+
+/// The versions `rdb_load` and `aux_load` read: every layout so far.
+const READABLE_VERSIONS: std::ops::RangeInclusive<i32> = 1..=ENCODING_VERSION;
+
+/// The holder tag of a saved value: none, a holder, a holder with a label (encver 2 on).
+const NO_HOLDER: u64 = 0;
+const HOLDER: u64 = 1;
+const LABELLED_HOLDER: u64 = 2;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "fencelock",
@@ -41,7 +49,9 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Layout (encver 1): fence, holder flag (0/1), and for a holder its token and remaining µs.
+/// Layout (encver 2): fence, holder tag ([`NO_HOLDER`], [`HOLDER`], [`LABELLED_HOLDER`]), and for
+/// a holder its token and remaining µs, then its label if tagged so. Encver 1 was the same
+/// without the labelled tag, so an unlabelled value is saved exactly as before.
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard("rdb_save", (), || {
         // SAFETY: Redis passes a value of our type.
@@ -49,11 +59,14 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
         let record = lock.record(clock::now());
         raw::save_unsigned(rdb, record.fence);
         match record.holder {
-            None => raw::save_unsigned(rdb, 0),
-            Some((token, remaining)) => {
-                raw::save_unsigned(rdb, 1);
+            None => raw::save_unsigned(rdb, NO_HOLDER),
+            Some(Holding { token, remaining, label }) => {
+                raw::save_unsigned(rdb, if label.is_some() { LABELLED_HOLDER } else { HOLDER });
                 raw::save_slice(rdb, token);
                 raw::save_unsigned(rdb, remaining);
+                if let Some(label) = label {
+                    raw::save_slice(rdb, label);
+                }
             }
         }
     });
@@ -62,11 +75,11 @@ unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) 
 /// Returns null, which fails the load (or the `RESTORE`), for a truncated or malformed value.
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", std::ptr::null_mut(), || {
-        if encver != ENCODING_VERSION {
+        if !READABLE_VERSIONS.contains(&encver) {
             log_warning(&format!("fencedlock: unknown lock encoding version {encver}"));
             return std::ptr::null_mut();
         }
-        match load_lock(rdb) {
+        match load_lock(rdb, encver) {
             Some(mut lock) => {
                 // SAFETY: a live IO of a key being loaded (RDB, AOF preamble, RESTORE) or of aux
                 // data without a key, for which Redis gives a null name.
@@ -90,14 +103,24 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     })
 }
 
-fn load_lock(rdb: *mut raw::RedisModuleIO) -> Option<Lock> {
+fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
     let fence = raw::load_unsigned(rdb).ok()?;
-    let token_buf;
+    let (token_buf, label_buf);
     let holder = match raw::load_unsigned(rdb).ok()? {
-        0 => None,
-        1 => {
+        NO_HOLDER => None,
+        tag @ (HOLDER | LABELLED_HOLDER) => {
             token_buf = raw::load_string_buffer(rdb).ok()?;
-            Some((token_buf.as_ref(), raw::load_unsigned(rdb).ok()?))
+            let remaining = raw::load_unsigned(rdb).ok()?;
+            let label = match tag {
+                // Encver 1 had no labels: that tag there is a corrupt value.
+                LABELLED_HOLDER if encver < 2 => return None,
+                LABELLED_HOLDER => {
+                    label_buf = raw::load_string_buffer(rdb).ok()?;
+                    Some(label_buf.as_ref())
+                }
+                _ => None,
+            };
+            Some(Holding { token: token_buf.as_ref(), remaining, label })
         }
         _ => return None,
     };
@@ -127,7 +150,7 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard("mem_usage", 0, || unsafe { value.cast::<Lock>().as_ref() }.map_or(0, Lock::heap_size))
 }
 
-/// Fence and token only: the deadline differs between a primary and its replicas by design.
+/// Fence, token and label: the deadline differs between a primary and its replicas by design.
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard("digest", (), || {
         // SAFETY: Redis passes a value of our type and a live digest.
@@ -136,8 +159,10 @@ unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void)
             if let Some(add) = raw::RedisModule_DigestAddLongLong {
                 add(md, i64::try_from(lock.fence()).unwrap_or(i64::MAX));
             }
-            if let (Some(token), Some(add)) = (lock.token(), raw::RedisModule_DigestAddStringBuffer) {
-                add(md, token.as_ptr() as *const c_char as *mut _, token.len());
+            if let Some(add) = raw::RedisModule_DigestAddStringBuffer {
+                for bytes in [lock.token(), lock.label()].into_iter().flatten() {
+                    add(md, bytes.as_ptr() as *const c_char as *mut _, bytes.len());
+                }
             }
             if let Some(end) = raw::RedisModule_DigestEndSequence {
                 end(md);
@@ -201,7 +226,8 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
 /// Raises (never lowers) the mark to the one saved with the data set.
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
-        match (encver == ENCODING_VERSION).then(|| raw::load_unsigned(rdb).ok()).flatten() {
+        // The same layout in every version so far.
+        match READABLE_VERSIONS.contains(&encver).then(|| raw::load_unsigned(rdb).ok()).flatten() {
             Some(mark) => {
                 state::update_high_water(|hw| hw.observe(mark.min(MAX_FENCE)));
                 raw::REDISMODULE_OK as c_int

@@ -14,6 +14,7 @@ pub enum LockError {
     BadToken,
     BadFence,
     BadTimeout,
+    BadLabel,
     Syntax,
     FencesExhausted,
     RestartGrace {
@@ -37,6 +38,7 @@ impl LockError {
             LockError::BadToken => (ReplyError::BadToken, 0),
             LockError::BadFence => (ReplyError::BadFence, 0),
             LockError::BadTimeout => (ReplyError::BadTimeout, 0),
+            LockError::BadLabel => (ReplyError::BadLabel, 0),
             LockError::Syntax => (ReplyError::Syntax, 0),
             LockError::WaitInterrupted => (ReplyError::WaitInterrupted, 0),
             LockError::FencesExhausted => (ReplyError::FencesExhausted, 0),

@@ -7,7 +7,7 @@
 //! and the reply functions take a `Call`, so safe code cannot hand Redis a dangling context or
 //! string.
 
-use std::ffi::{c_int, c_long, CStr, CString};
+use std::ffi::{c_char, c_int, c_long, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use fencedlock_protocol::{ArgKind, Command};
@@ -107,6 +107,8 @@ pub enum Reply {
     Int(i64),
     Nil,
     Ints(Vec<i64>),
+    /// An array of integers and then one bulk string (`STATUS` of a labelled lease).
+    IntsThenBulk(Vec<i64>, Vec<u8>),
     /// Nothing now: the client was blocked and is answered later (see `Call::block`).
     Blocked,
 }
@@ -181,6 +183,20 @@ unsafe fn send_reply(ctx: RawCtx, reply: Result<Reply, LockError>) -> c_int {
                     for v in vs {
                         ll(ctx, v);
                     }
+                }
+                OK
+            }
+            Ok(Reply::IntsThenBulk(vs, bulk)) => {
+                if let (Some(array), Some(ll), Some(buffer)) = (
+                    raw::RedisModule_ReplyWithArray,
+                    raw::RedisModule_ReplyWithLongLong,
+                    raw::RedisModule_ReplyWithStringBuffer,
+                ) {
+                    array(ctx, vs.len() as c_long + 1);
+                    for v in vs {
+                        ll(ctx, v);
+                    }
+                    buffer(ctx, bulk.as_ptr().cast::<c_char>(), bulk.len());
                 }
                 OK
             }
@@ -272,11 +288,22 @@ unsafe fn set_command_info(command: *mut raw::RedisModuleCommand, spec: &Command
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
-    let args = spec.args.iter().map(|a| (a, false)).chain(spec.optional.iter().map(|a| (a, true)));
-    let names: Vec<CString> = args.clone().filter_map(|(a, _)| CString::new(a.name).ok()).collect();
+    // (argument, its option word if it is an option's value, optional)
+    let required = spec.args.iter().map(|a| (a, None, false));
+    let optional = spec.optional.iter().flat_map(|group| group.iter()).map(|a| (a, None, true));
+    let options = spec.options.iter().map(|o| (&o.value, Some(o.word), true));
+    let args: Vec<_> = required.chain(optional).chain(options).collect();
+    let names: Vec<CString> = args.iter().filter_map(|(a, _, _)| CString::new(a.name).ok()).collect();
+    let words: Vec<Option<CString>> =
+        args.iter().map(|(_, w, _)| w.and_then(|w| CString::new(w).ok())).collect();
+    if names.len() != args.len() {
+        return;
+    }
     let mut docs: Vec<raw::RedisModuleCommandArg> = args
+        .iter()
         .zip(&names)
-        .map(|((arg, optional), name)| {
+        .zip(&words)
+        .map(|(((arg, _, optional), name), word)| {
             // SAFETY: the bindgen struct is plain data; all-zero is its C "unset" value.
             let mut doc: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
             doc.name = name.as_ptr();
@@ -284,12 +311,13 @@ unsafe fn set_command_info(command: *mut raw::RedisModuleCommand, spec: &Command
                 ArgKind::Key => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
                 ArgKind::Text => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, -1),
                 ArgKind::Integer => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, -1),
-                ArgKind::Keyword => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN, -1),
             };
-            if arg.kind == ArgKind::Keyword {
-                doc.token = name.as_ptr();
+            // An option is documented as Redis documents its own (`SET … PX milliseconds`):
+            // its value, introduced by the word.
+            if let Some(word) = word {
+                doc.token = word.as_ptr();
             }
-            if optional {
+            if *optional {
                 doc.flags = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
             }
             doc

@@ -142,7 +142,7 @@ mod tests {
     /// A lock held by `token` until `now + ttl`, filed where the index would file it.
     fn held(token: &[u8], ttl: Micros, now: Micros) -> Lock {
         let mut lock = Lock::new();
-        let r = lock.acquire(&mut HighWater::default(), token, ttl, now, 0);
+        let r = lock.acquire(&mut HighWater::default(), token, None, ttl, now, 0);
         assert!(matches!(r, Ok(Acquired::Granted { .. })));
         lock.set_tracked_at(bucket_of(lock.idle_from()));
         lock

@@ -1,5 +1,5 @@
 //! Effects, not decisions: every change travels as `FENCEDLOCK.APPLY key high_water fence
-//! [token remaining_us]`, to replicas and to the AOF. A replica or an AOF replay sets the
+//! [token remaining_us [label]]`, to replicas and to the AOF. A replica or an AOF replay sets the
 //! deadline from its own clock at apply time, so lag and restarts only ever lengthen a lease,
 //! and it never re-decides a grant against a different clock or state.
 
@@ -11,7 +11,7 @@ use fencedlock_protocol::command::APPLY;
 
 use crate::fence::HighWater;
 use crate::ffi::{log_warning, Call, KeyName};
-use crate::lease::Record;
+use crate::lease::{Holding, Record};
 
 fn ll(v: u64) -> c_longlong {
     c_longlong::try_from(v).unwrap_or(c_longlong::MAX)
@@ -31,7 +31,7 @@ macro_rules! send_record {
                 ll($mark.get()),
                 ll($record.fence),
             ),
-            Some((token, remaining)) => $send(
+            Some(Holding { token, remaining, label: None }) => $send(
                 $target,
                 APPLY.c_name.as_ptr(),
                 c"sllbl".as_ptr(),
@@ -41,6 +41,19 @@ macro_rules! send_record {
                 token.as_ptr().cast::<c_char>(),
                 token.len(),
                 ll(remaining),
+            ),
+            Some(Holding { token, remaining, label: Some(label) }) => $send(
+                $target,
+                APPLY.c_name.as_ptr(),
+                c"sllblb".as_ptr(),
+                $key,
+                ll($mark.get()),
+                ll($record.fence),
+                token.as_ptr().cast::<c_char>(),
+                token.len(),
+                ll(remaining),
+                label.as_ptr().cast::<c_char>(),
+                label.len(),
             ),
         }
     };

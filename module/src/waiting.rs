@@ -24,6 +24,8 @@ pub type KeyId = (i32, Box<[u8]>);
 pub struct Waiter<H> {
     pub handle: H,
     pub token: Box<[u8]>,
+    /// The label it asked with (`LABEL`): a handoff grant gets this one, not the last holder's.
+    pub label: Option<Box<[u8]>>,
     /// The ttl its lease gets, counted from the handoff.
     pub ttl: Micros,
     /// When it started waiting.
@@ -175,7 +177,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
             return Vec::new();
         }
         let Some(head) = queue.waiters.pop_front() else { return Vec::new() };
-        let answer = match lock.acquire(mark, &head.token, head.ttl, now, grace_left) {
+        let answer = match lock.acquire(mark, &head.token, head.label.as_deref(), head.ttl, now, grace_left) {
             Ok(Acquired::Granted { fence, took_over }) => Answer::Granted { fence, took_over },
             Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
             // Nobody holds it, so this cannot be; keep the head rather than lose it.
@@ -204,7 +206,9 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         queue.waiters = rest.into();
         let mut served = vec![Served { waiter: head, answer }];
         for waiter in same {
-            if let Ok(Acquired::Reentered { fence }) = lock.acquire(mark, &waiter.token, waiter.ttl, now, 0) {
+            if let Ok(Acquired::Reentered { fence }) =
+                lock.acquire(mark, &waiter.token, waiter.label.as_deref(), waiter.ttl, now, 0)
+            {
                 served.push(Served { waiter, answer: Answer::Reentered { fence } });
             }
         }
@@ -252,13 +256,16 @@ mod tests {
     }
 
     fn waiter(handle: u32, token: &str, since: Micros) -> Waiter<u32> {
-        Waiter { handle, token: token.as_bytes().into(), ttl: 100 * MS, since }
+        Waiter { handle, token: token.as_bytes().into(), label: None, ttl: 100 * MS, since }
     }
 
     /// A lock held by `token` from 0 for `ttl`, and the mark after its grant.
     fn held(token: &str, ttl: Micros) -> (Lock, HighWater) {
         let (mut lock, mut mark) = (Lock::new(), HighWater::default());
-        assert!(matches!(lock.acquire(&mut mark, token.as_bytes(), ttl, 0, 0), Ok(Acquired::Granted { .. })));
+        assert!(matches!(
+            lock.acquire(&mut mark, token.as_bytes(), None, ttl, 0, 0),
+            Ok(Acquired::Granted { .. })
+        ));
         (lock, mark)
     }
 
@@ -290,6 +297,24 @@ mod tests {
         }
         assert_eq!(order, [1, 2, 3, 4, 5]);
         assert_eq!(q.next_due(), None, "no queue, no wake-up left behind");
+    }
+
+    #[test]
+    fn a_handoff_grant_carries_the_waiters_label_not_the_last_holders() {
+        let (mut lock, mut mark) = (Lock::new(), HighWater::default());
+        let labelled = lock.acquire(&mut mark, b"holder", Some(&b"old-leader"[..]), 10 * MS, 0, 0);
+        assert!(matches!(labelled, Ok(Acquired::Granted { .. })));
+        let mut q = Queues::new();
+        q.push(key("k"), Waiter { label: Some((*b"new-leader").into()), ..waiter(1, "t1", 0) });
+        q.push(key("k"), waiter(2, "t2", 0));
+        // Expiry hands the lease over: the head's label, and a later handoff to an unlabelled
+        // waiter leaves no label behind.
+        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0)), [1]);
+        assert_eq!(lock.status(10 * MS).label, Some(&b"new-leader"[..]));
+        assert!(lock.held_by(b"t1", 10 * MS));
+        lock.release(b"t1", 11 * MS);
+        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, 11 * MS, 0)), [2]);
+        assert_eq!(lock.status(11 * MS).label, None);
     }
 
     #[test]
@@ -365,7 +390,7 @@ mod tests {
         q.push(key("k"), waiter(1, "a", 0));
         // The holder's own ACQUIRE is decided by the lock alone; serving in between changes nothing.
         assert_eq!(
-            lock.acquire(&mut mark, b"holder", 10 * MS, 5 * MS, 0),
+            lock.acquire(&mut mark, b"holder", None, 10 * MS, 5 * MS, 0),
             Ok(Acquired::Reentered { fence: 1 })
         );
         assert!(q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0).is_empty());

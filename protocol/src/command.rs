@@ -6,19 +6,17 @@
 
 use std::ffi::CStr;
 
-use crate::limits::MAX_TOKEN_LEN;
+use crate::limits::{MAX_LABEL_LEN, MAX_TOKEN_LEN};
 
 /// What an argument holds, for `COMMAND DOCS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ArgKind {
     /// The lock key.
     Key,
-    /// Opaque bytes (a token, a value).
+    /// Opaque bytes (a token, a value, a label).
     Text,
     /// A decimal integer.
     Integer,
-    /// A fixed word, its `name` (e.g. `BLOCK`), matched case-insensitively.
-    Keyword,
 }
 
 /// One argument of a command.
@@ -30,6 +28,15 @@ pub struct Arg {
     pub kind: ArgKind,
 }
 
+/// A named option: `word value`, the word matched case-insensitively (like `SET`'s `PX ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opt {
+    /// The word, e.g. `BLOCK`.
+    pub word: &'static str,
+    /// The value after it.
+    pub value: Arg,
+}
+
 /// A command's shape: name, arguments and a one-line summary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Command {
@@ -39,8 +46,11 @@ pub struct Command {
     pub c_name: &'static CStr,
     /// The arguments every call has, the key first.
     pub args: &'static [Arg],
-    /// Arguments that come all together after `args`, or not at all.
-    pub optional: &'static [Arg],
+    /// Positional groups after `args`, each present only if every group before it is:
+    /// `[a b [c]]` is `&[&[a, b], &[c]]`.
+    pub optional: &'static [&'static [Arg]],
+    /// Named options after `args`, in any order, each at most once.
+    pub options: &'static [Opt],
     /// What it does, for `COMMAND DOCS`.
     pub summary: &'static str,
 }
@@ -49,17 +59,33 @@ impl Command {
     /// Redis arity: the argument count including the name, negative for "at least".
     pub const fn arity(&self) -> i32 {
         let required = 1 + self.args.len() as i32;
-        if self.optional.is_empty() {
+        if self.optional.is_empty() && self.options.is_empty() {
             required
         } else {
             -required
         }
     }
 
-    /// Whether a call with `argc` arguments (the name included) has this command's shape.
+    /// Whether a call with `argc` arguments (the name included) has this command's shape: the
+    /// count alone (which options, and whether one repeats, is the parser's to check).
     pub const fn accepts(&self, argc: usize) -> bool {
         let required = 1 + self.args.len();
-        argc == required || (!self.optional.is_empty() && argc == required + self.optional.len())
+        if argc < required {
+            return false;
+        }
+        let extra = argc - required;
+        if extra % 2 == 0 && extra / 2 <= self.options.len() {
+            return true;
+        }
+        let (mut group, mut len) = (0, 0);
+        while group < self.optional.len() {
+            len += self.optional[group].len();
+            if extra == len {
+                return true;
+            }
+            group += 1;
+        }
+        false
     }
 }
 
@@ -74,13 +100,16 @@ macro_rules! c_name {
 }
 
 macro_rules! command {
-    ($(#[$doc:meta])* $ident:ident = $name:literal, args: $args:expr, optional: $optional:expr, summary: $summary:literal) => {
+    (@or $given:expr) => { $given };
+    (@or) => { &[] };
+    ($(#[$doc:meta])* $ident:ident = $name:literal, args: $args:expr, $(optional: $optional:expr,)? $(options: $options:expr,)? summary: $summary:literal) => {
         $(#[$doc])*
         pub const $ident: Command = Command {
             name: $name,
             c_name: c_name!($name),
             args: $args,
-            optional: $optional,
+            optional: command!(@or $($optional)?),
+            options: command!(@or $($options)?),
             summary: $summary,
         };
     };
@@ -100,30 +129,44 @@ const TTL: Arg = Arg { name: "ttl_ms", kind: ArgKind::Integer };
 /// The option word of a blocking [`ACQUIRE`], after XREAD's `BLOCK`.
 pub const BLOCK: &str = "BLOCK";
 
+/// The option word of a labelled [`ACQUIRE`]: a public name for the lease, shown by [`STATUS`].
+pub const LABEL: &str = "LABEL";
+
 /// A blocking [`ACQUIRE`]'s timeout argument: `0` waits without a time limit (Redis's
 /// convention for `BLOCK 0`), up to [`MAX_BLOCK_MS`](crate::limits::MAX_BLOCK_MS).
 const TIMEOUT: Arg = Arg { name: "timeout_ms", kind: ArgKind::Integer };
 
+/// A lease's label: 1 to [`MAX_LABEL_LEN`] opaque bytes ([`label_len_ok`]).
+const LABEL_ARG: Arg = Arg { name: "label", kind: ArgKind::Text };
+
 command! {
-    /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms]` → the fence, or nil while
-    /// another token holds an unexpired lease (or others wait for it: nobody barges past the
-    /// queue). The holder's own token gets the same fence again and a fresh ttl.
+    /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label]` → the fence, or
+    /// nil while another token holds an unexpired lease (or others wait for it: nobody barges
+    /// past the queue). The holder's own token gets the same fence again and a fresh ttl.
+    /// Options come in any order, each at most once (a repeat is
+    /// [`ReplyError::Syntax`](crate::ReplyError::Syntax)).
     ///
     /// With `BLOCK`, a busy key queues the caller in arrival order; when the lease ends
     /// (release, expiry, deletion, reclaim) the head of the queue is granted at once and gets
     /// its fence; nil when `timeout_ms` passes first (`0`: no time limit). Inside `MULTI`,
     /// scripts and functions it is one non-blocking attempt.
+    ///
+    /// With `LABEL`, the lease carries a **public** label (1 to [`MAX_LABEL_LEN`] bytes, e.g.
+    /// a leader's address) that [`STATUS`] shows to anyone who may read the key: never put a
+    /// secret in it. The label lives as long as the lease: a grant sets it (none without
+    /// `LABEL`), the holder's re-entry with `LABEL` replaces it and without keeps it, `RENEW`
+    /// and `RAISE` keep it, and release, expiry and handoff end it (a waiter granted in a
+    /// handoff gets the label it asked with).
     ACQUIRE = "FENCEDLOCK.ACQUIRE",
     args: &[KEY, TOKEN, TTL],
-    optional: &[Arg { name: BLOCK, kind: ArgKind::Keyword }, TIMEOUT],
-    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit)"
+    options: &[Opt { word: BLOCK, value: TIMEOUT }, Opt { word: LABEL, value: LABEL_ARG }],
+    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit; LABEL: a public label shown by STATUS)"
 }
 command! {
     /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs
     /// `ttl_ms` from now, else 0.
     RENEW = "FENCEDLOCK.RENEW",
     args: &[KEY, TOKEN, TTL],
-    optional: &[],
     summary: "Extends the caller's unexpired lease to ttl_ms from now; 1 or 0"
 }
 command! {
@@ -131,7 +174,6 @@ command! {
     /// now, else 0. The fence stays.
     RELEASE = "FENCEDLOCK.RELEASE",
     args: &[KEY, TOKEN],
-    optional: &[],
     summary: "Ends the caller's unexpired lease, keeping the fence; 1 or 0"
 }
 command! {
@@ -140,7 +182,6 @@ command! {
     /// maximum with it.
     RAISE = "FENCEDLOCK.RAISE",
     args: &[KEY, TOKEN, Arg { name: "fence", kind: ArgKind::Integer }],
-    optional: &[],
     summary: "Raises the holder's fence to at least fence (fenced Redlock); the fence, or nil"
 }
 command! {
@@ -148,27 +189,26 @@ command! {
     /// else 0 (compare-and-delete for plain `SET NX PX` locks).
     CAD = "FENCEDLOCK.CAD",
     args: &[KEY, Arg { name: "value", kind: ArgKind::Text }],
-    optional: &[],
     summary: "Deletes a string key if it holds value; 1 or 0"
 }
 command! {
     /// `FENCEDLOCK.STATUS key` → [`LockStatus`](crate::LockStatus) as `[fence, held, pttl_ms or
-    /// -1]`, nil for a key without lock state. Never the token.
+    /// -1]`, and `[fence, 1, pttl_ms, label]` (the label a bulk string) while a labelled lease
+    /// holds the key; nil for a key without lock state. Never the token.
     STATUS = "FENCEDLOCK.STATUS",
     args: &[KEY],
-    optional: &[],
-    summary: "Replies [fence, held, pttl_ms or -1] for a lock key, nil for a missing key"
+    summary: "Replies [fence, held, pttl_ms or -1] for a lock key, plus the label while a labelled lease holds it; nil for a missing key"
 }
 command! {
-    /// `FENCEDLOCK.APPLY key high_water fence [token remaining_us]`: a lock's state as an
-    /// effect record, sent by the module to replicas and the AOF. Refused from clients.
+    /// `FENCEDLOCK.APPLY key high_water fence [token remaining_us [label]]`: a lock's state as
+    /// an effect record, sent by the module to replicas and the AOF. Refused from clients.
     APPLY = "FENCEDLOCK.APPLY",
     args: &[
         KEY,
         Arg { name: "high_water", kind: ArgKind::Integer },
         Arg { name: "fence", kind: ArgKind::Integer },
     ],
-    optional: &[TOKEN, Arg { name: "remaining_us", kind: ArgKind::Integer }],
+    optional: &[&[TOKEN, Arg { name: "remaining_us", kind: ArgKind::Integer }], &[LABEL_ARG]],
     summary: "Internal: a lock state record from the replication link or the AOF"
 }
 
@@ -178,6 +218,11 @@ pub const ALL: [Command; 7] = [ACQUIRE, RENEW, RELEASE, RAISE, CAD, STATUS, APPL
 /// Whether `token` has an acceptable length (1 to [`MAX_TOKEN_LEN`] bytes; content is opaque).
 pub const fn token_len_ok(token: &[u8]) -> bool {
     !token.is_empty() && token.len() <= MAX_TOKEN_LEN
+}
+
+/// Whether `label` has an acceptable length (1 to [`MAX_LABEL_LEN`] bytes; content is opaque).
+pub const fn label_len_ok(label: &[u8]) -> bool {
+    !label.is_empty() && label.len() <= MAX_LABEL_LEN
 }
 
 #[cfg(test)]
@@ -190,10 +235,11 @@ mod tests {
             assert_eq!(command.c_name.to_str(), Ok(command.name));
             assert!(command.name.starts_with("FENCEDLOCK."));
             assert_eq!(command.args[0].kind, ArgKind::Key, "{}", command.name);
-            assert_eq!(
-                command.args.iter().chain(command.optional).filter(|a| a.kind == ArgKind::Key).count(),
-                1
-            );
+            let optional = command.optional.iter().flat_map(|group| group.iter());
+            let options = command.options.iter().map(|opt| &opt.value);
+            let keys = command.args.iter().chain(optional).chain(options).filter(|a| a.kind == ArgKind::Key);
+            assert_eq!(keys.count(), 1);
+            assert!(command.optional.is_empty() || command.options.is_empty(), "{}", command.name);
         }
     }
 
@@ -208,11 +254,11 @@ mod tests {
         assert_eq!(RELEASE.arity(), 3);
         assert_eq!(STATUS.arity(), 2);
         assert_eq!(APPLY.arity(), -4);
-        assert!(ACQUIRE.accepts(4) && ACQUIRE.accepts(6));
-        assert!(!ACQUIRE.accepts(3) && !ACQUIRE.accepts(5) && !ACQUIRE.accepts(7));
-        assert!(RELEASE.accepts(3) && !RELEASE.accepts(4));
-        assert!(APPLY.accepts(4) && APPLY.accepts(6));
-        assert!(!APPLY.accepts(5) && !APPLY.accepts(7) && !APPLY.accepts(3));
+        assert!(ACQUIRE.accepts(4) && ACQUIRE.accepts(6) && ACQUIRE.accepts(8));
+        assert!(!ACQUIRE.accepts(3) && !ACQUIRE.accepts(5) && !ACQUIRE.accepts(7) && !ACQUIRE.accepts(10));
+        assert!(RELEASE.accepts(3) && !RELEASE.accepts(4) && !RELEASE.accepts(2));
+        assert!(APPLY.accepts(4) && APPLY.accepts(6) && APPLY.accepts(7));
+        assert!(!APPLY.accepts(5) && !APPLY.accepts(8) && !APPLY.accepts(3));
     }
 
     #[test]
@@ -221,5 +267,8 @@ mod tests {
         assert!(token_len_ok(b"t"));
         assert!(token_len_ok(&[0; MAX_TOKEN_LEN]));
         assert!(!token_len_ok(&[0; MAX_TOKEN_LEN + 1]));
+        assert!(!label_len_ok(b""));
+        assert!(label_len_ok(b"l") && label_len_ok(&[0; MAX_LABEL_LEN]));
+        assert!(!label_len_ok(&[0; MAX_LABEL_LEN + 1]));
     }
 }

@@ -1,9 +1,9 @@
 //! The error replies the module sends. The module renders them from here and clients classify
 //! them from here, so neither side restates the other's wording.
 
-use crate::command::BLOCK;
+use crate::command::{BLOCK, LABEL};
 use crate::config::MAX_TTL_MS;
-use crate::limits::{MAX_BLOCK_MS, MAX_FENCE, MAX_TOKEN_LEN};
+use crate::limits::{MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_TOKEN_LEN};
 
 /// An error reply of the module, by kind. Every one of them changed nothing on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -19,7 +19,10 @@ pub enum ReplyError {
     BadFence,
     /// The `BLOCK` timeout is not an integer from 0 to [`MAX_BLOCK_MS`].
     BadTimeout,
-    /// An optional argument other than `BLOCK timeout_ms`.
+    /// The `LABEL` is empty or longer than [`MAX_LABEL_LEN`].
+    BadLabel,
+    /// An optional argument other than `BLOCK timeout_ms` and `LABEL label`, or one of them
+    /// given twice.
     Syntax,
     /// The server has issued [`MAX_FENCE`]; it can grant no more.
     FencesExhausted,
@@ -41,12 +44,13 @@ pub enum ReplyError {
 
 impl ReplyError {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [ReplyError; 13] = [
+    pub const ALL: [ReplyError; 14] = [
         ReplyError::BadTtl,
         ReplyError::TtlTooLarge,
         ReplyError::BadToken,
         ReplyError::BadFence,
         ReplyError::BadTimeout,
+        ReplyError::BadLabel,
         ReplyError::Syntax,
         ReplyError::FencesExhausted,
         ReplyError::RestartGrace,
@@ -74,6 +78,7 @@ impl ReplyError {
             ReplyError::BadToken => "token must be",
             ReplyError::BadFence => "fence must be",
             ReplyError::BadTimeout => "timeout must be",
+            ReplyError::BadLabel => "label must be",
             ReplyError::Syntax => "syntax error",
             ReplyError::FencesExhausted => "fence space exhausted",
             ReplyError::RestartGrace => "fencedlock restart grace",
@@ -100,7 +105,12 @@ impl ReplyError {
             ReplyError::BadTimeout => {
                 format!("{code} {prefix} an integer number of milliseconds from 0 (no limit) to {MAX_BLOCK_MS}")
             }
-            ReplyError::Syntax => format!("{code} {prefix}: the only option is {BLOCK} timeout_ms"),
+            ReplyError::BadLabel => {
+                format!("{code} {prefix} 1 to {MAX_LABEL_LEN} bytes (it is public: STATUS shows it)")
+            }
+            ReplyError::Syntax => {
+                format!("{code} {prefix}: the options are {BLOCK} timeout_ms and {LABEL} label, each at most once")
+            }
             ReplyError::WaitInterrupted => format!(
                 "{code} {prefix}: the lock key was deleted or its slot moved on this cluster node; nothing was granted, ask again"
             ),
@@ -127,7 +137,7 @@ impl ReplyError {
         })
     }
 
-    /// Whether the request itself was wrong (ttl, token or fence out of range): sending it
+    /// Whether the request itself was wrong (ttl, token, fence or label out of range): sending it
     /// again cannot succeed, and the fix is the caller's.
     pub const fn is_bad_request(self) -> bool {
         matches!(
@@ -137,6 +147,7 @@ impl ReplyError {
                 | ReplyError::BadToken
                 | ReplyError::BadFence
                 | ReplyError::BadTimeout
+                | ReplyError::BadLabel
                 | ReplyError::Syntax
         )
     }
@@ -169,6 +180,10 @@ mod tests {
             "TRYAGAIN fencedlock restart grace: new grants are refused for another 1500 ms"
         );
         assert_eq!(ReplyError::BadToken.message(0), "ERR token must be 1 to 512 bytes");
+        assert_eq!(
+            ReplyError::BadLabel.message(0),
+            "ERR label must be 1 to 256 bytes (it is public: STATUS shows it)"
+        );
     }
 
     #[test]

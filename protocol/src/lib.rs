@@ -18,6 +18,6 @@ mod error;
 pub mod limits;
 mod status;
 
-pub use command::{Arg, ArgKind, Command};
+pub use command::{Arg, ArgKind, Command, Opt};
 pub use error::ReplyError;
 pub use status::{LockStatus, StatusError};

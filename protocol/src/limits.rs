@@ -4,6 +4,10 @@
 /// keeps a lock key small.
 pub const MAX_TOKEN_LEN: usize = 512;
 
+/// Longest lease label, in bytes (the shortest is 1). A label is public (`STATUS` shows it to
+/// anyone who may read the key); the bound keeps a lock key small.
+pub const MAX_LABEL_LEN: usize = 256;
+
 /// Default of the `fencedlock.max-ttl-ms` config: one day. A ttl of years by typo would
 /// otherwise lock a job out for good.
 pub const DEFAULT_MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;

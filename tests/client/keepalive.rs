@@ -98,7 +98,7 @@ async fn with_lease_runs_the_work_and_releases() {
     assert!(fence > 0);
     assert_eq!(
         server.lock_status("job"),
-        Some(LockStatus { fence, held: false, remaining: None }),
+        Some(LockStatus { fence, held: false, remaining: None, label: None }),
         "released afterwards"
     );
 }

@@ -6,6 +6,7 @@ mod support;
 
 mod cluster;
 mod confirm;
+mod election;
 mod fenced_stress;
 mod keepalive;
 mod metrics;

@@ -54,7 +54,7 @@ async fn lifecycle_acquire_renew_release() {
     assert!(lease.release().await.expect("release"), "we held it");
     assert_eq!(
         server.lock_status("job"),
-        Some(LockStatus { fence: first_fence, held: false, remaining: None })
+        Some(LockStatus { fence: first_fence, held: false, remaining: None, label: None })
     );
 
     let next = locker.try_acquire("job").await.expect("grant after release");

@@ -154,7 +154,10 @@ async fn dropping_a_waiting_acquire_leaves_no_waiter_and_no_lease() {
     // Past the claim's second release (one node timeout): nobody holds the key, and no
     // handoff happened (the fence is the holder's).
     tokio::time::sleep(Duration::from_millis(600)).await;
-    assert_eq!(server.lock_status("dropped"), Some(LockStatus { fence, held: false, remaining: None }));
+    assert_eq!(
+        server.lock_status("dropped"),
+        Some(LockStatus { fence, held: false, remaining: None, label: None })
+    );
     assert_eq!(counter(&server, "fencedlock_handoffs"), 0);
 }
 

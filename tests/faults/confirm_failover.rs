@@ -55,7 +55,7 @@ fn a_confirmed_lease_is_still_held_on_the_new_primary() {
     for lease in &handed_out {
         let status = target.lock_status(lease.key());
         assert!(
-            status.is_some_and(|s| s.held && s.fence == lease.fence()),
+            status.as_ref().is_some_and(|s| s.held && s.fence == lease.fence()),
             "{} (fence {}) handed out before the failover, on the new primary: {status:?}",
             lease.key(),
             lease.fence()

@@ -5,6 +5,7 @@ mod support;
 
 mod confirm_failover;
 mod crash;
+mod election;
 mod failover;
 mod handoff;
 mod memory;

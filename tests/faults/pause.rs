@@ -28,7 +28,7 @@ const WORKER_DB_ENV: &str = "FENCEDLOCK_PAUSE_WORKER_DB";
 /// The worker test's own name; libtest knows it by its path inside the binary ([`worker_test`]).
 const WORKER_FN: &str = "pause_worker_process";
 /// Marks worker protocol lines (libtest prints its own output on the same stdout).
-const TAG: &str = "@@ ";
+pub(super) const TAG: &str = "@@ ";
 const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn config() -> LockConfig {
@@ -45,7 +45,7 @@ fn config() -> LockConfig {
 // The resource: a ledger row guarded by the fence, and a control row guarded by nothing
 // ---------------------------------------------------------------------------------------
 
-fn open_db(path: &Path) -> Connection {
+pub(super) fn open_db(path: &Path) -> Connection {
     let conn = Connection::open(path).expect("open sqlite");
     conn.busy_timeout(Duration::from_secs(5)).expect("busy timeout");
     conn
@@ -148,8 +148,9 @@ fn worker_test() -> String {
     }
 }
 
-/// Worker A's process, killed (and thawed first) when dropped.
-struct WorkerA {
+/// Worker A's process, killed (and thawed first) when dropped. Also the frozen leader of
+/// `faults::election`.
+pub(super) struct WorkerA {
     child: Child,
     stdin: ChildStdin,
     replies: Receiver<String>,
@@ -157,11 +158,16 @@ struct WorkerA {
 
 impl WorkerA {
     fn spawn(url: &str, db: &Path) -> WorkerA {
+        WorkerA::spawn_test(&worker_test(), &[(WORKER_ENV, url.as_ref()), (WORKER_DB_ENV, db.as_os_str())])
+    }
+
+    /// This test binary re-run as the `#[ignore]`d worker test `test` (its libtest name),
+    /// with `env` set; replies are its stdout lines tagged with [`TAG`].
+    pub(super) fn spawn_test(test: &str, env: &[(&str, &std::ffi::OsStr)]) -> WorkerA {
         let exe = std::env::current_exe().expect("test binary path");
         let mut child = Command::new(exe)
-            .args(["--ignored", "--exact", &worker_test(), "--nocapture", "--test-threads=1"])
-            .env(WORKER_ENV, url)
-            .env(WORKER_DB_ENV, db)
+            .args(["--ignored", "--exact", test, "--nocapture", "--test-threads=1"])
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -183,12 +189,12 @@ impl WorkerA {
         WorkerA { child, stdin, replies }
     }
 
-    fn send(&mut self, line: &str) {
+    pub(super) fn send(&mut self, line: &str) {
         writeln!(self.stdin, "{line}").expect("write to worker A");
         self.stdin.flush().expect("flush to worker A");
     }
 
-    fn reply(&self) -> String {
+    pub(super) fn reply(&self) -> String {
         self.replies.recv_timeout(REPLY_TIMEOUT).unwrap_or_else(|e| panic!("no reply from worker A: {e}"))
     }
 
@@ -203,19 +209,19 @@ impl WorkerA {
     }
 
     /// The process state letter from /proc (`T` = stopped).
-    fn state(&self) -> char {
+    pub(super) fn state(&self) -> char {
         let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).expect("read /proc stat");
         // "pid (comm) S ...": the state follows the last ')'.
         let after = &stat[stat.rfind(')').expect("comm") + 1..];
         after.trim_start().chars().next().expect("state")
     }
 
-    fn freeze(&self) {
+    pub(super) fn freeze(&self) {
         self.signal(libc::SIGSTOP);
         poll("worker A to be stopped", Duration::from_secs(5), || self.state() == 'T');
     }
 
-    fn thaw(&self) {
+    pub(super) fn thaw(&self) {
         self.signal(libc::SIGCONT);
     }
 }

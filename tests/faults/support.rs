@@ -339,7 +339,11 @@ pub fn assert_leases_survived(server: &Server, leases: &[HeldLease]) {
             .unwrap_or_else(|e| panic!("ACQUIRE {} by an intruder: {}", l.key, error_text(&e)));
         assert_eq!(intruder, None, "an acknowledged, unexpired lease was lost: {l:?}");
         let status = server.lock_status(&l.key);
-        assert_eq!(status.map(|st| (st.fence, st.held)), Some((l.fence, true)), "{l:?}: STATUS {status:?}");
+        assert_eq!(
+            status.as_ref().map(|st| (st.fence, st.held)),
+            Some((l.fence, true)),
+            "{l:?}: STATUS {status:?}"
+        );
         let released: i64 = server.cmd(&[RELEASE.name, &l.key, &l.token]).expect("RELEASE");
         assert_eq!(released, 1, "the holder's token no longer holds {l:?}");
     }

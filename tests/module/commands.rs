@@ -82,7 +82,7 @@ fn renew_extends_only_the_holders_live_lease() {
     let fence2 = grant(&s, key, b"holder", 100);
     wait_expired(&s, key);
     assert_eq!(renew(&s, key, b"holder", LONG_TTL), 0);
-    assert_eq!(status_of(&s, key), LockStatus { fence: fence2, held: false, remaining: None });
+    assert_eq!(status_of(&s, key), LockStatus { fence: fence2, held: false, remaining: None, label: None });
 }
 
 #[test]
@@ -93,7 +93,7 @@ fn release_ends_the_lease_and_keeps_the_fence() {
     assert_eq!(release(&s, key, b"b"), 0, "a non-holder cannot release");
     assert!(status_of(&s, key).held);
     assert_eq!(release(&s, key, b"a"), 1);
-    assert_eq!(status_of(&s, key), LockStatus { fence, held: false, remaining: None });
+    assert_eq!(status_of(&s, key), LockStatus { fence, held: false, remaining: None, label: None });
     assert_eq!(release(&s, key, b"a"), 0, "a second release is refused");
     assert_eq!(release(&s, "release:missing", b"a"), 0);
     assert_eq!(s.lock_status("release:missing"), None);
@@ -113,7 +113,7 @@ fn status_shapes() {
     assert_eq!((st.fence, st.held), (fence, true));
     assert!(st.remaining.is_some_and(|d| !d.is_zero() && d <= Duration::from_millis(5_000)), "{st:?}");
     assert_eq!(release(&s, "status:k", b"t"), 1);
-    assert_eq!(status_of(&s, "status:k"), LockStatus { fence, held: false, remaining: None });
+    assert_eq!(status_of(&s, "status:k"), LockStatus { fence, held: false, remaining: None, label: None });
 }
 
 #[test]

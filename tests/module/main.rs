@@ -7,6 +7,7 @@ mod support;
 mod blocking;
 mod commands;
 mod hostile_input;
+mod label;
 mod metrics;
 mod persistence;
 mod reclaim;

@@ -46,7 +46,10 @@ fn check_scenario(s: &Server, sc: &Scenario) {
     let held = status_of(s, HELD);
     assert_eq!((held.fence, held.held), (sc.held_fence, true), "{held:?}");
     assert!(held.remaining.is_some_and(|d| !d.is_zero() && d <= Duration::from_millis(LONG_TTL)), "{held:?}");
-    assert_eq!(status_of(s, RELEASED), LockStatus { fence: sc.released_fence, held: false, remaining: None });
+    assert_eq!(
+        status_of(s, RELEASED),
+        LockStatus { fence: sc.released_fence, held: false, remaining: None, label: None }
+    );
     // An AOF replays the grant's effect record, whose remaining time restarts on the new
     // clock: an expired lease may look live again for at most its original ttl (longer,
     // never shorter, as the design says). RDB snapshots taken after expiry show it free.

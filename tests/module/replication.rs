@@ -16,12 +16,16 @@ fn assert_same_locks(primary: &Server, replica: &Server, keys: &[&str]) {
     for key in keys {
         let r = replica.lock_status(key);
         let p = primary.lock_status(key);
-        match (p, r) {
+        match (&p, &r) {
             (None, None) => {}
             (Some(p), Some(r)) => {
-                assert_eq!((r.fence, r.held), (p.fence, p.held), "{key}: replica {r:?} primary {p:?}");
+                assert_eq!(
+                    (r.fence, r.held, &r.label),
+                    (p.fence, p.held, &p.label),
+                    "{key}: replica {r:?} primary {p:?}"
+                );
                 if p.held {
-                    let left = |st: LockStatus| st.remaining.expect("a held lease has a remaining time");
+                    let left = |st: &LockStatus| st.remaining.expect("a held lease has a remaining time");
                     assert!(
                         left(r) + Duration::from_millis(1) >= left(p),
                         "{key}: the replica's lease is shorter: {r:?} < {p:?}"

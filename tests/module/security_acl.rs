@@ -4,7 +4,7 @@
 //!   `other:a` (NOPERM); a user without the commands is refused. Where the server has module
 //!   ACL categories (Valkey 8+, Redis 7.4+), `+@fencedlock` grants them all.
 //! - Tokens never show in INFO (every section), STATUS, error replies, ACL LOG, CLIENT LIST or
-//!   the server log (at `loglevel debug`). `MONITOR` and `SLOWLOG` show command arguments, the
+//!   the server log (at `loglevel debug`), nor next to a lease's public label. `MONITOR` and `SLOWLOG` show command arguments, the
 //!   token included, as for any Redis command (README, "Guarantees"); a lock user with
 //!   `-@all +<commands>` (or `-monitor -slowlog`) cannot run them.
 //!
@@ -203,6 +203,10 @@ fn tokens_stay_out_of_info_status_errors_acl_log_client_list_and_the_log() {
     keep(run(&mut c, &["FENCEDLOCK.ACQUIRE", "lock:s", SECRET, "30000"]));
     keep(run(&mut c, &["FENCEDLOCK.ACQUIRE", "lock:s", SECRET, "30000"]));
     keep(run(&mut c, &["FENCEDLOCK.RENEW", "lock:s", SECRET, "30000"]));
+    // A label is public and shown; the token next to it stays secret, in replies and errors.
+    keep(run(&mut c, &["FENCEDLOCK.ACQUIRE", "lock:s", SECRET, "30000", "LABEL", "public-leader"]));
+    keep(run(&mut c, &["FENCEDLOCK.ACQUIRE", "lock:s", SECRET, "30000", "LABEL", ""]));
+    keep(run(&mut c, &["FENCEDLOCK.ACQUIRE", "lock:s", SECRET, "30000", "LABEL", "a", "LABEL", "b"]));
     keep(run(&mut c, &["FENCEDLOCK.STATUS", "lock:s"]));
     keep(run(&mut c, &["FENCEDLOCK.ACQUIRE", "other:s", SECRET, "30000"]));
     keep(run(&mut c, &["FENCEDLOCK.RELEASE", "other:s", SECRET]));
@@ -228,6 +232,7 @@ fn tokens_stay_out_of_info_status_errors_acl_log_client_list_and_the_log() {
     assert!(format!("{acl_log:?}").contains("other:s"), "the ACL LOG recorded the refusals: {acl_log:?}");
     assert_eq!(run(&mut c, &["FENCEDLOCK.RELEASE", "lock:s", SECRET]).ok(), Some(Value::Int(1)));
 
+    assert!(seen.iter().any(|t| t.contains("public-leader")), "STATUS showed the label: {seen:?}");
     for text in &seen {
         assert!(!text.contains(SECRET) && !text.contains("Sup3rS3cret"), "token leaked: {text}");
     }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use fencedlock_protocol::command::{ACQUIRE, CAD, RAISE, RELEASE, RENEW};
+use fencedlock_protocol::command::{ACQUIRE, CAD, LABEL, RAISE, RELEASE, RENEW};
 use harness::{error_text, poll, redis, LockStatus, Server};
 use redis::{RedisResult, ToRedisArgs, Value};
 
@@ -77,6 +77,30 @@ pub fn try_acquire(s: &Server, key: &str, token: &[u8], ttl_ms: u64) -> RedisRes
     }
 }
 
+/// `ACQUIRE … LABEL label`: `Ok(Some(fence))` on grant, `Ok(None)` when held by another token.
+pub fn try_acquire_labelled(
+    s: &Server,
+    key: &str,
+    token: &[u8],
+    ttl_ms: u64,
+    label: &[u8],
+) -> RedisResult<Option<u64>> {
+    let ttl = ttl_ms.to_string();
+    match run(s, &[ACQUIRE.name.as_bytes(), key.as_bytes(), token, ttl.as_bytes(), LABEL.as_bytes(), label])?
+    {
+        Value::Nil => Ok(None),
+        Value::Int(f) if f > 0 => Ok(Some(f as u64)),
+        other => panic!("ACQUIRE … LABEL replied {other:?}"),
+    }
+}
+
+/// `ACQUIRE … LABEL label` that must grant (or re-enter): the fence.
+pub fn grant_labelled(s: &Server, key: &str, token: &[u8], ttl_ms: u64, label: &[u8]) -> u64 {
+    try_acquire_labelled(s, key, token, ttl_ms, label)
+        .unwrap_or_else(|e| panic!("ACQUIRE {key} LABEL: {}", error_text(&e)))
+        .unwrap_or_else(|| panic!("ACQUIRE {key} LABEL was refused"))
+}
+
 /// `ACQUIRE` that must not error.
 pub fn acquire(s: &Server, key: &str, token: &[u8], ttl_ms: u64) -> Option<u64> {
     try_acquire(s, key, token, ttl_ms).unwrap_or_else(|e| panic!("ACQUIRE {key}: {}", error_text(&e)))
@@ -138,8 +162,12 @@ pub fn wait_expired(s: &Server, key: &str) {
 pub struct KeyState {
     key: String,
     ty: String,
-    lock: Option<(u64, bool)>,
+    lock: Option<LockState>,
 }
+
+/// A lock's fence, whether it is held, and its label (public; part of the state a failed
+/// command must keep). Its remaining time aside: that moves with time.
+pub type LockState = (u64, bool, Option<Vec<u8>>);
 
 /// Everything a failed command must leave alone: the dataset digest, each key's type and
 /// lock state (remaining time aside, it moves with time), and the module's counters that a
@@ -159,7 +187,7 @@ pub fn fingerprint(s: &Server, keys: &[&str]) -> Fingerprint {
         .map(|k| {
             let ty: String = s.cmd(&["TYPE", k]).expect("TYPE");
             let lock = if ty == "none" || is_lock_type(&ty) {
-                s.lock_status(k).map(|st| (st.fence, st.held))
+                s.lock_status(k).map(|st| (st.fence, st.held, st.label))
             } else {
                 None
             };
@@ -182,4 +210,34 @@ pub fn is_lock_type(ty: &str) -> bool {
 /// A token with bytes that lossy UTF-8 handling would corrupt.
 pub fn binary_token(tag: u8) -> Vec<u8> {
     vec![0, 0xff, b't', tag, 0x80, b'\n', 0xfe, 0]
+}
+
+/// Bad inputs: each `(args, kind)` of `cases` must be refused — with the module's error `kind`,
+/// or with the server's arity error when `kind` is `None` — and leave `state` as it was;
+/// `check` runs after each case too (e.g. that a queued waiter still waits).
+pub fn assert_refused_unchanged<T: PartialEq + std::fmt::Debug>(
+    s: &Server,
+    cases: Vec<(Vec<Vec<u8>>, Option<fencedlock_protocol::ReplyError>)>,
+    state: impl Fn() -> T,
+    check: impl Fn(&[String]),
+) {
+    for (args, kind) in cases {
+        let shown: Vec<String> = args.iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let before = state();
+        let err = match run_v(s, &args) {
+            Err(e) => e,
+            Ok(v) => panic!("{shown:?} was answered {v:?}"),
+        };
+        match kind {
+            Some(kind) => assert_eq!(harness::classify(&err), Some(kind), "{shown:?}: {}", error_text(&err)),
+            None => assert!(
+                err.code() == Some("ERR")
+                    && err.detail().is_some_and(|d| d.starts_with("wrong number of arguments")),
+                "{shown:?}: expected the arity error, got {}",
+                error_text(&err)
+            ),
+        }
+        assert_eq!(state(), before, "{shown:?} changed something");
+        check(&shown);
+    }
 }

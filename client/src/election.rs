@@ -1,0 +1,304 @@
+//! Leader election on one lock key, after etcd's Election API: candidates campaign, one of
+//! them leads under a kept-alive lease, and the lease's fence is the leader's **epoch**.
+//!
+//! A leader is simply the holder of a lease that is renewed for as long as it leads. Its label
+//! (a public name, `ACQUIRE … LABEL`) is stored with the lease, so anyone can ask the server
+//! who leads and since which epoch (`STATUS`) without ever seeing the token. Candidates wait in
+//! the server's queue, so a resignation or an expiry hands the lease to the next candidate at
+//! once, with a higher fence.
+//!
+//! # Losing leadership
+//!
+//! The keep-alive declares the lease lost at its first failed renewal, and at the latest when
+//! the lease's validity ends on the leader's monotonic clock. That validity is measured from
+//! *before* the request that granted or renewed the lease and shortened by the clock drift,
+//! while the server counts its ttl from when it processed that request: the leader's deadline
+//! passes before the server's, and the server grants no successor before its own. So the
+//! [`Leadership::cancellation`] token fires before another candidate can be elected, and work
+//! that selects on it stops in time.
+//!
+//! # The deposed leader that has not noticed
+//!
+//! Cancellation only reaches a process that runs. A leader frozen by a GC pause, a SIGSTOP or
+//! a swapped-out VM misses its renewals, is deposed, and on waking still believes it leads
+//! until it next looks: it is exactly the stale owner that fencing exists for. Downstream
+//! resources must therefore check the epoch on every write and refuse older ones:
+//!
+//! ```sql
+//! UPDATE jobs SET state = :state, last_epoch = :epoch
+//!  WHERE id = :id AND last_epoch <= :epoch;  -- 0 rows: a newer leader wrote; stop
+//! ```
+//!
+//! # Redlock
+//!
+//! Elections run on a [`Locker`] (one server, or a Redis Cluster routed by key), not on a
+//! [`Redlock`](crate::Redlock): "who leads" is one server's `STATUS`, and a quorum of
+//! independent masters has no single answer to read (each master holds its own fence and
+//! expiry). Leadership across failures of the server is what replication with
+//! `appendfsync always` and the module's epoch jump on promotion give a [`Locker`].
+
+use std::time::{Duration, Instant};
+
+use fencedlock_protocol::command::label_len_ok;
+use fencedlock_protocol::limits::MAX_LABEL_LEN;
+use futures::Stream;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Error;
+use crate::keepalive::{KeptLease, LeaseHandle};
+use crate::lease::{Attempts, Lease};
+use crate::locker::Locker;
+
+/// The shortest time one campaign request waits in the server's queue before it is sent
+/// again; the window is the locker's [`max_wait`](crate::LockConfig::max_wait) if longer. A
+/// campaign waits indefinitely: the windows only bound each request (and its connection), and
+/// a candidate re-queues at the back after each, so a window of 0 must not turn into polling.
+pub const MIN_CAMPAIGN_WINDOW: Duration = Duration::from_secs(1);
+
+/// Shortest interval between two `STATUS` polls of an [`Election::observe`] stream.
+pub const MIN_POLL_INTERVAL: Duration = Duration::from_millis(10);
+
+/// Leader election on one key of a [`Locker`]'s server.
+///
+/// Cheap to clone; clones share the locker's connections. The lease options (ttl, renew
+/// interval, waiting) are the locker's [`LockConfig`](crate::LockConfig).
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), fencedlock::Error> {
+/// use std::time::Duration;
+/// use fencedlock::{Election, LockConfig, Locker};
+///
+/// let config = LockConfig::builder().ttl(Duration::from_secs(6)).build()?;
+/// let election = Election::new(Locker::open("redis://127.0.0.1:6379", config)?, "scheduler");
+/// let leadership = election.campaign("host-a:4711").await?;
+/// let stop = leadership.cancellation();
+/// tokio::select! {
+///     _ = stop.cancelled() => eprintln!("deposed; stopping"),
+///     _ = async {
+///         // Every write carries leadership.epoch(); the resource refuses older epochs.
+///     } => {}
+/// }
+/// leadership.resign().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Election {
+    locker: Locker,
+    key: String,
+    poll: Duration,
+}
+
+/// Who leads, as the server tells anyone who asks; never the leader's token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    /// The label the leader campaigned with; `None` when the key is held by a lease taken
+    /// without one (a plain lock on the same key).
+    pub label: Option<Vec<u8>>,
+    /// The leader's epoch: its lease's fence, higher than every earlier leader's.
+    pub epoch: u64,
+    /// Lease time left by the server's clock (renewed while the leader is alive).
+    pub remaining: Duration,
+}
+
+impl Leader {
+    /// The label as text, invalid UTF-8 replaced (for logs and displays).
+    pub fn label_lossy(&self) -> Option<String> {
+        self.label.as_deref().map(|label| String::from_utf8_lossy(label).into_owned())
+    }
+}
+
+impl Election {
+    /// An election on `key` among the candidates that campaign through `locker`'s server.
+    /// Observers poll every [`renew_interval`](crate::LockConfig::renew_interval).
+    pub fn new(locker: Locker, key: impl Into<String>) -> Election {
+        let poll = locker.config().renew_interval().max(MIN_POLL_INTERVAL);
+        Election { locker, key: key.into(), poll }
+    }
+
+    /// The same election with observers polling every `every` (at least
+    /// [`MIN_POLL_INTERVAL`]): the latency of [`Election::observe`] against its load.
+    pub fn with_poll_interval(mut self, every: Duration) -> Election {
+        self.poll = every.max(MIN_POLL_INTERVAL);
+        self
+    }
+
+    /// The election's key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Waits until elected, then leads under a kept-alive lease labelled `label` (public:
+    /// shown by [`Election::leader`] to anyone; never put a secret in it). `label` must be 1
+    /// to [`MAX_LABEL_LEN`] bytes ([`Error::Config`] otherwise).
+    ///
+    /// The wait has no end: the candidate waits in the server's queue, one request per
+    /// window (the locker's [`max_wait`](crate::LockConfig::max_wait), at least
+    /// [`MIN_CAMPAIGN_WINDOW`]), and is elected the moment the leader before it resigns or its
+    /// lease expires. Errors other than contention end the campaign: a final one at once, a
+    /// retryable one (the server unreachable) once it persisted for a whole window.
+    ///
+    /// Cancel-safe: dropping the future leaves no lease and no queued waiter behind. Must be
+    /// called inside a Tokio runtime (the keep-alive is a task).
+    pub async fn campaign(&self, label: impl Into<Vec<u8>>) -> Result<Leadership, Error> {
+        let label = label.into();
+        check_label(&label)?;
+        let engine = self.locker.engine();
+        // One token for every window: ACQUIRE is idempotent for its holder.
+        let token = engine.config.new_token();
+        let window = engine.config.max_wait().max(MIN_CAMPAIGN_WINDOW);
+        // Not recorded as an acquisition: a campaign may wait for hours, which would swamp the
+        // acquire latency and wait-time histograms (each window's contention is counted).
+        let lease = loop {
+            let give_up = Instant::now() + window;
+            let attempt = Attempts::UntilMaxWait;
+            match Lease::take_until(engine, &self.key, token.clone(), attempt, give_up, Some(&label)).await {
+                Err(Error::Contended { .. }) => continue,
+                other => break other?,
+            }
+        };
+        Ok(Leadership { kept: lease.keep_alive(), label })
+    }
+
+    /// Who leads now, from the server's `STATUS`: `None` while nobody does.
+    pub async fn leader(&self) -> Result<Option<Leader>, Error> {
+        let status = self.locker.node().status(&self.key).await?;
+        Ok(status.filter(|st| st.held).map(|st| Leader {
+            label: st.label,
+            epoch: st.fence,
+            remaining: st.remaining.unwrap_or_default(),
+        }))
+    }
+
+    /// The leadership as it changes: the current leader (or `None`) first, then each change
+    /// of leader or epoch (never a mere renewal). An error is yielded as it happens and
+    /// polling goes on; drop the stream to stop.
+    ///
+    /// The stream polls `STATUS` every poll interval ([`Election::with_poll_interval`],
+    /// by default the renew interval, ttl / 3) while it is consumed, sooner when the leader's
+    /// lease runs out earlier: a resignation is seen within one interval, a leader that died
+    /// without resigning (its successor elected at its lease's expiry) about one millisecond
+    /// after the expiry. No candidate is involved: observing never takes part in the election.
+    pub fn observe(&self) -> impl Stream<Item = Result<Option<Leader>, Error>> + Send + 'static {
+        let state = Observed { election: self.clone(), last: None, pause: Duration::ZERO };
+        futures::stream::unfold(state, |mut state| async move {
+            let item = state.next_change().await;
+            Some((item, state))
+        })
+    }
+}
+
+/// An observer's state: the identity last yielded (`Some(None)`: nobody led) and the pause
+/// before the next poll.
+struct Observed {
+    election: Election,
+    last: Option<Option<(u64, Option<Vec<u8>>)>>,
+    pause: Duration,
+}
+
+impl Observed {
+    /// Polls until the leadership differs from the last one yielded (or a poll fails).
+    async fn next_change(&mut self) -> Result<Option<Leader>, Error> {
+        loop {
+            tokio::time::sleep(self.pause).await;
+            self.pause = self.election.poll;
+            let leader = self.election.leader().await?;
+            if let Some(leader) = &leader {
+                // Look again just after this lease would run out, unless it is renewed.
+                let expiry = leader.remaining.saturating_add(Duration::from_millis(1));
+                self.pause = self.pause.min(expiry).max(MIN_POLL_INTERVAL);
+            }
+            let identity = leader.as_ref().map(|l| (l.epoch, l.label.clone()));
+            if self.last.as_ref() != Some(&identity) {
+                self.last = Some(identity);
+                return Ok(leader);
+            }
+        }
+    }
+}
+
+/// The label rules of the protocol, checked before anything is sent.
+fn check_label(label: &[u8]) -> Result<(), Error> {
+    if !label_len_ok(label) {
+        return Err(Error::Config(format!(
+            "an election label must be 1 to {MAX_LABEL_LEN} bytes, got {}",
+            label.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Being the leader: a kept-alive lease whose fence is the epoch.
+///
+/// Dropping it stops the renewals and releases the lease in the background, which elects the
+/// next candidate; [`Leadership::resign`] does the same and says whether we still led.
+#[derive(Debug)]
+#[must_use = "leadership ends (the lease is released) as soon as it is dropped"]
+pub struct Leadership {
+    kept: KeptLease,
+    label: Vec<u8>,
+}
+
+impl Leadership {
+    /// The election's key.
+    pub fn key(&self) -> &str {
+        self.kept.key()
+    }
+
+    /// The epoch of this leadership: the lease's fence, strictly higher than every earlier
+    /// leader's. Send it with every write; the resource refuses epochs below the highest it
+    /// has seen.
+    pub fn epoch(&self) -> u64 {
+        self.kept.fence()
+    }
+
+    /// The label this leader campaigned with.
+    pub fn label(&self) -> &[u8] {
+        &self.label
+    }
+
+    /// A cloneable handle on the lease (epoch, validity, loss) for the leader's tasks.
+    pub fn handle(&self) -> LeaseHandle {
+        self.kept.handle()
+    }
+
+    /// Cancelled when leadership is lost (the first failed renewal, or the validity running
+    /// out), before another candidate can be elected; see the module docs.
+    pub fn cancellation(&self) -> CancellationToken {
+        self.kept.cancellation()
+    }
+
+    /// Completes when leadership is lost, with the reason ([`Error::LeaseLost`]).
+    pub async fn lost(&self) -> Error {
+        self.kept.lost().await
+    }
+
+    /// `Err(Error::LeaseLost)` once leadership is lost.
+    pub fn ensure_valid(&self) -> Result<(), Error> {
+        self.kept.ensure_valid()
+    }
+
+    /// Validity left on this process's clock; zero once lost.
+    pub fn remaining(&self) -> Duration {
+        self.kept.remaining()
+    }
+
+    /// Steps down: stops renewing and releases the lease, which the server hands to the next
+    /// queued candidate at once. `Ok(true)` if we still led, `Ok(false)` if leadership had
+    /// already been lost.
+    pub async fn resign(self) -> Result<bool, Error> {
+        self.kept.release().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_follow_the_protocol_limits() {
+        assert!(matches!(check_label(b""), Err(Error::Config(_))));
+        assert!(check_label(b"a").is_ok());
+        assert!(check_label(&[b'x'; MAX_LABEL_LEN]).is_ok());
+        assert!(matches!(check_label(&[b'x'; MAX_LABEL_LEN + 1]), Err(Error::Config(_))));
+    }
+}
