@@ -8,7 +8,7 @@
 //! writes with its old epoch: the table (`... WHERE last_epoch <= :epoch`) refuses it. A then
 //! observes its own loss: its keep-alive cancels its leadership, and the server names B.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::path::Path;
 use std::time::Duration;
 
@@ -16,7 +16,7 @@ use fencedlock::{Election, Error, LockConfig, Locker, LossCause};
 use harness::Server;
 use rusqlite::{params, Connection};
 
-use crate::pause::{open_db, WorkerA, TAG};
+use crate::pause::{open_db, say, WorkerA};
 
 const ROUNDS: u32 = 5;
 const TTL_MS: u64 = 500;
@@ -61,11 +61,6 @@ fn election_leader_process() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
     let election = Election::new(Locker::open(&url, config()).expect("locker"), KEY);
     let conn = open_db(Path::new(&db));
-    let say = |line: String| {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{TAG}{line}").expect("stdout");
-        out.flush().expect("flush");
-    };
     let mut lines = std::io::stdin().lock().lines();
     while let Some(Ok(line)) = lines.next() {
         match line.trim() {

@@ -28,7 +28,7 @@ const WORKER_DB_ENV: &str = "FENCEDLOCK_PAUSE_WORKER_DB";
 /// The worker test's own name; libtest knows it by its path inside the binary ([`worker_test`]).
 const WORKER_FN: &str = "pause_worker_process";
 /// Marks worker protocol lines (libtest prints its own output on the same stdout).
-pub(super) const TAG: &str = "@@ ";
+const TAG: &str = "@@ ";
 const REPLY_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn config() -> LockConfig {
@@ -92,6 +92,13 @@ fn write(conn: &mut Connection, round: u32, writer: &str, fence: u64) -> bool {
 // Worker A: a separate process
 // ---------------------------------------------------------------------------------------
 
+/// Writes one worker protocol line to the parent (tagged, flushed at once: the parent waits for it).
+pub(super) fn say(line: String) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{TAG}{line}").expect("stdout");
+    out.flush().expect("flush");
+}
+
 /// Entry point of worker A's process; the parent test runs this binary with
 /// `--ignored --exact <module path>::pause_worker_process`. Protocol on stdin / stdout:
 /// `acquire <key> <round>` -> `@@ checked <fence>`; then `write` -> `@@ wrote <accepted>
@@ -106,11 +113,6 @@ fn pause_worker_process() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let locker = Locker::open(&url, config()).expect("locker");
     let mut conn = open_db(Path::new(&db));
-    let say = |line: String| {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{TAG}{line}").expect("stdout");
-        out.flush().expect("flush");
-    };
     let mut lines = std::io::stdin().lock().lines();
     while let Some(Ok(line)) = lines.next() {
         let words: Vec<&str> = line.split_whitespace().collect();

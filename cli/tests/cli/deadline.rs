@@ -3,7 +3,7 @@
 //! that ignores SIGTERM.
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -12,20 +12,16 @@ use crate::support::*;
 /// Timing slack for process starts and the renewal round trip on a loaded machine.
 const SLACK: Duration = Duration::from_millis(500);
 
-/// Whether a pid names a live (not zombie) process.
-fn alive(pid: &str) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("");
-            state != "Z" && state != "X"
-        }
-        Err(_) => false,
-    }
+/// A shell command that ignores SIGTERM and runs a child that does not end by itself; it
+/// writes both pids to `pids` and then creates `started`, both in `dir`.
+struct Stubborn {
+    dir: tempfile::TempDir,
+    started: PathBuf,
+    pids: PathBuf,
+    script: String,
 }
 
-/// A shell command that ignores SIGTERM and runs a child that does not end by itself; it writes
-/// both pids to `pids` and then creates `started`, in the returned scratch directory.
-fn stubborn_command() -> (tempfile::TempDir, String) {
+fn stubborn_command() -> Stubborn {
     let dir = scratch();
     let (started, pids) = (p(dir.path(), "started"), p(dir.path(), "pids"));
     let script = format!(
@@ -33,7 +29,7 @@ fn stubborn_command() -> (tempfile::TempDir, String) {
         pids.display(),
         started.display()
     );
-    (dir, script)
+    Stubborn { dir, started, pids, script }
 }
 
 /// Runs a SIGTERM-ignoring command under `--ttl TTL --kill-grace GRACE`, deletes the key as
@@ -42,8 +38,7 @@ fn stubborn_command() -> (tempfile::TempDir, String) {
 /// grant), with fencedlock's outcome.
 fn lose_the_lease(ttl: &str, grace: &str) -> (Duration, Outcome) {
     let server = Server::start();
-    let (dir, script) = stubborn_command();
-    let (started, pids) = (p(dir.path(), "started"), p(dir.path(), "pids"));
+    let Stubborn { dir: _dir, started, pids, script } = stubborn_command();
     let spawned = Instant::now();
     let run = spawn(&[
         "run",
@@ -109,8 +104,7 @@ fn a_lease_that_ran_out_gets_sigkill_at_once() {
     // The server freezes and the renewal hangs (the node timeout is longer than the lease):
     // the keep-alive declares the lease lost only when its validity ends, so no grace is left.
     let server = Server::start();
-    let (dir, script) = stubborn_command();
-    let (started, pids) = (p(dir.path(), "started"), p(dir.path(), "pids"));
+    let Stubborn { dir: _dir, started, pids, script } = stubborn_command();
     let spawned = Instant::now();
     let run = spawn(&[
         "run",

@@ -353,17 +353,6 @@ fn several_servers_mean_fenced_redlock_that_survives_a_minority() {
     assert!(seen[1] > seen[0], "{seen:?}");
 }
 
-/// Whether a pid names a live (not zombie) process.
-fn alive(pid: &str) -> bool {
-    match fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("");
-            state != "Z" && state != "X"
-        }
-        Err(_) => false,
-    }
-}
-
 #[test]
 fn min_hold_keeps_the_lock_after_a_short_command_so_late_hosts_skip() {
     let server = Server::start();

@@ -190,3 +190,14 @@ pub fn assert_one_line_error(outcome: &Outcome, code: i32, needles: &[&str]) {
         assert!(lines[0].contains(needle), "missing {needle:?} in {:?}", lines[0]);
     }
 }
+
+/// Whether a pid names a live (not zombie) process.
+pub fn alive(pid: &str) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").split_whitespace().next().unwrap_or("");
+            state != "Z" && state != "X"
+        }
+        Err(_) => false,
+    }
+}
