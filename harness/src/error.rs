@@ -19,9 +19,9 @@ pub enum HarnessError {
         /// How to install it.
         hint: &'static str,
     },
-    /// `cargo build` of the module failed.
-    #[error("building the module failed: {0}")]
-    ModuleBuild(String),
+    /// `cargo build` of the module or the CLI failed.
+    #[error("the build failed: {0}")]
+    Build(String),
     /// The server process exited or never answered PING.
     #[error("server on port {port} did not start: {reason}\n--- last lines of {log:?} ---\n{log_tail}")]
     StartFailed {

@@ -53,7 +53,7 @@ pub use fencedlock_protocol::LockStatus;
 pub use flavor::Flavor;
 pub use history::v1_module;
 pub use lock::{decode_status, try_decode_status, wait_released};
-pub use paths::{module_path, redis_cli, target_dir, workspace_root};
+pub use paths::{cli_binary, module_path, redis_cli, target_dir, workspace_root};
 pub use persistence::PERSIST_TIMEOUT;
 pub use ports::{pick_port, PORT_MAX, PORT_MIN};
 pub use replication::{wait_replica_online, SYNC_TIMEOUT};

@@ -36,25 +36,46 @@ pub fn module_path() -> PathBuf {
 }
 
 fn build_module() -> Result<PathBuf, HarnessError> {
+    cargo_build(&["--release", "-p", "fencedlock-module"], Path::new("release/libfencedlock_module.so"))
+}
+
+/// The `fencedlock` CLI binary, built once per test process (like the module), so a test
+/// never runs a stale one; panics with cargo's output if the build fails.
+pub fn cli_binary() -> PathBuf {
+    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        cargo_build(&["-p", "fencedlock-cli", "--bin", "fencedlock"], Path::new("debug/fencedlock"))
+            .map_err(|e| e.to_string())
+    });
+    match built {
+        Ok(path) => path.clone(),
+        Err(msg) => panic!("fencedlock CLI unavailable: {msg}"),
+    }
+}
+
+/// Runs `cargo build ARGS` in the workspace and returns `artifact` (relative to the target
+/// directory), which the build must have produced.
+fn cargo_build(args: &[&str], artifact: &Path) -> Result<PathBuf, HarnessError> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let root = workspace_root();
     let output = Command::new(&cargo)
-        .args(["build", "--release", "-p", "fencedlock-module"])
-        .current_dir(root)
+        .arg("build")
+        .args(args)
+        .current_dir(workspace_root())
         .output()
-        .map_err(|e| HarnessError::ModuleBuild(format!("cannot run {cargo:?}: {e}")))?;
+        .map_err(|e| HarnessError::Build(format!("cannot run {cargo:?}: {e}")))?;
     if !output.status.success() {
-        return Err(HarnessError::ModuleBuild(format!(
-            "`cargo build --release -p fencedlock-module` exited with {}:\n{}",
+        return Err(HarnessError::Build(format!(
+            "`cargo build {}` exited with {}:\n{}",
+            args.join(" "),
             output.status,
             String::from_utf8_lossy(&output.stderr)
         )));
     }
-    let so = target_dir().join("release").join("libfencedlock_module.so");
-    if so.is_file() {
-        Ok(so)
+    let built = target_dir().join(artifact);
+    if built.is_file() {
+        Ok(built)
     } else {
-        Err(HarnessError::ModuleBuild(format!("build succeeded but {so:?} is missing")))
+        Err(HarnessError::Build(format!("build succeeded but {built:?} is missing")))
     }
 }
 

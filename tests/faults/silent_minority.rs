@@ -10,14 +10,12 @@
 //! - A release left behind never undoes a later grant to the same token.
 //! - `fencedlock run` exits when its command does, not one node timeout later.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use fencedlock::{Error, LockConfig, Node, Redlock, Token, TokenFormat, Vote};
 use fencedlock_protocol::command::{ACQUIRE, RELEASE};
-use harness::{target_dir, wait_released, workspace_root, Server};
+use harness::{wait_released, Server};
 
 /// Per-node timeout: a healthy local server always answers well within it.
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -256,37 +254,9 @@ async fn a_release_left_behind_never_undoes_a_later_grant() {
     }
 }
 
-/// The `fencedlock` binary, built once per test process (like the module): a test never
-/// runs a stale one.
-fn cli() -> PathBuf {
-    static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let output = Command::new(&cargo)
-            .args(["build", "-p", "fencedlock-cli", "--bin", "fencedlock"])
-            .current_dir(workspace_root())
-            .output()
-            .map_err(|e| format!("cannot run {cargo:?}: {e}"))?;
-        if !output.status.success() {
-            return Err(format!(
-                "`cargo build -p fencedlock-cli` exited with {}:\n{}",
-                output.status,
-                String::from_utf8_lossy(&output.stderr)
-            ));
-        }
-        let bin = target_dir().join("debug").join("fencedlock");
-        if bin.is_file() {
-            Ok(bin)
-        } else {
-            Err(format!("the build succeeded but {bin:?} is missing"))
-        }
-    });
-    built.clone().unwrap_or_else(|msg| panic!("fencedlock CLI unavailable: {msg}"))
-}
-
 /// Runs `fencedlock ARGS` (no inherited settings), bounded; exit code and wall time.
 fn run_cli(args: &[String]) -> (i32, Duration, String) {
-    let mut cmd = Command::new(cli());
+    let mut cmd = Command::new(harness::cli_binary());
     for var in
         ["FENCEDLOCK_REDIS", "FENCEDLOCK_TOKEN", "FENCEDLOCK_LOG", "FENCEDLOCK_KEY", "FENCEDLOCK_FENCE"]
     {
@@ -322,7 +292,7 @@ fn run_cli(args: &[String]) -> (i32, Duration, String) {
 
 #[test]
 fn fencedlock_run_ends_with_its_command_not_a_node_timeout_later() {
-    let cli = cli();
+    let cli = harness::cli_binary();
     let servers = Server::start_many(5);
     let urls: Vec<String> = servers.iter().map(Server::url).collect();
     let timeout = Duration::from_secs(2);
