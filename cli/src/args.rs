@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
-use fencedlock::DEFAULT_CONFIRM_TIMEOUT;
+use fencedlock::{DEFAULT_CONFIRM_TIMEOUT, MAX_PERMITS};
 
 use crate::duration;
 
@@ -64,6 +64,8 @@ Examples:
   fencedlock run --key k --ttl 10s -- sh -c 'psql -c \"UPDATE jobs SET fence=$FENCEDLOCK_FENCE WHERE fence <= $FENCEDLOCK_FENCE\"'
   # a cache warm-up whose duplicate is harmless: run it even when the lock server is down
   fencedlock run --key warm --ttl 1m --on-unavailable run -- ./warm-cache.sh
+  # at most 3 exports at once across all hosts; each gets its own FENCEDLOCK_FENCE
+  fencedlock run --permits 3 --key nightly-export --wait 10m -- ./export.sh
 ";
 
 /// `--on-unavailable`, with the lesson's guidance: decide in advance, by what a duplicate run
@@ -116,7 +118,8 @@ Examples:
 
 const STATUS_AFTER: &str = "\
 Shows the key's fence, whether a lease holds it and how long it has left; never the token.
-With several servers, one line per server, then the majority's view.
+With several servers, one line per server, then the majority's view. A semaphore key
+(`run --permits N`) shows its permits and one line per holder: fence, time left, label.
 
 Examples:
   fencedlock status --key deploy
@@ -271,6 +274,9 @@ pub struct RunArgs {
     /// Replica confirmation of the grant.
     #[command(flatten)]
     pub confirm: ConfirmArgs,
+    /// Permits.
+    #[command(flatten)]
+    pub permits: PermitsArg,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<OsString>,
@@ -298,6 +304,24 @@ pub struct AcquireArgs {
     /// Replica confirmation of the grant.
     #[command(flatten)]
     pub confirm: ConfirmArgs,
+    /// Permits.
+    #[command(flatten)]
+    pub permits: PermitsArg,
+}
+
+/// `--permits`, for `run` and `acquire`.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct PermitsArg {
+    /// Let up to N holders have the key at once (a fenced semaphore), each with its own lease
+    /// and fence; 1 is the ordinary lock. Every holder of a key must use the same N. Needs a
+    /// single --redis server: a Redlock majority cannot bound the holders.
+    #[arg(long = "permits", value_name = "N", default_value_t = 1, value_parser = permits_range())]
+    pub count: u32,
+}
+
+/// 1 to the protocol's [`MAX_PERMITS`], for clap (out of range: a usage error, exit 64).
+fn permits_range() -> clap::builder::RangedU64ValueParser<u32> {
+    clap::builder::RangedU64ValueParser::<u32>::new().range(1..=u64::from(MAX_PERMITS))
 }
 
 /// `run --on-unavailable`: what to do when the lock service cannot answer

@@ -185,6 +185,10 @@ fn module_refusal(node: &str, refusal: ReplyError, source: &RedisError, ctx: Con
         ReplyError::WaitInterrupted => CliError::Busy(format!(
             "the lock key moved away from {node} while waiting for it (a cluster slot migration or a deletion: {text}); try again"
         )),
+        ReplyError::PermitsMismatch => CliError::Usage(format!(
+            "key {:?} on {node} is held with another --permits count ({text}); every holder of a key must use the same count",
+            ctx.key
+        )),
         ReplyError::WrongType => CliError::Usage(format!(
             "key {:?} on {node} holds another kind of data, not a lock; choose another --key",
             ctx.key
@@ -287,7 +291,9 @@ mod tests {
             (ReplyError::BadFence, code::USAGE),
             (ReplyError::BadTimeout, code::USAGE),
             (ReplyError::BadLabel, code::USAGE),
+            (ReplyError::BadPermits, code::USAGE),
             (ReplyError::Syntax, code::USAGE),
+            (ReplyError::PermitsMismatch, code::USAGE),
             (ReplyError::WrongType, code::USAGE),
             (ReplyError::RestartGrace, code::UNAVAILABLE),
             (ReplyError::WaitInterrupted, code::BUSY),

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencedlock::Redlock;
+use fencedlock::{PermitStatus, Redlock, SemaphoreStatus};
 use serde_json::json;
 
 use crate::args::{AcquireArgs, AcquireOnUnavailable, Global, ReleaseArgs, RenewArgs, StatusArgs};
@@ -11,7 +11,7 @@ use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
-use crate::servers::{self, LeaseOptions};
+use crate::servers::{self, LeaseOptions, NodeStatus};
 use crate::token_io;
 
 fn open(global: &Global, ttl: Duration, wait: Duration) -> Result<Redlock, CliError> {
@@ -27,7 +27,11 @@ pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result
     )?;
     let ctx = Context { key: &args.key, waited: args.wait };
     // With no --wait (max_wait zero) this is a single attempt.
-    let lease = match lock.acquire(&args.key).await {
+    let acquired = match servers::semaphore(&lock, &args.key, args.permits.count)? {
+        Some(semaphore) => semaphore.acquire().await,
+        None => lock.acquire(&args.key).await,
+    };
+    let lease = match acquired {
         Ok(lease) => lease,
         Err(e) if e.is_unavailable() && args.on_unavailable == AcquireOnUnavailable::Skip => {
             return Ok(crate::run::skip_unavailable(&args.key, &diagnose::explain(&e, ctx), out));
@@ -116,14 +120,19 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     let mut first_error = None;
     for answer in &answers {
         match &answer.status {
+            Ok(Some(semaphore)) if semaphore.permits > 1 => {
+                answered += 1;
+                fences.push(semaphore.fence);
+                lines.push(format!("{}  {}", answer.server, describe_semaphore(semaphore)));
+                per_server.push(semaphore_json(semaphore, json!({ "server": answer.server })));
+            }
             Ok(state) => {
                 answered += 1;
-                let (fence, held, pttl) = match state {
-                    Some(s) => (s.fence, s.held, s.remaining.map(|d| d.as_millis() as u64)),
-                    None => (0, false, None),
-                };
-                // Public, but arbitrary bytes: shown lossily, quoted and escaped.
-                let label = state.as_ref().and_then(|s| s.label_lossy()).map(|l| l.into_owned());
+                // A lock key: at most one holder.
+                let holder = state.as_ref().and_then(|s| s.holders.first());
+                let fence = state.as_ref().map_or(0, |s| s.fence);
+                let (held, pttl) = (holder.is_some(), holder.map(|h| h.remaining.as_millis() as u64));
+                let label = holder.and_then(label_text);
                 fences.push(fence);
                 if held {
                     remaining.push(pttl.unwrap_or(0));
@@ -144,6 +153,14 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     }
     if answered < quorum {
         return Err(first_error.unwrap_or_else(|| CliError::Unavailable("no server answered".into())));
+    }
+    // A semaphore lives on one server (`--permits` refuses several): shown holder by holder.
+    if let [NodeStatus { status: Ok(Some(semaphore)), .. }] = answers.as_slice() {
+        if semaphore.permits > 1 {
+            let text = format!("{}  {}", args.key, describe_semaphore(semaphore));
+            out.result(&text, semaphore_json(semaphore, json!({ "key": args.key })));
+            return Ok(code::OK);
+        }
     }
     // Held while a majority holds it: until the quorum-th longest remaining time runs out.
     remaining.sort_unstable_by(|a, b| b.cmp(a));
@@ -167,6 +184,38 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
         }),
     );
     Ok(code::OK)
+}
+
+/// A holder's public label as text: arbitrary bytes, shown lossily (quoted and escaped by
+/// the caller's `{:?}`).
+fn label_text(holder: &PermitStatus) -> Option<String> {
+    holder.label.as_deref().map(|label| String::from_utf8_lossy(label).into_owned())
+}
+
+/// A semaphore's fence and permits, then one indented line per holder (lowest fence first).
+fn describe_semaphore(semaphore: &SemaphoreStatus) -> String {
+    let held = semaphore.holders.len();
+    let mut text = format!("fence {}  permits {held} of {} held", semaphore.fence, semaphore.permits);
+    for holder in &semaphore.holders {
+        let pttl = Some(holder.remaining.as_millis() as u64);
+        text.push_str(&format!("\n  {}", describe(holder.fence, true, pttl, label_text(holder).as_deref())));
+    }
+    text
+}
+
+/// `--json` for a semaphore: `into`'s fields, then its fence, permits and holders (never a
+/// token); `held` while anyone holds a permit.
+fn semaphore_json(semaphore: &SemaphoreStatus, mut into: serde_json::Value) -> serde_json::Value {
+    let holders: Vec<_> = semaphore
+        .holders
+        .iter()
+        .map(|h| json!({ "fence": h.fence, "pttl_ms": h.remaining.as_millis() as u64, "label": label_text(h) }))
+        .collect();
+    into["fence"] = json!(semaphore.fence);
+    into["held"] = json!(!holders.is_empty());
+    into["permits"] = json!(semaphore.permits);
+    into["holders"] = json!(holders);
+    into
 }
 
 fn describe(fence: u64, held: bool, pttl: Option<u64>, label: Option<&str>) -> String {

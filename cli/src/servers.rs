@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fencedlock::{Error, Lease, LockConfig, LockStatus, Node, Redlock, TokenFormat, MAX_TTL};
+use fencedlock::{Error, Lease, LockConfig, Node, Redlock, Semaphore, SemaphoreStatus, TokenFormat, MAX_TTL};
 use futures::future::join_all;
 
 use crate::args::ConfirmArgs;
@@ -38,8 +38,8 @@ pub struct LeaseOptions {
 pub struct NodeStatus {
     /// The server's address.
     pub server: String,
-    /// Its answer: `None` for a key without lock state.
-    pub status: Result<Option<LockStatus>, Error>,
+    /// Its answer, a lock key as one permit: `None` for a key without lock state.
+    pub status: Result<Option<SemaphoreStatus>, Error>,
 }
 
 /// Checks the URLs and builds the lock over them. Nothing connects yet.
@@ -99,20 +99,54 @@ pub fn open_confirmed(
     Redlock::new(nodes, config).map_err(|e| CliError::Usage(e.to_string()))
 }
 
+/// The semaphore `--permits` asks for: `None` for 1 (the ordinary lock on `lock`), else a
+/// [`Semaphore`] on `lock`'s single server, sharing its connection. Several servers are a
+/// usage error: each would grant its own permits, and a majority of them suffices.
+pub fn semaphore(lock: &Redlock, key: &str, permits: u32) -> Result<Option<Semaphore>, CliError> {
+    if permits == 1 {
+        return Ok(None);
+    }
+    let Some(locker) = lock.as_locker() else {
+        let servers = lock.nodes().len();
+        let holders = servers * permits as usize / lock.quorum();
+        return Err(CliError::Usage(format!(
+            "--permits {permits} needs a single --redis server: each of the {servers} independent servers would grant its own {permits} permits and a majority of {} suffices, so up to {holders} holders could run at once",
+            lock.quorum()
+        )));
+    };
+    Semaphore::new(locker, key, permits).map(Some).map_err(|e| CliError::Usage(e.to_string()))
+}
+
 /// One attempt; if it failed in a way that may pass and the options allow waiting, `on_wait`
 /// hears why before [`Redlock::acquire`] waits up to the configured wait: in the server's
 /// queue (for several servers, the key's designated one), or with backoff where the module
 /// cannot wait. The pause is where `run` and the demo tell the operator that they wait, which
-/// a plain [`Redlock::acquire`] gives them no chance to do.
-pub async fn acquire(lock: &Redlock, key: &str, on_wait: impl FnOnce(&Error)) -> Result<Lease, Error> {
+/// a plain [`Redlock::acquire`] gives them no chance to do. With `semaphore`, the lease is one
+/// of its permits, taken the same way.
+pub async fn acquire(
+    lock: &Redlock,
+    key: &str,
+    semaphore: Option<&Semaphore>,
+    on_wait: impl FnOnce(&Error),
+) -> Result<Lease, Error> {
     let started = tokio::time::Instant::now();
-    match lock.try_acquire(key).await {
+    let first = match semaphore {
+        Some(semaphore) => semaphore.try_acquire().await,
+        None => lock.try_acquire(key).await,
+    };
+    match first {
         Err(err) if err.is_retryable() && !lock.config().max_wait().is_zero() => {
             on_wait(&err);
             // The first attempt counts against `--wait` (with silent servers it can take a
             // node timeout); dropping `acquire` at the limit leaves nothing held or queued.
             let limit = started + lock.config().max_wait();
-            tokio::time::timeout_at(limit, lock.acquire(key)).await.unwrap_or(Err(err))
+            let waiting = async {
+                match semaphore {
+                    Some(semaphore) => semaphore.acquire().await,
+                    None => lock.acquire(key).await,
+                }
+            };
+            tokio::time::timeout_at(limit, waiting).await.unwrap_or(Err(err))
         }
         other => other,
     }
@@ -129,7 +163,7 @@ pub fn describe(lock: &Redlock) -> String {
 /// `FENCEDLOCK.STATUS` on every server, in parallel.
 pub async fn status(lock: &Redlock, key: &str) -> Vec<NodeStatus> {
     let nodes = lock.nodes();
-    let answers = join_all(nodes.iter().map(|n| n.status(key))).await;
+    let answers = join_all(nodes.iter().map(|n| n.semaphore_status(key))).await;
     nodes
         .iter()
         .zip(answers)

@@ -40,7 +40,7 @@ use crate::block;
 use crate::config::LockConfig;
 use crate::engine::{Engine, Grant};
 use crate::error::Error;
-use crate::node::{Answer, Failure, Node};
+use crate::node::{Answer, Ask, Failure, Node};
 use crate::quorum::{Phase, Vote};
 use crate::token::Token;
 use crate::validity;
@@ -92,14 +92,14 @@ impl Confirm {
 }
 
 /// One non-waiting acquisition round on the engine's single node with `confirm`: ACQUIRE
-/// (with `label`, if any) and WAIT on a dedicated connection; the grant when it was confirmed,
+/// (with `ask`'s label and permits) and WAIT on a dedicated connection; the grant when it was confirmed,
 /// released otherwise.
 pub(crate) async fn attempt(
     engine: &Engine,
     key: &str,
     token: &Token,
     confirm: &Confirm,
-    label: Option<&[u8]>,
+    ask: Ask<'_>,
 ) -> Result<Grant, Error> {
     let [node] = engine.nodes.as_slice() else {
         return Err(Error::Config("confirm_replicas is for a single server".into()));
@@ -110,7 +110,7 @@ pub(crate) async fn attempt(
     }
     let mut guard = Unsettled::new(engine, key, token);
     let sent = Instant::now();
-    let answer = node.acquire_confirmed(key, token, engine.config.ttl_ms(), None, confirm, label).await;
+    let answer = node.acquire_confirmed(key, token, engine.config.ttl_ms(), None, confirm, ask).await;
     match answer {
         Ok(Answer::Granted { fence, acked }) => match settle(node, key, token, confirm, acked).await {
             Ok(()) => {

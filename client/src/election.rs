@@ -48,6 +48,7 @@ use crate::error::Error;
 use crate::keepalive::{KeptLease, LeaseHandle};
 use crate::lease::{Attempts, Lease};
 use crate::locker::Locker;
+use crate::node::Ask;
 
 /// The shortest time one campaign request waits in the server's queue before it is sent
 /// again; the window is the locker's [`max_wait`](crate::LockConfig::max_wait) if longer. A
@@ -151,7 +152,8 @@ impl Election {
         let lease = loop {
             let give_up = Instant::now() + window;
             let attempt = Attempts::UntilMaxWait;
-            match Lease::take_until(engine, &self.key, token.clone(), attempt, give_up, Some(&label)).await {
+            let ask = Ask { label: Some(&label), permits: 1 };
+            match Lease::take_until(engine, &self.key, token.clone(), attempt, give_up, ask).await {
                 Err(Error::Contended { .. }) => continue,
                 other => break other?,
             }
@@ -217,7 +219,7 @@ impl Observed {
 }
 
 /// The label rules of the protocol, checked before anything is sent.
-fn check_label(label: &[u8]) -> Result<(), Error> {
+pub(crate) fn check_label(label: &[u8]) -> Result<(), Error> {
     if !label_len_ok(label) {
         return Err(Error::Config(format!(
             "an election label must be 1 to {MAX_LABEL_LEN} bytes, got {}",

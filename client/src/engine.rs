@@ -27,7 +27,7 @@ use crate::config::LockConfig;
 use crate::confirm::{self, Confirm};
 use crate::error::{Error, LossCause};
 use crate::fenced::{self, Fencing};
-use crate::node::{Failure, Node};
+use crate::node::{Ask, Failure, Node};
 use crate::quorum::{quorum, NodeVote, Phase, QuorumReport, Vote};
 use crate::round::{self, Stragglers};
 use crate::token::Token;
@@ -94,16 +94,16 @@ impl Engine {
     /// before it counts as refused (Redlock's second step, see the `waiting` module).
     ///
     /// With replica confirmation configured, the round is the `confirm` module's instead.
-    /// Every ACQUIRE carries `label`, if any: the lease's public label.
+    /// Every ACQUIRE carries `ask`: the lease's public label, if any, and the key's permits.
     pub(crate) async fn attempt(
         &self,
         key: &str,
         token: &Token,
         block: Option<Duration>,
-        label: Option<&[u8]>,
+        ask: Ask<'_>,
     ) -> Result<Grant, Error> {
         if let Some(confirm) = Confirm::of(self)? {
-            return confirm::attempt(self, key, token, &confirm, label).await;
+            return confirm::attempt(self, key, token, &confirm, ask).await;
         }
         let ttl = self.config.ttl();
         let ttl_ms = self.config.ttl_ms();
@@ -118,7 +118,7 @@ impl Engine {
                 return Vote::TimedOut;
             }
             asked.store(true, Ordering::Relaxed);
-            match node.acquire(key, token, ttl_ms, block, label).await {
+            match node.acquire(key, token, ttl_ms, block, ask).await {
                 Ok(Some(fence)) => Vote::Granted { fence },
                 Ok(None) => Vote::Refused,
                 Err(failure) => failure.into_vote(),

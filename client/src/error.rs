@@ -88,6 +88,20 @@ pub enum Error {
     /// The configuration or an argument is invalid.
     #[error("invalid configuration: {0}")]
     Config(String),
+
+    /// The key is a semaphore (several holders at once), which a lock's status cannot show:
+    /// [`Node::status`](crate::Node::status) on it. Read it with
+    /// [`Node::semaphore_status`](crate::Node::semaphore_status) or
+    /// [`Semaphore::status`](crate::Semaphore::status).
+    #[error("{key:?} on {node} is a semaphore of {permits} permits, not a lock")]
+    Semaphore {
+        /// The node's address.
+        node: String,
+        /// The key.
+        key: String,
+        /// The key's permit count.
+        permits: u32,
+    },
 }
 
 /// Why a lease is considered lost.
@@ -118,7 +132,9 @@ impl Error {
             Error::Contended { .. } | Error::Timeout { .. } | Error::NotConfirmed { .. } => true,
             Error::QuorumNotReached(report) => report.could_still_succeed(),
             Error::Server { source, .. } => is_transient(source),
-            Error::LeaseLost { .. } | Error::BadReply { .. } | Error::Config(_) => false,
+            Error::LeaseLost { .. } | Error::BadReply { .. } | Error::Config(_) | Error::Semaphore { .. } => {
+                false
+            }
         }
     }
 
@@ -141,9 +157,11 @@ impl Error {
             Error::QuorumNotReached(report) => {
                 report.refused() == 0 && report.votes.iter().any(|v| v.vote.is_outage())
             }
-            Error::Contended { .. } | Error::LeaseLost { .. } | Error::BadReply { .. } | Error::Config(_) => {
-                false
-            }
+            Error::Contended { .. }
+            | Error::LeaseLost { .. }
+            | Error::BadReply { .. }
+            | Error::Config(_)
+            | Error::Semaphore { .. } => false,
         }
     }
 
@@ -269,6 +287,11 @@ mod tests {
             assert!(!replied(line).is_unavailable(), "{line}");
         }
         assert!(!replied(&ReplyError::BadToken.message(0)).is_unavailable());
+        // Another permit count than the key's: the caller's mistake, answered at once.
+        let mismatch = replied(&ReplyError::PermitsMismatch.message(3));
+        assert!(!mismatch.is_unavailable() && !mismatch.is_retryable(), "{mismatch:?}");
+        let semaphore = Error::Semaphore { node: "n".into(), key: "k".into(), permits: 3 };
+        assert!(!semaphore.is_unavailable() && !semaphore.is_retryable());
         let Err(source) = fencedlock_protocol::LockStatus::decode([0, 2, -1], None) else {
             panic!("a broken reply")
         };

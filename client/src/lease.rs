@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::engine::{Engine, Grant};
 use crate::error::{Error, LossCause};
 use crate::metrics::{self, Outcome};
+use crate::node::Ask;
 use crate::quorum::QuorumReport;
 use crate::token::Token;
 use crate::validity;
@@ -59,8 +60,19 @@ impl Lease {
         token: Token,
         attempts: Attempts,
     ) -> Result<Lease, Error> {
+        Lease::acquire_asking(engine, key, token, attempts, Ask::MUTEX).await
+    }
+
+    /// [`Lease::acquire`] with every ACQUIRE carrying `ask` (a semaphore's permits).
+    pub(crate) async fn acquire_asking(
+        engine: &Arc<Engine>,
+        key: &str,
+        token: Token,
+        attempts: Attempts,
+        ask: Ask<'_>,
+    ) -> Result<Lease, Error> {
         let start = Instant::now();
-        let result = Lease::take(engine, key, token, attempts).await;
+        let result = Lease::take(engine, key, token, attempts, ask).await;
         metrics::acquired(start, attempts == Attempts::UntilMaxWait, Outcome::of(&result));
         result
     }
@@ -75,21 +87,23 @@ impl Lease {
         key: &str,
         token: Token,
         attempts: Attempts,
+        ask: Ask<'_>,
     ) -> Result<Lease, Error> {
         let give_up = Instant::now() + engine.config.max_wait();
-        Lease::take_until(engine, key, token, attempts, give_up, None).await
+        Lease::take_until(engine, key, token, attempts, give_up, ask).await
     }
 
     /// [`Lease::take`] giving up at `give_up` rather than after the configured maximum wait,
-    /// every ACQUIRE carrying the public `label`, if any (an election's candidate: the label
-    /// is the leader's name, and `STATUS` shows it while the lease is held).
+    /// every ACQUIRE carrying `ask`: the public label, if any (an election's candidate: the
+    /// label is the leader's name, and `STATUS` shows it while the lease is held), and the
+    /// key's permits (a semaphore's).
     pub(crate) async fn take_until(
         engine: &Arc<Engine>,
         key: &str,
         token: Token,
         attempts: Attempts,
         give_up: Instant,
-        label: Option<&[u8]>,
+        ask: Ask<'_>,
     ) -> Result<Lease, Error> {
         let mut claim =
             Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false, waited: false };
@@ -101,7 +115,7 @@ impl Lease {
             let waits = attempts == Attempts::UntilMaxWait && Instant::now() < give_up;
             let turn = if waits {
                 claim.waited = true;
-                waiting::take_turn(engine, key, &claim.token, give_up, label).await
+                waiting::take_turn(engine, key, &claim.token, give_up, ask).await
             } else {
                 Turn::Poll
             };
@@ -114,16 +128,16 @@ impl Lease {
                     // Not-awaited waiting requests of the round are closed as it ends, and the
                     // round's release may reach a node before the close does: stay armed.
                     let block = Some(engine.config.node_timeout());
-                    let result = engine.attempt(key, &claim.token, block, label).await;
+                    let result = engine.attempt(key, &claim.token, block, ask).await;
                     (result, true, false)
                 }
-                Turn::Poll => (engine.attempt(key, &claim.token, None, label).await, false, false),
+                Turn::Poll => (engine.attempt(key, &claim.token, None, ask).await, false, false),
                 Turn::TimedOut if engine.nodes.len() == 1 => {
                     (Err(Error::Contended { key: key.to_owned() }), false, true)
                 }
                 // Redlock: the designated node kept us waiting to the end; one last plain round
                 // tells how every node stands (and may still be granted).
-                Turn::TimedOut => (engine.attempt(key, &claim.token, None, label).await, false, true),
+                Turn::TimedOut => (engine.attempt(key, &claim.token, None, ask).await, false, true),
                 Turn::Failed { error, may_hold } => (Err(error), may_hold, false),
             };
             let err = match result {

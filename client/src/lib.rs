@@ -109,6 +109,16 @@
 //! that has not noticed is exactly the stale owner. Downstream resources must check the epoch
 //! (`UPDATE … SET last_epoch = :epoch WHERE … AND last_epoch <= :epoch`) and refuse older ones.
 //!
+//! # Fenced semaphores
+//!
+//! [`Semaphore`] admits up to N holders on a [`Locker`]'s key at once
+//! (`FENCEDLOCK.ACQUIRE … PERMITS n`). Each permit is an ordinary [`Lease`] with its own
+//! token and fence, fences strictly increasing over every grant on the key; waiting is the
+//! server's FIFO queue, as for a lock, and [`Semaphore::status`] shows every holder's fence,
+//! time left and label (never a token). The N holders write at once, so each is fenced
+//! separately (a per-slot `last_fence`, not one global maximum). Not on a [`Redlock`]: a
+//! quorum of masters cannot bound the holders (see [`Semaphore`]).
+//!
 //! # When the lock service is down
 //!
 //! [`Error::is_unavailable`] tells "the service could not answer" (unreachable, timed out, no
@@ -198,6 +208,7 @@ mod quorum;
 mod redact;
 mod redlock;
 mod round;
+mod semaphore;
 mod token;
 mod trailing;
 mod transient;
@@ -211,8 +222,8 @@ pub use config::{
 pub use election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW, MIN_POLL_INTERVAL};
 pub use error::{Error, LossCause};
 pub use fenced::Fencing;
-pub use fencedlock_protocol::limits::MAX_TOKEN_LEN;
-pub use fencedlock_protocol::{LockStatus, ReplyError, StatusError};
+pub use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
+pub use fencedlock_protocol::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus, StatusError};
 pub use keepalive::{KeptLease, LeaseHandle};
 pub use lease::Lease;
 pub use locker::Locker;
@@ -223,4 +234,5 @@ pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // server errors apart: callers match on the very `redis` version this crate was built with.
 pub use redis;
 pub use redlock::Redlock;
+pub use semaphore::Semaphore;
 pub use token::{Token, TokenFormat, TOKEN_BYTES};

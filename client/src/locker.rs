@@ -135,8 +135,13 @@ impl Locker {
         &self.engine.config
     }
 
-    /// The shared engine, for the election built on this locker.
+    /// The shared engine, for the election and the semaphore built on this locker.
     pub(crate) fn engine(&self) -> &Arc<Engine> {
         &self.engine
+    }
+
+    /// A locker over a single-node engine (a one-server Redlock's).
+    pub(crate) fn from_engine(engine: Arc<Engine>) -> Locker {
+        Locker { engine }
     }
 }

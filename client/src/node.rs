@@ -16,8 +16,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::{ACQUIRE, BLOCK, LABEL, RAISE, RELEASE, RENEW, STATUS};
-use fencedlock_protocol::LockStatus;
+use fencedlock_protocol::command::{ACQUIRE, BLOCK, LABEL, PERMITS, RAISE, RELEASE, RENEW, STATUS};
+use fencedlock_protocol::{LockStatus, PermitReply, SemaphoreStatus};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
@@ -120,6 +120,22 @@ impl Failure {
     }
 }
 
+/// What an ACQUIRE asks for besides key, token and ttl: the lease's public label, if any,
+/// and the key's permit count (1: the mutex). One value threaded from the caller down to
+/// [`acquire_cmd`], so a new option does not become another loose parameter everywhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Ask<'a> {
+    /// `LABEL label`: shown by `STATUS` while the lease holds the key.
+    pub(crate) label: Option<&'a [u8]>,
+    /// `PERMITS n`, sent only when above 1, so a mutex request is what it always was.
+    pub(crate) permits: u32,
+}
+
+impl Ask<'static> {
+    /// A plain lease: no label, one permit.
+    pub(crate) const MUTEX: Ask<'static> = Ask { label: None, permits: 1 };
+}
+
 impl Node {
     /// A standalone server, e.g. `redis://127.0.0.1:6379`.
     pub fn new(url: &str) -> Result<Node, Error> {
@@ -198,17 +214,45 @@ impl Node {
 
     /// `FENCEDLOCK.STATUS key`: the key's fence and whether it is held; `None` for a key
     /// without lock state. Never reveals the token. A reply that breaks the contract's shape
-    /// is [`Error::BadReply`].
+    /// is [`Error::BadReply`]; a semaphore key (several holders, which a [`LockStatus`] cannot
+    /// show) is [`Error::Semaphore`]: read it with [`Node::semaphore_status`].
     pub async fn status(&self, key: &str) -> Result<Option<LockStatus>, Error> {
+        match self.any_status(key).await? {
+            None => Ok(None),
+            Some(Status::Lock(status)) => Ok(Some(status)),
+            Some(Status::Semaphore(status)) => Err(Error::Semaphore {
+                node: self.name.clone(),
+                key: key.to_owned(),
+                permits: status.permits,
+            }),
+        }
+    }
+
+    /// `FENCEDLOCK.STATUS key` for a key of either kind: a semaphore's permits and holders
+    /// (each holder's fence, time left and label; never a token), a mutex key shown as a
+    /// semaphore of one permit; `None` for a key without lock state.
+    pub async fn semaphore_status(&self, key: &str) -> Result<Option<SemaphoreStatus>, Error> {
+        Ok(self.any_status(key).await?.map(|status| match status {
+            Status::Lock(status) => SemaphoreStatus::from(status),
+            Status::Semaphore(status) => status,
+        }))
+    }
+
+    async fn any_status(&self, key: &str) -> Result<Option<Status>, Error> {
         let mut cmd = redis::cmd(STATUS.name);
         cmd.arg(key);
         let reply: Option<StatusReply> = self.query(&cmd, None).await.map_err(|f| self.error("STATUS", f))?;
         self.decode_status(reply)
     }
 
-    fn decode_status(&self, reply: Option<StatusReply>) -> Result<Option<LockStatus>, Error> {
+    fn decode_status(&self, reply: Option<StatusReply>) -> Result<Option<Status>, Error> {
         reply
-            .map(|StatusReply(numbers, label)| LockStatus::decode(numbers, label))
+            .map(|reply| match reply {
+                StatusReply::Lock(numbers, label) => LockStatus::decode(numbers, label).map(Status::Lock),
+                StatusReply::Semaphore(head, holders) => {
+                    SemaphoreStatus::decode(head, holders).map(Status::Semaphore)
+                }
+            })
             .transpose()
             .map_err(|source| Error::BadReply { node: self.name.clone(), source })
     }
@@ -216,27 +260,27 @@ impl Node {
     /// `FENCEDLOCK.ACQUIRE`: the fence on grant, `None` when another token holds the lease.
     ///
     /// With `block`, a busy key is waited for on the server up to that long
-    /// ([`Node::acquire_blocking`]); a node that cannot wait is asked once without it. With
-    /// `label`, the lease carries that public label (`LABEL`, shown by `STATUS`).
+    /// ([`Node::acquire_blocking`]); a node that cannot wait is asked once without it. `ask`
+    /// adds the lease's public label (`LABEL`, shown by `STATUS`) and the key's permits.
     pub(crate) async fn acquire(
         &self,
         key: &str,
         token: &Token,
         ttl_ms: u64,
         block: Option<Duration>,
-        label: Option<&[u8]>,
+        ask: Ask<'_>,
     ) -> Result<Option<u64>, Failure> {
         if let Some(wait) = block {
-            match self.acquire_blocking(key, token, ttl_ms, Instant::now() + wait, label).await? {
+            match self.acquire_blocking(key, token, ttl_ms, Instant::now() + wait, ask).await? {
                 Waited::Granted(fence) => return Ok(Some(fence)),
                 Waited::TimedOut => return Ok(None),
                 Waited::Unsupported => {}
             }
         }
-        self.query(&acquire_cmd(key, token, ttl_ms, label), Some(token)).await
+        self.query(&acquire_cmd(key, token, ttl_ms, ask), Some(token)).await
     }
 
-    /// `FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms [LABEL label]` on a dedicated
+    /// `FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms [LABEL label] [PERMITS n]` on a dedicated
     /// connection, waiting on the server until `until` at most (the time spent waiting for a
     /// free connection of the pool included). The reply may take the whole wait, so it is
     /// bounded by the wait plus the per-node timeout, not by the timeout alone.
@@ -252,12 +296,12 @@ impl Node {
         token: &Token,
         ttl_ms: u64,
         until: Instant,
-        label: Option<&[u8]>,
+        ask: Ask<'_>,
     ) -> Result<Waited, Failure> {
         if !self.blocking.may_block() {
             return Ok(Waited::Unsupported);
         }
-        let acquire = acquire_cmd(key, token, ttl_ms, label);
+        let acquire = acquire_cmd(key, token, ttl_ms, ask);
         Ok(match self.acquire_dedicated(token, acquire, Some(until), until, None).await? {
             Answer::Granted { fence, .. } => Waited::Granted(fence),
             Answer::Nil => Waited::TimedOut,
@@ -280,10 +324,10 @@ impl Node {
         ttl_ms: u64,
         block: Option<Instant>,
         confirm: &Confirm,
-        label: Option<&[u8]>,
+        ask: Ask<'_>,
     ) -> Result<Answer, Failure> {
         let permit_until = block.unwrap_or_else(|| Instant::now() + self.timeout);
-        let acquire = acquire_cmd(key, token, ttl_ms, label);
+        let acquire = acquire_cmd(key, token, ttl_ms, ask);
         self.acquire_dedicated(token, acquire, block, permit_until, Some(confirm)).await
     }
 
@@ -547,13 +591,17 @@ impl std::fmt::Debug for Node {
     }
 }
 
-/// `FENCEDLOCK.ACQUIRE key token ttl_ms [LABEL label]`; a waiting caller appends `BLOCK`
-/// (options go in any order).
-fn acquire_cmd(key: &str, token: &Token, ttl_ms: u64, label: Option<&[u8]>) -> Cmd {
+/// `FENCEDLOCK.ACQUIRE key token ttl_ms [LABEL label] [PERMITS n]`; a waiting caller
+/// appends `BLOCK` (options go in any order). `PERMITS` only above 1: the mutex request stays
+/// byte for byte what it was (and what modules older than semaphores accept).
+fn acquire_cmd(key: &str, token: &Token, ttl_ms: u64, ask: Ask<'_>) -> Cmd {
     let mut cmd = redis::cmd(ACQUIRE.name);
     cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
-    if let Some(label) = label {
+    if let Some(label) = ask.label {
         cmd.arg(LABEL).arg(label);
+    }
+    if ask.permits > 1 {
+        cmd.arg(PERMITS).arg(ask.permits);
     }
     cmd
 }
@@ -583,20 +631,42 @@ impl Dedicated {
     }
 }
 
-/// A `STATUS` reply taken apart: its three integers, then its label (a fourth element, sent
-/// while a labelled lease holds the key). The rules are [`LockStatus::decode`]'s.
-struct StatusReply([i64; 3], Option<Vec<u8>>);
+/// A decoded `STATUS` reply of either shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Status {
+    Lock(LockStatus),
+    Semaphore(SemaphoreStatus),
+}
+
+/// A `STATUS` reply taken apart. A mutex key: its three integers, then its label (a fourth
+/// element, a bulk string, sent while a labelled lease holds the key). A semaphore key: three
+/// integers, then an array of holders, each `[fence, pttl_ms, label or nil]`. The rules are
+/// [`LockStatus::decode`]'s and [`SemaphoreStatus::decode`]'s.
+enum StatusReply {
+    Lock([i64; 3], Option<Vec<u8>>),
+    Semaphore([i64; 3], Vec<PermitReply<Vec<u8>>>),
+}
 
 impl FromRedisValue for StatusReply {
     fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
         let redis::Value::Array(mut items) = v else {
             return Err(format!("STATUS must reply an array, not {v:?}").into());
         };
-        let label = match items.len() {
-            4 => items.pop().map(Vec::<u8>::from_redis_value).transpose()?,
-            _ => None,
-        };
-        Ok(StatusReply(<[i64; 3]>::from_redis_value(redis::Value::Array(items))?, label))
+        let fourth = if items.len() == 4 { items.pop() } else { None };
+        let head = <[i64; 3]>::from_redis_value(redis::Value::Array(items))?;
+        match fourth {
+            Some(redis::Value::Array(holders)) => {
+                let holders = holders
+                    .into_iter()
+                    .map(|holder| {
+                        let (fence, pttl, label) = <(i64, i64, Option<Vec<u8>>)>::from_redis_value(holder)?;
+                        Ok(([fence, pttl], label))
+                    })
+                    .collect::<Result<_, redis::ParsingError>>()?;
+                Ok(StatusReply::Semaphore(head, holders))
+            }
+            label => Ok(StatusReply::Lock(head, label.map(Vec::<u8>::from_redis_value).transpose()?)),
+        }
     }
 }
 
@@ -608,6 +678,7 @@ fn is_broken(e: &RedisError) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fencedlock_protocol::PermitStatus;
 
     #[test]
     fn status_replies_are_decoded_and_broken_ones_are_typed_errors() {
@@ -619,10 +690,10 @@ mod tests {
         };
         let held =
             LockStatus { fence: 7, held: true, remaining: Some(Duration::from_millis(250)), label: None };
-        assert_eq!(node.decode_status(parse(ints([7, 1, 250]))).ok(), Some(Some(held.clone())));
+        assert_eq!(node.decode_status(parse(ints([7, 1, 250]))).ok(), Some(Some(Status::Lock(held.clone()))));
         let labelled = [ints([7, 1, 250]), vec![redis::Value::BulkString(b"node-a".to_vec())]].concat();
         let with_label = LockStatus { label: Some(b"node-a".to_vec()), ..held };
-        assert_eq!(node.decode_status(parse(labelled)).ok(), Some(Some(with_label)));
+        assert_eq!(node.decode_status(parse(labelled)).ok(), Some(Some(Status::Lock(with_label))));
         for shape in [ints([7, 1, 250])[..2].to_vec(), [ints([7, 1, 250]), ints([1, 2, 3])].concat()] {
             assert!(Option::<StatusReply>::from_redis_value(redis::Value::Array(shape)).is_err());
         }
@@ -633,5 +704,73 @@ mod tests {
             assert!(matches!(&err, Error::BadReply { node, .. } if node == "127.0.0.1:1"), "{err:?}");
             assert!(!err.is_retryable());
         }
+    }
+
+    fn holder(fence: i64, pttl: i64, label: Option<&[u8]>) -> redis::Value {
+        let label = label.map_or(redis::Value::Nil, |l| redis::Value::BulkString(l.to_vec()));
+        redis::Value::Array(vec![redis::Value::Int(fence), redis::Value::Int(pttl), label])
+    }
+
+    fn semaphore_reply(head: [i64; 3], holders: Vec<redis::Value>) -> Option<StatusReply> {
+        let items = [head.map(redis::Value::Int).to_vec(), vec![redis::Value::Array(holders)]].concat();
+        Option::<StatusReply>::from_redis_value(redis::Value::Array(items)).expect("a STATUS shape")
+    }
+
+    #[test]
+    fn semaphore_status_replies_are_decoded_and_broken_ones_are_typed_errors() {
+        let node = Node::new("redis://127.0.0.1:1").expect("a valid URL");
+        let reply = semaphore_reply([9, 2, 3], vec![holder(4, 100, Some(b"w-1")), holder(9, 250, None)]);
+        let expected = SemaphoreStatus {
+            fence: 9,
+            permits: 3,
+            holders: vec![
+                PermitStatus {
+                    fence: 4,
+                    remaining: Duration::from_millis(100),
+                    label: Some(b"w-1".to_vec()),
+                },
+                PermitStatus { fence: 9, remaining: Duration::from_millis(250), label: None },
+            ],
+        };
+        assert_eq!(node.decode_status(reply).ok(), Some(Some(Status::Semaphore(expected))));
+        let idle = semaphore_reply([9, 0, 3], vec![]);
+        let idle_status = SemaphoreStatus { fence: 9, permits: 3, holders: vec![] };
+        assert_eq!(node.decode_status(idle).ok(), Some(Some(Status::Semaphore(idle_status))));
+        // Counts that disagree, fences out of order, more holders than permits.
+        for (head, holders) in [
+            ([9, 1, 3], vec![holder(4, 100, None), holder(9, 250, None)]),
+            ([9, 2, 3], vec![holder(9, 100, None), holder(4, 250, None)]),
+            ([9, 2, 1], vec![holder(4, 100, None), holder(9, 250, None)]),
+            ([9, 1, 3], vec![holder(10, 100, None)]),
+        ] {
+            let err = node.decode_status(semaphore_reply(head, holders)).expect_err("broken");
+            assert!(matches!(err, Error::BadReply { .. }), "{err:?}");
+        }
+        // A holder that is not [fence, pttl, label]: a parse error, not a panic.
+        let items = [
+            [9, 1, 3].map(redis::Value::Int).to_vec(),
+            vec![redis::Value::Array(vec![redis::Value::Int(1)])],
+        ];
+        assert!(Option::<StatusReply>::from_redis_value(redis::Value::Array(items.concat())).is_err());
+    }
+
+    fn words(cmd: &Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<other>".into(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn permits_are_sent_only_above_one() {
+        let token = Token::from_bytes(b"t".to_vec()).expect("a token");
+        let mutex = words(&acquire_cmd("k", &token, 500, Ask::MUTEX));
+        assert_eq!(mutex, [ACQUIRE.name, "k", "t", "500"]);
+        let one = words(&acquire_cmd("k", &token, 500, Ask { label: None, permits: 1 }));
+        assert_eq!(one, mutex, "PERMITS 1 is the mutex: the request stays byte for byte the same");
+        let labelled = words(&acquire_cmd("k", &token, 500, Ask { label: Some(b"w"), permits: 3 }));
+        assert_eq!(labelled, [ACQUIRE.name, "k", "t", "500", LABEL, "w", PERMITS, "3"]);
     }
 }

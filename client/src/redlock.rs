@@ -9,6 +9,7 @@ use crate::error::Error;
 use crate::fenced::Fencing;
 use crate::keepalive::{self, LeaseHandle};
 use crate::lease::{Attempts, Lease};
+use crate::locker::Locker;
 use crate::node::Node;
 use crate::policy::{self, Acquisition};
 use crate::token::Token;
@@ -176,5 +177,13 @@ impl Redlock {
     /// The options.
     pub fn config(&self) -> &LockConfig {
         &self.engine.config
+    }
+
+    /// A Redlock over a single server *is* a [`Locker`] (quorum 1, no raise step): that locker,
+    /// sharing this one's connections and background releases, for what only one server can
+    /// do ([`Semaphore`](crate::Semaphore), [`Election`](crate::Election)). `None` over
+    /// several masters.
+    pub fn as_locker(&self) -> Option<Locker> {
+        (self.engine.nodes.len() == 1).then(|| Locker::from_engine(Arc::clone(&self.engine)))
     }
 }

@@ -44,7 +44,7 @@ use crate::block;
 use crate::confirm::{self, Confirm, Unconfirmed};
 use crate::engine::{Engine, Grant};
 use crate::error::Error;
-use crate::node::{Answer, Failure, Node, Waited};
+use crate::node::{Answer, Ask, Failure, Node, Waited};
 use crate::quorum::{Phase, Vote};
 use crate::token::Token;
 use crate::validity;
@@ -73,22 +73,22 @@ pub(crate) enum Turn {
 }
 
 /// One waiting step for `token` on `key`, waiting on the server until `until` at most; a
-/// grant carries `label`, if any.
+/// grant carries `ask` (label and permits).
 pub(crate) async fn take_turn(
     engine: &Engine,
     key: &str,
     token: &Token,
     until: Instant,
-    label: Option<&[u8]>,
+    ask: Ask<'_>,
 ) -> Turn {
     let confirm = match Confirm::of(engine) {
         Ok(confirm) => confirm,
         Err(error) => return Turn::Failed { error, may_hold: false },
     };
     match (engine.nodes.as_slice(), confirm) {
-        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm, label).await,
-        ([node], None) => single(engine, node, key, token, until, label).await,
-        (nodes, _) => reserve(engine, nodes, key, token, until, label).await,
+        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm, ask).await,
+        ([node], None) => single(engine, node, key, token, until, ask).await,
+        (nodes, _) => reserve(engine, nodes, key, token, until, ask).await,
     }
 }
 
@@ -101,13 +101,13 @@ async fn confirmed(
     token: &Token,
     until: Instant,
     confirm: &Confirm,
-    label: Option<&[u8]>,
+    ask: Ask<'_>,
 ) -> Turn {
     if !node.may_block() {
         return Turn::Poll;
     }
     let sent = Instant::now();
-    match node.acquire_confirmed(key, token, engine.config.ttl_ms(), Some(until), confirm, label).await {
+    match node.acquire_confirmed(key, token, engine.config.ttl_ms(), Some(until), confirm, ask).await {
         Ok(Answer::Granted { fence, acked }) => match confirm::settle(node, key, token, confirm, acked).await
         {
             Ok(()) => match anchor(engine, key, token, fence, sent).await {
@@ -129,13 +129,13 @@ async fn single(
     key: &str,
     token: &Token,
     until: Instant,
-    label: Option<&[u8]>,
+    ask: Ask<'_>,
 ) -> Turn {
     if !node.may_block() {
         return Turn::Poll;
     }
     let sent = Instant::now();
-    match node.acquire_blocking(key, token, engine.config.ttl_ms(), until, label).await {
+    match node.acquire_blocking(key, token, engine.config.ttl_ms(), until, ask).await {
         Ok(Waited::Granted(fence)) => match anchor(engine, key, token, fence, sent).await {
             Ok(grant) => Turn::Granted(grant),
             Err(error) => Turn::Failed { error, may_hold: true },
@@ -189,7 +189,7 @@ async fn reserve(
     key: &str,
     token: &Token,
     until: Instant,
-    label: Option<&[u8]>,
+    ask: Ask<'_>,
 ) -> Turn {
     // Once this many candidates failed, too few nodes are left for a majority anyway.
     let candidates = nodes.len() - engine.quorum() + 1;
@@ -210,7 +210,7 @@ async fn reserve(
             );
             continue;
         }
-        let wait = node.acquire_blocking(key, token, engine.config.ttl_ms(), until, label);
+        let wait = node.acquire_blocking(key, token, engine.config.ttl_ms(), until, ask);
         match watched(node, wait).await {
             Ok(Waited::Granted(_)) => return Turn::Reserved,
             Ok(Waited::TimedOut) => return Turn::TimedOut,

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use fencedlock_protocol::command::STATUS;
-use fencedlock_protocol::LockStatus;
+use fencedlock_protocol::{LockStatus, SemaphoreStatus};
 use redis::{ToRedisArgs, Value};
 
 use crate::reply::error_text;
@@ -37,6 +37,32 @@ pub fn decode_status(reply: &Value) -> Option<LockStatus> {
     try_decode_status(reply).unwrap_or_else(|why| panic!("{why}"))
 }
 
+/// A `STATUS` reply of any lock key seen as a semaphore: a semaphore's `[fence, holders,
+/// permits, [[fence, pttl_ms, label or nil], ...]]` decoded and checked
+/// ([`SemaphoreStatus::decode`]), a mutex's reply as one permit; `Ok(None)` for nil, `Err`
+/// (naming the reply) for one that breaks the contract.
+pub fn try_decode_semaphore_status(reply: &Value) -> Result<Option<SemaphoreStatus>, String> {
+    let Value::Array(items) = reply else { return Ok(try_decode_status(reply)?.map(SemaphoreStatus::from)) };
+    let [Value::Int(fence), Value::Int(count), Value::Int(permits), Value::Array(entries)] = items.as_slice()
+    else {
+        return Ok(try_decode_status(reply)?.map(SemaphoreStatus::from));
+    };
+    let holders = entries
+        .iter()
+        .map(|entry| match entry {
+            Value::Array(e) => match e.as_slice() {
+                [Value::Int(f), Value::Int(pttl), Value::Nil] => Ok(([*f, *pttl], None)),
+                [Value::Int(f), Value::Int(pttl), Value::BulkString(label)] => {
+                    Ok(([*f, *pttl], Some(label.clone())))
+                }
+                _ => Err(format!("a holder is [fence, pttl_ms, label or nil]: {reply:?}")),
+            },
+            _ => Err(format!("a holder is [fence, pttl_ms, label or nil]: {reply:?}")),
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    SemaphoreStatus::decode([*fence, *count, *permits], holders).map(Some).map_err(|e| e.to_string())
+}
+
 /// Waits (async, bounded by `limit`) until no server in `servers` holds `key`, e.g. for a
 /// release a dropped lease sends in the background. Panics naming the servers still holding.
 pub async fn wait_released(servers: &[&Server], key: &str, limit: Duration) {
@@ -59,6 +85,16 @@ impl Server {
             .query(redis::cmd(STATUS.name).arg(key))
             .unwrap_or_else(|e| panic!("STATUS on {}: {}", self.addr(), error_text(&e)));
         decode_status(&reply)
+    }
+
+    /// `FENCEDLOCK.STATUS key` seen as a semaphore ([`try_decode_semaphore_status`]: a mutex
+    /// is one permit); `None` for a key without lock state. Panics on an error reply or a
+    /// reply that breaks the contract.
+    pub fn semaphore_status(&self, key: impl ToRedisArgs) -> Option<SemaphoreStatus> {
+        let reply: Value = self
+            .query(redis::cmd(STATUS.name).arg(key))
+            .unwrap_or_else(|e| panic!("STATUS on {}: {}", self.addr(), error_text(&e)));
+        try_decode_semaphore_status(&reply).unwrap_or_else(|why| panic!("{why}"))
     }
 
     /// The public label of the lease holding `key` ([`Server::lock_status`]); `None` when the
@@ -116,6 +152,32 @@ mod tests {
         assert!(try_decode_status(&Value::Array(items)).is_err(), "a label is a bulk string");
         assert!(try_decode_status(&Value::Array(vec![Value::Int(7), Value::Int(1)])).is_err());
         assert!(try_decode_status(&Value::Int(7)).is_err());
+    }
+
+    #[test]
+    fn decodes_semaphore_status_replies() {
+        let holder = |f: i64, ms: i64, label: Value| Value::Array(vec![Value::Int(f), Value::Int(ms), label]);
+        let semaphore = |holders: Vec<Value>| {
+            let n = holders.len() as i64;
+            Value::Array(vec![Value::Int(9), Value::Int(n), Value::Int(3), Value::Array(holders)])
+        };
+        let st = try_decode_semaphore_status(&semaphore(vec![
+            holder(4, 250, Value::Nil),
+            holder(9, 10, Value::BulkString(b"w-1".to_vec())),
+        ]))
+        .expect("valid")
+        .expect("a key");
+        assert_eq!((st.fence, st.permits, st.free()), (9, 3, 1));
+        assert_eq!(st.holders[1].label.as_deref(), Some(&b"w-1"[..]));
+        let mutex = try_decode_semaphore_status(&reply(7, 1, 250)).expect("valid").expect("a key");
+        assert_eq!((mutex.permits, mutex.holders.len()), (1, 1), "a mutex is one permit");
+        assert_eq!(try_decode_semaphore_status(&Value::Nil), Ok(None));
+        assert!(try_decode_semaphore_status(&semaphore(vec![holder(4, 250, Value::Int(1))])).is_err());
+        assert!(try_decode_semaphore_status(&semaphore(vec![
+            holder(9, 1, Value::Nil),
+            holder(4, 1, Value::Nil)
+        ]))
+        .is_err());
     }
 
     #[test]

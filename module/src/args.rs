@@ -1,10 +1,11 @@
 //! Parsing of command arguments. Pure, so every bad input is unit-tested without a server.
 
-use fencedlock_protocol::command::{BLOCK, LABEL};
+use fencedlock_protocol::command::{permits_ok, BLOCK, LABEL, PERMITS};
 use fencedlock_protocol::limits::{MAX_BLOCK_MS, MAX_FENCE};
 
 use crate::error::LockError;
 use crate::lease::{check_label, check_token, Holding, Micros, Record};
+use crate::semaphore::{decode_holders, SemaphoreRecord};
 
 /// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.
 fn parse_u64(bytes: &[u8]) -> Option<u64> {
@@ -42,9 +43,18 @@ pub struct AcquireOptions<'a> {
     pub block: Option<u64>,
     /// `LABEL label`: the lease's public label.
     pub label: Option<&'a [u8]>,
+    /// `PERMITS n`: how many holders the key admits (absent: 1, the mutex).
+    pub permits: Option<u32>,
 }
 
-/// ACQUIRE's options after `ttl_ms`: `BLOCK timeout_ms` and `LABEL label`, the words in any
+impl AcquireOptions<'_> {
+    /// The permit count asked for: 1 (the mutex) without `PERMITS`.
+    pub fn permits(&self) -> u32 {
+        self.permits.unwrap_or(1)
+    }
+}
+
+/// ACQUIRE's options after `ttl_ms`: `BLOCK timeout_ms`, `LABEL label` and `PERMITS n`, the words in any
 /// case, in any order, each at most once. An unknown word, a repeat or a word without its value
 /// is a syntax error (the arity check lets only pairs through).
 pub fn acquire_options<'a>(args: &[&'a [u8]]) -> Result<AcquireOptions<'a>, LockError> {
@@ -57,6 +67,9 @@ pub fn acquire_options<'a>(args: &[&'a [u8]]) -> Result<AcquireOptions<'a>, Lock
         } else if word.eq_ignore_ascii_case(LABEL.as_bytes()) && options.label.is_none() {
             check_label(value)?;
             options.label = Some(value);
+        } else if word.eq_ignore_ascii_case(PERMITS.as_bytes()) && options.permits.is_none() {
+            let n = parse_u64(value).filter(|n| permits_ok(*n)).ok_or(LockError::BadPermits)?;
+            options.permits = Some(u32::try_from(n).map_err(|_| LockError::BadPermits)?);
         } else {
             return Err(LockError::Syntax);
         }
@@ -79,6 +92,15 @@ pub fn record<'a>(args: &[&'a [u8]]) -> Result<(u64, Record<'a>), LockError> {
         _ => return Err(LockError::BadRecord),
     };
     Ok((high_water, Record { fence, holder }))
+}
+
+/// The arguments of `FENCEDLOCK.APPLYSEM key high_water fence permits holders` after the key.
+pub fn semaphore_record<'a>(args: &[&'a [u8]]) -> Result<(u64, SemaphoreRecord<'a>), LockError> {
+    let num = |b: &[u8]| parse_u64(b).filter(|n| *n <= MAX_FENCE).ok_or(LockError::BadRecord);
+    let [hw, fence, permits, holders] = args else { return Err(LockError::BadRecord) };
+    let permits = u32::try_from(num(permits)?).map_err(|_| LockError::BadRecord)?;
+    let holders = decode_holders(holders).ok_or(LockError::BadRecord)?;
+    Ok((num(hw)?, SemaphoreRecord { fence: num(fence)?, permits, holders }))
 }
 
 #[cfg(test)]
@@ -114,6 +136,36 @@ mod tests {
         }
     }
 
+    #[test]
+    fn permits_are_bounded() {
+        let permits = |n: &[u8]| acquire_options(&[b"PERMITS", n]).map(|o| o.permits());
+        assert_eq!(permits(b"1"), Ok(1));
+        assert_eq!(permits(b"1024"), Ok(1024));
+        for bad in
+            [&b"0"[..], b"1025", b"-1", b"", b"x", b"2.5", b" 2", b"4294967298", b"99999999999999999999"]
+        {
+            assert_eq!(permits(bad), Err(LockError::BadPermits), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn semaphore_records_parse_and_refuse_garbage() {
+        use crate::semaphore::{encode_holders, PermitHolding};
+        let holders =
+            [PermitHolding { fence: 3, holding: Holding { token: b"t", remaining: 9, label: None } }];
+        let blob = encode_holders(&holders);
+        let parsed = semaphore_record(&[b"9", b"3", b"2", &blob]);
+        assert_eq!(parsed, Ok((9, SemaphoreRecord { fence: 3, permits: 2, holders: holders.to_vec() })));
+        for bad in [
+            &[&b"9"[..], b"3", b"2", &blob[..5]][..],
+            &[b"9", b"3", b"x", &blob],
+            &[b"9", b"3", b"4294967296", &blob],
+            &[b"9", b"3", b"2"],
+        ] {
+            assert_eq!(semaphore_record(bad), Err(LockError::BadRecord));
+        }
+    }
+
     fn block(word: &[u8], timeout: &[u8]) -> Result<u64, LockError> {
         acquire_options(&[word, timeout]).map(|o| o.block.expect("a BLOCK option"))
     }
@@ -134,18 +186,23 @@ mod tests {
 
     #[test]
     fn options_come_in_any_order_each_at_most_once() {
-        let both = AcquireOptions { block: Some(10), label: Some(&b"node-a"[..]) };
+        let both = AcquireOptions { block: Some(10), label: Some(&b"node-a"[..]), permits: None };
         assert_eq!(acquire_options(&[]), Ok(AcquireOptions::default()));
         assert_eq!(acquire_options(&[b"BLOCK", b"10", b"LABEL", b"node-a"]), Ok(both));
         assert_eq!(acquire_options(&[b"label", b"node-a", b"block", b"10"]), Ok(both));
         assert_eq!(
             acquire_options(&[b"LaBeL", b"x"]),
-            Ok(AcquireOptions { block: None, label: Some(&b"x"[..]) })
+            Ok(AcquireOptions { block: None, label: Some(&b"x"[..]), permits: None })
         );
+        let all = acquire_options(&[b"permits", b"3", b"BLOCK", b"10", b"LABEL", b"node-a"]);
+        assert_eq!(all, Ok(AcquireOptions { permits: Some(3), ..both }));
+        assert_eq!(all.map(|o| o.permits()), Ok(3));
+        assert_eq!(AcquireOptions::default().permits(), 1, "no PERMITS is the mutex");
         for repeated in [
             &[&b"BLOCK"[..], b"10", b"BLOCK", b"10"][..],
             &[b"LABEL", b"a", b"label", b"b"],
             &[b"LABEL", b"a", b"BLOCK", b"1", b"LABEL", b"a"],
+            &[b"PERMITS", b"2", b"PERMITS", b"2"],
         ] {
             assert_eq!(acquire_options(repeated), Err(LockError::Syntax), "{repeated:?}");
         }

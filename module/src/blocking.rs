@@ -74,17 +74,17 @@ pub fn is_waited_at(db: i32, name: &[u8]) -> bool {
     waiters() > 0 && with(|s| s.queues.is_waited(&(db, name.into())))
 }
 
-/// Queues the caller of an ACQUIRE that found the key held until `deadline`, for up to
-/// `timeout_ms` (0: no limit). Replies nothing now: the client is answered when served.
-pub fn block(
-    call: &Call,
-    token: &[u8],
-    label: Option<&[u8]>,
-    ttl: Micros,
-    timeout_ms: u64,
-    deadline: Micros,
-    now: Micros,
-) -> Reply {
+/// What a blocked ACQUIRE asks for when its turn comes.
+pub struct Ask<'a> {
+    pub token: &'a [u8],
+    pub label: Option<&'a [u8]>,
+    pub permits: u32,
+    pub ttl: Micros,
+}
+
+/// Queues the caller of an ACQUIRE that found the key held (until `frees_at` at the latest),
+/// for up to `timeout_ms` (0: no limit). Replies nothing now: the client is answered when served.
+pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: Micros) -> Reply {
     let Some(client) = call.block::<Queued>(timeout_ms) else {
         // Redis would not block this client: answer as the one attempt it was.
         stats::CONTENDED.incr();
@@ -92,10 +92,16 @@ pub fn block(
     };
     let key: KeyId = (call.db(), call.arg(1).into());
     with(|s| {
-        let waiter =
-            Waiter { handle: client, token: token.into(), label: label.map(Into::into), ttl, since: now };
+        let waiter = Waiter {
+            handle: client,
+            token: ask.token.into(),
+            label: ask.label.map(Into::into),
+            permits: ask.permits,
+            ttl: ask.ttl,
+            since: now,
+        };
         s.queues.push(key.clone(), waiter);
-        s.queues.wake(&key, deadline);
+        s.queues.wake(&key, frees_at);
         rearm(s, now);
     });
     stats::BLOCKED_ACQUIRES.incr();
@@ -134,10 +140,8 @@ fn serve_key(
         Err(e) => take_all(e),
         Ok(Some(lock)) => {
             // The handoff at the deadline is often the first look at an expired lease.
-            if let Some(expired) = lock.take_expiry(now) {
-                stats::lease_expired(expired);
-            }
-            if !lock.is_held(now) {
+            lock.take_expiries(now, stats::lease_expired);
+            if lock.has_room(now) {
                 if let Some(Err(e)) = mark.peek(lock.fence()).map(|fence| floor::cover(names, &id.1, fence)) {
                     return take_all(e);
                 }
@@ -145,7 +149,7 @@ fn serve_key(
             let served = with(|s| s.queues.serve(id, lock, &mut mark, now, grace));
             if served.iter().any(|s| !matches!(s.answer, Answer::Failed(_))) {
                 state::set_high_water(mark);
-                replication::replicate_named(redis_name, mark, &lock.record(now));
+                replication::replicate_named(redis_name, mark, &lock.snapshot(now));
             }
             served
         }
@@ -158,7 +162,7 @@ fn serve_key(
                 match key.set_lock(fresh) {
                     Ok(stored) => {
                         state::set_high_water(mark);
-                        replication::replicate_named(redis_name, mark, &stored.record(now));
+                        replication::replicate_named(redis_name, mark, &stored.snapshot(now));
                     }
                     Err(e) => {
                         for s in &mut served {
@@ -195,7 +199,12 @@ fn answer(key: &KeyId, served: Served<BlockedClient>, now: Micros) {
             stats::REENTRIES.incr();
             (Ok(int(fence)), None)
         }
-        Answer::Failed(e) => (Err(e), None),
+        Answer::Failed(e) => {
+            if let LockError::PermitsMismatch { .. } = e {
+                stats::PERMITS_MISMATCHES.incr();
+            }
+            (Err(e), None)
+        }
     };
     ffi::answer(waiter.handle, reply, if_lost);
 }
@@ -206,6 +215,16 @@ fn give_back_later(lost: LostGrant) {
     stats::WAIT_ABANDONED.incr();
     with(|s| {
         s.lost.push(lost);
+        rearm(s, clock::now());
+    });
+}
+
+/// A lease on the call's key was shortened (a RENEW or a re-entry with a shorter ttl): if anyone
+/// waits, look again when the key now frees up, not at the later instant filed before.
+pub fn shortened(call: &Call, frees_at: Option<Micros>) {
+    let Some(at) = frees_at.filter(|_| is_waited(call)) else { return };
+    with(|s| {
+        s.queues.wake(&(call.db(), call.arg(1).into()), at);
         rearm(s, clock::now());
     });
 }
@@ -296,8 +315,10 @@ fn give_back(timer: &Timer, lost: LostGrant) {
     let mut key = Key::named(&redis_name);
     if let Ok(Some(lock)) = key.lock() {
         // Not counted as a release: nobody held this lease (`wait_abandoned` counts it).
-        if lock.fence() == lost.fence && matches!(lock.release(&lost.token, now), Released::Ended { .. }) {
-            replication::replicate_named(&redis_name, state::high_water(), &lock.record(now));
+        if lock.fence_of(&lost.token, now) == Some(lost.fence)
+            && matches!(lock.release(&lost.token, now), Released::Ended { .. })
+        {
+            replication::replicate_named(&redis_name, state::high_water(), &lock.snapshot(now));
             sweeper::track(lock, *db, name);
         }
     }

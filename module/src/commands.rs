@@ -10,18 +10,21 @@ use crate::key::Key;
 use crate::lease::{Acquired, Lock, Micros, Released};
 use crate::{args, blocking, clock, floor, replication, state, stats, sweeper};
 
-/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label]` → fence, or nil
-/// while another token holds the lease (or others wait for it). With `BLOCK`, a busy key queues
-/// the caller (see `blocking`); where Redis allows no blocking (MULTI, scripts) it is one
-/// attempt. `LABEL` is the lease's public label (see `Lock::acquire`).
+/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label] [PERMITS n]` → fence,
+/// or nil while the key is held (by another token, or by `n` of them) or others wait for it.
+/// With `BLOCK`, a busy key queues the caller (see `blocking`); where Redis allows no blocking
+/// (MULTI, scripts) it is one attempt. `LABEL` is the lease's public label, `PERMITS` the
+/// key's holder count (see `Lock::acquire_permit`).
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
     // The plain form, by far the most common, allocates nothing for its options.
-    let AcquireOptions { block, label } = match call.argc() {
+    let options = match call.argc() {
         4 => AcquireOptions::default(),
         _ => args::acquire_options(&call.args_from(4))?,
     };
+    let AcquireOptions { block, label, .. } = options;
+    let permits = options.permits();
     let now = clock::now();
     if blocking::is_waited(call) {
         // A lease that ended belongs to the head of the queue, not to whoever asks first.
@@ -30,16 +33,15 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let mut key = Key::write(call);
     let mut mark = state::high_water();
     let before = mark;
-    let mut decide =
-        |lock: &mut Lock| lock.acquire(&mut mark, token, label, ttl, now, state::grace_left(now));
+    let mut decide = |lock: &mut Lock| {
+        lock.acquire_permit(&mut mark, token, label, permits, ttl, now, state::grace_left(now))
+    };
 
     let (outcome, lock) = match key.lock()? {
         Some(lock) => {
             cover_floor(call, before, lock.fence())?;
             // An expired lease this replaces (or that a refusal leaves) ended: count it once.
-            if let Some(expired) = lock.take_expiry(now) {
-                stats::lease_expired(expired);
-            }
+            lock.take_expiries(now, stats::lease_expired);
             (decide(lock), lock)
         }
         None => {
@@ -58,6 +60,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let fence = match (outcome, block) {
         (Ok(Acquired::Reentered { fence }), _) => {
             stats::REENTRIES.incr();
+            blocking::shortened(call, lock.next_free(now));
             fence
         }
         (Ok(Acquired::Granted { fence, took_over }), _) => {
@@ -68,13 +71,14 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
             fence
         }
         (Ok(Acquired::Busy), Some(timeout)) if call.may_block() => {
-            let deadline = lock.deadline().unwrap_or(now);
-            return Ok(blocking::block(call, token, label, ttl, timeout, deadline, now));
+            let frees_at = lock.next_free(now).unwrap_or(now);
+            let ask = blocking::Ask { token, label, permits, ttl };
+            return Ok(blocking::block(call, ask, timeout, frees_at, now));
         }
         (refused, _) => return count_refusal(refused),
     };
     state::set_high_water(mark);
-    replication::replicate(call, mark, &lock.record(now));
+    replication::replicate(call, mark, &lock.snapshot(now));
     Ok(int(fence))
 }
 
@@ -98,6 +102,10 @@ fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockErro
             stats::GRACE_REFUSALS.incr();
             Err(e)
         }
+        Err(e @ LockError::PermitsMismatch { .. }) => {
+            stats::PERMITS_MISMATCHES.incr();
+            Err(e)
+        }
         Err(e) => Err(e),
         // Not a refusal: callers pass only refusals; a bug here must not grant silently.
         Ok(Acquired::Granted { .. } | Acquired::Reentered { .. }) => Err(LockError::Internal),
@@ -108,7 +116,13 @@ fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockErro
 pub fn renew(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
-    owner_change(call, &stats::RENEW_FAILURES, Ends::No, |lock, now| lock.renew(token, ttl, now))
+    owner_change(call, &stats::RENEW_FAILURES, Ends::No, |lock, now| {
+        let renewed = lock.renew(token, ttl, now);
+        if renewed {
+            blocking::shortened(call, lock.next_free(now));
+        }
+        renewed
+    })
 }
 
 /// `FENCEDLOCK.RELEASE key token` → 1 if the caller held an unexpired lease; the fence stays.
@@ -153,15 +167,13 @@ fn owner_change(
     let now = clock::now();
     if let Some(lock) = key.lock()? {
         if change(lock, now) {
-            replication::replicate(call, state::high_water(), &lock.record(now));
+            replication::replicate(call, state::high_water(), &lock.snapshot(now));
             if ends == Ends::Lease {
                 sweeper::track(lock, db, name);
             }
             return Ok(Reply::Int(1));
         }
-        if let Some(expired) = lock.take_expiry(now) {
-            stats::lease_expired(expired);
-        }
+        lock.take_expiries(now, stats::lease_expired);
     }
     refusals.incr();
     Ok(Reply::Int(0))
@@ -180,7 +192,7 @@ pub fn raise(call: &Call) -> Result<Reply, LockError> {
     match lock.raise(&mut mark, token, fence, now) {
         Some(raised) => {
             state::set_high_water(mark);
-            replication::replicate(call, mark, &lock.record(now));
+            replication::replicate(call, mark, &lock.snapshot(now));
             Ok(int(raised))
         }
         None => Ok(Reply::Nil),
@@ -201,11 +213,19 @@ pub fn cad(call: &Call) -> Result<Reply, LockError> {
 }
 
 /// `FENCEDLOCK.STATUS key` → `[fence, held, pttl_ms or -1]`, then the label while a labelled
-/// lease holds the key; nil for a missing key. Never the token.
+/// lease holds the key; a semaphore key's `[fence, holders, permits, [[fence, pttl_ms, label or
+/// nil], ...]]`; nil for a missing key. Never a token.
 pub fn status(call: &Call) -> Result<Reply, LockError> {
     let mut key = Key::read(call);
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
-    let status = fencedlock_protocol::LockStatus::from(lock.status(clock::now()));
+    let now = clock::now();
+    if let Some(semaphore) = lock.semaphore_status(now) {
+        let (head, holders) = semaphore.encode();
+        let holders =
+            holders.into_iter().map(|(numbers, label)| (numbers, label.map(<[u8]>::to_vec))).collect();
+        return Ok(Reply::Semaphore(head, holders));
+    }
+    let status = fencedlock_protocol::LockStatus::from(lock.status(now));
     let (numbers, label) = status.encode();
     Ok(match label {
         None => Reply::Ints(numbers.to_vec()),
@@ -220,7 +240,22 @@ pub fn apply(call: &Call) -> Result<Reply, LockError> {
         return Err(LockError::InternalCommand);
     }
     let (high_water, record) = args::record(&call.args_from(2))?;
-    let lock = Lock::from_record(&record, clock::now())?;
+    store_applied(call, high_water, Lock::from_record(&record, clock::now())?)
+}
+
+/// `FENCEDLOCK.APPLYSEM key high_water fence permits holders`: a semaphore key's record, as
+/// [`apply`].
+pub fn apply_semaphore(call: &Call) -> Result<Reply, LockError> {
+    if !call.is_replicated_or_loading() {
+        return Err(LockError::InternalCommand);
+    }
+    let (high_water, record) = args::semaphore_record(&call.args_from(2))?;
+    store_applied(call, high_water, Lock::from_semaphore_record(&record, clock::now())?)
+}
+
+/// Stores an applied record's lock in place of the key's, and takes in its fences.
+fn store_applied(call: &Call, high_water: u64, lock: Lock) -> Result<Reply, LockError> {
+    let fence = lock.fence();
     let mut key = Key::write(call);
     let (db, name) = key.location();
     match key.lock()? {
@@ -236,7 +271,7 @@ pub fn apply(call: &Call) -> Result<Reply, LockError> {
     }
     state::update_high_water(|mark| {
         mark.observe(high_water);
-        mark.observe(record.fence);
+        mark.observe(fence);
     });
     // Feeds this replica's own AOF and sub-replicas with the same record.
     call.replicate_verbatim();

@@ -8,20 +8,24 @@ use redis_module::native_types::RedisType;
 use redis_module::raw;
 
 use crate::ffi::{guard, log_warning, string_bytes};
-use crate::lease::{Holding, Lock, Record};
+use crate::lease::{Holding, Lock, Record, Snapshot};
+use crate::semaphore::{PermitHolding, SemaphoreRecord};
 use crate::{blocking, clock, replication, state, sweeper};
 
 /// The on-disk encoding version. Bump it when the layout below changes; `rdb_load` refuses
-/// versions it does not know instead of guessing. 2 added the label; 1 (without) still loads.
-const ENCODING_VERSION: i32 = 2;
+/// versions it does not know instead of guessing. 2 added the label, 3 semaphore keys; older
+/// values still load.
+const ENCODING_VERSION: i32 = 3;
 
 /// The versions `rdb_load` and `aux_load` read: every layout so far.
 const READABLE_VERSIONS: std::ops::RangeInclusive<i32> = 1..=ENCODING_VERSION;
 
-/// The holder tag of a saved value: none, a holder, a holder with a label (encver 2 on).
+/// The holder tag of a saved value: none, a holder, a holder with a label (encver 2 on), a
+/// semaphore's holders (encver 3 on).
 const NO_HOLDER: u64 = 0;
 const HOLDER: u64 = 1;
 const LABELLED_HOLDER: u64 = 2;
+const SEMAPHORE: u64 = 3;
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "fencelock",
@@ -49,27 +53,46 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Layout (encver 2): fence, holder tag ([`NO_HOLDER`], [`HOLDER`], [`LABELLED_HOLDER`]), and for
-/// a holder its token and remaining µs, then its label if tagged so. Encver 1 was the same
-/// without the labelled tag, so an unlabelled value is saved exactly as before.
+/// Layout (encver 3): fence, holder tag ([`NO_HOLDER`], [`HOLDER`], [`LABELLED_HOLDER`],
+/// [`SEMAPHORE`]), and for a holder its token and remaining µs, then its label if tagged so; for
+/// a semaphore its permits and holder count, then per holder its fence, token, remaining µs and
+/// label (empty: none). Encver 1 had only the first two tags, 2 the first three, so a mutex
+/// value is saved exactly as before.
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard("rdb_save", (), || {
         // SAFETY: Redis passes a value of our type.
         let Some(lock) = (unsafe { value.cast::<Lock>().as_ref() }) else { return };
-        let record = lock.record(clock::now());
-        raw::save_unsigned(rdb, record.fence);
-        match record.holder {
-            None => raw::save_unsigned(rdb, NO_HOLDER),
-            Some(Holding { token, remaining, label }) => {
-                raw::save_unsigned(rdb, if label.is_some() { LABELLED_HOLDER } else { HOLDER });
-                raw::save_slice(rdb, token);
-                raw::save_unsigned(rdb, remaining);
-                if let Some(label) = label {
-                    raw::save_slice(rdb, label);
+        match lock.snapshot(clock::now()) {
+            Snapshot::Mutex(record) => save_mutex(rdb, &record),
+            Snapshot::Semaphore(record) => {
+                raw::save_unsigned(rdb, record.fence);
+                raw::save_unsigned(rdb, SEMAPHORE);
+                raw::save_unsigned(rdb, u64::from(record.permits));
+                raw::save_unsigned(rdb, record.holders.len() as u64);
+                for PermitHolding { fence, holding } in &record.holders {
+                    raw::save_unsigned(rdb, *fence);
+                    raw::save_slice(rdb, holding.token);
+                    raw::save_unsigned(rdb, holding.remaining);
+                    raw::save_slice(rdb, holding.label.unwrap_or_default());
                 }
             }
         }
     });
+}
+
+fn save_mutex(rdb: *mut raw::RedisModuleIO, record: &Record<'_>) {
+    raw::save_unsigned(rdb, record.fence);
+    match record.holder {
+        None => raw::save_unsigned(rdb, NO_HOLDER),
+        Some(Holding { token, remaining, label }) => {
+            raw::save_unsigned(rdb, if label.is_some() { LABELLED_HOLDER } else { HOLDER });
+            raw::save_slice(rdb, token);
+            raw::save_unsigned(rdb, remaining);
+            if let Some(label) = label {
+                raw::save_slice(rdb, label);
+            }
+        }
+    }
 }
 
 /// Returns null, which fails the load (or the `RESTORE`), for a truncated or malformed value.
@@ -122,10 +145,44 @@ fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
             };
             Some(Holding { token: token_buf.as_ref(), remaining, label })
         }
+        SEMAPHORE if encver >= 3 => return load_semaphore(rdb, fence),
         _ => return None,
     };
-    let lock = Lock::from_record(&Record { fence, holder }, clock::now()).ok()?;
-    // A restored or loaded fence must never be issued again.
+    loaded(Lock::from_record(&Record { fence, holder }, clock::now()).ok()?)
+}
+
+/// A semaphore value after its fence and tag (see [`rdb_save`]).
+fn load_semaphore(rdb: *mut raw::RedisModuleIO, fence: u64) -> Option<Lock> {
+    let permits = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
+    let count = raw::load_unsigned(rdb).ok()?;
+    // A corrupt count must not size an allocation: no more holders than permits are valid.
+    if count > u64::from(permits) {
+        return None;
+    }
+    let mut buffers = Vec::new();
+    for _ in 0..count {
+        let fence = raw::load_unsigned(rdb).ok()?;
+        let token = raw::load_string_buffer(rdb).ok()?;
+        let remaining = raw::load_unsigned(rdb).ok()?;
+        let label = raw::load_string_buffer(rdb).ok()?;
+        buffers.push((fence, token, remaining, label));
+    }
+    let holders = buffers
+        .iter()
+        .map(|(fence, token, remaining, label)| PermitHolding {
+            fence: *fence,
+            holding: Holding {
+                token: token.as_ref(),
+                remaining: *remaining,
+                label: Some(label.as_ref()).filter(|l| !l.is_empty()),
+            },
+        })
+        .collect();
+    loaded(Lock::from_semaphore_record(&SemaphoreRecord { fence, permits, holders }, clock::now()).ok()?)
+}
+
+/// A restored or loaded fence must never be issued again.
+fn loaded(lock: Lock) -> Option<Lock> {
     state::update_high_water(|mark| mark.observe(lock.fence()));
     Some(lock)
 }
@@ -139,7 +196,7 @@ unsafe extern "C" fn aof_rewrite(
         // SAFETY: Redis passes a value of our type, and the live rewrite IO and key.
         unsafe {
             if let Some(lock) = value.cast::<Lock>().as_ref() {
-                replication::emit_aof(aof, key, state::high_water(), &lock.record(clock::now()));
+                replication::emit_aof(aof, key, state::high_water(), &lock.snapshot(clock::now()));
             }
         }
     });
@@ -150,18 +207,29 @@ unsafe extern "C" fn mem_usage(value: *const c_void) -> usize {
     guard("mem_usage", 0, || unsafe { value.cast::<Lock>().as_ref() }.map_or(0, Lock::heap_size))
 }
 
-/// Fence, token and label: the deadline differs between a primary and its replicas by design.
+/// Fence, permits, and each holder's fence, token and label: the deadline differs between a
+/// primary and its replicas by design.
 unsafe extern "C" fn digest(md: *mut raw::RedisModuleDigest, value: *mut c_void) {
     guard("digest", (), || {
         // SAFETY: Redis passes a value of our type and a live digest.
         unsafe {
             let Some(lock) = value.cast::<Lock>().as_ref() else { return };
-            if let Some(add) = raw::RedisModule_DigestAddLongLong {
-                add(md, i64::try_from(lock.fence()).unwrap_or(i64::MAX));
+            let as_ll = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            let (Some(add_ll), Some(add_bytes)) =
+                (raw::RedisModule_DigestAddLongLong, raw::RedisModule_DigestAddStringBuffer)
+            else {
+                return;
+            };
+            add_ll(md, as_ll(lock.fence()));
+            if lock.permits() > 1 {
+                add_ll(md, i64::from(lock.permits()));
             }
-            if let Some(add) = raw::RedisModule_DigestAddStringBuffer {
-                for bytes in [lock.token(), lock.label()].into_iter().flatten() {
-                    add(md, bytes.as_ptr() as *const c_char as *mut _, bytes.len());
+            for (fence, holder) in lock.holders() {
+                if lock.permits() > 1 {
+                    add_ll(md, as_ll(fence));
+                }
+                for bytes in [Some(holder.token()), holder.label()].into_iter().flatten() {
+                    add_bytes(md, bytes.as_ptr() as *const c_char as *mut _, bytes.len());
                 }
             }
             if let Some(end) = raw::RedisModule_DigestEndSequence {

@@ -15,7 +15,12 @@ pub enum LockError {
     BadFence,
     BadTimeout,
     BadLabel,
+    BadPermits,
     Syntax,
+    /// A key held with another permit count (the key's count).
+    PermitsMismatch {
+        permits: u32,
+    },
     FencesExhausted,
     RestartGrace {
         remaining_ms: u64,
@@ -39,7 +44,9 @@ impl LockError {
             LockError::BadFence => (ReplyError::BadFence, 0),
             LockError::BadTimeout => (ReplyError::BadTimeout, 0),
             LockError::BadLabel => (ReplyError::BadLabel, 0),
+            LockError::BadPermits => (ReplyError::BadPermits, 0),
             LockError::Syntax => (ReplyError::Syntax, 0),
+            LockError::PermitsMismatch { permits } => (ReplyError::PermitsMismatch, u64::from(permits)),
             LockError::WaitInterrupted => (ReplyError::WaitInterrupted, 0),
             LockError::FencesExhausted => (ReplyError::FencesExhausted, 0),
             LockError::RestartGrace { remaining_ms } => (ReplyError::RestartGrace, remaining_ms),

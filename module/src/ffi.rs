@@ -109,6 +109,9 @@ pub enum Reply {
     Ints(Vec<i64>),
     /// An array of integers and then one bulk string (`STATUS` of a labelled lease).
     IntsThenBulk(Vec<i64>, Vec<u8>),
+    /// Integers, then an array of entries, each integers and a bulk string or nil (`STATUS` of
+    /// a semaphore key: `[fence, holders, permits, [[fence, pttl_ms, label or nil], ...]]`).
+    Semaphore([i64; 3], Vec<([i64; 2], Option<Vec<u8>>)>),
     /// Nothing now: the client was blocked and is answered later (see `Call::block`).
     Blocked,
 }
@@ -197,6 +200,31 @@ unsafe fn send_reply(ctx: RawCtx, reply: Result<Reply, LockError>) -> c_int {
                         ll(ctx, v);
                     }
                     buffer(ctx, bulk.as_ptr().cast::<c_char>(), bulk.len());
+                }
+                OK
+            }
+            Ok(Reply::Semaphore(head, holders)) => {
+                if let (Some(array), Some(ll), Some(buffer), Some(null)) = (
+                    raw::RedisModule_ReplyWithArray,
+                    raw::RedisModule_ReplyWithLongLong,
+                    raw::RedisModule_ReplyWithStringBuffer,
+                    raw::RedisModule_ReplyWithNull,
+                ) {
+                    array(ctx, head.len() as c_long + 1);
+                    for v in head {
+                        ll(ctx, v);
+                    }
+                    array(ctx, holders.len() as c_long);
+                    for (numbers, label) in holders {
+                        array(ctx, numbers.len() as c_long + 1);
+                        for v in numbers {
+                            ll(ctx, v);
+                        }
+                        match label {
+                            Some(label) => buffer(ctx, label.as_ptr().cast::<c_char>(), label.len()),
+                            None => null(ctx),
+                        };
+                    }
                 }
                 OK
             }

@@ -30,6 +30,6 @@ pub fn cover(names: &impl Names, key: &[u8], fence: u64) -> Result<(), LockError
         }
         None => key.set_lock(raised)?,
     };
-    replication::replicate_named(&name, state::high_water(), &stored.record(now));
+    replication::replicate_named(&name, state::high_water(), &stored.snapshot(now));
     Ok(())
 }

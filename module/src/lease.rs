@@ -8,25 +8,15 @@ use std::time::Duration;
 
 use fencedlock_protocol::command::{label_len_ok, token_len_ok};
 use fencedlock_protocol::limits::MAX_FENCE;
-use fencedlock_protocol::LockStatus;
+use fencedlock_protocol::{LockStatus, SemaphoreStatus};
 
 use crate::error::LockError;
 use crate::fence::HighWater;
+use crate::holder::Holder;
+use crate::semaphore::{Permit, SemaphoreRecord, Shared};
 
 /// `tracked_at` of a value with no live reclaim entry (no bucket has this number).
 const UNFILED: u64 = u64::MAX;
-
-/// The top bit of [`Holder::grant`]: the holder's bytes carry a label. It lives there, not in a
-/// field of its own, so a `Holder` does not grow (see `a_lock_value_stays_small`); the grant time
-/// below it is a monotonic microsecond count, far from 2^63.
-const LABELLED: u64 = 1 << 63;
-/// `granted_at` of a lease whose grant this server did not see (loaded from RDB or AOF, or
-/// applied from the primary): a record carries the remaining time only, so any hold time made up
-/// for it would be wrong. Its end is counted, but stays out of the distributions.
-const UNTIMED: Micros = LABELLED - 1;
-/// `granted_at` of an expired lease whose end was counted already (see [`Lock::take_expiry`]):
-/// an expiry is observed by whichever command looks first, and counted once.
-const COUNTED: Micros = LABELLED - 2;
 
 /// Microseconds of the server's monotonic clock.
 pub type Micros = u64;
@@ -47,85 +37,20 @@ pub struct Lock {
 /// reclaimed a fixed time later (the `Holder`'s deadline says the same for an expired lease).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Lease {
-    /// Held by `token` until its deadline; expired once the deadline passed.
+    /// A mutex held by `token` until its deadline; expired once the deadline passed.
     Held(Holder),
-    /// Released at `at`, or loaded without a holder at `at`.
-    Ended { at: Micros },
+    /// No mutex holder: released at `at`, or loaded without a holder at `at`. With `semaphore`,
+    /// a semaphore key (`PERMITS` above 1), whose last release was at `at` and whose holders are
+    /// there. One variant for both: a third would need a tag, and every mutex key would grow by
+    /// 8 bytes (see `a_lock_value_stays_small`).
+    Ended { at: Micros, semaphore: Option<Box<Shared>> },
 }
 
+/// A lock's state as it travels (see [`Record`] and [`SemaphoreRecord`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Holder {
-    /// The token alone, or, when `grant` has [`LABELLED`], `[label length - 1][label][token]`:
-    /// one allocation for both, so an unlabelled lease costs exactly what it did before labels
-    /// existed, and a labelled one a single allocation.
-    bytes: Box<[u8]>,
-    /// On the monotonic clock of *this* server: never compared with another machine's clock.
-    deadline: Micros,
-    /// [`LABELLED`], or'ed with the grant time `granted_at`: when this server granted the lease
-    /// (same clock), for the hold-time metrics; renewals and re-entries continue the same lease
-    /// and keep it. [`UNTIMED`] or [`COUNTED`] otherwise. Costs no memory per key in practice:
-    /// a `Lock` grows from 40 to 48 bytes, and the allocator hands out 48 for either (see
-    /// `a_lock_value_stays_small`).
-    grant: u64,
-}
-
-impl Holder {
-    /// A holder of `token`, labelled with `label` (1 to `MAX_LABEL_LEN` bytes, checked by the
-    /// caller; a label of another length is dropped rather than stored wrongly).
-    fn new(token: &[u8], label: Option<&[u8]>, deadline: Micros, granted_at: Micros) -> Holder {
-        let stored = label.and_then(|l| u8::try_from(l.len().wrapping_sub(1)).ok().map(|len| (len, l)));
-        let (bytes, flag) = match stored {
-            None => (token.into(), 0),
-            Some((len, label)) => {
-                let bytes: Box<[u8]> = [&[len][..], label, token].concat().into();
-                (bytes, LABELLED)
-            }
-        };
-        Holder { bytes, deadline, grant: flag | granted_at }
-    }
-
-    /// The label's length, when it has one (the first byte of `bytes`, plus one).
-    fn label_len(&self) -> Option<usize> {
-        (self.grant & LABELLED != 0).then(|| self.bytes.first().map_or(0, |&len| usize::from(len) + 1))
-    }
-
-    fn token(&self) -> &[u8] {
-        match self.label_len() {
-            None => &self.bytes,
-            Some(len) => self.bytes.get(1 + len..).unwrap_or_default(),
-        }
-    }
-
-    fn label(&self) -> Option<&[u8]> {
-        self.label_len().map(|len| self.bytes.get(1..1 + len).unwrap_or_default())
-    }
-
-    /// The grant time, or [`UNTIMED`] / [`COUNTED`].
-    fn granted_at_raw(&self) -> Micros {
-        self.grant & !LABELLED
-    }
-
-    fn set_granted_at(&mut self, at: Micros) {
-        self.grant = (self.grant & LABELLED) | at;
-    }
-
-    /// The same lease with another label (a re-entry with `LABEL`).
-    fn relabel(&mut self, label: &[u8]) {
-        if self.label() != Some(label) {
-            *self = Holder::new(self.token(), Some(label), self.deadline, self.granted_at_raw());
-        }
-    }
-
-    /// The grant time, when known and the lease's end not counted yet.
-    fn granted_at(&self) -> Option<Micros> {
-        let at = self.granted_at_raw();
-        (at < COUNTED).then_some(at)
-    }
-
-    /// Grant to the current deadline: the whole lease it was given, renewals included.
-    fn given(&self) -> Option<Micros> {
-        self.granted_at().map(|at| self.deadline.saturating_sub(at))
-    }
+pub enum Snapshot<'a> {
+    Mutex(Record<'a>),
+    Semaphore(SemaphoreRecord<'a>),
 }
 
 /// What `ACQUIRE` decided.
@@ -222,9 +147,10 @@ pub fn check_label(label: &[u8]) -> Result<(), LockError> {
 impl Lock {
     /// A key that never held a lease. Only ever stored together with a grant.
     pub const fn new() -> Self {
-        Self { fence: 0, lease: Lease::Ended { at: 0 }, tracked_at: 0 }
+        Self { fence: 0, lease: Lease::Ended { at: 0, semaphore: None }, tracked_at: 0 }
     }
 
+    /// The mutex holder (live or expired); `None` for a semaphore key.
     fn holder(&self) -> Option<&Holder> {
         match &self.lease {
             Lease::Held(holder) => Some(holder),
@@ -232,44 +158,87 @@ impl Lock {
         }
     }
 
+    fn semaphore(&self) -> Option<&Shared> {
+        match &self.lease {
+            Lease::Ended { semaphore, .. } => semaphore.as_deref(),
+            Lease::Held(_) => None,
+        }
+    }
+
     pub const fn fence(&self) -> u64 {
         self.fence
     }
 
-    /// The token's bytes, for the digest only.
-    pub fn token(&self) -> Option<&[u8]> {
-        self.holder().map(Holder::token)
+    /// How many holders the key admits: 1 for a mutex.
+    pub fn permits(&self) -> u32 {
+        self.semaphore().map_or(1, |s| s.permits)
     }
 
-    /// The holder's label (live or expired), for the digest only.
-    pub fn label(&self) -> Option<&[u8]> {
-        self.holder().and_then(Holder::label)
+    /// Every holder (live or expired) with its fence, for the digest only.
+    pub fn holders(&self) -> Vec<(u64, &Holder)> {
+        match (self.holder(), self.semaphore()) {
+            (Some(holder), _) => vec![(self.fence, holder)],
+            (None, Some(s)) => s.holders.iter().map(|p| (p.fence, &p.holder)).collect(),
+            (None, None) => Vec::new(),
+        }
+    }
+
+    /// The mutex holder's token, for tests.
+    #[cfg(test)]
+    pub fn token(&self) -> Option<&[u8]> {
+        self.holder().map(Holder::token)
     }
 
     fn live_holder(&self, now: Micros) -> Option<&Holder> {
         self.holder().filter(|h| now < h.deadline)
     }
 
+    /// Whether `token` holds an unexpired lease (a semaphore key: one of its permits).
+    #[cfg(test)]
     pub fn held_by(&self, token: &[u8], now: Micros) -> bool {
-        self.live_holder(now).is_some_and(|h| h.token() == token)
+        self.fence_of(token, now).is_some()
+    }
+
+    /// The fence of `token`'s unexpired lease.
+    pub fn fence_of(&self, token: &[u8], now: Micros) -> Option<u64> {
+        match (self.live_holder(now), self.semaphore()) {
+            (Some(h), _) => (h.token() == token).then_some(self.fence),
+            (None, Some(s)) => s.live(now).find(|p| p.holder.token() == token).map(|p| p.fence),
+            (None, None) => None,
+        }
     }
 
     /// Whether someone holds an unexpired lease.
     pub fn is_held(&self, now: Micros) -> bool {
-        self.live_holder(now).is_some()
+        self.live_holder(now).is_some() || self.semaphore().is_some_and(|s| s.live(now).next().is_some())
     }
 
-    /// When the current holder's lease expires (already past for an expired one); `None` when
-    /// the lease ended. Waiters are served at this instant.
-    pub fn deadline(&self) -> Option<Micros> {
-        self.holder().map(|h| h.deadline)
+    /// Whether a new holder could be granted now (a free mutex, or a free permit).
+    pub fn has_room(&self, now: Micros) -> bool {
+        match self.semaphore() {
+            Some(s) => s.has_room(now),
+            None => self.live_holder(now).is_none(),
+        }
     }
 
-    /// `grace_left` is how long the server still refuses new grants after a restart (0: none).
-    /// The holder may still re-enter during the grace: that grants nothing new.
-    ///
-    /// `label` is the request's `LABEL` (checked by the caller): a grant takes it (none without),
-    /// a re-entry with one replaces the lease's, a re-entry without keeps it.
+    /// When a held key frees up by expiry at the latest: the mutex holder's deadline (already
+    /// past for an expired one), or the earliest unexpired permit's; `None` when nothing runs.
+    /// Waiters are served at this instant.
+    pub fn next_free(&self, now: Micros) -> Option<Micros> {
+        match (self.holder(), self.semaphore()) {
+            (Some(h), _) => Some(h.deadline),
+            (None, Some(s)) => s.next_free(now),
+            (None, None) => None,
+        }
+    }
+
+    /// The count the key is held with, while anyone holds it.
+    fn held_with(&self, now: Micros) -> Option<u32> {
+        self.is_held(now).then(|| self.permits())
+    }
+
+    /// The mutex form of [`Lock::acquire_permit`] (`PERMITS 1`).
+    #[cfg(test)]
     pub fn acquire(
         &mut self,
         high_water: &mut HighWater,
@@ -279,89 +248,154 @@ impl Lock {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
+        self.acquire_permit(high_water, token, label, 1, ttl, now, grace_left)
+    }
+
+    /// `grace_left` is how long the server still refuses new grants after a restart (0: none).
+    /// The holder may still re-enter during the grace: that grants nothing new.
+    ///
+    /// `label` is the request's `LABEL` (checked by the caller): a grant takes it (none without),
+    /// a re-entry with one replaces the lease's, a re-entry without keeps it.
+    ///
+    /// `permits` is the request's `PERMITS` (checked by the caller; 1 is the mutex). While
+    /// anyone holds the key, another count is refused before anything else: two callers that
+    /// disagree on the bound must not both believe theirs holds. An idle key takes the count of
+    /// its next grant.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_permit(
+        &mut self,
+        high_water: &mut HighWater,
+        token: &[u8],
+        label: Option<&[u8]>,
+        permits: u32,
+        ttl: Micros,
+        now: Micros,
+        grace_left: Micros,
+    ) -> Result<Acquired, LockError> {
+        if let Some(held_with) = self.held_with(now).filter(|held_with| *held_with != permits) {
+            return Err(LockError::PermitsMismatch { permits: held_with });
+        }
         let deadline = now.saturating_add(ttl);
-        if let Lease::Held(holder) = &mut self.lease {
-            if now < holder.deadline {
+        let reentered = match &mut self.lease {
+            Lease::Held(holder) if now < holder.deadline => {
                 if holder.token() != token {
                     return Ok(Acquired::Busy);
                 }
-                holder.deadline = deadline;
-                if let Some(label) = label {
-                    holder.relabel(label);
-                }
-                return Ok(Acquired::Reentered { fence: self.fence });
+                Some((holder, self.fence))
             }
+            Lease::Ended { semaphore: Some(s), .. } => {
+                let room = s.has_room(now);
+                match s.live_mut(token, now) {
+                    Some(permit) => Some((&mut permit.holder, permit.fence)),
+                    None if !room => return Ok(Acquired::Busy),
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some((holder, fence)) = reentered {
+            holder.deadline = deadline;
+            if let Some(label) = label {
+                holder.relabel(label);
+            }
+            return Ok(Acquired::Reentered { fence });
         }
         if grace_left > 0 {
             return Err(LockError::RestartGrace { remaining_ms: grace_left.div_ceil(1000) });
         }
         let fence = high_water.next(self.fence)?;
-        let took_over = self.holder().is_some_and(|h| h.token() != token);
+        let took_over = match (self.holder(), self.semaphore()) {
+            (Some(h), _) => h.token() != token,
+            (None, Some(s)) => s.has_expired_other(token, now),
+            (None, None) => false,
+        };
         self.fence = fence;
-        self.lease = Lease::Held(Holder::new(token, label, deadline, now));
+        let holder = Holder::new(token, label, deadline, now);
+        match &mut self.lease {
+            _ if permits == 1 => self.lease = Lease::Held(holder),
+            Lease::Ended { semaphore: Some(s), .. } => s.grant(permits, Permit { fence, holder }, now),
+            lease => {
+                let first = Permit { fence, holder };
+                *lease = Lease::Ended { at: now, semaphore: Some(Box::new(Shared::new(permits, first))) };
+            }
+        }
         Ok(Acquired::Granted { fence, took_over })
     }
 
     /// True when the caller held an unexpired lease, which now runs `ttl` from `now`.
     pub fn renew(&mut self, token: &[u8], ttl: Micros, now: Micros) -> bool {
-        match &mut self.lease {
-            Lease::Held(h) if now < h.deadline && h.token() == token => {
-                h.deadline = now.saturating_add(ttl);
-                true
-            }
-            _ => false,
-        }
+        let holder = match &mut self.lease {
+            Lease::Held(h) => Some(h).filter(|h| now < h.deadline && h.token() == token),
+            Lease::Ended { semaphore: Some(s), .. } => s.live_mut(token, now).map(|p| &mut p.holder),
+            Lease::Ended { semaphore: None, .. } => None,
+        };
+        holder.map(|h| h.deadline = now.saturating_add(ttl)).is_some()
     }
 
     /// An expired lease is left as it is (the fence and the takeover count depend on it): its
-    /// end is counted by [`Lock::take_expiry`].
+    /// end is counted by [`Lock::take_expiries`].
     pub fn release(&mut self, token: &[u8], now: Micros) -> Released {
-        match self.holder() {
-            Some(h) if h.token() != token => Released::NotOwner,
-            None => Released::NotOwner,
-            Some(h) if now >= h.deadline => Released::Expired,
-            Some(h) => {
-                let span = h
-                    .granted_at()
-                    .zip(h.given())
-                    .map(|(at, given)| Span { held: now.saturating_sub(at), given });
-                self.lease = Lease::Ended { at: now };
-                Released::Ended { span }
+        let released = match &mut self.lease {
+            Lease::Ended { semaphore: Some(s), .. } => s.release(token, now),
+            Lease::Ended { semaphore: None, .. } => Released::NotOwner,
+            Lease::Held(h) if h.token() != token => Released::NotOwner,
+            Lease::Held(h) if now >= h.deadline => Released::Expired,
+            Lease::Held(h) => Released::Ended { span: h.span(now) },
+        };
+        if let Released::Ended { .. } = released {
+            match &mut self.lease {
+                Lease::Ended { at, .. } => *at = now,
+                lease => *lease = Lease::Ended { at: now, semaphore: None },
             }
         }
+        released
     }
 
-    /// The end of an expired lease, the first time anyone asks (later: `None`); `None` as well
-    /// for a live lease or none. Commands that find the lease expired ask (ACQUIRE before it
-    /// decides, a refused RENEW or RELEASE, the waiters' handoff, the reclaim of the key), so an
-    /// expiry is counted when it is first observed, not at the deadline: a lease that expires
-    /// on a key nobody touches again is counted when its key is reclaimed. Changes only the
-    /// metrics' mark: nothing any command decides or replicates.
-    pub fn take_expiry(&mut self, now: Micros) -> Option<Expired> {
-        let Lease::Held(h) = &mut self.lease else { return None };
-        if now < h.deadline || h.granted_at_raw() == COUNTED {
-            return None;
+    /// The end of each expired lease, the first time anyone asks (later: nothing); nothing as
+    /// well for live leases. Commands that find a lease expired ask (ACQUIRE before it decides,
+    /// a refused RENEW or RELEASE, the waiters' handoff, the reclaim of the key), so an expiry
+    /// is counted when it is first observed, not at the deadline: a lease that expires on a key
+    /// nobody touches again is counted when its key is reclaimed. Changes only the metrics'
+    /// mark: nothing any command decides or replicates.
+    pub fn take_expiries(&mut self, now: Micros, mut report: impl FnMut(Expired)) {
+        match &mut self.lease {
+            Lease::Held(h) => {
+                if let Some(expired) = h.take_expiry(now) {
+                    report(expired);
+                }
+            }
+            Lease::Ended { semaphore: Some(s), .. } => s.take_expiries(now, &mut report),
+            Lease::Ended { semaphore: None, .. } => {}
         }
-        let lifetime = h.given();
-        h.set_granted_at(COUNTED);
-        Some(Expired { lifetime })
     }
 
-    /// The value for `COPY`: the same fence and lease, with the grant time forgotten, so one
+    /// [`Lock::take_expiries`] of a mutex, for tests.
+    #[cfg(test)]
+    pub fn take_expiry(&mut self, now: Micros) -> Option<Expired> {
+        let mut found = None;
+        self.take_expiries(now, |e| found = Some(e));
+        found
+    }
+
+    /// The value for `COPY`: the same fence and leases, with the grant times forgotten, so one
     /// grant does not enter the hold-time distributions twice (once per key).
     pub fn copied(&self) -> Lock {
         let mut copy = self.clone();
-        if let Lease::Held(h) = &mut copy.lease {
-            if h.granted_at_raw() < COUNTED {
-                h.set_granted_at(UNTIMED);
+        match &mut copy.lease {
+            Lease::Held(h) => h.forget_grant(),
+            Lease::Ended { semaphore: Some(s), .. } => {
+                s.holders.iter_mut().for_each(|p| p.holder.forget_grant());
             }
+            Lease::Ended { semaphore: None, .. } => {}
         }
         copy
     }
 
     /// Fenced Redlock's step: the holder lifts its own fence to `fence` (the quorum's maximum).
     /// Returns the key's fence afterwards, or `None` when the caller does not hold the lease, so
-    /// a raise can never reach a lease that another client was granted in the meantime.
+    /// a raise can never reach a lease that another client was granted in the meantime. A
+    /// semaphore key is never raised (Redlock has no semaphores): its holders' fences must stay
+    /// in grant order.
     pub fn raise(
         &mut self,
         high_water: &mut HighWater,
@@ -369,7 +403,7 @@ impl Lock {
         fence: u64,
         now: Micros,
     ) -> Option<u64> {
-        if !self.held_by(token, now) {
+        if self.live_holder(now).is_none_or(|h| h.token() != token) {
             return None;
         }
         self.fence = self.fence.max(fence.min(MAX_FENCE));
@@ -377,6 +411,7 @@ impl Lock {
         Some(self.fence)
     }
 
+    /// A mutex key's status (see [`Lock::semaphore_status`] for a semaphore key's).
     pub fn status(&self, now: Micros) -> Status<'_> {
         let live = self.live_holder(now);
         Status {
@@ -386,7 +421,13 @@ impl Lock {
         }
     }
 
-    /// The state to replicate or persist. An expired lease travels as no lease (and no label).
+    /// A semaphore key's status; `None` for a mutex key.
+    pub fn semaphore_status(&self, now: Micros) -> Option<SemaphoreStatus> {
+        self.semaphore().map(|s| s.status(self.fence, now))
+    }
+
+    /// A mutex key's state to replicate or persist. An expired lease travels as no lease (and
+    /// no label).
     pub fn record(&self, now: Micros) -> Record<'_> {
         let holder = self.live_holder(now).map(|h| Holding {
             token: h.token(),
@@ -396,30 +437,45 @@ impl Lock {
         Record { fence: self.fence, holder }
     }
 
+    /// The state to replicate or persist, of either kind.
+    pub fn snapshot(&self, now: Micros) -> Snapshot<'_> {
+        match self.semaphore() {
+            Some(s) => Snapshot::Semaphore(s.record(self.fence, now)),
+            None => Snapshot::Mutex(self.record(now)),
+        }
+    }
+
     /// Rebuilds a lock from a record received at `now`, rejecting anything we would never write.
     pub fn from_record(record: &Record<'_>, now: Micros) -> Result<Self, LockError> {
         if record.fence > MAX_FENCE {
             return Err(LockError::BadRecord);
         }
-        let lease = match record.holder {
-            None => Lease::Ended { at: now },
-            Some(Holding { token, remaining, label }) => {
-                check_token(token).map_err(|_| LockError::BadRecord)?;
-                label.map_or(Ok(()), check_label).map_err(|_| LockError::BadRecord)?;
-                // Granted elsewhere or before a restart: the grant time is not known here.
-                let deadline = now.saturating_add(remaining);
-                Lease::Held(Holder::new(token, label, deadline, UNTIMED))
+        let lease = match &record.holder {
+            None => Lease::Ended { at: now, semaphore: None },
+            Some(holding) => {
+                check_token(holding.token).map_err(|_| LockError::BadRecord)?;
+                holding.label.map_or(Ok(()), check_label).map_err(|_| LockError::BadRecord)?;
+                Lease::Held(Holder::loaded(holding, now))
             }
         };
         Ok(Self { fence: record.fence, lease, tracked_at: 0 })
     }
 
+    /// Rebuilds a semaphore key from its record received at `now` (see `Shared::from_record`).
+    pub fn from_semaphore_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Self, LockError> {
+        let shared = Shared::from_record(record, now)?;
+        let lease = Lease::Ended { at: now, semaphore: Some(Box::new(shared)) };
+        Ok(Self { fence: record.fence, lease, tracked_at: 0 })
+    }
+
     /// When the lease ended or will end (a holder's deadline is when it expires): the start of
-    /// the idle time after which the key may be reclaimed. On the monotonic clock.
+    /// the idle time after which the key may be reclaimed. On the monotonic clock. A semaphore
+    /// key is idle once its last holder left.
     pub fn idle_from(&self) -> Micros {
         match &self.lease {
             Lease::Held(holder) => holder.deadline,
-            Lease::Ended { at } => *at,
+            Lease::Ended { at, semaphore: Some(s) } => s.idle_from(*at),
+            Lease::Ended { at, semaphore: None } => *at,
         }
     }
 
@@ -451,9 +507,12 @@ impl Lock {
         self.tracked_at = at;
     }
 
-    /// Bytes this value owns, for `MEMORY USAGE`: the token and label share one allocation.
+    /// Bytes this value owns, for `MEMORY USAGE`: the token and label share one allocation; a
+    /// semaphore's holders live in a box of their own.
     pub fn heap_size(&self) -> usize {
-        std::mem::size_of::<Self>() + self.holder().map_or(0, |h| h.bytes.len())
+        std::mem::size_of::<Self>()
+            + self.holder().map_or(0, |h| h.bytes.len())
+            + self.semaphore().map_or(0, Shared::heap_size)
     }
 }
 
@@ -639,8 +698,9 @@ mod tests {
         granted(lock.acquire(&mut hw, b"a", None, 100 * MS, 10 * MS, 0));
         assert!(lock.renew(b"a", 100 * MS, 50 * MS)); // deadline 150
         assert_eq!(lock.take_expiry(149 * MS), None, "still live");
-        let looks =
-            |lock: &Lock| (lock.status(200 * MS).pttl_ms, lock.record(200 * MS).fence, lock.deadline());
+        let looks = |lock: &Lock| {
+            (lock.status(200 * MS).pttl_ms, lock.record(200 * MS).fence, lock.next_free(200 * MS))
+        };
         let before = looks(&lock);
         assert_eq!(lock.take_expiry(200 * MS), Some(Expired { lifetime: Some(140 * MS) }));
         assert_eq!(lock.take_expiry(300 * MS), None, "counted already");
@@ -831,6 +891,103 @@ mod tests {
         assert_eq!(check_token(&[7u8; MAX_TOKEN_LEN + 1]), Err(LockError::BadToken));
     }
 
+    fn semaphore(lock: &Lock, now: Micros) -> Vec<(u64, u64)> {
+        let status = lock.semaphore_status(now).expect("a semaphore key");
+        status.holders.iter().map(|h| (h.fence, h.remaining.as_millis() as u64)).collect()
+    }
+
+    #[test]
+    fn a_semaphore_admits_its_permits_each_with_its_own_fence() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        let mut take = |lock: &mut Lock, token: &[u8], now| {
+            lock.acquire_permit(&mut hw, token, None, 3, 100 * MS, now, 0)
+        };
+        assert_eq!(take(&mut lock, b"a", 0), Ok(Acquired::Granted { fence: 1, took_over: false }));
+        assert_eq!(take(&mut lock, b"b", MS), Ok(Acquired::Granted { fence: 2, took_over: false }));
+        assert_eq!(take(&mut lock, b"a", 2 * MS), Ok(Acquired::Reentered { fence: 1 }), "its own fence");
+        assert_eq!(take(&mut lock, b"c", 3 * MS), Ok(Acquired::Granted { fence: 3, took_over: false }));
+        let before = lock.clone();
+        assert_eq!(take(&mut lock, b"d", 4 * MS), Ok(Acquired::Busy));
+        assert_eq!(lock, before, "a refusal changes nothing");
+        assert_eq!(semaphore(&lock, 4 * MS), vec![(1, 98), (2, 97), (3, 99)]);
+        assert_eq!(lock.fence_of(b"b", 4 * MS), Some(2));
+        assert!(!lock.has_room(4 * MS) && lock.next_free(4 * MS) == Some(101 * MS));
+        // One release frees one permit; the key's fence stays the highest.
+        assert!(matches!(lock.release(b"b", 5 * MS), Released::Ended { span: Some(_) }));
+        assert_eq!(lock.release(b"b", 5 * MS), Released::NotOwner);
+        assert_eq!(take(&mut lock, b"d", 6 * MS), Ok(Acquired::Granted { fence: 4, took_over: false }));
+        assert_eq!(take(&mut lock, b"e", 6 * MS), Ok(Acquired::Busy));
+        // Expiry frees a permit too, and the grant that takes it over says so.
+        assert!(lock.renew(b"a", 200 * MS, 6 * MS) && !lock.renew(b"e", 200 * MS, 6 * MS));
+        assert_eq!(take(&mut lock, b"e", 103 * MS), Ok(Acquired::Granted { fence: 5, took_over: true }));
+        assert_eq!(lock.release(b"c", 103 * MS), Released::NotOwner, "dropped by the grant that took it");
+        assert_eq!(lock.release(b"d", 200 * MS), Released::Expired, "late, and told so");
+        assert_eq!(semaphore(&lock, 103 * MS), vec![(1, 103), (4, 3), (5, 100)]);
+        assert_eq!(lock.raise(&mut hw, b"a", 100, 103 * MS), None, "no raise on a semaphore");
+        assert_eq!(lock.fence(), 5);
+    }
+
+    #[test]
+    fn a_held_key_refuses_another_count_and_an_idle_one_takes_it() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire_permit(&mut hw, b"a", None, 2, 100 * MS, 0, 0));
+        let before = lock.clone();
+        for (token, permits) in [(&b"b"[..], 1), (b"b", 3), (b"a", 3), (b"a", 1)] {
+            let r = lock.acquire_permit(&mut hw, token, None, permits, 100 * MS, MS, 0);
+            assert_eq!(r, Err(LockError::PermitsMismatch { permits: 2 }), "{token:?} {permits}");
+        }
+        assert_eq!(lock, before);
+        // Idle: the next grant sets the count, a mutex here.
+        assert!(matches!(lock.release(b"a", 2 * MS), Released::Ended { .. }));
+        assert_eq!(lock.semaphore_status(2 * MS).map(|s| (s.permits, s.holders.len())), Some((2, 0)));
+        granted(lock.acquire(&mut hw, b"c", None, 100 * MS, 3 * MS, 0));
+        assert_eq!(lock.semaphore_status(3 * MS), None, "a mutex again");
+        assert_eq!(lock.status(3 * MS).pttl_ms, Some(100));
+        assert_eq!(
+            lock.acquire_permit(&mut hw, b"d", None, 4, 100 * MS, 4 * MS, 0),
+            Err(LockError::PermitsMismatch { permits: 1 })
+        );
+        // The mutex expires: a semaphore takes the key over, above its fence.
+        let r = lock.acquire_permit(&mut hw, b"d", None, 4, 100 * MS, 103 * MS, 0);
+        assert_eq!(r, Ok(Acquired::Granted { fence: 3, took_over: true }));
+        assert_eq!(semaphore(&lock, 103 * MS), vec![(3, 100)]);
+    }
+
+    #[test]
+    fn a_semaphore_travels_whole_and_is_idle_after_its_last_holder() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire_permit(&mut hw, b"a", Some(b"w-a"), 3, 100 * MS, 0, 0));
+        granted(lock.acquire_permit(&mut hw, b"b", None, 3, 50 * MS, 0, 0));
+        let Snapshot::Semaphore(record) = lock.snapshot(10 * MS) else { panic!("a semaphore record") };
+        assert_eq!((record.fence, record.permits, record.holders.len()), (2, 3, 2));
+        let loaded = Lock::from_semaphore_record(&record, 1_000 * MS).expect("loads");
+        assert_eq!(semaphore(&loaded, 1_000 * MS), vec![(1, 90), (2, 40)]);
+        assert_eq!(loaded.semaphore_status(1_000 * MS).unwrap().holders[0].label, Some(b"w-a".to_vec()));
+        assert_eq!(loaded.clone().release(b"a", 1_001 * MS), Released::Ended { span: None }, "untimed");
+        // Idle once the last holder left: its expiry here, then the release.
+        assert!(!lock.reclaimable(99 * MS, 0));
+        assert!(matches!(lock.release(b"a", 60 * MS), Released::Ended { .. }));
+        assert_eq!(lock.idle_from(), 60 * MS);
+        assert!(lock.reclaimable(60 * MS, 0) && !lock.reclaimable(60 * MS, MS));
+        let mut expiries = Vec::new();
+        lock.take_expiries(60 * MS, |e| expiries.push(e));
+        assert_eq!(expiries, vec![Expired { lifetime: Some(50 * MS) }]);
+        lock.take_expiries(70 * MS, |e| expiries.push(e));
+        assert_eq!(expiries.len(), 1, "once");
+        let Snapshot::Semaphore(record) = lock.snapshot(60 * MS) else { panic!("still a semaphore") };
+        assert!(record.holders.is_empty());
+        assert!(lock.copied().semaphore_status(0).is_some());
+    }
+
+    #[test]
+    fn a_mutex_value_stays_as_it_was() {
+        let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+        granted(lock.acquire(&mut hw, &[7; 16], None, 100 * MS, 0, 0));
+        assert!(matches!(lock.snapshot(0), Snapshot::Mutex(_)));
+        assert_eq!(lock.permits(), 1);
+        assert_eq!(lock.holders().len(), 1);
+    }
+
     /// Random interleavings of every operation by three clients over a moving clock: grants
     /// strictly increase, a refused or stale caller changes nothing, and at most one token
     /// holds a live lease at any time. For the metrics: every lease's end is reported once (by
@@ -969,6 +1126,115 @@ mod tests {
                     if let Some(h) = live {
                         prop_assert!(lock.held_by(tokens[h.client], now));
                         prop_assert_eq!(lock.token(), Some(tokens[h.client]));
+                    }
+                }
+            }
+
+            /// A semaphore under random interleavings of five clients asking with its count or
+            /// another: never more unexpired holders than permits, grants' fences strictly
+            /// increase, each holder keeps its fence, mismatches and refusals change nothing,
+            /// and what STATUS and the record show is the model's holder set.
+            #[test]
+            fn semaphores_stay_sound(
+                permits in 2..5u32,
+                ops in proptest::collection::vec(
+                    prop_oneof![
+                        (0..5usize, 1..50u64, any::<bool>()).prop_map(|(c, t, same)| (0u8, c, t, same)),
+                        (0..5usize, 1..50u64).prop_map(|(c, t)| (1u8, c, t, true)),
+                        (0..5usize).prop_map(|c| (2u8, c, 0, true)),
+                        (0..40u64).prop_map(|t| (3u8, 0, t, true)),
+                        Just((4u8, 0, 0, true)),
+                    ],
+                    1..200,
+                ),
+            ) {
+                let tokens: [&[u8]; 5] = [b"a", b"b", b"c", b"d", b"e"];
+                let (mut lock, mut hw, mut now, mut last_grant) = (Lock::new(), HighWater::default(), 0u64, 0u64);
+                // Client → (fence, deadline) of its permit, live or expired.
+                let mut model: std::collections::BTreeMap<usize, (u64, u64)> = Default::default();
+                let mut count: Option<u32> = None;
+                for (kind, c, t, same) in ops {
+                    let live: Vec<usize> = model.iter().filter(|(_, (_, d))| now < *d).map(|(c, _)| *c).collect();
+                    match kind {
+                        0 => {
+                            let asked = if same { permits } else { permits + 1 };
+                            let before = lock.clone();
+                            match lock.acquire_permit(&mut hw, tokens[c], None, asked, t * MS, now, 0) {
+                                Err(LockError::PermitsMismatch { permits: held_with }) => {
+                                    prop_assert!(!live.is_empty());
+                                    prop_assert_eq!(Some(held_with), count);
+                                    prop_assert_ne!(held_with, asked);
+                                    prop_assert_eq!(&lock, &before);
+                                }
+                                Err(e) => prop_assert!(false, "{e:?}"),
+                                Ok(Acquired::Busy) => {
+                                    prop_assert_eq!(live.len() as u32, asked);
+                                    prop_assert!(!live.contains(&c));
+                                    prop_assert_eq!(&lock, &before);
+                                }
+                                Ok(Acquired::Reentered { fence }) => {
+                                    prop_assert!(live.contains(&c));
+                                    prop_assert_eq!(Some(fence), model.get(&c).map(|p| p.0));
+                                    model.insert(c, (fence, now + t * MS));
+                                }
+                                Ok(Acquired::Granted { fence, .. }) => {
+                                    prop_assert!(!live.contains(&c) && (live.len() as u32) < asked);
+                                    prop_assert!(fence > last_grant);
+                                    last_grant = fence;
+                                    if live.is_empty() {
+                                        count = Some(asked);
+                                    }
+                                    model.retain(|_, (_, d)| now < *d);
+                                    model.insert(c, (fence, now + t * MS));
+                                }
+                            }
+                        }
+                        1 => {
+                            let ok = lock.renew(tokens[c], t * MS, now);
+                            prop_assert_eq!(ok, live.contains(&c));
+                            if ok {
+                                model.entry(c).and_modify(|p| p.1 = now + t * MS);
+                            }
+                        }
+                        2 => {
+                            let r = lock.release(tokens[c], now);
+                            prop_assert_eq!(matches!(r, Released::Ended { .. }), live.contains(&c));
+                            if matches!(r, Released::Ended { .. }) {
+                                model.remove(&c);
+                            }
+                        }
+                        3 => now += t * MS,
+                        _ => {
+                            let loaded = match lock.snapshot(now) {
+                                Snapshot::Mutex(record) => Lock::from_record(&record, now),
+                                Snapshot::Semaphore(record) => {
+                                    let blob = crate::semaphore::encode_holders(&record.holders);
+                                    let holders = crate::semaphore::decode_holders(&blob).expect("own blob");
+                                    let record = SemaphoreRecord { holders, ..record };
+                                    Lock::from_semaphore_record(&record, now)
+                                }
+                            };
+                            lock = loaded.expect("a record we wrote loads");
+                            model.retain(|_, (_, d)| now < *d);
+                        }
+                    }
+                    let live: Vec<(u64, u64)> = model.values().filter(|(_, d)| now < *d).map(|(f, d)| (*f, (d - now).div_ceil(1000))).collect();
+                    let mut live = live;
+                    live.sort();
+                    prop_assert!(live.len() as u32 <= count.unwrap_or(0).max(1));
+                    prop_assert!(hw.get() >= lock.fence());
+                    prop_assert_eq!(lock.is_held(now), !live.is_empty());
+                    if let Some(status) = lock.semaphore_status(now) {
+                        let shown: Vec<(u64, u64)> = status.holders.iter().map(|h| (h.fence, h.remaining.as_millis() as u64)).collect();
+                        prop_assert_eq!(&shown, &live);
+                        prop_assert!(status.holders.len() as u32 <= status.permits);
+                    } else {
+                        // Only a count of 1 makes a mutex, and this test never asks for one.
+                        prop_assert!(live.is_empty() && lock.fence() == 0);
+                    }
+                    for (c, token) in tokens.iter().enumerate() {
+                        let want = model.get(&c).filter(|(_, d)| now < *d).map(|(f, _)| *f);
+                        prop_assert_eq!(lock.fence_of(token, now), want);
                     }
                 }
             }

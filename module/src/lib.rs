@@ -20,10 +20,12 @@ mod fence;
 mod ffi;
 mod floor;
 mod histogram;
+mod holder;
 mod key;
 mod lease;
 mod reclaim;
 mod replication;
+mod semaphore;
 mod slot;
 mod state;
 mod stats;
@@ -53,7 +55,7 @@ mod module {
     struct Registration {
         spec: Command,
         /// Only ACQUIRE is `deny-oom`, so leases can always be renewed and freed under memory
-        /// pressure. APPLY stays out of MONITOR and SLOWLOG: it carries tokens.
+        /// pressure. APPLY and APPLYSEM stay out of MONITOR and SLOWLOG: they carry tokens.
         flags: &'static str,
         entry: raw::RedisModuleCmdFunc,
     }
@@ -77,7 +79,7 @@ mod module {
         };
     }
 
-    const COMMANDS: [Registration; 7] = commands! {
+    const COMMANDS: [Registration; 8] = commands! {
         command::ACQUIRE => commands::acquire, "write deny-oom fast";
         command::RENEW => commands::renew, "write fast";
         command::RELEASE => commands::release, "write fast";
@@ -85,6 +87,7 @@ mod module {
         command::CAD => commands::cad, "write fast";
         command::STATUS => commands::status, "readonly fast";
         command::APPLY => commands::apply, "write deny-script no-monitor no-slowlog";
+        command::APPLYSEM => commands::apply_semaphore, "write deny-script no-monitor no-slowlog";
     };
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {

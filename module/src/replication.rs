@@ -1,5 +1,6 @@
 //! Effects, not decisions: every change travels as `FENCEDLOCK.APPLY key high_water fence
-//! [token remaining_us [label]]`, to replicas and to the AOF. A replica or an AOF replay sets the
+//! [token remaining_us [label]]` (a semaphore key's as `FENCEDLOCK.APPLYSEM key high_water fence
+//! permits holders`), to replicas and to the AOF. A replica or an AOF replay sets the
 //! deadline from its own clock at apply time, so lag and restarts only ever lengthen a lease,
 //! and it never re-decides a grant against a different clock or state.
 
@@ -7,21 +8,41 @@ use std::ffi::{c_char, c_int, c_longlong};
 
 use redis_module::raw;
 
-use fencedlock_protocol::command::APPLY;
+use fencedlock_protocol::command::{APPLY, APPLYSEM};
 
 use crate::fence::HighWater;
 use crate::ffi::{log_warning, Call, KeyName};
-use crate::lease::{Holding, Record};
+use crate::lease::{Holding, Snapshot};
+use crate::semaphore::encode_holders;
 
 fn ll(v: u64) -> c_longlong {
     c_longlong::try_from(v).unwrap_or(c_longlong::MAX)
 }
 
-/// Calls a variadic `RedisModule_Replicate` / `RedisModule_EmitAOF` with the APPLY record.
-/// The format letters match the arguments: s = RedisModuleString*, l = long long,
+/// Calls a variadic `RedisModule_Replicate` / `RedisModule_EmitAOF` with the APPLY or APPLYSEM
+/// record. The format letters match the arguments: s = RedisModuleString*, l = long long,
 /// b = (char*, size_t).
 macro_rules! send_record {
-    ($send:expr, $target:expr, $key:expr, $mark:expr, $record:expr) => {
+    ($send:expr, $target:expr, $key:expr, $mark:expr, $snapshot:expr) => {
+        match $snapshot {
+            Snapshot::Semaphore(record) => {
+                let holders = encode_holders(&record.holders);
+                $send(
+                    $target,
+                    APPLYSEM.c_name.as_ptr(),
+                    c"slllb".as_ptr(),
+                    $key,
+                    ll($mark.get()),
+                    ll(record.fence),
+                    ll(u64::from(record.permits)),
+                    holders.as_ptr().cast::<c_char>(),
+                    holders.len(),
+                )
+            }
+            Snapshot::Mutex(record) => send_record!(@mutex $send, $target, $key, $mark, record),
+        }
+    };
+    (@mutex $send:expr, $target:expr, $key:expr, $mark:expr, $record:expr) => {
         match $record.holder {
             None => $send(
                 $target,
@@ -60,26 +81,26 @@ macro_rules! send_record {
 }
 
 /// Sends the call's key's new state to replicas and the AOF, after the command changed it.
-pub fn replicate(call: &Call, mark: HighWater, record: &Record<'_>) {
-    send(call.raw_ctx(), call.raw_key(), mark, record);
+pub fn replicate(call: &Call, mark: HighWater, snapshot: &Snapshot<'_>) {
+    send(call.raw_ctx(), call.raw_key(), mark, snapshot);
 }
 
 /// Sends another key's new state (a slot floor the command raised) to replicas and the AOF.
-pub fn replicate_named(name: &KeyName<'_>, mark: HighWater, record: &Record<'_>) {
-    send(name.raw_ctx(), name.raw(), mark, record);
+pub fn replicate_named(name: &KeyName<'_>, mark: HighWater, snapshot: &Snapshot<'_>) {
+    send(name.raw_ctx(), name.raw(), mark, snapshot);
 }
 
 fn send(
     ctx: *mut raw::RedisModuleCtx,
     key: *mut raw::RedisModuleString,
     mark: HighWater,
-    record: &Record<'_>,
+    snapshot: &Snapshot<'_>,
 ) {
     // SAFETY: the live context and a key name of the running command (from a `Call` or a
     // `KeyName` created in it); the arguments match the format (see the macro).
     unsafe {
         let Some(replicate) = raw::RedisModule_Replicate else { return };
-        if send_record!(replicate, ctx, key, mark, record) != raw::REDISMODULE_OK as c_int {
+        if send_record!(replicate, ctx, key, mark, snapshot) != raw::REDISMODULE_OK as c_int {
             log_warning("fencedlock: replicating a lock change failed");
         }
     }
@@ -94,13 +115,13 @@ pub unsafe fn emit_aof(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
     mark: HighWater,
-    record: &Record<'_>,
+    snapshot: &Snapshot<'_>,
 ) {
     // SAFETY: a live rewrite IO and key (the caller's promise); the arguments match the format
     // (see the macro).
     unsafe {
         if let Some(emit) = raw::RedisModule_EmitAOF {
-            send_record!(emit, aof, key, mark, record);
+            send_record!(emit, aof, key, mark, snapshot);
         }
     }
 }

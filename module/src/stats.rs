@@ -70,6 +70,9 @@ pub static RELEASE_FAILURES: Counter = Counter::new();
 pub static TAKEOVERS: Counter = Counter::new();
 /// Grants refused during the restart grace window.
 pub static GRACE_REFUSALS: Counter = Counter::new();
+/// Acquires refused because the key was held with another permit count: two deployments that
+/// disagree on a semaphore's bound.
+pub static PERMITS_MISMATCHES: Counter = Counter::new();
 /// Idle lock keys deleted by the module (`fencedlock.reclaim-after-ms`).
 pub static RECLAIMED: Counter = Counter::new();
 /// `ACQUIRE … BLOCK`s that found the key busy and queued.
@@ -152,6 +155,7 @@ pub fn add_info_section(ctx: &InfoContext) {
         ("release_failures", &RELEASE_FAILURES),
         ("takeovers", &TAKEOVERS),
         ("grace_refusals", &GRACE_REFUSALS),
+        ("permits_mismatches", &PERMITS_MISMATCHES),
         ("reclaimed", &RECLAIMED),
         ("blocked_acquires", &BLOCKED_ACQUIRES),
         ("handoffs", &HANDOFFS),

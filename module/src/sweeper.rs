@@ -109,8 +109,8 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
         }
         Verdict::Delete if deciding => {
             // An expired lease nobody looked at since is counted here, at the latest.
-            if let Some(expired) = found.as_mut().and_then(|lock| lock.take_expiry(now)) {
-                stats::lease_expired(expired);
+            if let Some(lock) = found.as_mut() {
+                lock.take_expiries(now, stats::lease_expired);
             }
             if key.delete().is_err() {
                 drop(key);

@@ -26,6 +26,8 @@ pub struct Waiter<H> {
     pub token: Box<[u8]>,
     /// The label it asked with (`LABEL`): a handoff grant gets this one, not the last holder's.
     pub label: Option<Box<[u8]>>,
+    /// The permit count it asked with (`PERMITS`; 1 for the mutex).
+    pub permits: u32,
     /// The ttl its lease gets, counted from the handoff.
     pub ttl: Micros,
     /// When it started waiting.
@@ -156,11 +158,13 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     }
 
     /// Serves `key`'s queue against its lock after a lease may have ended (release, expiry,
-    /// a new key in place of a deleted one): if nobody holds an unexpired lease, the head is
-    /// granted one from `now` with its own ttl and a new fence, and every other waiter with the
-    /// same token re-enters it (a waiter never shares a live holder's token otherwise: that
-    /// token's ACQUIRE is answered at once). Files the next wake-up at the holder's deadline,
-    /// or at the end of the restart grace if the lease ended during it.
+    /// a new key in place of a deleted one): while a holder can be granted (a free mutex, a
+    /// free permit), the head is granted a lease from `now` with its own ttl and a new fence,
+    /// and every other waiter with the same token re-enters it (a waiter never shares a live
+    /// holder's token otherwise: that token's ACQUIRE is answered at once). A head that asks
+    /// for another permit count than the key is held with is answered that error, and the next
+    /// one is served. Files the next wake-up when a holder's lease ends, or at the end of the
+    /// restart grace if the lease ended during it.
     pub fn serve(
         &mut self,
         key: &KeyId,
@@ -169,58 +173,86 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         now: Micros,
         grace_left: Micros,
     ) -> Vec<Served<H>> {
-        let Some(queue) = self.queues.get_mut(key) else { return Vec::new() };
-        if lock.is_held(now) {
-            if let Some(deadline) = lock.deadline() {
-                self.wake(key, deadline);
+        let mut served = Vec::new();
+        let Some(queue) = self.queues.get_mut(key) else { return served };
+        while lock.has_room(now) {
+            let Some(head) = queue.waiters.pop_front() else { break };
+            let asked = lock.acquire_permit(
+                mark,
+                &head.token,
+                head.label.as_deref(),
+                head.permits,
+                head.ttl,
+                now,
+                grace_left,
+            );
+            let answer = match asked {
+                Ok(Acquired::Granted { fence, took_over }) => Answer::Granted { fence, took_over },
+                Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
+                // There is room, so this cannot be; keep the head rather than lose it.
+                Ok(Acquired::Busy) => {
+                    queue.waiters.push_front(head);
+                    break;
+                }
+                // During the restart grace nobody may be granted: the queue waits for its end.
+                Err(LockError::RestartGrace { .. }) => {
+                    queue.waiters.push_front(head);
+                    self.wake(key, now.saturating_add(grace_left));
+                    return self.answered(served);
+                }
+                // This head disagrees with the holders on the count; the next may not.
+                Err(e @ LockError::PermitsMismatch { .. }) => {
+                    served.push(Served { waiter: head, answer: Answer::Failed(e) });
+                    continue;
+                }
+                // The same error would meet every waiter (no fences left, the wrong type): answer
+                // them all rather than keep them waiting for nothing.
+                Err(e) => {
+                    served.push(Served { waiter: head, answer: Answer::Failed(e.clone()) });
+                    let mut rest = self.answered(served);
+                    let failed = self.take_all(key);
+                    rest.extend(
+                        failed.into_iter().map(|waiter| Served { waiter, answer: Answer::Failed(e.clone()) }),
+                    );
+                    return rest;
+                }
+            };
+            let (same, rest): (Vec<_>, Vec<_>) = queue.waiters.drain(..).partition(|w| w.token == head.token);
+            queue.waiters = rest.into();
+            served.push(Served { waiter: head, answer });
+            for waiter in same {
+                let again = lock.acquire_permit(
+                    mark,
+                    &waiter.token,
+                    waiter.label.as_deref(),
+                    waiter.permits,
+                    waiter.ttl,
+                    now,
+                    0,
+                );
+                let answer = match again {
+                    Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
+                    Err(e) => Answer::Failed(e),
+                    // It holds the lease the head was just granted; cannot be otherwise.
+                    Ok(Acquired::Granted { .. } | Acquired::Busy) => Answer::Failed(LockError::Internal),
+                };
+                served.push(Served { waiter, answer });
             }
-            return Vec::new();
-        }
-        let Some(head) = queue.waiters.pop_front() else { return Vec::new() };
-        let answer = match lock.acquire(mark, &head.token, head.label.as_deref(), head.ttl, now, grace_left) {
-            Ok(Acquired::Granted { fence, took_over }) => Answer::Granted { fence, took_over },
-            Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
-            // Nobody holds it, so this cannot be; keep the head rather than lose it.
-            Ok(Acquired::Busy) => {
-                queue.waiters.push_front(head);
-                return Vec::new();
-            }
-            // During the restart grace nobody may be granted: the queue waits for its end.
-            Err(LockError::RestartGrace { .. }) => {
-                queue.waiters.push_front(head);
-                self.wake(key, now.saturating_add(grace_left));
-                return Vec::new();
-            }
-            // The same error would meet every waiter (no fences left, the wrong type): answer
-            // them all rather than keep them waiting for nothing.
-            Err(e) => {
-                queue.waiters.push_front(head);
-                let failed = self.take_all(key);
-                return failed
-                    .into_iter()
-                    .map(|waiter| Served { waiter, answer: Answer::Failed(e.clone()) })
-                    .collect();
-            }
-        };
-        let (same, rest): (Vec<_>, Vec<_>) = queue.waiters.drain(..).partition(|w| w.token == head.token);
-        queue.waiters = rest.into();
-        let mut served = vec![Served { waiter: head, answer }];
-        for waiter in same {
-            if let Ok(Acquired::Reentered { fence }) =
-                lock.acquire(mark, &waiter.token, waiter.label.as_deref(), waiter.ttl, now, 0)
-            {
-                served.push(Served { waiter, answer: Answer::Reentered { fence } });
-            }
-        }
-        for s in &served {
-            self.keys.remove(&s.waiter.handle);
         }
         if self.queues.get(key).is_some_and(|q| !q.waiters.is_empty()) {
-            if let Some(deadline) = lock.deadline() {
-                self.wake(key, deadline);
+            if let Some(frees_at) = lock.next_free(now) {
+                self.wake(key, frees_at);
             }
         } else {
             self.drop_queue(key);
+        }
+        self.answered(served)
+    }
+
+    /// Forgets where the served waiters waited.
+    fn answered(&mut self, served: Vec<Served<H>>) -> Vec<Served<H>> {
+        for s in &served {
+            self.keys.remove(&s.waiter.handle);
         }
         served
     }
@@ -256,7 +288,7 @@ mod tests {
     }
 
     fn waiter(handle: u32, token: &str, since: Micros) -> Waiter<u32> {
-        Waiter { handle, token: token.as_bytes().into(), label: None, ttl: 100 * MS, since }
+        Waiter { handle, token: token.as_bytes().into(), label: None, permits: 1, ttl: 100 * MS, since }
     }
 
     /// A lock held by `token` from 0 for `ttl`, and the mark after its grant.
@@ -271,6 +303,54 @@ mod tests {
 
     fn handles(served: &[Served<u32>]) -> Vec<u32> {
         served.iter().map(|s| s.waiter.handle).collect()
+    }
+
+    #[test]
+    fn a_semaphore_grants_as_many_heads_as_it_has_free_permits_in_order() {
+        let (mut lock, mut mark) = (Lock::new(), HighWater::default());
+        for (token, ttl) in [(&b"x"[..], 10 * MS), (b"y", 50 * MS)] {
+            assert!(matches!(
+                lock.acquire_permit(&mut mark, token, None, 2, ttl, 0, 0),
+                Ok(Acquired::Granted { .. })
+            ));
+        }
+        let mut q = Queues::new();
+        let semaphore_waiter = |h, token: &str, permits| Waiter { permits, ..waiter(h, token, 0) };
+        q.push(key("k"), semaphore_waiter(1, "t1", 2));
+        q.push(key("k"), semaphore_waiter(2, "t2", 3));
+        q.push(key("k"), semaphore_waiter(3, "t3", 2));
+        q.push(key("k"), semaphore_waiter(4, "t4", 2));
+        q.push(key("k"), semaphore_waiter(5, "t5", 2));
+        // Full: nothing, and a wake-up at the earliest holder's deadline.
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, MS, 0).is_empty());
+        assert_eq!(q.next_due(), Some(10 * MS));
+        // x expires: one permit, the head; the next (another count) is answered its mismatch and
+        // the one after it takes nothing (no permit left).
+        assert_eq!(q.pop_due(10 * MS), Some(key("k")));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0);
+        assert_eq!(handles(&served), [1]);
+        assert_eq!(served[0].answer, Answer::Granted { fence: 3, took_over: true });
+        assert_eq!(q.next_due(), Some(50 * MS), "y's deadline is next");
+        // t1 leaves while y holds: one permit; the waiter with another count is answered its
+        // mismatch in its turn, and the next one is granted.
+        assert!(matches!(lock.release(b"t1", 11 * MS), crate::lease::Released::Ended { .. }));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, 11 * MS, 0);
+        assert_eq!(handles(&served), [2, 3]);
+        assert_eq!(served[0].answer, Answer::Failed(LockError::PermitsMismatch { permits: 2 }));
+        assert_eq!(served[1].answer, Answer::Granted { fence: 4, took_over: false });
+        // y expires: one more.
+        assert_eq!(q.pop_due(50 * MS), Some(key("k")));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, 50 * MS, 0);
+        assert_eq!(handles(&served), [4]);
+        assert_eq!(served[0].answer, Answer::Granted { fence: 5, took_over: true });
+        assert_eq!(lock.semaphore_status(50 * MS).map(|s| s.holders.len()), Some(2));
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.next_due(), Some(111 * MS), "t3's deadline");
+        // Both leave at once: the last waiter, and the queue is gone.
+        assert!(matches!(lock.release(b"t3", 60 * MS), crate::lease::Released::Ended { .. }));
+        assert!(matches!(lock.release(b"t4", 60 * MS), crate::lease::Released::Ended { .. }));
+        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, 60 * MS, 0)), [5]);
+        assert_eq!((q.len(), q.next_due()), (0, None));
     }
 
     #[test]
@@ -331,7 +411,7 @@ mod tests {
         let (mut lock, mut mark) = held("holder", 10 * MS);
         let mut q = Queues::new();
         q.push(key("k"), waiter(1, "a", 2 * MS));
-        q.wake(&key("k"), lock.deadline().unwrap());
+        q.wake(&key("k"), lock.next_free(0).unwrap());
         assert_eq!(q.pop_due(10 * MS - 1), None, "not before the deadline");
         assert_eq!(q.pop_due(10 * MS), Some(key("k")));
         let served = q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0);

@@ -6,7 +6,7 @@
 
 use std::ffi::CStr;
 
-use crate::limits::{MAX_LABEL_LEN, MAX_TOKEN_LEN};
+use crate::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
 
 /// What an argument holds, for `COMMAND DOCS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -139,6 +139,12 @@ const TIMEOUT: Arg = Arg { name: "timeout_ms", kind: ArgKind::Integer };
 /// A lease's label: 1 to [`MAX_LABEL_LEN`] opaque bytes ([`label_len_ok`]).
 const LABEL_ARG: Arg = Arg { name: "label", kind: ArgKind::Text };
 
+/// The option word of a semaphore [`ACQUIRE`]: how many holders the key admits at once.
+pub const PERMITS: &str = "PERMITS";
+
+/// A semaphore's permit count: 1 to [`MAX_PERMITS`] ([`permits_ok`]); 1 is the mutex.
+const PERMITS_ARG: Arg = Arg { name: "permits", kind: ArgKind::Integer };
+
 command! {
     /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label]` → the fence, or
     /// nil while another token holds an unexpired lease (or others wait for it: nobody barges
@@ -157,10 +163,23 @@ command! {
     /// `LABEL`), the holder's re-entry with `LABEL` replaces it and without keeps it, `RENEW`
     /// and `RAISE` keep it, and release, expiry and handoff end it (a waiter granted in a
     /// handoff gets the label it asked with).
+    ///
+    /// With `PERMITS n` (1 to [`MAX_PERMITS`]) the key is a **semaphore**: up to `n` tokens
+    /// hold leases at once, each with its own fence, ttl and label; fences still strictly
+    /// increase over every grant on the key. `PERMITS 1`, like no `PERMITS`, is the mutex. A
+    /// key's count is fixed while anyone holds it: an `ACQUIRE` with another count is refused
+    /// ([`ReplyError::PermitsMismatch`](crate::ReplyError::PermitsMismatch)) and changes
+    /// nothing; the first grant after the key went idle sets the count anew. `RENEW` and
+    /// `RELEASE` act on the caller's own permit, by token; `RAISE` (fenced Redlock, which has
+    /// no semaphores) replies nil on a semaphore key.
     ACQUIRE = "FENCEDLOCK.ACQUIRE",
     args: &[KEY, TOKEN, TTL],
-    options: &[Opt { word: BLOCK, value: TIMEOUT }, Opt { word: LABEL, value: LABEL_ARG }],
-    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit; LABEL: a public label shown by STATUS)"
+    options: &[
+        Opt { word: BLOCK, value: TIMEOUT },
+        Opt { word: LABEL, value: LABEL_ARG },
+        Opt { word: PERMITS, value: PERMITS_ARG },
+    ],
+    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit; LABEL: a public label shown by STATUS; PERMITS: up to n holders at once)"
 }
 command! {
     /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs
@@ -194,10 +213,15 @@ command! {
 command! {
     /// `FENCEDLOCK.STATUS key` → [`LockStatus`](crate::LockStatus) as `[fence, held, pttl_ms or
     /// -1]`, and `[fence, 1, pttl_ms, label]` (the label a bulk string) while a labelled lease
-    /// holds the key; nil for a key without lock state. Never the token.
+    /// holds the key; nil for a key without lock state. Never a token.
+    ///
+    /// A semaphore key (granted with `PERMITS` above 1) replies
+    /// [`SemaphoreStatus`](crate::SemaphoreStatus) instead: `[fence, holders, permits,
+    /// [[fence, pttl_ms, label or nil], ...]]`, one entry per unexpired holder, oldest grant
+    /// first (the fourth element is an array, where a labelled mutex has a bulk string).
     STATUS = "FENCEDLOCK.STATUS",
     args: &[KEY],
-    summary: "Replies [fence, held, pttl_ms or -1] for a lock key, plus the label while a labelled lease holds it; nil for a missing key"
+    summary: "Replies [fence, held, pttl_ms or -1] for a lock key, plus the label while a labelled lease holds it; [fence, holders, permits, [[fence, pttl_ms, label], ...]] for a semaphore; nil for a missing key"
 }
 command! {
     /// `FENCEDLOCK.APPLY key high_water fence [token remaining_us [label]]`: a lock's state as
@@ -212,12 +236,33 @@ command! {
     summary: "Internal: a lock state record from the replication link or the AOF"
 }
 
+command! {
+    /// `FENCEDLOCK.APPLYSEM key high_water fence permits holders`: a semaphore key's state as
+    /// an effect record (see [`APPLY`]); `holders` is one binary string encoding every
+    /// unexpired holder (the module's own format, never written by clients). Refused from
+    /// clients.
+    APPLYSEM = "FENCEDLOCK.APPLYSEM",
+    args: &[
+        KEY,
+        Arg { name: "high_water", kind: ArgKind::Integer },
+        Arg { name: "fence", kind: ArgKind::Integer },
+        PERMITS_ARG,
+        Arg { name: "holders", kind: ArgKind::Text },
+    ],
+    summary: "Internal: a semaphore state record from the replication link or the AOF"
+}
+
 /// Every command, in the order the module registers them.
-pub const ALL: [Command; 7] = [ACQUIRE, RENEW, RELEASE, RAISE, CAD, STATUS, APPLY];
+pub const ALL: [Command; 8] = [ACQUIRE, RENEW, RELEASE, RAISE, CAD, STATUS, APPLY, APPLYSEM];
 
 /// Whether `token` has an acceptable length (1 to [`MAX_TOKEN_LEN`] bytes; content is opaque).
 pub const fn token_len_ok(token: &[u8]) -> bool {
     !token.is_empty() && token.len() <= MAX_TOKEN_LEN
+}
+
+/// Whether `permits` is an acceptable permit count (1 to [`MAX_PERMITS`]).
+pub const fn permits_ok(permits: u64) -> bool {
+    permits >= 1 && permits <= MAX_PERMITS as u64
 }
 
 /// Whether `label` has an acceptable length (1 to [`MAX_LABEL_LEN`] bytes; content is opaque).
@@ -254,8 +299,9 @@ mod tests {
         assert_eq!(RELEASE.arity(), 3);
         assert_eq!(STATUS.arity(), 2);
         assert_eq!(APPLY.arity(), -4);
-        assert!(ACQUIRE.accepts(4) && ACQUIRE.accepts(6) && ACQUIRE.accepts(8));
-        assert!(!ACQUIRE.accepts(3) && !ACQUIRE.accepts(5) && !ACQUIRE.accepts(7) && !ACQUIRE.accepts(10));
+        assert!(ACQUIRE.accepts(4) && ACQUIRE.accepts(6) && ACQUIRE.accepts(8) && ACQUIRE.accepts(10));
+        assert!(!ACQUIRE.accepts(3) && !ACQUIRE.accepts(5) && !ACQUIRE.accepts(7) && !ACQUIRE.accepts(12));
+        assert_eq!(APPLYSEM.arity(), 6);
         assert!(RELEASE.accepts(3) && !RELEASE.accepts(4) && !RELEASE.accepts(2));
         assert!(APPLY.accepts(4) && APPLY.accepts(6) && APPLY.accepts(7));
         assert!(!APPLY.accepts(5) && !APPLY.accepts(8) && !APPLY.accepts(3));
@@ -270,5 +316,7 @@ mod tests {
         assert!(!label_len_ok(b""));
         assert!(label_len_ok(b"l") && label_len_ok(&[0; MAX_LABEL_LEN]));
         assert!(!label_len_ok(&[0; MAX_LABEL_LEN + 1]));
+        assert!(!permits_ok(0) && permits_ok(1) && permits_ok(MAX_PERMITS as u64));
+        assert!(!permits_ok(MAX_PERMITS as u64 + 1));
     }
 }

@@ -1,9 +1,9 @@
 //! The error replies the module sends. The module renders them from here and clients classify
 //! them from here, so neither side restates the other's wording.
 
-use crate::command::{BLOCK, LABEL};
+use crate::command::{BLOCK, LABEL, PERMITS};
 use crate::config::MAX_TTL_MS;
-use crate::limits::{MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_TOKEN_LEN};
+use crate::limits::{MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
 
 /// An error reply of the module, by kind. Every one of them changed nothing on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -21,9 +21,14 @@ pub enum ReplyError {
     BadTimeout,
     /// The `LABEL` is empty or longer than [`MAX_LABEL_LEN`].
     BadLabel,
-    /// An optional argument other than `BLOCK timeout_ms` and `LABEL label`, or one of them
-    /// given twice.
+    /// The `PERMITS` count is not an integer from 1 to [`MAX_PERMITS`].
+    BadPermits,
+    /// An optional argument other than `BLOCK timeout_ms`, `LABEL label` and `PERMITS n`, or
+    /// one of them given twice.
     Syntax,
+    /// The key is held with another permit count than the request's (the value: the key's
+    /// count, 1 for a mutex). The count changes only while nobody holds the key.
+    PermitsMismatch,
     /// The server has issued [`MAX_FENCE`]; it can grant no more.
     FencesExhausted,
     /// New grants are refused during the restart grace (the value: ms left). Code `TRYAGAIN`.
@@ -44,14 +49,16 @@ pub enum ReplyError {
 
 impl ReplyError {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [ReplyError; 14] = [
+    pub const ALL: [ReplyError; 16] = [
         ReplyError::BadTtl,
         ReplyError::TtlTooLarge,
         ReplyError::BadToken,
         ReplyError::BadFence,
         ReplyError::BadTimeout,
         ReplyError::BadLabel,
+        ReplyError::BadPermits,
         ReplyError::Syntax,
+        ReplyError::PermitsMismatch,
         ReplyError::FencesExhausted,
         ReplyError::RestartGrace,
         ReplyError::WaitInterrupted,
@@ -79,7 +86,9 @@ impl ReplyError {
             ReplyError::BadFence => "fence must be",
             ReplyError::BadTimeout => "timeout must be",
             ReplyError::BadLabel => "label must be",
+            ReplyError::BadPermits => "permits must be",
             ReplyError::Syntax => "syntax error",
+            ReplyError::PermitsMismatch => "permits mismatch",
             ReplyError::FencesExhausted => "fence space exhausted",
             ReplyError::RestartGrace => "fencedlock restart grace",
             ReplyError::WaitInterrupted => "fencedlock wait interrupted",
@@ -91,10 +100,12 @@ impl ReplyError {
     }
 
     /// The whole reply text. `value` fills the kinds that carry a number ([`TtlTooLarge`]:
-    /// the maximum ttl in ms; [`RestartGrace`]: the ms left) and is ignored by the others.
+    /// the maximum ttl in ms; [`RestartGrace`]: the ms left; [`PermitsMismatch`]: the key's
+    /// count) and is ignored by the others.
     ///
     /// [`TtlTooLarge`]: ReplyError::TtlTooLarge
     /// [`RestartGrace`]: ReplyError::RestartGrace
+    /// [`PermitsMismatch`]: ReplyError::PermitsMismatch
     pub fn message(self, value: u64) -> String {
         let (code, prefix) = (self.code(), self.prefix());
         match self {
@@ -108,9 +119,13 @@ impl ReplyError {
             ReplyError::BadLabel => {
                 format!("{code} {prefix} 1 to {MAX_LABEL_LEN} bytes (it is public: STATUS shows it)")
             }
-            ReplyError::Syntax => {
-                format!("{code} {prefix}: the options are {BLOCK} timeout_ms and {LABEL} label, each at most once")
-            }
+            ReplyError::BadPermits => format!("{code} {prefix} an integer from 1 to {MAX_PERMITS}"),
+            ReplyError::Syntax => format!(
+                "{code} {prefix}: the options are {BLOCK} timeout_ms, {LABEL} label and {PERMITS} n, each at most once"
+            ),
+            ReplyError::PermitsMismatch => format!(
+                "{code} {prefix}: the key is held with {PERMITS} {value}; ask with the same count (it changes only while nobody holds the key)"
+            ),
             ReplyError::WaitInterrupted => format!(
                 "{code} {prefix}: the lock key was deleted or its slot moved on this cluster node; nothing was granted, ask again"
             ),
@@ -137,7 +152,7 @@ impl ReplyError {
         })
     }
 
-    /// Whether the request itself was wrong (ttl, token, fence or label out of range): sending it
+    /// Whether the request itself was wrong (ttl, token, fence, label or permits out of range): sending it
     /// again cannot succeed, and the fix is the caller's.
     pub const fn is_bad_request(self) -> bool {
         matches!(
@@ -148,6 +163,7 @@ impl ReplyError {
                 | ReplyError::BadFence
                 | ReplyError::BadTimeout
                 | ReplyError::BadLabel
+                | ReplyError::BadPermits
                 | ReplyError::Syntax
         )
     }
@@ -180,6 +196,10 @@ mod tests {
             "TRYAGAIN fencedlock restart grace: new grants are refused for another 1500 ms"
         );
         assert_eq!(ReplyError::BadToken.message(0), "ERR token must be 1 to 512 bytes");
+        assert_eq!(
+            ReplyError::PermitsMismatch.message(3),
+            "ERR permits mismatch: the key is held with PERMITS 3; ask with the same count (it changes only while nobody holds the key)"
+        );
         assert_eq!(
             ReplyError::BadLabel.message(0),
             "ERR label must be 1 to 256 bytes (it is public: STATUS shows it)"

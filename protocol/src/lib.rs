@@ -3,8 +3,8 @@
 //! The module parses and answers these commands; the client crate, the CLI and the tests send
 //! them and decode the replies. Each fact lives here and nowhere else: a command's name and
 //! arguments ([`command`]), the limits both sides check ([`limits`]), the configs
-//! ([`config`]), the keys the module writes itself ([`cluster`]), the `STATUS` reply shape
-//! ([`LockStatus`]) and the error replies ([`ReplyError`]).
+//! ([`config`]), the keys the module writes itself ([`cluster`]), the `STATUS` reply shapes
+//! ([`LockStatus`], [`SemaphoreStatus`]) and the error replies ([`ReplyError`]).
 //!
 //! This crate must stay free of dependencies and I/O: the module (a `cdylib` loaded into
 //! Redis) and the async client share it without sharing anything else.
@@ -20,4 +20,4 @@ mod status;
 
 pub use command::{Arg, ArgKind, Command, Opt};
 pub use error::ReplyError;
-pub use status::{LockStatus, StatusError};
+pub use status::{LockStatus, PermitReply, PermitStatus, SemaphoreStatus, StatusError};

@@ -8,6 +8,10 @@ pub const MAX_TOKEN_LEN: usize = 512;
 /// anyone who may read the key); the bound keeps a lock key small.
 pub const MAX_LABEL_LEN: usize = 256;
 
+/// Most holders a semaphore key admits (`ACQUIRE … PERMITS n`). Every change to a semaphore
+/// replicates all its holders in one record, so the bound keeps that record (and the key) small.
+pub const MAX_PERMITS: u32 = 1024;
+
 /// Default of the `fencedlock.max-ttl-ms` config: one day. A ttl of years by typo would
 /// otherwise lock a job out for good.
 pub const DEFAULT_MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;

@@ -1,5 +1,5 @@
 //! The `fencedlock` client crate against real servers: single-node leases, keep-alive,
-//! Redlock and fenced Redlock, secrets, Redis Cluster connections, and a fault-injected
+//! Redlock and fenced Redlock, secrets, fenced semaphores, Redis Cluster connections, and a fault-injected
 //! fenced-Redlock stress run; waiting on the server instead of polling.
 
 mod support;
@@ -14,5 +14,6 @@ mod policy;
 mod redlock;
 mod redlock_waiting;
 mod secrets;
+mod semaphore;
 mod single;
 mod waiting;

@@ -7,6 +7,7 @@
 //! deleted or reclaimed before they moved.
 
 mod floors;
+mod semaphore;
 mod waiting;
 
 use std::collections::{BTreeSet, HashMap};

@@ -11,5 +11,6 @@ mod handoff;
 mod memory;
 mod pause;
 mod reclaim_scale;
+mod semaphore;
 mod silent_minority;
 mod slow_nodes;

@@ -121,10 +121,11 @@ fn options_come_in_any_order_and_bad_ones_change_nothing() {
             cases.push((with(&["LABELS", "a"]), Some(ReplyError::Syntax)));
             cases.push((with(&[LABEL, "a", "NX", "1"]), Some(ReplyError::Syntax)));
             cases.push((with(&["BLOCK", "x", LABEL, "a"]), Some(ReplyError::BadTimeout)));
-            // Redis's own arity error: an option comes whole, and at most two of them.
+            cases.push((with(&[LABEL, "a", "BLOCK", "1", "LABEL", "b"]), Some(ReplyError::Syntax)));
+            // Redis's own arity error: an option comes whole, and at most three of them.
             cases.push((with(&[LABEL]), None));
             cases.push((with(&[LABEL, "a", "BLOCK"]), None));
-            cases.push((with(&[LABEL, "a", "BLOCK", "1", "LABEL", "b"]), None));
+            cases.push((with(&[LABEL, "a", "BLOCK", "1", "PERMITS", "1", "LABEL", "b"]), None));
         }
         cases.push((args![ACQUIRE.name, key, "t", "0", LABEL, "ok"], Some(ReplyError::BadTtl)));
         cases.push((args![ACQUIRE.name, key, "", LONG_TTL, LABEL, "ok"], Some(ReplyError::BadToken)));

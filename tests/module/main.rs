@@ -13,3 +13,4 @@ mod persistence;
 mod reclaim;
 mod replication;
 mod security_acl;
+mod semaphore;

@@ -224,7 +224,7 @@ fn header(race: &Race, lock: &Redlock) {
 async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliError> {
     let t = &race.timeline;
     let mut ledger = Ledger::open(&race.db).map_err(|e| sqlite(&race.db, e))?;
-    let lease = servers::acquire(lock, &race.key, |_| {
+    let lease = servers::acquire(lock, &race.key, None, |_| {
         t.log(name, "lock busy (another worker holds it); waiting for it");
     })
     .await

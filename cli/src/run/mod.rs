@@ -37,9 +37,10 @@ pub async fn run(
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
         Some(&args.confirm),
     )?;
+    let semaphore = servers::semaphore(&lock, &args.key, args.permits.count)?;
     let ctx = Context { key: &args.key, waited: args.wait };
 
-    let acquire = servers::acquire(&lock, &args.key, |err| {
+    let acquire = servers::acquire(&lock, &args.key, semaphore.as_ref(), |err| {
         tracing::info!(key = %args.key, error = %err, "lock busy, waiting up to {}", duration::format(args.wait));
     });
     let lease = tokio::select! {

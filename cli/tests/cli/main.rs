@@ -1,6 +1,6 @@
 //! The `fencedlock` binary as users run it, against real servers started by the harness:
 //! `run` (exit codes, signals, lost leases), scripting with `acquire` / `renew` / `release` /
-//! `status`, usage errors, and the billing demo.
+//! `status`, fenced semaphores (`--permits`), usage errors, and the billing demo.
 
 mod support;
 
@@ -12,3 +12,4 @@ mod plan;
 mod policy;
 mod run;
 mod script;
+mod semaphore;

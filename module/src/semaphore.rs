@@ -1,0 +1,269 @@
+//! A semaphore key's holders (`ACQUIRE … PERMITS n`, n > 1): up to `permits` tokens hold
+//! leases at once, each with its own fence. Pure, like `lease`, which keeps the key's fence and
+//! decides grants; this keeps the holders, and the record that carries them to replicas, the
+//! AOF and the RDB.
+//!
+//! Expired holders stay in the list until the next grant rewrites it, exactly like a mutex's
+//! expired holder: a late `RELEASE` is then told "expired" rather than "not yours", a grant
+//! knows it took a permit over, and each expiry is counted once.
+
+use fencedlock_protocol::command::permits_ok;
+use fencedlock_protocol::limits::MAX_FENCE;
+use fencedlock_protocol::{PermitStatus, SemaphoreStatus};
+
+use crate::error::LockError;
+use crate::holder::Holder;
+use crate::lease::{check_label, check_token, Expired, Holding, Micros, Released};
+
+/// The holders of a semaphore key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shared {
+    /// The key's count, 2 to `MAX_PERMITS` (1 is a mutex key). Fixed while anyone holds it.
+    pub permits: u32,
+    /// In grant order, so their fences strictly increase along the list.
+    pub holders: Vec<Permit>,
+}
+
+/// One holder of a semaphore key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permit {
+    /// The fence of its grant; re-entries keep it.
+    pub fence: u64,
+    pub holder: Holder,
+}
+
+impl Shared {
+    /// A key of `permits` whose only holder is `first`.
+    pub fn new(permits: u32, first: Permit) -> Shared {
+        Shared { permits, holders: vec![first] }
+    }
+
+    pub fn live(&self, now: Micros) -> impl Iterator<Item = &Permit> {
+        self.holders.iter().filter(move |p| now < p.holder.deadline)
+    }
+
+    pub fn live_count(&self, now: Micros) -> usize {
+        self.live(now).count()
+    }
+
+    /// The caller's unexpired permit.
+    pub fn live_mut(&mut self, token: &[u8], now: Micros) -> Option<&mut Permit> {
+        self.holders.iter_mut().find(|p| now < p.holder.deadline && p.holder.token() == token)
+    }
+
+    /// Whether another holder could be granted now.
+    pub fn has_room(&self, now: Micros) -> bool {
+        self.live_count(now) < self.permits as usize
+    }
+
+    /// When the earliest unexpired lease ends: a permit frees up then at the latest.
+    pub fn next_free(&self, now: Micros) -> Option<Micros> {
+        self.live(now).map(|p| p.holder.deadline).min()
+    }
+
+    /// Whether a permit of another token expired unreleased: a grant now takes it over.
+    pub fn has_expired_other(&self, token: &[u8], now: Micros) -> bool {
+        self.holders.iter().any(|p| now >= p.holder.deadline && p.holder.token() != token)
+    }
+
+    /// Adds a grant (its fence above every holder's), dropping the expired holders it replaces.
+    pub fn grant(&mut self, permits: u32, permit: Permit, now: Micros) {
+        self.holders.retain(|p| now < p.holder.deadline);
+        self.permits = permits;
+        self.holders.push(permit);
+    }
+
+    /// Ends the caller's unexpired lease (see `Lock::release`).
+    pub fn release(&mut self, token: &[u8], now: Micros) -> Released {
+        let Some(at) = self.holders.iter().position(|p| p.holder.token() == token) else {
+            return Released::NotOwner;
+        };
+        let holder = &self.holders[at].holder;
+        if now >= holder.deadline {
+            return Released::Expired;
+        }
+        let span = holder.span(now);
+        self.holders.remove(at);
+        Released::Ended { span }
+    }
+
+    /// Reports each expired holder's end once (see `Lock::take_expiries`).
+    pub fn take_expiries(&mut self, now: Micros, report: &mut impl FnMut(Expired)) {
+        for permit in &mut self.holders {
+            if let Some(expired) = permit.holder.take_expiry(now) {
+                report(expired);
+            }
+        }
+    }
+
+    /// When the key became idle (or will): its last release at `released_at`, or its last
+    /// holder's deadline.
+    pub fn idle_from(&self, released_at: Micros) -> Micros {
+        self.holders.iter().map(|p| p.holder.deadline).fold(released_at, Micros::max)
+    }
+
+    pub fn status(&self, fence: u64, now: Micros) -> SemaphoreStatus {
+        let holders = self
+            .live(now)
+            .map(|p| PermitStatus {
+                fence: p.fence,
+                remaining: std::time::Duration::from_millis((p.holder.deadline - now).div_ceil(1000)),
+                label: p.holder.label().map(<[u8]>::to_vec),
+            })
+            .collect();
+        SemaphoreStatus { fence, permits: self.permits, holders }
+    }
+
+    /// The unexpired holders as they travel (an expired one travels as none, as for a mutex).
+    pub fn record(&self, fence: u64, now: Micros) -> SemaphoreRecord<'_> {
+        let holders = self
+            .live(now)
+            .map(|p| PermitHolding {
+                fence: p.fence,
+                holding: Holding {
+                    token: p.holder.token(),
+                    remaining: p.holder.deadline - now,
+                    label: p.holder.label(),
+                },
+            })
+            .collect();
+        SemaphoreRecord { fence, permits: self.permits, holders }
+    }
+
+    /// Rebuilds the holders from a record received at `now`, refusing anything we would never
+    /// write: a count of 1 or above the limit, more holders than permits, a bad token or label,
+    /// a token twice, fences not strictly increasing or above the key's.
+    pub fn from_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Shared, LockError> {
+        let SemaphoreRecord { fence, permits, holders } = record;
+        let bad = |ok: bool| if ok { Ok(()) } else { Err(LockError::BadRecord) };
+        bad(*fence <= MAX_FENCE && *permits > 1 && permits_ok(u64::from(*permits)))?;
+        bad(holders.len() <= *permits as usize)?;
+        let mut previous = 0;
+        let mut loaded: Vec<Permit> = Vec::with_capacity(holders.len());
+        for PermitHolding { fence: holder_fence, holding } in holders {
+            bad(previous < *holder_fence && holder_fence <= fence)?;
+            check_token(holding.token).map_err(|_| LockError::BadRecord)?;
+            holding.label.map_or(Ok(()), check_label).map_err(|_| LockError::BadRecord)?;
+            bad(loaded.iter().all(|p| p.holder.token() != holding.token))?;
+            previous = *holder_fence;
+            loaded.push(Permit { fence: *holder_fence, holder: Holder::loaded(holding, now) });
+        }
+        Ok(Shared { permits: *permits, holders: loaded })
+    }
+
+    /// Bytes beyond the key's `Lock`: this struct, the list and each holder's token and label.
+    pub fn heap_size(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.holders.capacity() * std::mem::size_of::<Permit>()
+            + self.holders.iter().map(|p| p.holder.bytes.len()).sum::<usize>()
+    }
+}
+
+/// A semaphore key's state as it travels: `FENCEDLOCK.APPLYSEM`, the AOF and the RDB.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaphoreRecord<'a> {
+    pub fence: u64,
+    pub permits: u32,
+    pub holders: Vec<PermitHolding<'a>>,
+}
+
+/// One unexpired holder as it travels: its fence and its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PermitHolding<'a> {
+    pub fence: u64,
+    pub holding: Holding<'a>,
+}
+
+/// The holders as one `APPLYSEM` argument: per holder its fence and remaining µs (8 bytes each,
+/// little-endian), its token's and label's lengths (2 bytes each; 0: no label) and their bytes.
+/// Only the module writes it, and `decode_holders` checks every byte of it.
+pub fn encode_holders(holders: &[PermitHolding<'_>]) -> Vec<u8> {
+    let mut blob = Vec::new();
+    for PermitHolding { fence, holding } in holders {
+        let label = holding.label.unwrap_or_default();
+        blob.extend_from_slice(&fence.to_le_bytes());
+        blob.extend_from_slice(&holding.remaining.to_le_bytes());
+        // Lengths are bounded by MAX_TOKEN_LEN and MAX_LABEL_LEN, far below 2^16.
+        blob.extend_from_slice(&u16::try_from(holding.token.len()).unwrap_or(u16::MAX).to_le_bytes());
+        blob.extend_from_slice(&u16::try_from(label.len()).unwrap_or(u16::MAX).to_le_bytes());
+        blob.extend_from_slice(holding.token);
+        blob.extend_from_slice(label);
+    }
+    blob
+}
+
+/// The holders of an `APPLYSEM` argument; `None` for a truncated or malformed one (the values'
+/// rules are `Shared::from_record`'s).
+pub fn decode_holders(mut blob: &[u8]) -> Option<Vec<PermitHolding<'_>>> {
+    fn take<'b>(blob: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
+        let (head, rest) = (blob.get(..n)?, blob.get(n..)?);
+        *blob = rest;
+        Some(head)
+    }
+    let mut holders = Vec::new();
+    while !blob.is_empty() {
+        let fence = u64::from_le_bytes(take(&mut blob, 8)?.try_into().ok()?);
+        let remaining = u64::from_le_bytes(take(&mut blob, 8)?.try_into().ok()?);
+        let token_len = u16::from_le_bytes(take(&mut blob, 2)?.try_into().ok()?);
+        let label_len = u16::from_le_bytes(take(&mut blob, 2)?.try_into().ok()?);
+        let token = take(&mut blob, usize::from(token_len))?;
+        let label = take(&mut blob, usize::from(label_len))?;
+        let label = (!label.is_empty()).then_some(label);
+        holders.push(PermitHolding { fence, holding: Holding { token, remaining, label } });
+    }
+    Some(holders)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holders_round_trip_through_their_blob() {
+        let long = [0xab; fencedlock_protocol::limits::MAX_LABEL_LEN];
+        let holders = [
+            PermitHolding { fence: 3, holding: Holding { token: b"a", remaining: 5, label: None } },
+            PermitHolding {
+                fence: u64::MAX,
+                holding: Holding { token: &[0; 512], remaining: u64::MAX, label: Some(&long) },
+            },
+        ];
+        let blob = encode_holders(&holders);
+        assert_eq!(decode_holders(&blob), Some(holders.to_vec()));
+        assert_eq!(decode_holders(&[]), Some(Vec::new()));
+        for cut in 1..blob.len() {
+            if cut != 21 {
+                assert_eq!(decode_holders(&blob[..cut]), None, "cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_records_are_refused() {
+        let holding = |token: &'static [u8], label| Holding { token, remaining: 10, label };
+        let p = |fence, token| PermitHolding { fence, holding: holding(token, None) };
+        let rec = |fence, permits, holders: Vec<PermitHolding<'static>>| SemaphoreRecord {
+            fence,
+            permits,
+            holders,
+        };
+        assert!(Shared::from_record(&rec(9, 3, vec![p(4, b"a"), p(9, b"b")]), 0).is_ok());
+        assert!(Shared::from_record(&rec(9, 3, vec![]), 0).is_ok());
+        for bad in [
+            rec(9, 1, vec![p(4, b"a")]),
+            rec(9, 0, vec![]),
+            rec(9, 1025, vec![]),
+            rec(MAX_FENCE + 1, 3, vec![]),
+            rec(9, 2, vec![p(1, b"a"), p(2, b"b"), p(3, b"c")]),
+            rec(9, 3, vec![p(5, b"a"), p(4, b"b")]),
+            rec(9, 3, vec![p(4, b"a"), p(4, b"b")]),
+            rec(9, 3, vec![p(10, b"a")]),
+            rec(9, 3, vec![p(0, b"a")]),
+            rec(9, 3, vec![p(4, b"a"), p(5, b"a")]),
+            rec(9, 3, vec![p(4, b"")]),
+            rec(9, 3, vec![PermitHolding { fence: 4, holding: holding(b"a", Some(b"")) }]),
+        ] {
+            assert_eq!(Shared::from_record(&bad, 0), Err(LockError::BadRecord), "{bad:?}");
+        }
+    }
+}

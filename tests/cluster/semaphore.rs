@@ -1,0 +1,86 @@
+//! Semaphore keys (`ACQUIRE … PERMITS n`) across slot migration: a key migrates with its
+//! holders (each keeps its token and fence, and no more than `n` hold it on the target), the
+//! next grant on the target is above every fence of the key, and after the key is deleted the
+//! slot's floor still keeps the next fence above all of them.
+
+use fencedlock_protocol::command::{ACQUIRE, PERMITS, RELEASE, STATUS};
+use fencedlock_protocol::SemaphoreStatus;
+use harness::{error_text, key_slot, redis, Cluster, Server};
+
+const TTL: &str = "60000";
+
+/// `ACQUIRE key token TTL PERMITS 3` on `node` (the slot's owner): the fence, or `None`.
+fn take(node: &Server, key: &str, token: &str) -> Option<u64> {
+    node.query(redis::cmd(ACQUIRE.name).arg(key).arg(token).arg(TTL).arg(PERMITS).arg(3))
+        .unwrap_or_else(|e| panic!("ACQUIRE {key} {token} on {}: {}", node.addr(), error_text(&e)))
+}
+
+/// A semaphore key's STATUS on `node`, decoded and checked by the protocol's rules.
+fn semaphore_on(node: &Server, key: &str) -> SemaphoreStatus {
+    let reply: redis::Value = node.query(redis::cmd(STATUS.name).arg(key)).expect("STATUS");
+    let redis::Value::Array(mut items) = reply else { panic!("STATUS {key}: {reply:?}") };
+    let Some(redis::Value::Array(entries)) = items.pop() else { panic!("STATUS {key}: no holder list") };
+    let head: [i64; 3] = redis::from_redis_value(redis::Value::Array(items)).expect("three integers");
+    let holders = entries
+        .into_iter()
+        .map(|entry| {
+            let redis::Value::Array(mut parts) = entry else { panic!("holder entry {entry:?}") };
+            let label: Option<Vec<u8>> = redis::from_redis_value(parts.pop().expect("label")).expect("label");
+            let numbers: [i64; 2] = redis::from_redis_value(redis::Value::Array(parts)).expect("fence, pttl");
+            (numbers, label)
+        })
+        .collect();
+    SemaphoreStatus::decode(head, holders).unwrap_or_else(|e| panic!("STATUS {key}: {e}"))
+}
+
+#[test]
+fn a_semaphore_key_migrates_with_its_holders_and_its_fences_keep_rising() {
+    let cluster = Cluster::builder().masters(3).start();
+    let key = "semk";
+    let slot = cluster.key_slot(key);
+    let a = cluster.slot_owner(slot);
+    let b = cluster.masters().into_iter().find(|&m| m != a).expect("another master");
+    let (na, nb) = (&cluster.nodes()[a], &cluster.nodes()[b]);
+    // The source's mark far above the target's, so only the key and its floor can lift it.
+    let owned: Vec<u16> = cluster.slots_of(a);
+    let warm: Vec<String> = (0..100_000)
+        .map(|i| format!("warm:{i}"))
+        .filter(|k| {
+            let s = key_slot(k.as_bytes());
+            s != slot && owned.contains(&s)
+        })
+        .take(50)
+        .collect();
+    for k in &warm {
+        assert!(take(na, k, "warm").is_some(), "{k}");
+    }
+    let held: Vec<u64> = ["w1", "w2"].iter().map(|t| take(na, key, t).expect("a free permit")).collect();
+    assert!(held[0] < held[1]);
+    assert!(nb.high_water() < held[0], "the target issued fewer fences");
+
+    let migration = cluster.begin_slot_migration(slot, b);
+    migration.move_keys();
+    migration.finish();
+
+    let moved = semaphore_on(nb, key);
+    assert_eq!(moved.permits, 3);
+    assert_eq!(moved.holders.iter().map(|h| h.fence).collect::<Vec<_>>(), held, "same holders, same fences");
+    assert_eq!(take(nb, key, "w1"), Some(held[0]), "a holder re-enters its own permit on the target");
+    let third = take(nb, key, "w3").expect("the third permit");
+    assert!(third > held[1], "{third} after {held:?}: a fence repeated");
+    assert_eq!(take(nb, key, "w4"), None, "three permits, three holders");
+
+    // Everyone leaves, the key is deleted, the slot moves on: its floor keeps fences rising.
+    for token in ["w1", "w2", "w3"] {
+        let released: i64 = nb.query(redis::cmd(RELEASE.name).arg(key).arg(token)).expect("RELEASE");
+        assert_eq!(released, 1, "{token}");
+    }
+    let deleted: i64 = nb.cmd(&["DEL", key]).expect("DEL");
+    assert_eq!(deleted, 1);
+    let c = cluster.masters().into_iter().find(|&m| m != a && m != b).expect("a third master");
+    let migration = cluster.begin_slot_migration(slot, c);
+    migration.move_keys();
+    migration.finish();
+    let next = take(&cluster.nodes()[c], key, "w5").expect("a fresh key");
+    assert!(next > third, "{next} after {third} on the key's third node: a fence repeated");
+}
