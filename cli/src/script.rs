@@ -189,7 +189,7 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
 /// A holder's public label as text: arbitrary bytes, shown lossily (quoted and escaped by
 /// the caller's `{:?}`).
 fn label_text(holder: &PermitStatus) -> Option<String> {
-    holder.label.as_deref().map(|label| String::from_utf8_lossy(label).into_owned())
+    holder.label_lossy().map(|label| label.into_owned())
 }
 
 /// A semaphore's fence and permits, then one indented line per holder (lowest fence first).

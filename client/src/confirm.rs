@@ -229,14 +229,7 @@ mod tests {
     use super::*;
 
     fn args(confirm: Confirm) -> Vec<String> {
-        confirm
-            .command()
-            .args_iter()
-            .map(|arg| match arg {
-                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
-                _ => "<other>".into(),
-            })
-            .collect()
+        crate::node::tests::words(&confirm.command())
     }
 
     #[test]

@@ -53,18 +53,9 @@ pub(crate) enum Attempts {
 
 impl Lease {
     /// Takes a lease on `key` for `token` in rounds of `engine`, waiting on the server where
-    /// it can, and records the call's outcome and duration.
+    /// it can, and records the call's outcome and duration. Every ACQUIRE carries `ask` (a
+    /// label, a semaphore's permits; [`Ask::MUTEX`] for a plain lock).
     pub(crate) async fn acquire(
-        engine: &Arc<Engine>,
-        key: &str,
-        token: Token,
-        attempts: Attempts,
-    ) -> Result<Lease, Error> {
-        Lease::acquire_asking(engine, key, token, attempts, Ask::MUTEX).await
-    }
-
-    /// [`Lease::acquire`] with every ACQUIRE carrying `ask` (a semaphore's permits).
-    pub(crate) async fn acquire_asking(
         engine: &Arc<Engine>,
         key: &str,
         token: Token,

@@ -676,7 +676,7 @@ fn is_broken(e: &RedisError) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use fencedlock_protocol::PermitStatus;
 
@@ -754,7 +754,8 @@ mod tests {
         assert!(Option::<StatusReply>::from_redis_value(redis::Value::Array(items.concat())).is_err());
     }
 
-    fn words(cmd: &Cmd) -> Vec<String> {
+    /// A command's arguments as text, for assertions (here and in `confirm`'s tests).
+    pub(crate) fn words(cmd: &Cmd) -> Vec<String> {
         cmd.args_iter()
             .map(|arg| match arg {
                 redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),

@@ -65,17 +65,8 @@ impl Acquisition {
     }
 }
 
-/// `acquire` under the engine's declared policy.
-pub(crate) async fn acquire(engine: &Arc<Engine>, key: &str) -> Result<Acquisition, Error> {
-    acquire_asking(engine, key, Ask::MUTEX).await
-}
-
-/// [`acquire`] with every ACQUIRE carrying `ask` (a semaphore's permits).
-pub(crate) async fn acquire_asking(
-    engine: &Arc<Engine>,
-    key: &str,
-    ask: Ask<'_>,
-) -> Result<Acquisition, Error> {
+/// `acquire` under the engine's declared policy, every ACQUIRE carrying `ask`.
+pub(crate) async fn acquire(engine: &Arc<Engine>, key: &str, ask: Ask<'_>) -> Result<Acquisition, Error> {
     let start = Instant::now();
     let result = Lease::take(engine, key, engine.config.new_token(), Attempts::UntilMaxWait, ask).await;
     let outcome = match &result {

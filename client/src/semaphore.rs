@@ -102,7 +102,7 @@ impl Semaphore {
     /// wait for one: nobody barges).
     pub async fn try_acquire(&self) -> Result<Lease, Error> {
         let engine = self.locker.engine();
-        Lease::acquire_asking(engine, &self.key, engine.config.new_token(), Attempts::Once, self.ask()).await
+        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::Once, self.ask()).await
     }
 
     /// Waits for a permit up to the locker's [`max_wait`](crate::LockConfig::max_wait), in
@@ -112,20 +112,13 @@ impl Semaphore {
     /// queued waiter behind.
     pub async fn acquire(&self) -> Result<Lease, Error> {
         let engine = self.locker.engine();
-        Lease::acquire_asking(
-            engine,
-            &self.key,
-            engine.config.new_token(),
-            Attempts::UntilMaxWait,
-            self.ask(),
-        )
-        .await
+        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::UntilMaxWait, self.ask()).await
     }
 
     /// [`acquire`](Self::acquire) under the locker's declared failure policy, as
     /// [`Locker::acquire_with_policy`]: busy permits are never "unlocked".
     pub async fn acquire_with_policy(&self) -> Result<Acquisition, Error> {
-        policy::acquire_asking(self.locker.engine(), &self.key, self.ask()).await
+        policy::acquire(self.locker.engine(), &self.key, self.ask()).await
     }
 
     /// The key's permits and unexpired holders (each one's fence, time left and label; never

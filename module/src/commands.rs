@@ -220,10 +220,7 @@ pub fn status(call: &Call) -> Result<Reply, LockError> {
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
     let now = clock::now();
     if let Some(semaphore) = lock.semaphore_status(now) {
-        let (head, holders) = semaphore.encode();
-        let holders =
-            holders.into_iter().map(|(numbers, label)| (numbers, label.map(<[u8]>::to_vec))).collect();
-        return Ok(Reply::Semaphore(head, holders));
+        return Ok(Reply::Semaphore(semaphore));
     }
     let status = fencedlock_protocol::LockStatus::from(lock.status(now));
     let (numbers, label) = status.encode();

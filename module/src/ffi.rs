@@ -10,7 +10,7 @@
 use std::ffi::{c_char, c_int, c_long, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use fencedlock_protocol::{ArgKind, Command};
+use fencedlock_protocol::{ArgKind, Command, SemaphoreStatus};
 use redis_module::{raw, Context};
 
 use crate::error::LockError;
@@ -109,9 +109,8 @@ pub enum Reply {
     Ints(Vec<i64>),
     /// An array of integers and then one bulk string (`STATUS` of a labelled lease).
     IntsThenBulk(Vec<i64>, Vec<u8>),
-    /// Integers, then an array of entries, each integers and a bulk string or nil (`STATUS` of
-    /// a semaphore key: `[fence, holders, permits, [[fence, pttl_ms, label or nil], ...]]`).
-    Semaphore([i64; 3], Vec<([i64; 2], Option<Vec<u8>>)>),
+    /// `STATUS` of a semaphore key (its shape is the protocol's `SemaphoreStatus::encode`).
+    Semaphore(SemaphoreStatus),
     /// Nothing now: the client was blocked and is answered later (see `Call::block`).
     Blocked,
 }
@@ -179,51 +178,21 @@ unsafe fn send_reply(ctx: RawCtx, reply: Result<Reply, LockError>) -> c_int {
             Ok(Reply::Int(v)) => raw::RedisModule_ReplyWithLongLong.map_or(0, |f| f(ctx, v)),
             Ok(Reply::Nil) => raw::RedisModule_ReplyWithNull.map_or(0, |f| f(ctx)),
             Ok(Reply::Ints(vs)) => {
-                if let (Some(array), Some(ll)) =
-                    (raw::RedisModule_ReplyWithArray, raw::RedisModule_ReplyWithLongLong)
-                {
-                    array(ctx, vs.len() as c_long);
-                    for v in vs {
-                        ll(ctx, v);
-                    }
-                }
+                reply_array(ctx, &vs, None);
                 OK
             }
             Ok(Reply::IntsThenBulk(vs, bulk)) => {
-                if let (Some(array), Some(ll), Some(buffer)) = (
-                    raw::RedisModule_ReplyWithArray,
-                    raw::RedisModule_ReplyWithLongLong,
-                    raw::RedisModule_ReplyWithStringBuffer,
-                ) {
-                    array(ctx, vs.len() as c_long + 1);
-                    for v in vs {
-                        ll(ctx, v);
-                    }
-                    buffer(ctx, bulk.as_ptr().cast::<c_char>(), bulk.len());
-                }
+                reply_array(ctx, &vs, Some(Some(&bulk)));
                 OK
             }
-            Ok(Reply::Semaphore(head, holders)) => {
-                if let (Some(array), Some(ll), Some(buffer), Some(null)) = (
-                    raw::RedisModule_ReplyWithArray,
-                    raw::RedisModule_ReplyWithLongLong,
-                    raw::RedisModule_ReplyWithStringBuffer,
-                    raw::RedisModule_ReplyWithNull,
-                ) {
+            Ok(Reply::Semaphore(status)) => {
+                let (head, holders) = status.encode();
+                if let Some(array) = raw::RedisModule_ReplyWithArray {
                     array(ctx, head.len() as c_long + 1);
-                    for v in head {
-                        ll(ctx, v);
-                    }
+                    reply_ints(ctx, &head);
                     array(ctx, holders.len() as c_long);
                     for (numbers, label) in holders {
-                        array(ctx, numbers.len() as c_long + 1);
-                        for v in numbers {
-                            ll(ctx, v);
-                        }
-                        match label {
-                            Some(label) => buffer(ctx, label.as_ptr().cast::<c_char>(), label.len()),
-                            None => null(ctx),
-                        };
+                        reply_array(ctx, &numbers, Some(label));
                     }
                 }
                 OK
@@ -232,6 +201,47 @@ unsafe fn send_reply(ctx: RawCtx, reply: Result<Reply, LockError>) -> c_int {
             Err(e) => {
                 let msg = CString::new(e.to_string().replace(['\r', '\n', '\0'], " ")).unwrap_or_default();
                 raw::RedisModule_ReplyWithError.map_or(0, |f| f(ctx, msg.as_ptr()))
+            }
+        }
+    }
+}
+
+/// Replies `[ints..., last]`: the integers, then (with `last`) a bulk string or nil.
+///
+/// # Safety
+/// `ctx` is a live command or blocked-client reply context.
+unsafe fn reply_array(ctx: RawCtx, ints: &[i64], last: Option<Option<&[u8]>>) {
+    // SAFETY: a live context (the caller's promise); the reply functions were filled by Init.
+    unsafe {
+        let Some(array) = raw::RedisModule_ReplyWithArray else { return };
+        array(ctx, (ints.len() + usize::from(last.is_some())) as c_long);
+        reply_ints(ctx, ints);
+        match last {
+            Some(Some(bulk)) => {
+                if let Some(buffer) = raw::RedisModule_ReplyWithStringBuffer {
+                    buffer(ctx, bulk.as_ptr().cast::<c_char>(), bulk.len());
+                }
+            }
+            Some(None) => {
+                if let Some(null) = raw::RedisModule_ReplyWithNull {
+                    null(ctx);
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+/// Replies each of `ints`, as elements of an array begun by the caller.
+///
+/// # Safety
+/// `ctx` is a live command or blocked-client reply context.
+unsafe fn reply_ints(ctx: RawCtx, ints: &[i64]) {
+    // SAFETY: as the caller's.
+    unsafe {
+        if let Some(ll) = raw::RedisModule_ReplyWithLongLong {
+            for &v in ints {
+                ll(ctx, v);
             }
         }
     }

@@ -75,14 +75,14 @@ impl Shared {
 
     /// Ends the caller's unexpired lease (see `Lock::release`).
     pub fn release(&mut self, token: &[u8], now: Micros) -> Released {
-        let Some(at) = self.holders.iter().position(|p| p.holder.token() == token) else {
+        let Some((at, permit)) = self.holders.iter().enumerate().find(|(_, p)| p.holder.token() == token)
+        else {
             return Released::NotOwner;
         };
-        let holder = &self.holders[at].holder;
-        if now >= holder.deadline {
+        if now >= permit.holder.deadline {
             return Released::Expired;
         }
-        let span = holder.span(now);
+        let span = permit.holder.span(now);
         self.holders.remove(at);
         Released::Ended { span }
     }

@@ -34,6 +34,19 @@ pub struct Waiter<H> {
     pub since: Micros,
 }
 
+impl<H> Waiter<H> {
+    /// The ACQUIRE this waiter asked for, decided at `now`.
+    fn acquire(
+        &self,
+        lock: &mut Lock,
+        mark: &mut HighWater,
+        now: Micros,
+        grace_left: Micros,
+    ) -> Result<Acquired, LockError> {
+        lock.acquire_permit(mark, &self.token, self.label.as_deref(), self.permits, self.ttl, now, grace_left)
+    }
+}
+
 /// What a waiter that leaves the queue is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -177,16 +190,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         let Some(queue) = self.queues.get_mut(key) else { return served };
         while lock.has_room(now) {
             let Some(head) = queue.waiters.pop_front() else { break };
-            let asked = lock.acquire_permit(
-                mark,
-                &head.token,
-                head.label.as_deref(),
-                head.permits,
-                head.ttl,
-                now,
-                grace_left,
-            );
-            let answer = match asked {
+            let answer = match head.acquire(lock, mark, now, grace_left) {
                 Ok(Acquired::Granted { fence, took_over }) => Answer::Granted { fence, took_over },
                 Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
                 // There is room, so this cannot be; keep the head rather than lose it.
@@ -208,29 +212,18 @@ impl<H: Copy + Eq + Hash> Queues<H> {
                 // The same error would meet every waiter (no fences left, the wrong type): answer
                 // them all rather than keep them waiting for nothing.
                 Err(e) => {
-                    served.push(Served { waiter: head, answer: Answer::Failed(e.clone()) });
-                    let mut rest = self.answered(served);
-                    let failed = self.take_all(key);
-                    rest.extend(
-                        failed.into_iter().map(|waiter| Served { waiter, answer: Answer::Failed(e.clone()) }),
-                    );
-                    return rest;
+                    queue.waiters.push_front(head);
+                    let mut served = self.answered(served);
+                    let failed = self.take_all(key).into_iter();
+                    served.extend(failed.map(|waiter| Served { waiter, answer: Answer::Failed(e.clone()) }));
+                    return served;
                 }
             };
             let (same, rest): (Vec<_>, Vec<_>) = queue.waiters.drain(..).partition(|w| w.token == head.token);
             queue.waiters = rest.into();
             served.push(Served { waiter: head, answer });
             for waiter in same {
-                let again = lock.acquire_permit(
-                    mark,
-                    &waiter.token,
-                    waiter.label.as_deref(),
-                    waiter.permits,
-                    waiter.ttl,
-                    now,
-                    0,
-                );
-                let answer = match again {
+                let answer = match waiter.acquire(lock, mark, now, 0) {
                     Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
                     Err(e) => Answer::Failed(e),
                     // It holds the lease the head was just granted; cannot be otherwise.

@@ -105,6 +105,13 @@ pub struct PermitStatus {
     pub label: Option<Vec<u8>>,
 }
 
+impl PermitStatus {
+    /// The label as text, for display: invalid UTF-8 replaced (the bytes are opaque).
+    pub fn label_lossy(&self) -> Option<std::borrow::Cow<'_, str>> {
+        self.label.as_deref().map(String::from_utf8_lossy)
+    }
+}
+
 /// One holder's entry in a semaphore `STATUS` reply: `[fence, pttl_ms]` and the label.
 pub type PermitReply<L> = ([i64; 2], Option<L>);
 
@@ -219,6 +226,8 @@ mod tests {
         let status = LockStatus::decode([7, 1, 5], Some(b"node-\xff".to_vec())).expect("valid");
         assert_eq!(status.label_lossy().as_deref(), Some("node-\u{fffd}"));
         assert_eq!(LockStatus::decode([7, 0, -1], None).expect("valid").label_lossy(), None);
+        let holder = SemaphoreStatus::from(status).holders.remove(0);
+        assert_eq!(holder.label_lossy().as_deref(), Some("node-\u{fffd}"));
     }
 
     #[test]

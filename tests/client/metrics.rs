@@ -185,16 +185,7 @@ async fn a_lost_kept_lease_counts_once() {
 /// The example runs against a real server and prints every metric by name.
 #[test]
 fn the_example_prints_every_metric() {
-    let server = Server::start();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args(["run", "--quiet", "-p", "fencedlock", "--example", "metrics", "--"])
-        .arg(server.url())
-        .current_dir(harness::workspace_root())
-        .output()
-        .expect("run cargo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "example failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = crate::support::run_example("metrics", &Server::start());
     let printed = stdout.split_once("--- metrics").map(|(_, m)| m).expect("the metrics section");
     for name in ALL {
         assert!(printed.lines().any(|l| l.starts_with(name)), "{name} missing from:\n{printed}");

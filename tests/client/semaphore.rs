@@ -242,15 +242,6 @@ fn a_count_outside_the_protocols_range_is_a_config_error() {
 /// The example runs against a real server, shows the bound held, and exits 0.
 #[test]
 fn the_example_keeps_the_bound() {
-    let server = Server::start();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .args(["run", "--quiet", "-p", "fencedlock", "--example", "semaphore", "--"])
-        .arg(server.url())
-        .current_dir(harness::workspace_root())
-        .output()
-        .expect("run cargo");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "example failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = crate::support::run_example("semaphore", &Server::start());
     assert!(stdout.contains("at most 2 of 5 workers ran at once"), "{stdout}");
 }

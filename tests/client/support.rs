@@ -81,3 +81,22 @@ pub async fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> b
 
 /// The v1 module (before `FENCEDLOCK.ACQUIRE … BLOCK`), built from the repository's history.
 pub use harness::v1_module;
+
+/// Runs `client/examples/<name>.rs` against `server` and returns what it printed; fails the
+/// test, with its output, if it exits non-zero.
+pub fn run_example(name: &str, server: &Server) -> String {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args(["run", "--quiet", "-p", "fencedlock", "--example", name, "--"])
+        .arg(server.url())
+        .current_dir(harness::workspace_root())
+        .output()
+        .expect("run cargo");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "example {name} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}

@@ -3,9 +3,8 @@
 //! next grant on the target is above every fence of the key, and after the key is deleted the
 //! slot's floor still keeps the next fence above all of them.
 
-use fencedlock_protocol::command::{ACQUIRE, PERMITS, RELEASE, STATUS};
-use fencedlock_protocol::SemaphoreStatus;
-use harness::{error_text, key_slot, redis, Cluster, Server};
+use fencedlock_protocol::command::{ACQUIRE, PERMITS, RELEASE};
+use harness::{error_text, key_slot, redis, Cluster, SemaphoreStatus, Server};
 
 const TTL: &str = "60000";
 
@@ -17,20 +16,7 @@ fn take(node: &Server, key: &str, token: &str) -> Option<u64> {
 
 /// A semaphore key's STATUS on `node`, decoded and checked by the protocol's rules.
 fn semaphore_on(node: &Server, key: &str) -> SemaphoreStatus {
-    let reply: redis::Value = node.query(redis::cmd(STATUS.name).arg(key)).expect("STATUS");
-    let redis::Value::Array(mut items) = reply else { panic!("STATUS {key}: {reply:?}") };
-    let Some(redis::Value::Array(entries)) = items.pop() else { panic!("STATUS {key}: no holder list") };
-    let head: [i64; 3] = redis::from_redis_value(redis::Value::Array(items)).expect("three integers");
-    let holders = entries
-        .into_iter()
-        .map(|entry| {
-            let redis::Value::Array(mut parts) = entry else { panic!("holder entry {entry:?}") };
-            let label: Option<Vec<u8>> = redis::from_redis_value(parts.pop().expect("label")).expect("label");
-            let numbers: [i64; 2] = redis::from_redis_value(redis::Value::Array(parts)).expect("fence, pttl");
-            (numbers, label)
-        })
-        .collect();
-    SemaphoreStatus::decode(head, holders).unwrap_or_else(|e| panic!("STATUS {key}: {e}"))
+    node.semaphore_status(key).unwrap_or_else(|| panic!("{key} has no lock state on {}", node.addr()))
 }
 
 #[test]

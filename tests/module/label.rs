@@ -110,9 +110,7 @@ fn options_come_in_any_order_and_bad_ones_change_nothing() {
     for key in keys {
         for token in ["holder", "newcomer"] {
             let base = args![ACQUIRE.name, key, token, LONG_TTL];
-            let with = |extra: &[&str]| {
-                [base.clone(), extra.iter().map(|a| a.as_bytes().to_vec()).collect()].concat()
-            };
+            let with = |extra: &[&str]| with_words(&base, extra);
             cases.push((with(&[LABEL, ""]), Some(ReplyError::BadLabel)));
             cases.push((with(&[LABEL, &too_long]), Some(ReplyError::BadLabel)));
             cases.push((with(&["BLOCK", "10", LABEL, ""]), Some(ReplyError::BadLabel)));

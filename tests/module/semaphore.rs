@@ -147,9 +147,7 @@ fn bad_counts_and_the_internal_record_are_refused_and_change_nothing() {
     for key in keys {
         for token in ["holder", "newcomer"] {
             let base = args![ACQUIRE.name, key, token, LONG_TTL];
-            let with = |extra: &[&str]| {
-                [base.clone(), extra.iter().map(|a| a.as_bytes().to_vec()).collect()].concat()
-            };
+            let with = |extra: &[&str]| with_words(&base, extra);
             for bad in
                 ["0", too_many.as_str(), "-1", "x", "", "3.0", " 3", "18446744073709551619", "4294967299"]
             {

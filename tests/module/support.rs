@@ -38,6 +38,11 @@ pub fn bytes(a: &impl ToRedisArgs) -> Vec<u8> {
 }
 
 /// Run a command given as owned byte vectors.
+/// `base` followed by `extra` (e.g. a command and some options to try on it).
+pub fn with_words(base: &[Vec<u8>], extra: &[&str]) -> Vec<Vec<u8>> {
+    base.iter().cloned().chain(extra.iter().map(|a| a.as_bytes().to_vec())).collect()
+}
+
 pub fn run_v(s: &Server, args: &[Vec<u8>]) -> RedisResult<Value> {
     let refs: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
     run(s, &refs)
