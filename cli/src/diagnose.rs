@@ -39,7 +39,7 @@ pub fn explain(err: &Error, ctx: Context<'_>) -> CliError {
         )),
         Error::Server { node, source } => match err.reply_error() {
             Some(refusal) => module_refusal(node, refusal, source, ctx),
-            None => server(node, source, ctx),
+            None => server(node, source, err.is_unavailable(), ctx),
         },
         Error::Config(msg) => CliError::Usage(format!("{msg}; see `fencedlock --help`")),
         other => CliError::Internal(other.to_string()),
@@ -200,8 +200,10 @@ fn module_refusal(node: &str, refusal: ReplyError, source: &RedisError, ctx: Con
     }
 }
 
-/// The server's own refusals and connection failures.
-fn server(node: &str, source: &RedisError, ctx: Context<'_>) -> CliError {
+/// The server's own refusals and connection failures. `unavailable` is the crate's verdict
+/// ([`Error::is_unavailable`]): a refusal without a message of its own here (`NOREPLICAS`,
+/// `BUSY`, ...) still exits as unavailable, so `--on-unavailable` and the exit code agree.
+fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) -> CliError {
     let text = error_text(source);
     match Failure::of(source) {
         Failure::NoModule => no_module(node),
@@ -223,6 +225,9 @@ fn server(node: &str, source: &RedisError, ctx: Context<'_>) -> CliError {
         )),
         Failure::OutOfMemory => CliError::Unavailable(format!(
             "the server at {node} is out of memory ({text}): raise its maxmemory or free memory"
+        )),
+        Failure::Other if unavailable => CliError::Unavailable(format!(
+            "the server at {node} cannot grant leases now ({text}); try again shortly or use --wait"
         )),
         Failure::Other => CliError::Internal(format!("unexpected reply from {node}: {text}")),
     }
@@ -359,6 +364,8 @@ mod tests {
             from_server(reply(&ReplyError::RestartGrace.message(1500))),
             from_server(reply("OOM command not allowed when used memory > 'maxmemory'.")),
             from_server(reply("CLUSTERDOWN The cluster is down")),
+            from_server(reply("NOREPLICAS Not enough good replicas to write.")),
+            from_server(reply("BUSY Redis is busy running a script.")),
             from_server(RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused))),
             Error::Timeout { node: "a".into(), operation: "ACQUIRE", after: Duration::from_millis(500) },
             Error::NotConfirmed { node: "a".into(), wanted: 1, confirmed: 0 },

@@ -62,13 +62,13 @@ use crate::token::Token;
 /// Step 3 needs `n` to remember the raised fence when it grants `G2`. That holds while the
 /// node keeps its state: it does not restart, or it restarts from a persisted state that
 /// includes the raise (`appendonly yes` with `appendfsync always`), or it restarts with an
-/// epoch jump / restart grace. The module adds
-/// [`EPOCH_GAP`](fencedlock_protocol::limits::EPOCH_GAP) (2^32) to the high-water mark on every
-/// start-up load, so a node that lost fewer than that many of its most recent fences still
-/// issues fences above everything it issued before; `fencedlock.restart-grace-ms` additionally refuses
-/// grants until every lease that might have been lost has expired.
+/// new epoch / restart grace. On every start-up load the module starts a new epoch at the
+/// wall clock ([`floor_at`](fencedlock_protocol::epoch::floor_at)), so a node that lost its
+/// most recent fences still issues fences above every fence any node issued before, as long
+/// as the clocks of the nodes agree within the time since; `fencedlock.restart-grace-ms`
+/// additionally refuses grants until every lease that might have been lost has expired.
 ///
-/// If nodes of `M1` restart *empty* (no persistence, no epoch jump) the intersection node may
+/// If nodes of `M1` restart *empty* (no persistence, so no load and no new epoch) the intersection node may
 /// have forgotten `F1`, and `F2 <= F1` becomes possible — the same failure that breaks
 /// Redlock's mutual exclusion without persistence or delayed restarts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

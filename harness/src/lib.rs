@@ -48,6 +48,7 @@ pub use blocking::{acquire_cmd, classify, AcquireReply, BlockedAcquire};
 pub use cluster::{Cluster, ClusterBuilder, CLUSTER_TIMEOUT};
 pub use config::Directive;
 pub use error::{HarnessError, Result};
+pub use fencedlock_protocol::epoch::{epoch_of, floor_at};
 pub use fencedlock_protocol::limits::EPOCH_GAP;
 pub use fencedlock_protocol::{LockStatus, SemaphoreStatus};
 pub use flavor::Flavor;

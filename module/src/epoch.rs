@@ -1,9 +1,10 @@
-//! Epoch jumps and the restart grace window, driven by server events.
+//! New epochs and the restart grace window, driven by server events.
 //!
 //! A node that becomes the source of truth after others may have issued fences it never saw —
 //! a replica promoted after its primary died, a primary restarted from an AOF that lost its last
-//! second — moves its high-water mark up by `EPOCH_GAP`. Its next fences are then above every
-//! fence issued before, provided fewer than `EPOCH_GAP` grants were lost.
+//! second — starts a new epoch at the wall clock ([`HighWater::start_epoch`](crate::fence::HighWater::start_epoch)):
+//! its next fences are above every fence issued by an epoch taken earlier, on any node whose
+//! clock agrees with this one's within the time between the two.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
@@ -22,10 +23,10 @@ static LOADING_FROM: AtomicU8 = AtomicU8::new(LOAD_NONE);
 /// The first load from disk after the module loaded is the start-up load: it opens the grace.
 static LOADED_FROM_DISK: AtomicBool = AtomicBool::new(false);
 
-fn jump(why: &str) {
-    let mark = state::update_high_water(|mark| mark.jump());
+fn start_epoch(why: &str) {
+    let mark = state::update_high_water(|mark| mark.start_epoch(clock::wall_micros()));
     ffi::log_notice(&format!(
-        "fencedlock: {why}: new epoch {}, high-water mark {}",
+        "fencedlock: {why}: new epoch {} (ms since 1970), high-water mark {}",
         mark.epoch(),
         mark.get()
     ));
@@ -35,7 +36,7 @@ fn jump(why: &str) {
 fn on_role_changed(_ctx: &Context, role: ServerRole) {
     ffi::guard("role change", (), || {
         if role == ServerRole::Primary {
-            jump("promoted to primary");
+            start_epoch("promoted to primary");
         }
     });
 }
@@ -50,7 +51,7 @@ fn on_loading(ctx: &Context, event: LoadingSubevent) {
             let from = LOADING_FROM.swap(LOAD_NONE, Relaxed);
             let primary = ctx.get_flags().contains(ContextFlags::MASTER);
             if from == LOAD_DISK && primary {
-                jump("loaded from disk as primary");
+                start_epoch("loaded from disk as primary");
                 if !LOADED_FROM_DISK.swap(true, Relaxed) {
                     state::start_grace(clock::now());
                 }

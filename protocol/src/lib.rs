@@ -14,6 +14,7 @@
 pub mod cluster;
 pub mod command;
 pub mod config;
+pub mod epoch;
 mod error;
 pub mod limits;
 mod status;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::support::*;
 use fencedlock_protocol::command::ACQUIRE;
-use harness::{error_text, poll, Server, EPOCH_GAP};
+use harness::{epoch_of, error_text, poll, Server};
 
 /// Long enough that no lease in the crash tests expires by accident.
 const LONG_TTL_MS: u64 = 20_000;
@@ -50,7 +50,7 @@ fn kill9_under_load_with_appendfsync_always_loses_no_acknowledged_grant_or_lease
         assert_no_error_replies(&events);
         let held = certainly_held(&events, Instant::now());
         history.extend(events);
-        let epoch_before = max_fence(&history) / EPOCH_GAP;
+        let epoch_before = epoch_of(max_fence(&history));
 
         s.restart();
         // Every acknowledged grant is in the AOF: each key's fence is at least the largest
@@ -69,7 +69,7 @@ fn kill9_under_load_with_appendfsync_always_loses_no_acknowledged_grant_or_lease
         assert_leases_survived(&s, &held);
         assert!(s.fencedlock_counter("fencedlock_epoch") > 0);
         let next = assert_new_grants_above(&s, &spec.keys, max_fence(&history), true);
-        assert!(next / EPOCH_GAP > epoch_before);
+        assert!(epoch_of(next) > epoch_before);
         eprintln!("round {round}: {} leases survived, {cut_off} requests cut off", held.len());
     }
     // Across all three crashes: a grant acknowledged before another was sent has a smaller
@@ -211,7 +211,7 @@ fn power_loss_with_everysec_can_lose_acknowledged_leases_but_never_repeats_a_fen
             assert!(Instant::now() < l.until, "the test must ask within the lost lease's validity");
             // ...but with a fence above the lost holder's, so a fenced resource refuses the
             // lost holder's writes once the intruder has written.
-            assert!(fence > acked_max && fence / EPOCH_GAP > acked_max / EPOCH_GAP, "{fence} vs {acked_max}");
+            assert!(fence > acked_max && epoch_of(fence) > epoch_of(acked_max), "{fence} vs {acked_max}");
             double_grants += 1;
         }
     }
@@ -271,6 +271,6 @@ fn restart_grace_closes_the_lease_gap_after_a_power_loss() {
         "a lost lease was granted again {:?} before its holder's validity ended",
         last_lost_validity - granted_at
     );
-    assert!(fence > acked_max && fence / EPOCH_GAP > acked_max / EPOCH_GAP);
+    assert!(fence > acked_max && epoch_of(fence) > epoch_of(acked_max));
     assert_fences_follow_real_time(&history);
 }

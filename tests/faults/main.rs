@@ -11,6 +11,7 @@ mod handoff;
 mod memory;
 mod pause;
 mod reclaim_scale;
+mod returning_primary;
 mod semaphore;
 mod silent_minority;
 mod slow_nodes;

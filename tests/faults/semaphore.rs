@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use fencedlock_protocol::command::{ACQUIRE, PERMITS, RELEASE, RENEW};
 use fencedlock_protocol::SemaphoreStatus;
 use harness::redis::{self, Connection};
-use harness::{error_text, wait_replica_online, Server, EPOCH_GAP};
+use harness::{epoch_of, error_text, wait_replica_online, Server};
 
 /// Permits of the churned key.
 const N: u32 = 3;
@@ -169,7 +169,7 @@ fn assert_permits_kept(
     );
     for fence in &fill {
         assert!(
-            *fence > before && fence / EPOCH_GAP > before / EPOCH_GAP,
+            *fence > before && epoch_of(*fence) > epoch_of(before),
             "{what}: fence {fence} after the fault is not in a block above {before}, granted before it"
         );
     }
@@ -223,7 +223,7 @@ fn kill9_with_appendfsync_always_keeps_every_permit_and_fences_rise() {
     let later = all_fences(&after);
     assert!(!later.is_empty(), "the churn must run after the restart");
     let low = later.iter().min().copied().unwrap_or(0);
-    assert!(low > top && low / EPOCH_GAP > top / EPOCH_GAP, "fence {low} after the restart, {top} before it");
+    assert!(low > top && epoch_of(low) > epoch_of(top), "fence {low} after the restart, {top} before it");
     fences.extend(later.iter().chain(&after_fill).chain(&fixed_fill));
     let distinct: HashSet<&u64> = fences.iter().collect();
     assert_eq!(distinct.len(), fences.len(), "a fence was granted twice");
@@ -283,10 +283,7 @@ fn a_promoted_replica_keeps_the_permits_admits_no_more_and_fences_rise() {
     let later = all_fences(&churn.stop());
     assert!(!later.is_empty(), "the churn must run on the new primary");
     let low = later.iter().min().copied().unwrap_or(0);
-    assert!(
-        low > top && low / EPOCH_GAP > top / EPOCH_GAP,
-        "fence {low} after the failover, {top} before it"
-    );
+    assert!(low > top && epoch_of(low) > epoch_of(top), "fence {low} after the failover, {top} before it");
     fences.extend(later.iter().chain(&settled_fill).chain(&racing_fill));
     let distinct: HashSet<&u64> = fences.iter().collect();
     assert_eq!(distinct.len(), fences.len(), "a fence was granted twice");

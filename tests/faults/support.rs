@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use fencedlock_protocol::command::{ACQUIRE, RELEASE, RENEW};
 use harness::redis::{self, aio::MultiplexedConnection, AsyncConnectionConfig, Value};
-use harness::{error_text, Server, EPOCH_GAP};
+use harness::{epoch_of, error_text, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
@@ -365,8 +365,8 @@ pub fn assert_new_grants_above(server: &Server, keys: &[String], max_before: u64
             "{key}: fence {fence} is not above {max_before}, issued before the fault"
         );
         assert!(
-            !new_epoch || fence / EPOCH_GAP > max_before / EPOCH_GAP,
-            "{key}: fence {fence} is in the same 2^32 block as {max_before}: no epoch jump"
+            !new_epoch || epoch_of(fence) > epoch_of(max_before),
+            "{key}: fence {fence} is in the epoch of {max_before}: no new epoch"
         );
         let _: i64 = server.cmd(&[RELEASE.name, key, "checker"]).expect("RELEASE");
         top = top.max(fence);

@@ -24,7 +24,7 @@ use fencedlock_protocol::command::{ACQUIRE, BLOCK, RELEASE, RENEW};
 use fencedlock_protocol::config::{RECLAIM_AFTER_MS, RESTART_GRACE_MS};
 use fencedlock_protocol::limits::MAX_BLOCK_MS;
 use fencedlock_protocol::ReplyError;
-use harness::{acquire_cmd, error_text, poll, redis, BlockedAcquire, LockStatus, Server, EPOCH_GAP};
+use harness::{acquire_cmd, epoch_of, error_text, poll, redis, BlockedAcquire, LockStatus, Server};
 use redis::Value;
 
 /// Bound on a reply that must come (a hang fails the test instead of CI).
@@ -665,7 +665,7 @@ fn handoffs_reach_the_replica_and_survive_an_aof_restart() {
         assert_eq!(release(&p, key, token), 1);
     }
     let next = grant(&p, released, b"after", LONG_TTL);
-    assert!(next > f2 && next / EPOCH_GAP > f2 / EPOCH_GAP, "{next} after restart vs {f2} before");
+    assert!(next > f2 && epoch_of(next) > epoch_of(f2), "{next} after restart vs {f2} before");
     // A handoff after the restart is above them all, too.
     let mut w3 = p.queue_acquire(released, b"w3", LONG_TTL, 0);
     assert_eq!(release(&p, released, b"after"), 1);

@@ -1,10 +1,10 @@
 //! Fences never repeat across reloads and restarts: DEBUG RELOAD, RDB, AOF (with and without
 //! the RDB preamble, before and after BGREWRITEAOF), kill -9, and the restart grace.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::support::*;
-use harness::{error_text, poll, LockStatus, Server, EPOCH_GAP};
+use harness::{epoch_of, error_text, floor_at, poll, LockStatus, Server};
 
 /// Lock state a test writes before a reload and checks after it.
 struct Scenario {
@@ -72,15 +72,33 @@ fn check_scenario(s: &Server, sc: &Scenario) {
     assert_eq!(release(s, HELD, &sc.held_token), 1);
 }
 
-/// After a primary's start-up load the fences jump to a higher 2^32 block.
-fn assert_epoch_jump(s: &Server, max_before: u64, epoch_before: u64) {
+/// After a primary's start-up load the fences start a new epoch, at the wall clock: no
+/// earlier than the test's own clock read before the load (same machine, same clock).
+fn assert_epoch_jump(s: &Server, max_before: u64, before: Before) {
     let epoch = s.fencedlock_counter("fencedlock_epoch");
-    assert!(epoch > epoch_before, "epoch {epoch} did not move past {epoch_before}");
+    assert!(epoch > before.epoch, "epoch {epoch} did not move past {}", before.epoch);
     let fence = grant(s, &format!("p:after-jump:{epoch}"), b"j", LONG_TTL);
     assert!(
-        fence / EPOCH_GAP > max_before / EPOCH_GAP,
-        "fence {fence} is in the same 2^32 block as {max_before}: no epoch jump"
+        epoch_of(fence) > epoch_of(max_before),
+        "fence {fence} is in the epoch of {max_before}: no new epoch"
     );
+    assert!(fence > floor_at(unix_micros(before.at)), "fence {fence} is below the clock before the restart");
+}
+
+/// The server's epoch and the wall clock, read just before a restart.
+#[derive(Clone, Copy)]
+struct Before {
+    epoch: u64,
+    at: SystemTime,
+}
+
+fn before_restart(s: &Server) -> Before {
+    Before { epoch: s.fencedlock_counter("fencedlock_epoch"), at: SystemTime::now() }
+}
+
+/// `at` in µs since 1970.
+fn unix_micros(at: SystemTime) -> u64 {
+    at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
 }
 
 #[test]
@@ -108,7 +126,7 @@ fn an_empty_dataset_still_carries_the_high_water_mark() {
 fn restart_from_rdb() {
     let mut s = Server::start();
     let sc = write_scenario(&s);
-    let epoch = s.fencedlock_counter("fencedlock_epoch");
+    let epoch = before_restart(&s);
     s.save();
     s.kill9();
     s.restart();
@@ -121,7 +139,7 @@ fn every_restart_is_a_new_epoch() {
     let mut s = Server::start();
     let mut last = grant(&s, "epochs:k", b"t", LONG_TTL);
     for round in 0..3 {
-        let epoch = s.fencedlock_counter("fencedlock_epoch");
+        let epoch = before_restart(&s);
         s.save();
         s.kill9();
         s.restart();
@@ -149,7 +167,7 @@ fn aof_rewrite_then_restart(preamble: bool) {
     s.rewrite_aof();
     let sc = write_scenario(&s);
     assert!(sc.max_fence > deleted_before && deleted_before > before);
-    let epoch = s.fencedlock_counter("fencedlock_epoch");
+    let epoch = before_restart(&s);
     s.stop();
     s.restart();
     assert_eq!(status_of(&s, "aof:before-rewrite").fence, before);
@@ -181,7 +199,7 @@ fn restart_from_aof_after_rewrite_without_rdb_preamble() {
 fn kill9_with_appendfsync_always_loses_no_fence() {
     let mut s = aof_server(true);
     let sc = write_scenario(&s);
-    let epoch = s.fencedlock_counter("fencedlock_epoch");
+    let epoch = before_restart(&s);
     s.kill9();
     s.restart();
     check_scenario(&s, &sc);

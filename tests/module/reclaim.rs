@@ -16,7 +16,7 @@ use fencedlock_protocol::config::RECLAIM_AFTER_MS;
 use fencedlock_protocol::limits::{DEFAULT_RECLAIM_AFTER_MS, MAX_MAX_TTL_MS};
 
 use crate::support::*;
-use harness::{error_text, poll, redis, Server, EPOCH_GAP};
+use harness::{epoch_of, error_text, poll, redis, Server, EPOCH_GAP};
 
 const RECLAIM: &str = RECLAIM_AFTER_MS.full_name;
 /// The sweep runs every 100 ms; a due key is gone a few sweeps later. Every wait for a reclaim
@@ -483,7 +483,7 @@ fn a_promoted_replica_reclaims_what_its_primary_left() {
     let top = max.max(long).max(short);
     for k in gone.iter().take(5) {
         let fence = grant(&r, k, b"next", LONG_TTL);
-        assert!(fence > top && fence / EPOCH_GAP > top / EPOCH_GAP, "{k}: {fence} after {top}");
+        assert!(fence > top && epoch_of(fence) > epoch_of(top), "{k}: {fence} after {top}");
     }
 }
 
@@ -573,10 +573,7 @@ fn reclaim_works_on_keys_loaded_from_the_aof_and_reclaimed_keys_stay_gone() {
         assert_eq!(s.dbsize(), 3);
         for k in early.iter().chain(&idle).take(8) {
             let fence = grant(&s, k, b"next", LONG_TTL);
-            assert!(
-                fence > max && fence / EPOCH_GAP > max / EPOCH_GAP,
-                "{variant}: {k}: {fence} after {max}"
-            );
+            assert!(fence > max && epoch_of(fence) > epoch_of(max), "{variant}: {k}: {fence} after {max}");
             assert_eq!(release(&s, k, b"next"), 1);
         }
         wait_gone(&s, &early, GONE_WITHIN);

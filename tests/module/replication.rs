@@ -2,10 +2,10 @@
 //! match its primary's, its leases never look shorter, and a promoted replica issues fences
 //! above everything the old primary issued, even grants it never received.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::support::*;
-use harness::{error_text, poll, LockStatus, Server, EPOCH_GAP};
+use harness::{epoch_of, error_text, floor_at, poll, LockStatus, Server};
 
 const ACK: Duration = Duration::from_secs(5);
 
@@ -131,12 +131,17 @@ fn promotion_jumps_to_a_new_epoch() {
     }
     p.wait_for_replicas(1, ACK);
     let epoch = r.fencedlock_counter("fencedlock_epoch");
+    let promoted_at = SystemTime::now();
     r.promote();
     assert!(r.fencedlock_counter("fencedlock_epoch") > epoch);
+    // The new epoch starts at the wall clock of the promotion (same machine, same clock).
+    let clock_floor =
+        floor_at(promoted_at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_micros() as u64);
     for key in ["promo:0", "promo:new"] {
         let _ = release(&r, key, b"t");
         let fence = grant(&r, key, b"u", LONG_TTL);
-        assert!(fence > max && fence / EPOCH_GAP > max / EPOCH_GAP, "{key}: {fence} vs old max {max}");
+        assert!(fence > max && epoch_of(fence) > epoch_of(max), "{key}: {fence} vs old max {max}");
+        assert!(fence > clock_floor, "{key}: {fence} is below the clock at the promotion");
     }
     assert_eq!(acquire(&r, "promo:19", b"u", LONG_TTL), None, "leases survive the promotion");
 }
@@ -187,7 +192,7 @@ fn a_replica_of_a_restarted_primary_follows_its_new_epoch() {
     p.restart();
     let r = p.start_replica();
     let after = grant(&p, "re:other", b"t", LONG_TTL);
-    assert!(after / EPOCH_GAP > before / EPOCH_GAP);
+    assert!(epoch_of(after) > epoch_of(before));
     p.wait_for_replicas(1, ACK);
     assert_same_locks(&p, &r, &["re:k", "re:other"]);
     assert_eq!(r.fencedlock_counter("fencedlock_epoch"), p.fencedlock_counter("fencedlock_epoch"));

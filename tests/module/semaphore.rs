@@ -19,7 +19,7 @@ use fencedlock_protocol::command::{ACQUIRE, APPLYSEM, LABEL, PERMITS, RELEASE};
 use fencedlock_protocol::config::RECLAIM_AFTER_MS;
 use fencedlock_protocol::limits::MAX_PERMITS;
 use fencedlock_protocol::{ReplyError, SemaphoreStatus};
-use harness::{acquire_cmd, classify, error_text, poll, redis, BlockedAcquire, Server, EPOCH_GAP};
+use harness::{acquire_cmd, classify, epoch_of, error_text, poll, redis, BlockedAcquire, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use redis::{RedisResult, Value};
@@ -622,14 +622,14 @@ fn an_aof_restart_and_a_rewrite_bring_holders_and_fences_back() {
     s.restart();
     check_semaphores(&s, &expected, "AOF replay after kill -9", true);
     let next = sem_grant(&s, "sem:p:after", "new", LONG_TTL, 5);
-    assert!(next > top && next / EPOCH_GAP > top / EPOCH_GAP, "{next} after the restart, {top} before");
+    assert!(next > top && epoch_of(next) > epoch_of(top), "{next} after the restart, {top} before");
 
     // A rewrite without the RDB preamble writes each semaphore as an APPLYSEM record.
     s.rewrite_aof();
     s.stop();
     s.restart();
     check_semaphores(&s, &expected, "AOF rewrite, then restart", true);
-    assert!(sem_grant(&s, "sem:p:after", "newer", LONG_TTL, 5) / EPOCH_GAP > next / EPOCH_GAP);
+    assert!(epoch_of(sem_grant(&s, "sem:p:after", "newer", LONG_TTL, 5)) > epoch_of(next));
 }
 
 #[test]
@@ -645,7 +645,7 @@ fn an_rdb_restart_and_debug_reload_keep_the_holders() {
     s.kill9();
     s.restart();
     check_semaphores(&s, &expected, "RDB restart", true);
-    assert!(sem_grant(&s, "sem:p:after", "new", LONG_TTL, 5) / EPOCH_GAP > top / EPOCH_GAP);
+    assert!(epoch_of(sem_grant(&s, "sem:p:after", "new", LONG_TTL, 5)) > epoch_of(top));
 }
 
 #[test]

@@ -1,5 +1,5 @@
 //! `--on-unavailable fail|skip|run` against servers that cannot answer (stopped, killed,
-//! paused, loading, in the restart grace): each policy's exit code and message, and that
+//! paused, loading, in the restart grace, short of replicas): each policy's exit code and message, and that
 //! `run` runs the command with no lease in its environment. A misconfigured server fails
 //! whatever the policy says.
 
@@ -99,6 +99,14 @@ fn a_server_in_its_restart_grace() {
     // The grace starts when the module loads: no grants for a minute.
     let server = Server::builder().arg("fencedlock.restart-grace-ms", "60000").start();
     each_policy_does_what_it_says(&server.url(), &["restart grace", "TRYAGAIN"], &[]);
+    assert!(!server.lock_held("job"));
+}
+
+#[test]
+fn a_primary_without_enough_replicas() {
+    // `min-replicas-to-write 1` and no replica: every write is refused with NOREPLICAS.
+    let server = Server::builder().arg("min-replicas-to-write", "1").start();
+    each_policy_does_what_it_says(&server.url(), &["cannot grant leases now", "NOREPLICAS"], &[]);
     assert!(!server.lock_held("job"));
 }
 
