@@ -11,9 +11,15 @@
 //!   cluster the key may have left this node with its slot, so the waiters are told to ask
 //!   again, and the cluster routes them to the slot's owner.
 //!
-//! One timer serves every key, armed at the earliest wake-up. A handoff is replicated and
-//! written to the AOF as the same `APPLY` record as any grant; the queues themselves are not
-//! (after a failover, waiters reconnect and queue again).
+//! One timer serves every key, armed at the earliest wake-up: a holder's deadline, or a
+//! waiter's `BLOCK` deadline. The module, not the server, times waiters out (see `waiting`):
+//! the server is asked to block without a timeout, because Redis 7.0 loses the reply of a
+//! waiter answered here and timed out by the server in the same event-loop pass (its
+//! `moduleBlockedClientTimedOut` returns early for a client already unblocked, then
+//! `unblockClientFromModule` runs the disconnect callback, which gives the grant back).
+//!
+//! A handoff is replicated and written to the AOF as the same `APPLY` record as any grant; the
+//! queues themselves are not (after a failover, waiters reconnect and queue again).
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{LazyLock, Mutex, MutexGuard};
@@ -22,7 +28,7 @@ use crate::error::LockError;
 use crate::ffi::{self, int, BlockedClient, Call, Names, Reply, Timer, TimerId, Waits};
 use crate::key::Key;
 use crate::lease::{Lock, Micros, Released};
-use crate::waiting::{Answer, KeyId, Queues, Served, Waiter};
+use crate::waiting::{self, Answer, KeyId, Queues, Served, Waiter};
 use crate::{clock, floor, replication, state, stats, sweeper};
 
 /// How long one wake-up may serve keys before it yields to the event loop.
@@ -83,9 +89,10 @@ pub struct Ask<'a> {
 }
 
 /// Queues the caller of an ACQUIRE that found the key held (until `frees_at` at the latest),
-/// for up to `timeout_ms` (0: no limit). Replies nothing now: the client is answered when served.
+/// for up to `timeout_ms` (0: no limit). Replies nothing now: the client is answered when served,
+/// or nil by the wake-up at its deadline.
 pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: Micros) -> Reply {
-    let Some(client) = call.block::<Queued>(timeout_ms) else {
+    let Some(client) = call.block::<Queued>() else {
         // Redis would not block this client: answer as the one attempt it was.
         stats::CONTENDED.incr();
         return Reply::Nil;
@@ -99,6 +106,7 @@ pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: 
             permits: ask.permits,
             ttl: ask.ttl,
             since: now,
+            deadline: waiting::deadline(now, timeout_ms),
         };
         s.queues.push(key.clone(), waiter);
         s.queues.wake(&key, frees_at);
@@ -109,15 +117,17 @@ pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: 
 }
 
 /// Serves the waiters of `name` in `db` (selected in `names`' context) if its lease ended, and
-/// answers them. Replicates a handoff.
+/// answers them; those whose deadline passed are answered nil first, whatever else happens to
+/// the key. Replicates a handoff.
 pub fn serve(names: &impl Names, db: i32, name: &[u8], now: Micros) {
     let id: KeyId = (db, name.into());
-    let served = match names.string(name) {
+    let mut served = with(|s| s.queues.expire(&id, now));
+    served.extend(match names.string(name) {
         Some(redis_name) => serve_key(names, &redis_name, &id, now),
         None => {
             with(|s| s.queues.take_all(&id)).into_iter().map(|w| failed(w, LockError::Internal)).collect()
         }
-    };
+    });
     for s in served {
         answer(&id, s, now);
     }
@@ -147,7 +157,7 @@ fn serve_key(
                 }
             }
             let served = with(|s| s.queues.serve(id, lock, &mut mark, now, grace));
-            if served.iter().any(|s| !matches!(s.answer, Answer::Failed(_))) {
+            if served.iter().any(|s| s.answer.holds()) {
                 state::set_high_water(mark);
                 replication::replicate_named(redis_name, mark, &lock.snapshot(now));
             }
@@ -158,14 +168,14 @@ fn serve_key(
         Ok(None) => {
             let mut fresh = Lock::new();
             let mut served = with(|s| s.queues.serve(id, &mut fresh, &mut mark, now, grace));
-            if served.iter().any(|s| !matches!(s.answer, Answer::Failed(_))) {
+            if served.iter().any(|s| s.answer.holds()) {
                 match key.set_lock(fresh) {
                     Ok(stored) => {
                         state::set_high_water(mark);
                         replication::replicate_named(redis_name, mark, &stored.snapshot(now));
                     }
                     Err(e) => {
-                        for s in &mut served {
+                        for s in served.iter_mut().filter(|s| s.answer.holds()) {
                             s.answer = Answer::Failed(e.clone());
                         }
                     }
@@ -198,6 +208,12 @@ fn answer(key: &KeyId, served: Served<BlockedClient>, now: Micros) {
         Answer::Reentered { fence } => {
             stats::REENTRIES.incr();
             (Ok(int(fence)), None)
+        }
+        // Its own deadline passed: the same nil (and counters) as any refusal by timeout.
+        Answer::TimedOut => {
+            stats::WAIT_TIMEOUTS.incr();
+            stats::CONTENDED.incr();
+            (Ok(Reply::Nil), None)
         }
         Answer::Failed(e) => {
             if let LockError::PermitsMismatch { .. } = e {
@@ -329,10 +345,11 @@ fn give_back(timer: &Timer, lost: LostGrant) {
     }
 }
 
-/// Redis's own ends of a wait.
+/// Redis's own ends of a wait (the server times nobody out: see the module doc).
 struct Queued;
 
 impl Waits for Queued {
+    /// `CLIENT UNBLOCK … TIMEOUT`: answered nil by Redis, counted as a timeout.
     fn timed_out(client: BlockedClient) {
         if let Some((_, waiter)) = with(|s| s.queues.remove(client)) {
             stats::WAIT_TIMEOUTS.incr();

@@ -79,10 +79,12 @@ pub static RECLAIMED: Counter = Counter::new();
 pub static BLOCKED_ACQUIRES: Counter = Counter::new();
 /// Grants to a waiter at the moment a lease ended (each is also one of `GRANTS`).
 pub static HANDOFFS: Counter = Counter::new();
-/// Waiters whose timeout passed (each is also one of `CONTENDED`).
+/// Waiters answered nil because their deadline passed (or `CLIENT UNBLOCK … TIMEOUT`); each is
+/// also one of `CONTENDED`.
 pub static WAIT_TIMEOUTS: Counter = Counter::new();
-/// Waiters that went away before they were granted (disconnect, `CLIENT KILL`), and handoffs
-/// given back because their client went away before the reply reached it.
+/// Waiters whose connection went away before they were granted (disconnect, `CLIENT KILL`), and
+/// handoffs given back because their client went away before the reply reached it. Never a
+/// waiter that is still connected: the module times waiters out itself (see `blocking`).
 pub static WAIT_ABANDONED: Counter = Counter::new();
 /// Microseconds waiters spent queued, whatever ended their wait, and the longest single wait.
 pub static WAIT_TIME_US: Counter = Counter::new();

@@ -8,6 +8,12 @@
 //! Guarantees kept here: waiters are granted strictly in arrival order; a waiter that left the
 //! queue (timeout, disconnect) is never served; a lease is handed over at the moment it ends, to
 //! the head only, so nobody barges past the queue.
+//!
+//! Each waiter's `BLOCK` deadline is kept here, not by the server: a waiter whose deadline has
+//! passed when it is looked at (its wake-up, or a handoff that comes late because the server was
+//! busy or stopped) is answered [`Answer::TimedOut`] and skipped, never granted. That makes the
+//! timeout and the grant one decision, so no server can answer both or neither (Redis 7.0 drops
+//! the reply of a client answered and timed out in the same event-loop pass).
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::hash::Hash;
@@ -32,6 +38,8 @@ pub struct Waiter<H> {
     pub ttl: Micros,
     /// When it started waiting.
     pub since: Micros,
+    /// When its `BLOCK` timeout ends its wait (`None`: `BLOCK 0`, no limit).
+    pub deadline: Option<Micros>,
 }
 
 impl<H> Waiter<H> {
@@ -47,6 +55,18 @@ impl<H> Waiter<H> {
     }
 }
 
+/// `timeout_ms` after `since` (`None` for 0: no limit), as the wait's deadline.
+pub fn deadline(since: Micros, timeout_ms: u64) -> Option<Micros> {
+    (timeout_ms > 0).then(|| since.saturating_add(timeout_ms.saturating_mul(1000)))
+}
+
+impl<H> Waiter<H> {
+    /// Whether its wait is over at `now`: it may no longer be granted.
+    fn timed_out(&self, now: Micros) -> bool {
+        self.deadline.is_some_and(|at| at <= now)
+    }
+}
+
 /// What a waiter that leaves the queue is answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
@@ -54,9 +74,19 @@ pub enum Answer {
     Granted { fence: u64, took_over: bool },
     /// Its token already held the lease (another of its requests was granted): same fence.
     Reentered { fence: u64 },
+    /// Its `BLOCK` deadline passed before a lease came: nil, nothing held.
+    TimedOut,
     /// No lease: the error the acquire would have replied (fences exhausted, wrong type, the
     /// key moved away in a cluster).
     Failed(LockError),
+}
+
+impl Answer {
+    /// Whether the waiter holds the lease after this answer (so the lock changed and is
+    /// replicated).
+    pub fn holds(&self) -> bool {
+        matches!(self, Answer::Granted { .. } | Answer::Reentered { .. })
+    }
 }
 
 /// A waiter taken off its queue, with its answer.
@@ -116,15 +146,39 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         self.queues.keys().filter(|key| db.is_none_or(|db| key.0 == db)).cloned().collect()
     }
 
-    /// Queues `waiter` at the tail of `key`'s queue. The caller files a wake-up at the holder's
-    /// deadline with [`Queues::wake`].
+    /// Queues `waiter` at the tail of `key`'s queue, with a wake-up at its deadline. The caller
+    /// files a wake-up at the holder's deadline with [`Queues::wake`].
     pub fn push(&mut self, key: KeyId, waiter: Waiter<H>) {
+        let deadline = waiter.deadline;
         self.keys.insert(waiter.handle, key.clone());
         self.queues
-            .entry(key)
+            .entry(key.clone())
             .or_insert_with(|| Queue { waiters: VecDeque::new(), wake: None })
             .waiters
             .push_back(waiter);
+        if let Some(at) = deadline {
+            self.wake(&key, at);
+        }
+    }
+
+    /// Takes the waiters of `key` whose deadline passed at `now` off the queue, answered
+    /// [`Answer::TimedOut`], oldest first, and files a wake-up at the next deadline.
+    pub fn expire(&mut self, key: &KeyId, now: Micros) -> Vec<Served<H>> {
+        let Some(queue) = self.queues.get_mut(key) else { return Vec::new() };
+        let mut expired = Vec::new();
+        if queue.waiters.iter().any(|w| w.timed_out(now)) {
+            let (gone, kept): (Vec<_>, Vec<_>) = queue.waiters.drain(..).partition(|w| w.timed_out(now));
+            queue.waiters = kept.into();
+            expired = gone.into_iter().map(|waiter| Served { waiter, answer: Answer::TimedOut }).collect();
+        }
+        let next = queue.waiters.iter().filter_map(|w| w.deadline).min();
+        let empty = queue.waiters.is_empty();
+        if empty {
+            self.drop_queue(key);
+        } else if let Some(at) = next {
+            self.wake(key, at);
+        }
+        self.answered(expired)
     }
 
     /// Takes a waiter out of its queue (it timed out or disconnected); `None` if it no longer
@@ -177,7 +231,8 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     /// holder's token otherwise: that token's ACQUIRE is answered at once). A head that asks
     /// for another permit count than the key is held with is answered that error, and the next
     /// one is served. Files the next wake-up when a holder's lease ends, or at the end of the
-    /// restart grace if the lease ended during it.
+    /// restart grace if the lease ended during it. Waiters whose deadline passed are answered
+    /// [`Answer::TimedOut`] first ([`Queues::expire`]): a late handoff skips them.
     pub fn serve(
         &mut self,
         key: &KeyId,
@@ -186,7 +241,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         now: Micros,
         grace_left: Micros,
     ) -> Vec<Served<H>> {
-        let mut served = Vec::new();
+        let mut served = self.expire(key, now);
         let Some(queue) = self.queues.get_mut(key) else { return served };
         while lock.has_room(now) {
             let Some(head) = queue.waiters.pop_front() else { break };
@@ -281,7 +336,15 @@ mod tests {
     }
 
     fn waiter(handle: u32, token: &str, since: Micros) -> Waiter<u32> {
-        Waiter { handle, token: token.as_bytes().into(), label: None, permits: 1, ttl: 100 * MS, since }
+        Waiter {
+            handle,
+            token: token.as_bytes().into(),
+            label: None,
+            permits: 1,
+            ttl: 100 * MS,
+            since,
+            deadline: None,
+        }
     }
 
     /// A lock held by `token` from 0 for `ttl`, and the mark after its grant.
@@ -541,6 +604,43 @@ mod tests {
         assert_eq!(q.len(), 1);
     }
 
+    #[test]
+    fn a_waiter_past_its_deadline_is_answered_timed_out_and_skipped_by_a_late_handoff() {
+        let (mut lock, mut mark) = held("holder", 10 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), Waiter { deadline: deadline(0, 3), ..waiter(1, "short", 0) });
+        q.push(key("k"), Waiter { deadline: deadline(0, 50), ..waiter(2, "long", 0) });
+        q.push(key("k"), waiter(3, "forever", 0));
+        assert_eq!(deadline(0, 0), None, "BLOCK 0 has no deadline");
+        assert_eq!(q.next_due(), Some(3 * MS), "the first deadline is filed at push");
+        // The server was busy past the head's deadline; the release comes at 5 ms: the head is
+        // answered timed out, and the lease goes to the next one in the same look.
+        lock.release(b"holder", 5 * MS);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0);
+        assert_eq!(handles(&served), [1, 2]);
+        assert_eq!(served[0].answer, Answer::TimedOut);
+        assert!(!served[0].answer.holds() && served[1].answer.holds());
+        assert_eq!(served[1].answer, Answer::Granted { fence: 2, took_over: false });
+        assert!(!lock.held_by(b"short", 5 * MS));
+        assert_eq!(q.len(), 1);
+    }
+
+    #[test]
+    fn a_deadline_is_its_own_wake_up_and_ends_the_wait_at_that_instant() {
+        let (mut lock, mut mark) = held("holder", 100 * MS);
+        let mut q = Queues::new();
+        q.push(key("k"), Waiter { deadline: deadline(MS, 20), ..waiter(1, "a", MS) });
+        assert_eq!(q.next_due(), Some(21 * MS), "before the holder's deadline");
+        assert_eq!(q.pop_due(21 * MS - 1), None, "never early");
+        assert_eq!(q.pop_due(21 * MS), Some(key("k")));
+        assert!(q.expire(&key("k"), 21 * MS - 1).is_empty(), "still in time a µs before");
+        let served = q.serve(&key("k"), &mut lock, &mut mark, 21 * MS, 0);
+        assert_eq!(served.len(), 1);
+        assert_eq!((served[0].answer.clone(), served[0].waited(21 * MS)), (Answer::TimedOut, 20 * MS));
+        assert_eq!((q.len(), q.next_due()), (0, None), "no queue, no wake-up left behind");
+        assert!(lock.held_by(b"holder", 21 * MS));
+    }
+
     proptest::proptest! {
         /// Whatever leaves the queues in whatever order, grants follow arrival order among the
         /// waiters still queued, no handle is served twice or after it left, and the waiter
@@ -576,6 +676,42 @@ mod tests {
                 }
                 proptest::prop_assert_eq!(q.len(), queued.len());
             }
+        }
+
+        /// Whatever the deadlines and the instants of the looks, a waiter is granted only before
+        /// its deadline, answered timed out only at or after it, and answered exactly once.
+        #[test]
+        fn nobody_is_granted_past_its_deadline(
+            timeouts in proptest::collection::vec(0u64..50, 1..12),
+            looks in proptest::collection::vec((0u64..80, proptest::bool::ANY), 1..20),
+        ) {
+            let (mut lock, mut mark) = held("holder", 1000 * MS);
+            let mut q: Queues<u32> = Queues::new();
+            for (h, t) in (1..).zip(&timeouts) {
+                q.push(key("k"), Waiter { deadline: deadline(0, *t), ..waiter(h, &format!("t{h}"), 0) });
+            }
+            let mut answered = std::collections::HashSet::new();
+            let mut looks = looks;
+            looks.sort_unstable();
+            for (at_ms, release) in looks {
+                let now = at_ms * MS;
+                if release {
+                    for h in 0..=timeouts.len() {
+                        lock.release(format!("t{h}").as_bytes(), now);
+                    }
+                    lock.release(b"holder", now);
+                }
+                for s in q.serve(&key("k"), &mut lock, &mut mark, now, 0) {
+                    proptest::prop_assert!(answered.insert(s.waiter.handle), "answered twice");
+                    let due = s.waiter.deadline.unwrap_or(u64::MAX);
+                    match s.answer {
+                        Answer::TimedOut => proptest::prop_assert!(now >= due),
+                        Answer::Granted { .. } => proptest::prop_assert!(now < due),
+                        other => proptest::prop_assert!(false, "{other:?}"),
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(q.len() + answered.len(), timeouts.len());
         }
     }
 }

@@ -8,6 +8,7 @@ mod blocking;
 mod commands;
 mod hostile_input;
 mod label;
+mod late_handoff;
 mod metrics;
 mod persistence;
 mod reclaim;

@@ -24,8 +24,8 @@ impl BlockedClient {
 
 /// What the waiting side does when Redis ends a wait on its own.
 pub trait Waits {
-    /// The client's timeout passed (or `CLIENT UNBLOCK … TIMEOUT`): take it off its queue.
-    /// It is answered nil.
+    /// `CLIENT UNBLOCK … TIMEOUT` (clients are blocked without a server-side timeout, see
+    /// [`Call::block`]): take it off its queue. It is answered nil.
     fn timed_out(client: BlockedClient);
     /// The client went away while it waited (disconnect, `CLIENT KILL`, `CLIENT UNBLOCK …
     /// ERROR`, the server turning replica): take it off its queue.
@@ -59,14 +59,19 @@ impl Call<'_> {
         unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(self.ctx)) }
     }
 
-    /// Blocks the calling client for up to `timeout_ms` (0: no limit) until [`answer`] answers
-    /// it. The command must then reply [`Reply::Blocked`]. `None` if Redis refused to block.
-    pub fn block<W: Waits>(&self, timeout_ms: u64) -> Option<BlockedClient> {
-        let timeout = i64::try_from(timeout_ms).unwrap_or(i64::MAX);
+    /// Blocks the calling client until [`answer`] answers it. The command must then reply
+    /// [`Reply::Blocked`]. `None` if Redis refused to block.
+    ///
+    /// No server-side timeout: the caller answers at the deadline itself. On Redis 7.0 a
+    /// server timeout that falls due in the event-loop pass in which the client was answered
+    /// drops that answer (`moduleBlockedClientTimedOut` returns early for an unblocked client
+    /// and the disconnect callback runs instead), and the client waits forever. The timeout
+    /// callback stays for `CLIENT UNBLOCK … TIMEOUT`.
+    pub fn block<W: Waits>(&self) -> Option<BlockedClient> {
         // SAFETY: a live command context; the callbacks match Redis's signatures.
         unsafe {
             let block = raw::RedisModule_BlockClient?;
-            let bc = block(self.ctx, Some(reply_answer), Some(timed_out::<W>), Some(free_answer), timeout);
+            let bc = block(self.ctx, Some(reply_answer), Some(timed_out::<W>), Some(free_answer), 0);
             if bc.is_null() {
                 return None;
             }
