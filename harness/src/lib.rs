@@ -1,6 +1,6 @@
 //! Test harness for fencedlock: starts real `redis-server` / `valkey-server` processes with
 //! the freshly built module, on 127.0.0.1, each in its own temp dir; plus replicas,
-//! clusters and faults (stop, kill -9, pause, restart).
+//! clusters, Sentinels and faults (stop, kill -9, pause, restart).
 //!
 //! No mocks: a test that cannot start its server fails with the server's log.
 //!
@@ -29,6 +29,7 @@ mod cli;
 mod cluster;
 mod config;
 mod digest;
+mod epoch;
 mod error;
 mod flavor;
 mod history;
@@ -40,6 +41,7 @@ mod process;
 mod replication;
 mod reply;
 mod reshard;
+mod sentinel;
 mod server;
 mod slots;
 mod wait;
@@ -47,6 +49,7 @@ mod wait;
 pub use blocking::{acquire_cmd, classify, AcquireReply, BlockedAcquire};
 pub use cluster::{Cluster, ClusterBuilder, CLUSTER_TIMEOUT};
 pub use config::Directive;
+pub use epoch::floor_now;
 pub use error::{HarnessError, Result};
 pub use fencedlock_protocol::epoch::{epoch_of, floor_at};
 pub use fencedlock_protocol::limits::EPOCH_GAP;
@@ -60,6 +63,7 @@ pub use ports::{pick_port, PORT_MAX, PORT_MIN};
 pub use replication::{wait_replica_online, SYNC_TIMEOUT};
 pub use reply::{error_text, parse_info};
 pub use reshard::SlotMigration;
+pub use sentinel::{Sentinels, DOWN_AFTER, FAILOVER_TIMEOUT, SENTINEL_FAILOVER_LIMIT, SENTINEL_MASTER};
 pub use server::{Server, ServerBuilder, START_TIMEOUT};
 pub use slots::{is_floor_key, key_in_slot, key_slot, FLOOR_KEY_PREFIX, SLOTS};
 pub use wait::poll;

@@ -1,11 +1,13 @@
-//! Faults injected under load: crashes, failover, memory pressure, a million idle lock keys to
-//! reclaim, a frozen worker process, and nodes that hang or answer late.
+//! Faults injected under load: crashes, failover, epochs across failovers and returning
+//! primaries, memory pressure, a million idle lock keys to reclaim, a frozen worker process,
+//! and nodes that hang or answer late.
 
 mod support;
 
 mod confirm_failover;
 mod crash;
 mod election;
+mod epochs;
 mod failover;
 mod handoff;
 mod memory;

@@ -1,10 +1,10 @@
 //! Fences never repeat across reloads and restarts: DEBUG RELOAD, RDB, AOF (with and without
 //! the RDB preamble, before and after BGREWRITEAOF), kill -9, and the restart grace.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::support::*;
-use harness::{epoch_of, error_text, floor_at, poll, LockStatus, Server};
+use harness::{epoch_of, error_text, floor_now, poll, LockStatus, Server};
 
 /// Lock state a test writes before a reload and checks after it.
 struct Scenario {
@@ -82,23 +82,18 @@ fn assert_epoch_jump(s: &Server, max_before: u64, before: Before) {
         epoch_of(fence) > epoch_of(max_before),
         "fence {fence} is in the epoch of {max_before}: no new epoch"
     );
-    assert!(fence > floor_at(unix_micros(before.at)), "fence {fence} is below the clock before the restart");
+    assert!(fence > before.floor, "fence {fence} is below the clock before the restart");
 }
 
-/// The server's epoch and the wall clock, read just before a restart.
+/// The server's epoch and the floor of an epoch taken now, read just before a restart.
 #[derive(Clone, Copy)]
 struct Before {
     epoch: u64,
-    at: SystemTime,
+    floor: u64,
 }
 
 fn before_restart(s: &Server) -> Before {
-    Before { epoch: s.fencedlock_counter("fencedlock_epoch"), at: SystemTime::now() }
-}
-
-/// `at` in µs since 1970.
-fn unix_micros(at: SystemTime) -> u64 {
-    at.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64)
+    Before { epoch: s.fencedlock_counter("fencedlock_epoch"), floor: floor_now() }
 }
 
 #[test]

@@ -2,10 +2,10 @@
 //! match its primary's, its leases never look shorter, and a promoted replica issues fences
 //! above everything the old primary issued, even grants it never received.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::support::*;
-use harness::{epoch_of, error_text, floor_at, poll, LockStatus, Server};
+use harness::{epoch_of, error_text, floor_now, poll, LockStatus, Server};
 
 const ACK: Duration = Duration::from_secs(5);
 
@@ -131,12 +131,10 @@ fn promotion_jumps_to_a_new_epoch() {
     }
     p.wait_for_replicas(1, ACK);
     let epoch = r.fencedlock_counter("fencedlock_epoch");
-    let promoted_at = SystemTime::now();
+    let clock_floor = floor_now();
     r.promote();
     assert!(r.fencedlock_counter("fencedlock_epoch") > epoch);
     // The new epoch starts at the wall clock of the promotion (same machine, same clock).
-    let clock_floor =
-        floor_at(promoted_at.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_micros() as u64);
     for key in ["promo:0", "promo:new"] {
         let _ = release(&r, key, b"t");
         let fence = grant(&r, key, b"u", LONG_TTL);
