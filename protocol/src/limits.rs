@@ -22,10 +22,10 @@ pub const MAX_MAX_TTL_MS: u64 = 1 << 42;
 /// Largest fence the module hands out: Redis integer replies are signed 64-bit.
 pub const MAX_FENCE: u64 = i64::MAX as u64;
 
-/// One block of the fence space. On promotion to primary and on a primary's start-up load, the
-/// module moves its fence high-water mark up by this much, so `fence / EPOCH_GAP` is the epoch a
-/// fence was issued in, and a node that missed fewer than `EPOCH_GAP` grants of its predecessor
-/// still issues fences above all of them.
+/// How far a new epoch moves the fence high-water mark when the node's wall clock is behind
+/// the mark (see [`crate::epoch`]): a node that missed fewer than `EPOCH_GAP` grants of its
+/// predecessor still issues fences above all of them. Also the headroom of a cluster slot's
+/// fence floor: one floor write covers the next `EPOCH_GAP` grants of the slot.
 pub const EPOCH_GAP: u64 = 1 << 32;
 
 /// Default of the `fencedlock.reclaim-after-ms` config: ten minutes. Long enough that an
