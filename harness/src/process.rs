@@ -1,8 +1,29 @@
-//! Signals and bounded waits on a server process.
+//! Starting a server process, signals and bounded waits on it.
 
-use std::process::{Child, ExitStatus};
+use std::ffi::OsStr;
+use std::fs::OpenOptions;
+use std::io;
+use std::path::Path;
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
+
+/// Where a server's stdout and stderr go, in its directory (start-up errors land here before
+/// its own log file exists).
+pub const STDIO_FILE: &str = "stdio.log";
+
+/// Starts `binary` with `args` in `dir`, no stdin, stdout and stderr appended to
+/// [`STDIO_FILE`] there.
+pub fn spawn(binary: &Path, args: &[&OsStr], dir: &Path) -> io::Result<Child> {
+    let stdio = OpenOptions::new().create(true).append(true).open(dir.join(STDIO_FILE))?;
+    Command::new(binary)
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(stdio.try_clone()?))
+        .stderr(Stdio::from(stdio))
+        .spawn()
+}
 
 /// Send `signal` to the child (ignored if it has already exited).
 pub fn signal(child: &Child, signal: libc::c_int) {

@@ -6,9 +6,10 @@
 //! harness port, with its own config file in its own temp dir (Sentinel rewrites the file).
 //! Every process is killed and reaped when [`Sentinels`] is dropped.
 
-use std::fs::{self, OpenOptions};
+use std::ffi::OsStr;
+use std::fs;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
@@ -18,7 +19,7 @@ use crate::config::quote;
 use crate::error::{HarnessError, Result};
 use crate::flavor::Flavor;
 use crate::ports::pick_port;
-use crate::process;
+use crate::process::{self, STDIO_FILE};
 use crate::reply::parse_info;
 use crate::server::{Server, START_TIMEOUT};
 use crate::wait::poll;
@@ -46,7 +47,6 @@ const PORT_TRIES: usize = 8;
 
 const CONF_FILE: &str = "sentinel.conf";
 const LOG_FILE: &str = "sentinel.log";
-const STDIO_FILE: &str = "stdio.log";
 
 /// One Sentinel process.
 struct Sentinel {
@@ -238,15 +238,7 @@ fn spawn_and_wait(node: &mut Sentinel, binary: &Path, primary_port: u16) -> Resu
     let dir = node.dir.path().to_path_buf();
     let conf = dir.join(CONF_FILE);
     fs::write(&conf, render(node.port, &dir, primary_port))?;
-    let stdio = OpenOptions::new().create(true).append(true).open(dir.join(STDIO_FILE))?;
-    let child = Command::new(binary)
-        .arg(&conf)
-        .arg("--sentinel")
-        .current_dir(&dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(stdio.try_clone()?))
-        .stderr(Stdio::from(stdio))
-        .spawn()?;
+    let child = process::spawn(binary, &[conf.as_os_str(), OsStr::new("--sentinel")], &dir)?;
     node.child = Some(child);
     let deadline = Instant::now() + START_TIMEOUT;
     loop {

@@ -5,9 +5,9 @@
 //! so no process outlives its test, even one that panics.
 
 use std::collections::HashMap;
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::Mutex;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ use crate::error::{HarnessError, Result};
 use crate::flavor::Flavor;
 use crate::paths::module_path;
 use crate::ports::pick_port;
-use crate::process;
+use crate::process::{self, STDIO_FILE};
 use crate::reply::parse_info;
 
 /// How long a server may take to answer PING after it is spawned (by default: see
@@ -36,7 +36,6 @@ const PORT_TRIES: usize = 8;
 
 const CONF_FILE: &str = "server.conf";
 const LOG_FILE: &str = "server.log";
-const STDIO_FILE: &str = "stdio.log";
 
 /// Configures and starts a [`Server`].
 ///
@@ -430,14 +429,7 @@ impl Server {
             config::render(self.port, &dir, &dir.join(LOG_FILE), self.module.as_deref(), &self.directives);
         let conf_path = dir.join(CONF_FILE);
         fs::write(&conf_path, conf)?;
-        let stdio = OpenOptions::new().create(true).append(true).open(dir.join(STDIO_FILE))?;
-        let child = Command::new(&self.binary)
-            .arg(&conf_path)
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(stdio.try_clone()?))
-            .stderr(Stdio::from(stdio))
-            .spawn()?;
+        let child = process::spawn(&self.binary, &[conf_path.as_os_str()], &dir)?;
         self.child = Some(child);
         match self.wait_ready() {
             Ok(()) => Ok(()),
