@@ -40,8 +40,9 @@ use crate::block;
 use crate::config::LockConfig;
 use crate::engine::{Engine, Grant};
 use crate::error::Error;
-use crate::node::{Answer, Ask, Failure, Node};
+use crate::node::{Answer, Failure, Node};
 use crate::quorum::{Phase, Vote};
+use crate::terms::Terms;
 use crate::token::Token;
 use crate::validity;
 
@@ -92,14 +93,14 @@ impl Confirm {
 }
 
 /// One non-waiting acquisition round on the engine's single node with `confirm`: ACQUIRE
-/// (with `ask`'s label and permits) and WAIT on a dedicated connection; the grant when it was confirmed,
+/// (on `terms`) and WAIT on a dedicated connection; the grant when it was confirmed,
 /// released otherwise.
 pub(crate) async fn attempt(
     engine: &Engine,
     key: &str,
     token: &Token,
     confirm: &Confirm,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Result<Grant, Error> {
     let [node] = engine.nodes.as_slice() else {
         return Err(Error::Config("confirm_replicas is for a single server".into()));
@@ -110,7 +111,8 @@ pub(crate) async fn attempt(
     }
     let mut guard = Unsettled::new(engine, key, token);
     let sent = Instant::now();
-    let answer = node.acquire_confirmed(key, token, engine.config.ttl_ms(), None, confirm, ask).await;
+    let request = terms.request(key, token, engine.config.ttl_ms());
+    let answer = node.acquire(request, None, Some(confirm)).await;
     match answer {
         Ok(Answer::Granted { fence, acked }) => match settle(node, key, token, confirm, acked).await {
             Ok(()) => {

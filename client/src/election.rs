@@ -48,7 +48,7 @@ use crate::error::Error;
 use crate::keepalive::{KeptLease, LeaseHandle};
 use crate::lease::{Attempts, Lease};
 use crate::locker::Locker;
-use crate::node::Ask;
+use crate::terms::Terms;
 
 /// The shortest time one campaign request waits in the server's queue before it is sent
 /// again; the window is the locker's [`max_wait`](crate::LockConfig::max_wait) if longer. A
@@ -152,8 +152,8 @@ impl Election {
         let lease = loop {
             let give_up = Instant::now() + window;
             let attempt = Attempts::UntilMaxWait;
-            let ask = Ask { label: Some(&label), permits: 1 };
-            match Lease::take_until(engine, &self.key, token.clone(), attempt, give_up, ask).await {
+            let terms = Terms { label: Some(&label), permits: 1 };
+            match Lease::take_until(engine, &self.key, token.clone(), attempt, give_up, terms).await {
                 Err(Error::Contended { .. }) => continue,
                 other => break other?,
             }

@@ -27,9 +27,10 @@ use crate::config::LockConfig;
 use crate::confirm::{self, Confirm};
 use crate::error::{Error, LossCause};
 use crate::fenced::{self, Fencing};
-use crate::node::{Ask, Failure, Node};
+use crate::node::{Answer, Failure, Node};
 use crate::quorum::{quorum, NodeVote, Phase, QuorumReport, Vote};
 use crate::round::{self, Stragglers};
+use crate::terms::Terms;
 use crate::token::Token;
 use crate::trailing::Trailing;
 use crate::validity;
@@ -94,19 +95,19 @@ impl Engine {
     /// before it counts as refused (Redlock's second step, see the `waiting` module).
     ///
     /// With replica confirmation configured, the round is the `confirm` module's instead.
-    /// Every ACQUIRE carries `ask`: the lease's public label, if any, and the key's permits.
+    /// Every ACQUIRE is on `terms`: the lease's public label, if any, and the key's permits.
     pub(crate) async fn attempt(
         &self,
         key: &str,
         token: &Token,
         block: Option<Duration>,
-        ask: Ask<'_>,
+        terms: Terms<'_>,
     ) -> Result<Grant, Error> {
         if let Some(confirm) = Confirm::of(self)? {
-            return confirm::attempt(self, key, token, &confirm, ask).await;
+            return confirm::attempt(self, key, token, &confirm, terms).await;
         }
         let ttl = self.config.ttl();
-        let ttl_ms = self.config.ttl_ms();
+        let request = terms.request(key, token, self.config.ttl_ms());
         let drift = self.config.drift();
         let sent = Instant::now();
         let asked: Vec<AtomicBool> = self.nodes.iter().map(|_| AtomicBool::new(false)).collect();
@@ -118,9 +119,17 @@ impl Engine {
                 return Vote::TimedOut;
             }
             asked.store(true, Ordering::Relaxed);
-            match node.acquire(key, token, ttl_ms, block, ask).await {
-                Ok(Some(fence)) => Vote::Granted { fence },
-                Ok(None) => Vote::Refused,
+            // A node that cannot wait is asked once without waiting.
+            let answer = match block {
+                Some(wait) => match node.acquire(request, Some(Instant::now() + wait), None).await {
+                    Ok(Answer::Unsupported) => node.acquire(request, None, None).await,
+                    answer => answer,
+                },
+                None => node.acquire(request, None, None).await,
+            };
+            match answer {
+                Ok(Answer::Granted { fence, .. }) => Vote::Granted { fence },
+                Ok(Answer::Nil | Answer::Unsupported) => Vote::Refused,
                 Err(failure) => failure.into_vote(),
             }
         });

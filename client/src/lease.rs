@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use crate::engine::{Engine, Grant};
 use crate::error::{Error, LossCause};
 use crate::metrics::{self, Outcome};
-use crate::node::Ask;
 use crate::quorum::QuorumReport;
+use crate::terms::Terms;
 use crate::token::Token;
 use crate::validity;
 use crate::waiting::{self, Turn};
@@ -53,17 +53,17 @@ pub(crate) enum Attempts {
 
 impl Lease {
     /// Takes a lease on `key` for `token` in rounds of `engine`, waiting on the server where
-    /// it can, and records the call's outcome and duration. Every ACQUIRE carries `ask` (a
-    /// label, a semaphore's permits; [`Ask::MUTEX`] for a plain lock).
+    /// it can, and records the call's outcome and duration. Every ACQUIRE is on `terms` (a
+    /// label, a semaphore's permits; [`Terms::MUTEX`] for a plain lock).
     pub(crate) async fn acquire(
         engine: &Arc<Engine>,
         key: &str,
         token: Token,
         attempts: Attempts,
-        ask: Ask<'_>,
+        terms: Terms<'_>,
     ) -> Result<Lease, Error> {
         let start = Instant::now();
-        let result = Lease::take(engine, key, token, attempts, ask).await;
+        let result = Lease::take(engine, key, token, attempts, terms).await;
         metrics::acquired(start, attempts == Attempts::UntilMaxWait, Outcome::of(&result));
         result
     }
@@ -78,14 +78,14 @@ impl Lease {
         key: &str,
         token: Token,
         attempts: Attempts,
-        ask: Ask<'_>,
+        terms: Terms<'_>,
     ) -> Result<Lease, Error> {
         let give_up = Instant::now() + engine.config.max_wait();
-        Lease::take_until(engine, key, token, attempts, give_up, ask).await
+        Lease::take_until(engine, key, token, attempts, give_up, terms).await
     }
 
     /// [`Lease::take`] giving up at `give_up` rather than after the configured maximum wait,
-    /// every ACQUIRE carrying `ask`: the public label, if any (an election's candidate: the
+    /// every ACQUIRE on `terms`: the public label, if any (an election's candidate: the
     /// label is the leader's name, and `STATUS` shows it while the lease is held), and the
     /// key's permits (a semaphore's).
     pub(crate) async fn take_until(
@@ -94,7 +94,7 @@ impl Lease {
         token: Token,
         attempts: Attempts,
         give_up: Instant,
-        ask: Ask<'_>,
+        terms: Terms<'_>,
     ) -> Result<Lease, Error> {
         let mut claim =
             Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false, waited: false };
@@ -106,7 +106,7 @@ impl Lease {
             let waits = attempts == Attempts::UntilMaxWait && Instant::now() < give_up;
             let turn = if waits {
                 claim.waited = true;
-                waiting::take_turn(engine, key, &claim.token, give_up, ask).await
+                waiting::take_turn(engine, key, &claim.token, give_up, terms).await
             } else {
                 Turn::Poll
             };
@@ -119,16 +119,16 @@ impl Lease {
                     // Not-awaited waiting requests of the round are closed as it ends, and the
                     // round's release may reach a node before the close does: stay armed.
                     let block = Some(engine.config.node_timeout());
-                    let result = engine.attempt(key, &claim.token, block, ask).await;
+                    let result = engine.attempt(key, &claim.token, block, terms).await;
                     (result, true, false)
                 }
-                Turn::Poll => (engine.attempt(key, &claim.token, None, ask).await, false, false),
+                Turn::Poll => (engine.attempt(key, &claim.token, None, terms).await, false, false),
                 Turn::TimedOut if engine.nodes.len() == 1 => {
                     (Err(Error::Contended { key: key.to_owned() }), false, true)
                 }
                 // Redlock: the designated node kept us waiting to the end; one last plain round
                 // tells how every node stands (and may still be granted).
-                Turn::TimedOut => (engine.attempt(key, &claim.token, None, ask).await, false, true),
+                Turn::TimedOut => (engine.attempt(key, &claim.token, None, terms).await, false, true),
                 Turn::Failed { error, may_hold } => (Err(error), may_hold, false),
             };
             let err = match result {

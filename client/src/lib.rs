@@ -209,6 +209,7 @@ mod redact;
 mod redlock;
 mod round;
 mod semaphore;
+mod terms;
 mod token;
 mod trailing;
 mod transient;

@@ -9,8 +9,9 @@ use crate::error::Error;
 use crate::fenced::Fencing;
 use crate::keepalive::{self, LeaseHandle};
 use crate::lease::{Attempts, Lease};
-use crate::node::{Ask, Node};
+use crate::node::Node;
 use crate::policy::{self, Acquisition};
+use crate::terms::Terms;
 use crate::token::Token;
 
 /// Takes leases from one server, or from one Redis Cluster (the key's slot owner).
@@ -54,7 +55,7 @@ impl Locker {
 
     /// One attempt: [`Error::Contended`] if another token holds the key.
     pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once, Ask::MUTEX).await
+        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once, Terms::MUTEX).await
     }
 
     /// Waits until granted, a non-retryable error occurs, or the configured maximum wait
@@ -66,8 +67,14 @@ impl Locker {
     /// [`max_blocking`](crate::LockConfigBuilder::max_blocking)`(0)`, it polls with jittered
     /// backoff. Cancel-safe: dropping the future leaves no lease and no queued waiter behind.
     pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::UntilMaxWait, Ask::MUTEX)
-            .await
+        Lease::acquire(
+            &self.engine,
+            key,
+            self.engine.config.new_token(),
+            Attempts::UntilMaxWait,
+            Terms::MUTEX,
+        )
+        .await
     }
 
     /// [`acquire`](Self::acquire) under the declared failure policy
@@ -80,7 +87,7 @@ impl Locker {
     /// result is `Ok(`[`Acquisition::Unlocked`]`)`, with a warning logged and the outcome
     /// counted ([`metrics::UNLOCKED`](crate::metrics::UNLOCKED)). Unlocked work has no fence.
     pub async fn acquire_with_policy(&self, key: &str) -> Result<Acquisition, Error> {
-        policy::acquire(&self.engine, key, Ask::MUTEX).await
+        policy::acquire(&self.engine, key, Terms::MUTEX).await
     }
 
     /// Runs `work` under a kept-alive lease on `key`, then releases it.
@@ -99,7 +106,7 @@ impl Locker {
     /// restarted. ACQUIRE is idempotent for the holder: if `token` still holds the lease, the
     /// same fence is returned and the lease restarts for a full ttl.
     pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, token.clone(), Attempts::Once, Ask::MUTEX).await
+        Lease::acquire(&self.engine, key, token.clone(), Attempts::Once, Terms::MUTEX).await
     }
 
     /// Waits for the releases still finishing in the background: those to nodes that had not

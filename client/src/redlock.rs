@@ -10,8 +10,9 @@ use crate::fenced::Fencing;
 use crate::keepalive::{self, LeaseHandle};
 use crate::lease::{Attempts, Lease};
 use crate::locker::Locker;
-use crate::node::{Ask, Node};
+use crate::node::Node;
 use crate::policy::{self, Acquisition};
+use crate::terms::Terms;
 use crate::token::Token;
 
 /// Takes leases by majority vote of N independent masters (Redlock), with a fence that
@@ -84,7 +85,7 @@ impl Redlock {
     /// One acquisition round. On failure every node is asked to release, and the error
     /// ([`Error::QuorumNotReached`]) reports how each node voted.
     pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once, Ask::MUTEX).await
+        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once, Terms::MUTEX).await
     }
 
     /// Waits in the key's designated master's queue, then takes the majority in a round
@@ -95,8 +96,14 @@ impl Redlock {
     /// jittered backoff. Cancel-safe: dropping the future leaves no lease behind on any node
     /// and no waiter in any queue.
     pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::UntilMaxWait, Ask::MUTEX)
-            .await
+        Lease::acquire(
+            &self.engine,
+            key,
+            self.engine.config.new_token(),
+            Attempts::UntilMaxWait,
+            Terms::MUTEX,
+        )
+        .await
     }
 
     /// [`acquire`](Self::acquire) under the declared failure policy
@@ -110,7 +117,7 @@ impl Redlock {
     /// `Ok(`[`Acquisition::Unlocked`]`)` (no fence, a warning logged) under
     /// [`OnUnavailable::FailOpen`](crate::OnUnavailable::FailOpen).
     pub async fn acquire_with_policy(&self, key: &str) -> Result<Acquisition, Error> {
-        policy::acquire(&self.engine, key, Ask::MUTEX).await
+        policy::acquire(&self.engine, key, Terms::MUTEX).await
     }
 
     /// Runs `work` under a kept-alive lease on `key` and releases it afterwards.
@@ -129,7 +136,7 @@ impl Redlock {
     /// that restarted. ACQUIRE is idempotent for the holder: if `token` still holds the lease,
     /// the same fence is returned and the lease restarts for a full ttl.
     pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, token.clone(), Attempts::Once, Ask::MUTEX).await
+        Lease::acquire(&self.engine, key, token.clone(), Attempts::Once, Terms::MUTEX).await
     }
 
     /// Waits for the releases still finishing in the background: those to nodes that had not

@@ -40,8 +40,8 @@ use crate::election::check_label;
 use crate::error::Error;
 use crate::lease::{Attempts, Lease};
 use crate::locker::Locker;
-use crate::node::Ask;
 use crate::policy::{self, Acquisition};
+use crate::terms::Terms;
 
 /// A fenced semaphore on one key of a [`Locker`]'s server: up to `permits` holders at once.
 ///
@@ -102,7 +102,7 @@ impl Semaphore {
     /// wait for one: nobody barges).
     pub async fn try_acquire(&self) -> Result<Lease, Error> {
         let engine = self.locker.engine();
-        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::Once, self.ask()).await
+        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::Once, self.terms()).await
     }
 
     /// Waits for a permit up to the locker's [`max_wait`](crate::LockConfig::max_wait), in
@@ -112,13 +112,14 @@ impl Semaphore {
     /// queued waiter behind.
     pub async fn acquire(&self) -> Result<Lease, Error> {
         let engine = self.locker.engine();
-        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::UntilMaxWait, self.ask()).await
+        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::UntilMaxWait, self.terms())
+            .await
     }
 
     /// [`acquire`](Self::acquire) under the locker's declared failure policy, as
     /// [`Locker::acquire_with_policy`]: busy permits are never "unlocked".
     pub async fn acquire_with_policy(&self) -> Result<Acquisition, Error> {
-        policy::acquire(self.locker.engine(), &self.key, self.ask()).await
+        policy::acquire(self.locker.engine(), &self.key, self.terms()).await
     }
 
     /// The key's permits and unexpired holders (each one's fence, time left and label; never
@@ -132,8 +133,8 @@ impl Semaphore {
         &self.locker
     }
 
-    fn ask(&self) -> Ask<'_> {
-        Ask { label: self.label.as_deref(), permits: self.permits }
+    fn terms(&self) -> Terms<'_> {
+        Terms { label: self.label.as_deref(), permits: self.permits }
     }
 }
 

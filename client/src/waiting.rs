@@ -44,8 +44,9 @@ use crate::block;
 use crate::confirm::{self, Confirm, Unconfirmed};
 use crate::engine::{Engine, Grant};
 use crate::error::Error;
-use crate::node::{Answer, Ask, Failure, Node, Waited};
+use crate::node::{Answer, Failure, Node};
 use crate::quorum::{Phase, Vote};
+use crate::terms::Terms;
 use crate::token::Token;
 use crate::validity;
 
@@ -73,22 +74,22 @@ pub(crate) enum Turn {
 }
 
 /// One waiting step for `token` on `key`, waiting on the server until `until` at most; a
-/// grant carries `ask` (label and permits).
+/// grant is on `terms` (label and permits).
 pub(crate) async fn take_turn(
     engine: &Engine,
     key: &str,
     token: &Token,
     until: Instant,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Turn {
     let confirm = match Confirm::of(engine) {
         Ok(confirm) => confirm,
         Err(error) => return Turn::Failed { error, may_hold: false },
     };
     match (engine.nodes.as_slice(), confirm) {
-        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm, ask).await,
-        ([node], None) => single(engine, node, key, token, until, ask).await,
-        (nodes, _) => reserve(engine, nodes, key, token, until, ask).await,
+        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm, terms).await,
+        ([node], None) => single(engine, node, key, token, until, terms).await,
+        (nodes, _) => reserve(engine, nodes, key, token, until, terms).await,
     }
 }
 
@@ -101,13 +102,11 @@ async fn confirmed(
     token: &Token,
     until: Instant,
     confirm: &Confirm,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Turn {
-    if !node.may_block() {
-        return Turn::Poll;
-    }
     let sent = Instant::now();
-    match node.acquire_confirmed(key, token, engine.config.ttl_ms(), Some(until), confirm, ask).await {
+    let request = terms.request(key, token, engine.config.ttl_ms());
+    match node.acquire(request, Some(until), Some(confirm)).await {
         Ok(Answer::Granted { fence, acked }) => match confirm::settle(node, key, token, confirm, acked).await
         {
             Ok(()) => match anchor(engine, key, token, fence, sent).await {
@@ -129,19 +128,16 @@ async fn single(
     key: &str,
     token: &Token,
     until: Instant,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Turn {
-    if !node.may_block() {
-        return Turn::Poll;
-    }
     let sent = Instant::now();
-    match node.acquire_blocking(key, token, engine.config.ttl_ms(), until, ask).await {
-        Ok(Waited::Granted(fence)) => match anchor(engine, key, token, fence, sent).await {
+    match node.acquire(terms.request(key, token, engine.config.ttl_ms()), Some(until), None).await {
+        Ok(Answer::Granted { fence, .. }) => match anchor(engine, key, token, fence, sent).await {
             Ok(grant) => Turn::Granted(grant),
             Err(error) => Turn::Failed { error, may_hold: true },
         },
-        Ok(Waited::TimedOut) => Turn::TimedOut,
-        Ok(Waited::Unsupported) => Turn::Poll,
+        Ok(Answer::Nil) => Turn::TimedOut,
+        Ok(Answer::Unsupported) => Turn::Poll,
         Err(failure) => failed(node, failure),
     }
 }
@@ -189,7 +185,7 @@ async fn reserve(
     key: &str,
     token: &Token,
     until: Instant,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Turn {
     // Once this many candidates failed, too few nodes are left for a majority anyway.
     let candidates = nodes.len() - engine.quorum() + 1;
@@ -210,11 +206,11 @@ async fn reserve(
             );
             continue;
         }
-        let wait = node.acquire_blocking(key, token, engine.config.ttl_ms(), until, ask);
+        let wait = node.acquire(terms.request(key, token, engine.config.ttl_ms()), Some(until), None);
         match watched(node, wait).await {
-            Ok(Waited::Granted(_)) => return Turn::Reserved,
-            Ok(Waited::TimedOut) => return Turn::TimedOut,
-            Ok(Waited::Unsupported) => return Turn::Poll,
+            Ok(Answer::Granted { .. }) => return Turn::Reserved,
+            Ok(Answer::Nil) => return Turn::TimedOut,
+            Ok(Answer::Unsupported) => return Turn::Poll,
             Err(failure) => match failed(node, failure) {
                 Turn::Failed { error, may_hold } => {
                     if may_hold {
@@ -234,8 +230,8 @@ async fn reserve(
 /// soon as the node stops answering pings on its shared connection.
 async fn watched(
     node: &Node,
-    wait: impl Future<Output = Result<Waited, Failure>>,
-) -> Result<Waited, Failure> {
+    wait: impl Future<Output = Result<Answer, Failure>>,
+) -> Result<Answer, Failure> {
     let watchdog = async {
         loop {
             match node.ping().await {
