@@ -9,7 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Engine, Grant};
+use crate::confirm;
+use crate::engine::{Engine, Grant, Topology};
 use crate::error::{Error, LossCause};
 use crate::metrics::{self, Outcome};
 use crate::quorum::QuorumReport;
@@ -119,16 +120,16 @@ impl Lease {
                     // Not-awaited waiting requests of the round are closed as it ends, and the
                     // round's release may reach a node before the close does: stay armed.
                     let block = Some(engine.config.node_timeout());
-                    let result = engine.attempt(key, &claim.token, block, terms).await;
+                    let result = attempt(engine, key, &claim.token, block, terms).await;
                     (result, true, false)
                 }
-                Turn::Poll => (engine.attempt(key, &claim.token, None, terms).await, false, false),
+                Turn::Poll => (attempt(engine, key, &claim.token, None, terms).await, false, false),
                 Turn::TimedOut if engine.nodes.len() == 1 => {
                     (Err(Error::Contended { key: key.to_owned() }), false, true)
                 }
                 // Redlock: the designated node kept us waiting to the end; one last plain round
                 // tells how every node stands (and may still be granted).
-                Turn::TimedOut => (engine.attempt(key, &claim.token, None, terms).await, false, true),
+                Turn::TimedOut => (attempt(engine, key, &claim.token, None, terms).await, false, true),
                 Turn::Failed { error, may_hold } => (Err(error), may_hold, false),
             };
             let err = match result {
@@ -278,6 +279,23 @@ impl Lease {
         let config = &self.claim.engine.config;
         let window = config.ttl().saturating_sub(config.drift());
         self.deadline.checked_sub(window).map_or(self.deadline, |sent| sent + config.renew_interval())
+    }
+}
+
+/// One acquisition round as the engine's topology runs it: replica-confirmed (which never
+/// waits on the server, so `block` does not apply) or the plain round.
+async fn attempt(
+    engine: &Engine,
+    key: &str,
+    token: &Token,
+    block: Option<Duration>,
+    terms: Terms<'_>,
+) -> Result<Grant, Error> {
+    match engine.topology {
+        Topology::Single { confirm: Some(confirm) } => {
+            confirm::attempt(engine, key, token, &confirm, terms).await
+        }
+        _ => engine.attempt(key, token, block, terms).await,
     }
 }
 

@@ -207,6 +207,7 @@ mod policy;
 mod quorum;
 mod redact;
 mod redlock;
+mod replicas;
 mod round;
 mod semaphore;
 mod terms;
@@ -218,7 +219,8 @@ mod waiting;
 
 pub use backoff::Backoff;
 pub use config::{
-    LockConfig, LockConfigBuilder, OnUnavailable, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_MAX_BLOCKING, MAX_TTL,
+    LockConfig, LockConfigBuilder, OnUnavailable, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_MAX_BLOCKING,
+    DEFAULT_NODE_TIMEOUT, MAX_TTL,
 };
 pub use election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW, MIN_POLL_INTERVAL};
 pub use error::{Error, LossCause};
@@ -228,7 +230,7 @@ pub use fencedlock_protocol::{LockStatus, PermitStatus, ReplyError, SemaphoreSta
 pub use keepalive::{KeptLease, LeaseHandle};
 pub use lease::Lease;
 pub use locker::Locker;
-pub use node::{Node, DEFAULT_NODE_TIMEOUT};
+pub use node::Node;
 pub use policy::Acquisition;
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell

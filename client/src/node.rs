@@ -24,18 +24,12 @@ use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
 use tokio::sync::Mutex;
 
 use crate::block::{self, Pool};
-use crate::config::DEFAULT_MAX_BLOCKING;
-use crate::confirm::Confirm;
+use crate::config::{DEFAULT_MAX_BLOCKING, DEFAULT_NODE_TIMEOUT};
 use crate::error::Error;
 use crate::quorum::Vote;
 use crate::redact;
+use crate::replicas::Confirm;
 use crate::token::Token;
-
-/// The per-node timeout of a new [`Node`] and of a default [`LockConfig`](crate::LockConfig):
-/// long enough for a healthy server's answer, short enough that a stopped one costs a Redlock
-/// round little. A [`Locker`](crate::Locker) or [`Redlock`](crate::Redlock) applies its
-/// configured timeout to its nodes.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A lock server (or a Redis Cluster) the client talks to.
 ///

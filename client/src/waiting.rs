@@ -41,14 +41,13 @@ use std::time::{Duration, Instant};
 use fencedlock_protocol::ReplyError;
 
 use crate::block;
-use crate::confirm::{self, Confirm, Unconfirmed};
-use crate::engine::{Engine, Grant};
+use crate::confirm::{self, Unconfirmed};
+use crate::engine::{Engine, Grant, Topology};
 use crate::error::Error;
 use crate::node::{Answer, Failure, Node};
-use crate::quorum::{Phase, Vote};
+use crate::replicas::Confirm;
 use crate::terms::Terms;
 use crate::token::Token;
-use crate::validity;
 
 /// How often a Redlock waiter checks that the node it waits on still answers.
 pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -82,14 +81,15 @@ pub(crate) async fn take_turn(
     until: Instant,
     terms: Terms<'_>,
 ) -> Turn {
-    let confirm = match Confirm::of(engine) {
-        Ok(confirm) => confirm,
-        Err(error) => return Turn::Failed { error, may_hold: false },
-    };
-    match (engine.nodes.as_slice(), confirm) {
-        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm, terms).await,
-        ([node], None) => single(engine, node, key, token, until, terms).await,
-        (nodes, _) => reserve(engine, nodes, key, token, until, terms).await,
+    match (engine.nodes.as_slice(), engine.topology) {
+        ([node], Topology::Single { confirm: Some(confirm) }) => {
+            confirmed(engine, node, key, token, until, &confirm, terms).await
+        }
+        ([node], Topology::Single { confirm: None }) => single(engine, node, key, token, until, terms).await,
+        (nodes, Topology::Quorum { .. }) => reserve(engine, nodes, key, token, until, terms).await,
+        (_, Topology::Refused(why)) => Turn::Failed { error: Error::Config(why.into()), may_hold: false },
+        // A topology is decided from the nodes: a single one is never a quorum's.
+        (_, Topology::Single { .. }) => Turn::Poll,
     }
 }
 
@@ -152,11 +152,7 @@ async fn anchor(
     sent: Instant,
 ) -> Result<Grant, Error> {
     let (ttl, drift) = (engine.config.ttl(), engine.config.drift());
-    let granted = |from: Instant| Grant {
-        fence,
-        deadline: validity::deadline(from, ttl, drift),
-        report: engine.report(key, Phase::Acquire, vec![Vote::Granted { fence }], from, ttl, drift),
-    };
+    let granted = |from: Instant| engine.single_grant(key, fence, from);
     let grant = granted(sent);
     if !needs_anchor(grant.report.elapsed, ttl.saturating_sub(drift)) {
         return Ok(grant);
