@@ -19,7 +19,7 @@
 //! - [`Lease`]: key, fence, 128-bit random token, validity on the local monotonic clock
 //!   measured from *before* the request minus clock drift; [`Lease::ensure_valid`],
 //!   [`Lease::renew`], [`Lease::release`].
-//! - [`Locker::renew_token`] / [`Locker::release_token`] (and the [`Redlock`] equivalents):
+//! - [`Locker::renew_token`] / [`Locker::release_token`] (on a [`Redlock`] too):
 //!   renew or end a lease known only by its token, e.g. one handed over by another process.
 //! - [`KeptLease`] / [`LeaseHandle`]: background renewal at ttl / 3 that cancels a
 //!   [`CancellationToken`](tokio_util::sync::CancellationToken) on the first failed renewal;
@@ -47,7 +47,7 @@
 //!
 //! # Waiting for a busy lock
 //!
-//! [`Locker::acquire`] and [`Redlock::acquire`] wait *on the server*
+//! [`Locker::acquire`] (a [`Redlock`]'s too) waits *on the server*
 //! (`FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms`, `ms` the time left of the maximum wait):
 //! the server queues waiters per key in arrival order and hands the lease to the head of the
 //! queue the moment it ends (release, expiry at the holder's deadline, deletion), so a waiter
@@ -126,7 +126,7 @@
 //! not confirm) from "someone holds it" ([`Error::Contended`], or a Redlock round with a
 //! refusal) and from mistakes (configuration, `NOPERM`, `WRONGTYPE`). What to do then is
 //! decided in advance, per locker, with [`LockConfigBuilder::on_unavailable`], and applied by
-//! [`Locker::acquire_with_policy`] / [`Redlock::acquire_with_policy`]:
+//! [`Locker::acquire_with_policy`] (a [`Redlock`]'s too):
 //!
 //! - [`OnUnavailable::FailClosed`] (default): the error is returned and the work does not
 //!   run. Right for work that nothing else protects: a duplicate run is the harm.
@@ -206,7 +206,6 @@ mod node;
 mod policy;
 mod quorum;
 mod redact;
-mod redlock;
 mod replicas;
 mod round;
 mod semaphore;
@@ -229,13 +228,12 @@ pub use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN}
 pub use fencedlock_protocol::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus, StatusError};
 pub use keepalive::{KeptLease, LeaseHandle};
 pub use lease::Lease;
-pub use locker::Locker;
+pub use locker::{Locker, Redlock};
 pub use node::Node;
 pub use policy::Acquisition;
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell
 // server errors apart: callers match on the very `redis` version this crate was built with.
 pub use redis;
-pub use redlock::Redlock;
 pub use semaphore::Semaphore;
 pub use token::{Token, TokenFormat, TOKEN_BYTES};

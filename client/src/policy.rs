@@ -12,7 +12,7 @@ use crate::metrics::{self, Outcome};
 use crate::terms::Terms;
 
 /// The result of [`Locker::acquire_with_policy`](crate::Locker::acquire_with_policy) or
-/// [`Redlock::acquire_with_policy`](crate::Redlock::acquire_with_policy): a lease, or (only
+/// [`Redlock`](crate::Redlock)'s: a lease, or (only
 /// under [`OnUnavailable::FailOpen`], only when the lock service could not answer) explicit
 /// permission to run without one.
 ///
