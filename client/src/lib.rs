@@ -13,9 +13,15 @@
 //!
 //! - [`Locker`]: leases from one server (or a Redis Cluster, routed by key); `acquire` waits
 //!   in the server's queue and is handed the lease at the release (see *Waiting* below).
-//! - [`Redlock`]: leases by majority of N independent masters, with **fenced Redlock** by
-//!   default: a fence that increases across successive grants even though they come from
-//!   different majorities (see [`Fencing`] for the raise step and its safety argument).
+//! - [`Redlock`]: the same locker built over N independent masters, taking leases by
+//!   majority, with **fenced Redlock** by default: a fence that increases across successive
+//!   grants even though they come from different majorities (see [`Fencing`] for the raise
+//!   step and its safety argument). Every lease method is the [`Locker`]'s.
+//!
+//! Inside, one engine runs every lease; which way (one server, with or without replica
+//! confirmation, or a quorum, with or without the raise step) is decided once, when the
+//! locker is built. Every ACQUIRE is the protocol crate's `Acquire` request, built in one
+//! place from the lease's terms (label, permits) and sent through one entry point per server.
 //! - [`Lease`]: key, fence, 128-bit random token, validity on the local monotonic clock
 //!   measured from *before* the request minus clock drift; [`Lease::ensure_valid`],
 //!   [`Lease::renew`], [`Lease::release`].
@@ -191,7 +197,6 @@
 #![warn(missing_docs)]
 
 mod backoff;
-mod block;
 mod config;
 mod confirm;
 mod election;
@@ -204,6 +209,7 @@ mod locker;
 pub mod metrics;
 mod node;
 mod policy;
+mod pool;
 mod quorum;
 mod redact;
 mod replicas;

@@ -9,7 +9,7 @@
 //! it, so no error can carry a lease token.
 //!
 //! A request that waits on the server (`FENCEDLOCK.ACQUIRE … BLOCK`) never uses that shared
-//! connection: it runs on a dedicated one from the node's [`block::Pool`] (for a cluster, a
+//! connection: it runs on a dedicated one from the node's [`pool::Pool`] (for a cluster, a
 //! cluster connection of its own, which routes by key and follows the slot like the shared
 //! one), so a waiter cannot hold back renewals or anything else.
 
@@ -23,9 +23,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
 use tokio::sync::Mutex;
 
-use crate::block::{self, Pool};
 use crate::config::{DEFAULT_MAX_BLOCKING, DEFAULT_NODE_TIMEOUT};
 use crate::error::Error;
+use crate::pool::{self, Pool};
 use crate::quorum::Vote;
 use crate::redact;
 use crate::replicas::Confirm;
@@ -40,7 +40,7 @@ pub struct Node {
     transport: Transport,
     timeout: Duration,
     /// Dedicated connections for requests that wait on the server.
-    blocking: Pool<Dedicated>,
+    pool: Pool<Dedicated>,
 }
 
 enum Transport {
@@ -116,7 +116,7 @@ impl Node {
                 slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
-            blocking: Pool::new(DEFAULT_MAX_BLOCKING),
+            pool: Pool::new(DEFAULT_MAX_BLOCKING),
         })
     }
 
@@ -136,7 +136,7 @@ impl Node {
                 slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
-            blocking: Pool::new(DEFAULT_MAX_BLOCKING),
+            pool: Pool::new(DEFAULT_MAX_BLOCKING),
         })
     }
 
@@ -150,18 +150,18 @@ impl Node {
     /// connection of its own; `0`: none). Lockers apply their configured
     /// [`max_blocking`](crate::LockConfigBuilder::max_blocking).
     pub(crate) fn with_max_blocking(mut self, limit: usize) -> Node {
-        self.blocking = Pool::new(limit);
+        self.pool = Pool::new(limit);
         self
     }
 
     /// Whether a request should wait on this node rather than poll it (see [`Pool::may_block`]).
     pub(crate) fn may_block(&self) -> bool {
-        self.blocking.may_block()
+        self.pool.may_block()
     }
 
     /// The node's pool of waiting connections, for what Redlock remembers about it.
-    pub(crate) fn waiting(&self) -> &Pool<Dedicated> {
-        &self.blocking
+    pub(crate) fn pool(&self) -> &Pool<Dedicated> {
+        &self.pool
     }
 
     /// Whether this is a Redis Cluster (whose connection routes `WAIT` to every primary).
@@ -252,10 +252,10 @@ impl Node {
                 let fence: Option<u64> = self.query(&command(&request), Some(request.token)).await?;
                 Ok(fence.map_or(Answer::Nil, |fence| Answer::Granted { fence, acked: None }))
             }
-            (Some(_), _) if !self.blocking.may_block() => Ok(Answer::Unsupported),
+            (Some(_), _) if !self.pool.may_block() => Ok(Answer::Unsupported),
             (until, confirm) => {
-                let permit_until = until.unwrap_or_else(|| Instant::now() + self.timeout);
-                self.acquire_dedicated(request, until, permit_until, confirm).await
+                let checkout_until = until.unwrap_or_else(|| Instant::now() + self.timeout);
+                self.acquire_dedicated(request, until, checkout_until, confirm).await
             }
         }
     }
@@ -268,23 +268,22 @@ impl Node {
         &self,
         request: Acquire<'_>,
         block: Option<Instant>,
-        permit_until: Instant,
+        checkout_until: Instant,
         confirm: Option<&Confirm>,
     ) -> Result<Answer, Failure> {
-        let Some(_permit) = self.blocking.permit(permit_until).await else {
+        let Some(_checkout) = self.pool.check_out(checkout_until).await else {
             // Waiting for the server: nothing granted by the deadline. Not waiting: the node's
             // waiting connections are all busy, which the caller sees as a slow node.
             return if block.is_some() { Ok(Answer::Nil) } else { Err(Failure::TimedOut) };
         };
-        let mut idle = self.blocking.take_idle();
+        let mut idle = self.pool.take_idle();
         loop {
             let reused = idle.is_some();
             let mut conn = match idle.take() {
                 Some(conn) => conn,
                 None => self.dedicated().await.map_err(|e| self.failure(e, Some(request.token)))?,
             };
-            let block_ms =
-                block.map(|until| block::block_ms(until.saturating_duration_since(Instant::now())));
+            let block_ms = block.map(|until| pool::block_ms(until.saturating_duration_since(Instant::now())));
             let cmd = command(&Acquire { block_ms, ..request });
             let answer =
                 block_ms.map_or(self.timeout, |ms| Duration::from_millis(ms).saturating_add(self.timeout));
@@ -297,7 +296,7 @@ impl Node {
             match reply {
                 Ok(Some(fence)) => {
                     if block.is_some() {
-                        self.blocking.mark_supported();
+                        self.pool.mark_supported();
                     }
                     let acked = match confirm {
                         Some(confirm) => Some(self.wait_replicas(&mut conn, confirm).await),
@@ -307,26 +306,26 @@ impl Node {
                     // close it.
                     let in_step = match &acked {
                         None | Some(Ok(_)) => true,
-                        Some(Err(Failure::Redis(e))) => block::is_reply(e),
+                        Some(Err(Failure::Redis(e))) => pool::is_reply(e),
                         Some(Err(Failure::TimedOut)) => false,
                     };
                     if in_step {
-                        self.blocking.give_back(conn);
+                        self.pool.give_back(conn);
                     }
                     return Ok(Answer::Granted { fence, acked });
                 }
                 Ok(None) => {
                     if block.is_some() {
-                        self.blocking.mark_supported();
+                        self.pool.mark_supported();
                     }
-                    self.blocking.give_back(conn);
+                    self.pool.give_back(conn);
                     return Ok(Answer::Nil);
                 }
-                Err(e) if block::is_reply(&e) => {
+                Err(e) if pool::is_reply(&e) => {
                     // The server answered: the connection is in step and no waiter is queued.
-                    self.blocking.give_back(conn);
-                    if block.is_some() && block::lacks_block(&e) {
-                        self.blocking.mark_unsupported(&self.name);
+                    self.pool.give_back(conn);
+                    if block.is_some() && pool::lacks_block(&e) {
+                        self.pool.mark_unsupported(&self.name);
                         return Ok(Answer::Unsupported);
                     }
                     return Err(Failure::Redis(redact::error(e, Some(request.token))));

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use redis::Cmd;
 
-use crate::block;
 use crate::config::LockConfig;
+use crate::pool;
 
 /// How many replicas must confirm a grant, and for how long to wait for them.
 #[derive(Debug, Clone, Copy)]
@@ -37,7 +37,7 @@ impl Confirm {
     /// (which would wait forever).
     pub(crate) fn command(&self) -> Cmd {
         let mut cmd = redis::cmd("WAIT");
-        cmd.arg(self.replicas).arg(block::block_ms(self.timeout));
+        cmd.arg(self.replicas).arg(pool::block_ms(self.timeout));
         cmd
     }
 }

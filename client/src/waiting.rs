@@ -25,7 +25,7 @@
 //! A designated node that cannot queue us (unreachable, silent, refusing) is passed over for
 //! the next in the ranking — every client that sees the same failure picks the same node —
 //! and one that did not answer is passed over for a while
-//! ([`PASS_OVER_FOR`](crate::block::PASS_OVER_FOR)) before it is tried first again. A node
+//! ([`PASS_OVER_FOR`](crate::pool::PASS_OVER_FOR)) before it is tried first again. A node
 //! that answers nothing while we wait on it would stall everyone who queued there, so it is
 //! watched: a `PING` on its shared connection at once and then every [`WATCH_EVERY`]; a ping
 //! without an answer within the node timeout abandons the wait (closing its connection) for
@@ -40,11 +40,11 @@ use std::time::{Duration, Instant};
 
 use fencedlock_protocol::ReplyError;
 
-use crate::block;
 use crate::confirm::{self, Unconfirmed};
 use crate::engine::{Engine, Grant, Topology};
 use crate::error::Error;
 use crate::node::{Answer, Failure, Node};
+use crate::pool;
 use crate::replicas::Confirm;
 use crate::terms::Terms;
 use crate::token::Token;
@@ -188,7 +188,7 @@ async fn reserve(
     let ranked = ranking(key, nodes.iter().map(Node::name));
     // A node that recently failed to queue anyone is passed over while a later one has not.
     let (fresh, passed_over): (Vec<usize>, Vec<usize>) =
-        ranked.into_iter().take(candidates).partition(|&i| !nodes[i].waiting().recently_failed());
+        ranked.into_iter().take(candidates).partition(|&i| !nodes[i].pool().recently_failed());
     for i in fresh.into_iter().chain(passed_over) {
         let node = &nodes[i];
         if !node.may_block() {
@@ -210,7 +210,7 @@ async fn reserve(
             Err(failure) => match failed(node, failure) {
                 Turn::Failed { error, may_hold } => {
                     if may_hold {
-                        node.waiting().mark_failed();
+                        node.pool().mark_failed();
                     }
                     // Whatever it may have granted is released by the rounds that follow.
                     tracing::debug!(key, node = node.name(), %error, "cannot wait on this node; trying the next");
@@ -233,7 +233,7 @@ async fn watched(
             match node.ping().await {
                 // Any answer, an error reply included (an ACL without PING), is a sign of life.
                 Ok(()) => {}
-                Err(Failure::Redis(e)) if block::is_reply(&e) => {}
+                Err(Failure::Redis(e)) if pool::is_reply(&e) => {}
                 Err(failure) => return failure,
             }
             tokio::time::sleep(WATCH_EVERY).await;
@@ -250,7 +250,7 @@ async fn watched(
 fn failed(node: &Node, failure: Failure) -> Turn {
     // An error reply means the server answered, so nothing was granted; anything else
     // (no answer, a broken connection) leaves that open.
-    let may_hold = !matches!(&failure, Failure::Redis(e) if block::is_reply(e));
+    let may_hold = !matches!(&failure, Failure::Redis(e) if pool::is_reply(e));
     let error = node.error("ACQUIRE", failure);
     if error.reply_error() == Some(ReplyError::WaitInterrupted) {
         return Turn::Again;
