@@ -151,7 +151,7 @@ impl Election {
             let give_up = Instant::now() + window;
             let attempt = Attempts::UntilMaxWait;
             let terms = Terms { label: Some(&label), permits: 1 };
-            match Lease::take_until(engine, &self.key, token.clone(), attempt, give_up, terms).await {
+            match Lease::take(engine, &self.key, token.clone(), attempt, give_up, terms).await {
                 Err(Error::Contended { .. }) => continue,
                 other => break other?,
             }

@@ -64,32 +64,21 @@ impl Lease {
         terms: Terms<'_>,
     ) -> Result<Lease, Error> {
         let start = Instant::now();
-        let result = Lease::take(engine, key, token, attempts, terms).await;
+        let give_up = start + engine.config.max_wait();
+        let result = Lease::take(engine, key, token, attempts, give_up, terms).await;
         metrics::acquired(start, attempts == Attempts::UntilMaxWait, Outcome::of(&result));
         result
     }
 
     /// [`Lease::acquire`] without recording the call (the failure policy records its own
-    /// outcome); each failed attempt is counted.
+    /// outcome; an election's campaign is no acquisition to time), giving up at `give_up`;
+    /// each failed attempt is counted. Every ACQUIRE is on `terms`: the public label, if any
+    /// (an election's candidate: the label is the leader's name, and `STATUS` shows it while
+    /// the lease is held), and the key's permits (a semaphore's).
     ///
     /// One token serves every round of the call: ACQUIRE is idempotent for its holder, so a
     /// node that granted in a round whose reply (or release) was lost simply grants again.
     pub(crate) async fn take(
-        engine: &Arc<Engine>,
-        key: &str,
-        token: Token,
-        attempts: Attempts,
-        terms: Terms<'_>,
-    ) -> Result<Lease, Error> {
-        let give_up = Instant::now() + engine.config.max_wait();
-        Lease::take_until(engine, key, token, attempts, give_up, terms).await
-    }
-
-    /// [`Lease::take`] giving up at `give_up` rather than after the configured maximum wait,
-    /// every ACQUIRE on `terms`: the public label, if any (an election's candidate: the
-    /// label is the leader's name, and `STATUS` shows it while the lease is held), and the
-    /// key's permits (a semaphore's).
-    pub(crate) async fn take_until(
         engine: &Arc<Engine>,
         key: &str,
         token: Token,

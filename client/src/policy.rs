@@ -68,7 +68,9 @@ impl Acquisition {
 /// `acquire` under the engine's declared policy, every ACQUIRE on `terms`.
 pub(crate) async fn acquire(engine: &Arc<Engine>, key: &str, terms: Terms<'_>) -> Result<Acquisition, Error> {
     let start = Instant::now();
-    let result = Lease::take(engine, key, engine.config.new_token(), Attempts::UntilMaxWait, terms).await;
+    let give_up = start + engine.config.max_wait();
+    let token = engine.config.new_token();
+    let result = Lease::take(engine, key, token, Attempts::UntilMaxWait, give_up, terms).await;
     let outcome = match &result {
         Err(err) if err.is_unavailable() && engine.config.on_unavailable() == OnUnavailable::FailOpen => {
             tracing::warn!(key, error = %err, "lock service unavailable; running unlocked (fail open)");
