@@ -13,7 +13,7 @@ use crate::duration;
 use crate::error::CliError;
 
 /// How long fencedlock waits, before it exits, for releases still finishing in the background
-/// ([`Redlock::settle`]): long enough for servers that answer, which then do not keep the lease
+/// ([`Locker::settle`](fencedlock::Locker::settle)): long enough for servers that answer, which then do not keep the lease
 /// until its ttl; short, because a silent server must not delay the exit by a node timeout.
 const SETTLE_GRACE: Duration = Duration::from_millis(100);
 
@@ -118,10 +118,10 @@ pub fn semaphore(lock: &Redlock, key: &str, permits: u32) -> Result<Option<Semap
 }
 
 /// One attempt; if it failed in a way that may pass and the options allow waiting, `on_wait`
-/// hears why before [`Redlock::acquire`] waits up to the configured wait: in the server's
+/// hears why before [`Locker::acquire`](fencedlock::Locker::acquire) waits up to the configured wait: in the server's
 /// queue (for several servers, the key's designated one), or with backoff where the module
 /// cannot wait. The pause is where `run` and the demo tell the operator that they wait, which
-/// a plain [`Redlock::acquire`] gives them no chance to do. With `semaphore`, the lease is one
+/// a plain `acquire` gives them no chance to do. With `semaphore`, the lease is one
 /// of its permits, taken the same way.
 pub async fn acquire(
     lock: &Redlock,

@@ -7,7 +7,6 @@ use fencedlock_protocol::limits::DEFAULT_MAX_TTL_MS;
 
 use crate::backoff::Backoff;
 use crate::error::Error;
-use crate::node::DEFAULT_NODE_TIMEOUT;
 use crate::token::{Token, TokenFormat};
 use crate::validity;
 
@@ -15,6 +14,12 @@ use crate::validity;
 /// day). A longer one would be refused by every server with that default, so it is refused
 /// here, before any request.
 pub const MAX_TTL: Duration = Duration::from_millis(DEFAULT_MAX_TTL_MS);
+
+/// The per-node timeout of a new [`Node`](crate::Node) and of a default [`LockConfig`]:
+/// long enough for a healthy server's answer, short enough that a stopped one costs a Redlock
+/// round little. A [`Locker`](crate::Locker) or [`Redlock`](crate::Redlock) applies its
+/// configured timeout to its nodes.
+pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Default of [`LockConfigBuilder::max_blocking`]: waiting acquisitions per server, each on a
 /// connection of its own. Enough that a busy process's waiters queue on the server (where

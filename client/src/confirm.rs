@@ -32,77 +32,29 @@
 //! promote a replica that did not acknowledge. Fences remain what protects the resource.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use redis::Cmd;
-
-use crate::block;
-use crate::config::LockConfig;
-use crate::engine::{Engine, Grant};
+use crate::engine::{self, Engine, Grant};
 use crate::error::Error;
-use crate::node::{Answer, Ask, Failure, Node};
-use crate::quorum::{Phase, Vote};
+use crate::node::{Answer, Failure, Node};
+use crate::pool;
+use crate::quorum::Phase;
+use crate::replicas::Confirm;
+use crate::terms::Terms;
 use crate::token::Token;
-use crate::validity;
-
-/// How many replicas must confirm a grant, and for how long to wait for them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Confirm {
-    replicas: usize,
-    timeout: Duration,
-}
-
-impl Confirm {
-    /// The engine's confirmation, if it asks for one: `Ok(None)` without, [`Error::Config`]
-    /// where it cannot be done (Redlock, a Redis Cluster).
-    pub(crate) fn of(engine: &Engine) -> Result<Option<Confirm>, Error> {
-        let Some(confirm) = Confirm::configured(&engine.config) else {
-            return Ok(None);
-        };
-        match engine.nodes.as_slice() {
-            [node] if !node.is_cluster() => Ok(Some(confirm)),
-            [_] => Err(Error::Config(
-                "confirm_replicas is not supported on a Redis Cluster (WAIT would be sent to every \
-                 primary, not the key's)"
-                    .into(),
-            )),
-            _ => Err(Error::Config(
-                "confirm_replicas is for a single server; a Redlock's masters vote without replicas".into(),
-            )),
-        }
-    }
-
-    fn configured(config: &LockConfig) -> Option<Confirm> {
-        (config.confirm_replicas() > 0)
-            .then(|| Confirm { replicas: config.confirm_replicas(), timeout: config.confirm_timeout() })
-    }
-
-    /// How long the server waits for the acknowledgements.
-    pub(crate) fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
-    /// `WAIT replicas timeout_ms`: the timeout rounded up to whole milliseconds and never 0
-    /// (which would wait forever).
-    pub(crate) fn command(&self) -> Cmd {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(self.replicas).arg(block::block_ms(self.timeout));
-        cmd
-    }
-}
 
 /// One non-waiting acquisition round on the engine's single node with `confirm`: ACQUIRE
-/// (with `ask`'s label and permits) and WAIT on a dedicated connection; the grant when it was confirmed,
+/// (on `terms`) and WAIT on a dedicated connection; the grant when it was confirmed,
 /// released otherwise.
 pub(crate) async fn attempt(
     engine: &Engine,
     key: &str,
     token: &Token,
     confirm: &Confirm,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Result<Grant, Error> {
     let [node] = engine.nodes.as_slice() else {
-        return Err(Error::Config("confirm_replicas is for a single server".into()));
+        return Err(Error::Config(engine::CONFIRM_ON_QUORUM.into()));
     };
     // Never overtake a release of an earlier round still in flight (see the `trailing` module).
     if engine.release_left_behind(0, key, token).await {
@@ -110,22 +62,21 @@ pub(crate) async fn attempt(
     }
     let mut guard = Unsettled::new(engine, key, token);
     let sent = Instant::now();
-    let answer = node.acquire_confirmed(key, token, engine.config.ttl_ms(), None, confirm, ask).await;
+    let request = terms.request(key, token, engine.config.ttl_ms());
+    let answer = node.acquire(request, None, Some(confirm)).await;
     match answer {
         Ok(Answer::Granted { fence, acked }) => match settle(node, key, token, confirm, acked).await {
             Ok(()) => {
-                let (ttl, drift) = (engine.config.ttl(), engine.config.drift());
-                let votes = vec![Vote::Granted { fence }];
-                let report = engine.report(key, Phase::Acquire, votes, sent, ttl, drift);
-                if report.validity.is_some() {
+                let grant = engine.single_grant(key, fence, sent);
+                if grant.report.validity.is_some() {
                     guard.disarm();
-                    return Ok(Grant { fence, deadline: validity::deadline(sent, ttl, drift), report });
+                    return Ok(grant);
                 }
                 // Confirmed too late to be of use: give it back like any expired round.
                 if node.release(key, token).await.is_ok() {
                     guard.disarm();
                 }
-                Err(engine.round_error(report, Phase::Acquire))
+                Err(engine.round_error(grant.report, Phase::Acquire))
             }
             Err(Unconfirmed { error, may_hold }) => {
                 if !may_hold {
@@ -141,7 +92,7 @@ pub(crate) async fn attempt(
         }
         // An error reply: the server answered, nothing was granted. Anything else (no answer,
         // a broken connection) leaves a grant possible: the guard releases it.
-        Err(Failure::Redis(e)) if block::is_reply(&e) => {
+        Err(Failure::Redis(e)) if pool::is_reply(&e) => {
             guard.disarm();
             Err(node.error("ACQUIRE", Failure::Redis(e)))
         }
@@ -166,9 +117,9 @@ pub(crate) async fn settle(
     acked: Option<Result<usize, Failure>>,
 ) -> Result<(), Unconfirmed> {
     let error = match acked {
-        Some(Ok(acked)) if acked >= confirm.replicas => return Ok(()),
+        Some(Ok(acked)) if acked >= confirm.replicas() => return Ok(()),
         Some(Ok(acked)) => {
-            Error::NotConfirmed { node: node.name().to_owned(), wanted: confirm.replicas, confirmed: acked }
+            Error::NotConfirmed { node: node.name().to_owned(), wanted: confirm.replicas(), confirmed: acked }
         }
         Some(Err(failure)) => node.error("WAIT", failure),
         // The caller asked for no confirmation: nothing to settle.
@@ -221,30 +172,5 @@ impl Drop for Unsettled {
             tokio::time::sleep(engine.config.node_timeout()).await;
             let _ = engine.release_report(&key, &token).await;
         });
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(confirm: Confirm) -> Vec<String> {
-        crate::node::tests::words(&confirm.command())
-    }
-
-    #[test]
-    fn the_wait_timeout_rounds_up_and_never_means_forever() {
-        let confirm = |replicas, timeout| Confirm { replicas, timeout };
-        assert_eq!(args(confirm(2, Duration::from_secs(1))), ["WAIT", "2", "1000"]);
-        assert_eq!(args(confirm(1, Duration::from_micros(1_500))), ["WAIT", "1", "2"]);
-        assert_eq!(args(confirm(1, Duration::from_nanos(1))), ["WAIT", "1", "1"], "0 would wait forever");
-    }
-
-    #[test]
-    fn only_a_configured_count_asks_for_confirmation() {
-        assert!(Confirm::configured(&LockConfig::default()).is_none());
-        let config = LockConfig::builder().confirm_replicas(2).build().expect("config");
-        let confirm = Confirm::configured(&config).expect("configured");
-        assert_eq!((confirm.replicas, confirm.timeout()), (2, crate::DEFAULT_CONFIRM_TIMEOUT));
     }
 }

@@ -39,8 +39,6 @@
 
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::label_len_ok;
-use fencedlock_protocol::limits::MAX_LABEL_LEN;
 use futures::Stream;
 use tokio_util::sync::CancellationToken;
 
@@ -48,7 +46,7 @@ use crate::error::Error;
 use crate::keepalive::{KeptLease, LeaseHandle};
 use crate::lease::{Attempts, Lease};
 use crate::locker::Locker;
-use crate::node::Ask;
+use crate::terms::{check_label, Terms};
 
 /// The shortest time one campaign request waits in the server's queue before it is sent
 /// again; the window is the locker's [`max_wait`](crate::LockConfig::max_wait) if longer. A
@@ -130,7 +128,7 @@ impl Election {
 
     /// Waits until elected, then leads under a kept-alive lease labelled `label` (public:
     /// shown by [`Election::leader`] to anyone; never put a secret in it). `label` must be 1
-    /// to [`MAX_LABEL_LEN`] bytes ([`Error::Config`] otherwise).
+    /// to [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes ([`Error::Config`] otherwise).
     ///
     /// The wait has no end: the candidate waits in the server's queue, one request per
     /// window (the locker's [`max_wait`](crate::LockConfig::max_wait), at least
@@ -152,8 +150,8 @@ impl Election {
         let lease = loop {
             let give_up = Instant::now() + window;
             let attempt = Attempts::UntilMaxWait;
-            let ask = Ask { label: Some(&label), permits: 1 };
-            match Lease::take_until(engine, &self.key, token.clone(), attempt, give_up, ask).await {
+            let terms = Terms { label: Some(&label), permits: 1 };
+            match Lease::take(engine, &self.key, token.clone(), attempt, give_up, terms).await {
                 Err(Error::Contended { .. }) => continue,
                 other => break other?,
             }
@@ -218,17 +216,6 @@ impl Observed {
     }
 }
 
-/// The label rules of the protocol, checked before anything is sent.
-pub(crate) fn check_label(label: &[u8]) -> Result<(), Error> {
-    if !label_len_ok(label) {
-        return Err(Error::Config(format!(
-            "an election label must be 1 to {MAX_LABEL_LEN} bytes, got {}",
-            label.len()
-        )));
-    }
-    Ok(())
-}
-
 /// Being the leader: a kept-alive lease whose fence is the epoch.
 ///
 /// Dropping it stops the renewals and releases the lease in the background, which elects the
@@ -289,18 +276,5 @@ impl Leadership {
     /// already been lost.
     pub async fn resign(self) -> Result<bool, Error> {
         self.kept.release().await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn labels_follow_the_protocol_limits() {
-        assert!(matches!(check_label(b""), Err(Error::Config(_))));
-        assert!(check_label(b"a").is_ok());
-        assert!(check_label(&[b'x'; MAX_LABEL_LEN]).is_ok());
-        assert!(matches!(check_label(&[b'x'; MAX_LABEL_LEN + 1]), Err(Error::Config(_))));
     }
 }

@@ -24,26 +24,65 @@ use futures::future::{join, join_all, BoxFuture};
 use futures::FutureExt;
 
 use crate::config::LockConfig;
-use crate::confirm::{self, Confirm};
 use crate::error::{Error, LossCause};
 use crate::fenced::{self, Fencing};
-use crate::node::{Ask, Failure, Node};
+use crate::node::{Answer, Failure, Node};
 use crate::quorum::{quorum, NodeVote, Phase, QuorumReport, Vote};
+use crate::replicas::Confirm;
 use crate::round::{self, Stragglers};
+use crate::terms::Terms;
 use crate::token::Token;
 use crate::trailing::Trailing;
 use crate::validity;
 
-/// The shared state of a locker: its nodes and options.
+/// The shared state of a locker: its nodes and options, and how they decide a grant.
 #[derive(Debug)]
 pub(crate) struct Engine {
     pub(crate) nodes: Vec<Node>,
     pub(crate) config: LockConfig,
+    /// The fencing mode asked for (the raise step runs only where the topology has a quorum).
     pub(crate) fencing: Fencing,
+    /// Decided once, from the nodes and the options, when the locker is built.
+    pub(crate) topology: Topology,
     /// Releases finishing in the background.
     trailing: Trailing,
     /// This engine, for the background tasks that finish its releases.
     me: Weak<Engine>,
+}
+
+/// How a locker's nodes decide a grant, chosen once when it is built.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Topology {
+    /// One server, or one Redis Cluster routing by key; each grant confirmed on replicas first
+    /// where configured.
+    Single { confirm: Option<Confirm> },
+    /// A majority of N independent masters; `raise`: fenced Redlock's raise step.
+    Quorum { raise: bool },
+    /// Options these nodes cannot honour: every acquisition is refused with this
+    /// [`Error::Config`] text, before any request (the constructors that accept them are
+    /// infallible, so the refusal comes with the first acquisition).
+    Refused(&'static str),
+}
+
+/// Why replica confirmation is refused on a Redis Cluster.
+pub(crate) const CONFIRM_ON_CLUSTER: &str =
+    "confirm_replicas is not supported on a Redis Cluster (WAIT would be sent to every primary, not the key's)";
+
+/// Why replica confirmation is refused on a quorum of masters.
+pub(crate) const CONFIRM_ON_QUORUM: &str =
+    "confirm_replicas is for a single server; a Redlock's masters vote without replicas";
+
+impl Topology {
+    /// The topology of `nodes` under `config` and `fencing`.
+    fn of(nodes: &[Node], config: &LockConfig, fencing: Fencing) -> Topology {
+        let confirm = Confirm::configured(config);
+        match (nodes, confirm) {
+            ([node], Some(_)) if node.is_cluster() => Topology::Refused(CONFIRM_ON_CLUSTER),
+            ([_], confirm) => Topology::Single { confirm },
+            (_, Some(_)) => Topology::Refused(CONFIRM_ON_QUORUM),
+            (_, None) => Topology::Quorum { raise: fencing == Fencing::Raise },
+        }
+    }
 }
 
 /// A successful acquisition round.
@@ -56,11 +95,34 @@ pub(crate) struct Grant {
 impl Engine {
     /// An engine over `nodes`, each given the configured per-node timeout.
     pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Arc<Engine> {
-        let nodes = nodes
+        let nodes: Vec<Node> = nodes
             .into_iter()
             .map(|n| n.with_timeout(config.node_timeout()).with_max_blocking(config.max_blocking()))
             .collect();
-        Arc::new_cyclic(|me| Engine { nodes, config, fencing, trailing: Trailing::new(), me: me.clone() })
+        let topology = Topology::of(&nodes, &config, fencing);
+        Arc::new_cyclic(|me| Engine {
+            nodes,
+            config,
+            fencing,
+            topology,
+            trailing: Trailing::new(),
+            me: me.clone(),
+        })
+    }
+
+    /// The grant of a round sent at `sent` with fence `fence`, as `report` tells it: the
+    /// deadline runs from `sent`, minus drift. Every grant is made here.
+    pub(crate) fn grant(&self, fence: u64, sent: Instant, report: QuorumReport) -> Grant {
+        let deadline = validity::deadline(sent, self.config.ttl(), self.config.drift());
+        Grant { fence, deadline, report }
+    }
+
+    /// [`Engine::grant`] of a single server's `fence`, its report one granting vote measured
+    /// from `sent`.
+    pub(crate) fn single_grant(&self, key: &str, fence: u64, sent: Instant) -> Grant {
+        let (ttl, drift) = (self.config.ttl(), self.config.drift());
+        let report = self.report(key, Phase::Acquire, vec![Vote::Granted { fence }], sent, ttl, drift);
+        self.grant(fence, sent, report)
     }
 
     /// This engine as an `Arc`, for background work that outlives the caller (`None` while
@@ -87,26 +149,26 @@ impl Engine {
         self.trailing.timed_out(i, key, token).await
     }
 
-    /// One acquisition round: ACQUIRE everywhere, then (fenced Redlock) RAISE on the granting
-    /// nodes. Releases everywhere unless the lease is handed out.
+    /// One acquisition round without replica confirmation (that round is the `confirm`
+    /// module's): ACQUIRE everywhere, then (fenced Redlock) RAISE on the granting nodes.
+    /// Releases everywhere unless the lease is handed out.
     ///
     /// With `block`, each node that can wait on the server does so for up to that long
     /// before it counts as refused (Redlock's second step, see the `waiting` module).
     ///
-    /// With replica confirmation configured, the round is the `confirm` module's instead.
-    /// Every ACQUIRE carries `ask`: the lease's public label, if any, and the key's permits.
+    /// Every ACQUIRE is on `terms`: the lease's public label, if any, and the key's permits.
     pub(crate) async fn attempt(
         &self,
         key: &str,
         token: &Token,
         block: Option<Duration>,
-        ask: Ask<'_>,
+        terms: Terms<'_>,
     ) -> Result<Grant, Error> {
-        if let Some(confirm) = Confirm::of(self)? {
-            return confirm::attempt(self, key, token, &confirm, ask).await;
+        if let Topology::Refused(why) = self.topology {
+            return Err(Error::Config(why.into()));
         }
         let ttl = self.config.ttl();
-        let ttl_ms = self.config.ttl_ms();
+        let request = terms.request(key, token, self.config.ttl_ms());
         let drift = self.config.drift();
         let sent = Instant::now();
         let asked: Vec<AtomicBool> = self.nodes.iter().map(|_| AtomicBool::new(false)).collect();
@@ -118,9 +180,17 @@ impl Engine {
                 return Vote::TimedOut;
             }
             asked.store(true, Ordering::Relaxed);
-            match node.acquire(key, token, ttl_ms, block, ask).await {
-                Ok(Some(fence)) => Vote::Granted { fence },
-                Ok(None) => Vote::Refused,
+            // A node that cannot wait is asked once without waiting.
+            let answer = match block {
+                Some(wait) => match node.acquire(request, Some(Instant::now() + wait), None).await {
+                    Ok(Answer::Unsupported) => node.acquire(request, None, None).await,
+                    answer => answer,
+                },
+                None => node.acquire(request, None, None).await,
+            };
+            match answer {
+                Ok(Answer::Granted { fence, .. }) => Vote::Granted { fence },
+                Ok(Answer::Nil | Answer::Unsupported) => Vote::Refused,
                 Err(failure) => failure.into_vote(),
             }
         });
@@ -128,16 +198,14 @@ impl Engine {
         let mut report = self.report(key, Phase::Acquire, votes, sent, ttl, drift);
 
         if report.reached() && report.validity.is_some() {
-            let fence = match self.fencing {
-                Fencing::Raise if self.nodes.len() > 1 => {
-                    fenced::raise(&self.nodes, key, token, &mut report).await
-                }
+            let fence = match self.topology {
+                Topology::Quorum { raise: true } => fenced::raise(&self.nodes, key, token, &mut report).await,
                 _ => report.max_fence(),
             };
             report.elapsed = sent.elapsed();
             report.validity = validity::validity(ttl, report.elapsed, drift);
             if let (Some(fence), Some(_)) = (fence, report.validity) {
-                return Ok(Grant { fence, deadline: validity::deadline(sent, ttl, drift), report });
+                return Ok(self.grant(fence, sent, report));
             }
         }
         // No usable majority: give back what we got (and what a node that timed out, or was

@@ -9,11 +9,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Engine, Grant};
+use crate::confirm;
+use crate::engine::{Engine, Grant, Topology};
 use crate::error::{Error, LossCause};
 use crate::metrics::{self, Outcome};
-use crate::node::Ask;
 use crate::quorum::QuorumReport;
+use crate::terms::Terms;
 use crate::token::Token;
 use crate::validity;
 use crate::waiting::{self, Turn};
@@ -53,23 +54,27 @@ pub(crate) enum Attempts {
 
 impl Lease {
     /// Takes a lease on `key` for `token` in rounds of `engine`, waiting on the server where
-    /// it can, and records the call's outcome and duration. Every ACQUIRE carries `ask` (a
-    /// label, a semaphore's permits; [`Ask::MUTEX`] for a plain lock).
+    /// it can, and records the call's outcome and duration. Every ACQUIRE is on `terms` (a
+    /// label, a semaphore's permits; [`Terms::MUTEX`] for a plain lock).
     pub(crate) async fn acquire(
         engine: &Arc<Engine>,
         key: &str,
         token: Token,
         attempts: Attempts,
-        ask: Ask<'_>,
+        terms: Terms<'_>,
     ) -> Result<Lease, Error> {
         let start = Instant::now();
-        let result = Lease::take(engine, key, token, attempts, ask).await;
+        let give_up = start + engine.config.max_wait();
+        let result = Lease::take(engine, key, token, attempts, give_up, terms).await;
         metrics::acquired(start, attempts == Attempts::UntilMaxWait, Outcome::of(&result));
         result
     }
 
     /// [`Lease::acquire`] without recording the call (the failure policy records its own
-    /// outcome); each failed attempt is counted.
+    /// outcome; an election's campaign is no acquisition to time), giving up at `give_up`;
+    /// each failed attempt is counted. Every ACQUIRE is on `terms`: the public label, if any
+    /// (an election's candidate: the label is the leader's name, and `STATUS` shows it while
+    /// the lease is held), and the key's permits (a semaphore's).
     ///
     /// One token serves every round of the call: ACQUIRE is idempotent for its holder, so a
     /// node that granted in a round whose reply (or release) was lost simply grants again.
@@ -78,23 +83,8 @@ impl Lease {
         key: &str,
         token: Token,
         attempts: Attempts,
-        ask: Ask<'_>,
-    ) -> Result<Lease, Error> {
-        let give_up = Instant::now() + engine.config.max_wait();
-        Lease::take_until(engine, key, token, attempts, give_up, ask).await
-    }
-
-    /// [`Lease::take`] giving up at `give_up` rather than after the configured maximum wait,
-    /// every ACQUIRE carrying `ask`: the public label, if any (an election's candidate: the
-    /// label is the leader's name, and `STATUS` shows it while the lease is held), and the
-    /// key's permits (a semaphore's).
-    pub(crate) async fn take_until(
-        engine: &Arc<Engine>,
-        key: &str,
-        token: Token,
-        attempts: Attempts,
         give_up: Instant,
-        ask: Ask<'_>,
+        terms: Terms<'_>,
     ) -> Result<Lease, Error> {
         let mut claim =
             Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false, waited: false };
@@ -106,7 +96,7 @@ impl Lease {
             let waits = attempts == Attempts::UntilMaxWait && Instant::now() < give_up;
             let turn = if waits {
                 claim.waited = true;
-                waiting::take_turn(engine, key, &claim.token, give_up, ask).await
+                waiting::take_turn(engine, key, &claim.token, give_up, terms).await
             } else {
                 Turn::Poll
             };
@@ -119,16 +109,16 @@ impl Lease {
                     // Not-awaited waiting requests of the round are closed as it ends, and the
                     // round's release may reach a node before the close does: stay armed.
                     let block = Some(engine.config.node_timeout());
-                    let result = engine.attempt(key, &claim.token, block, ask).await;
+                    let result = attempt(engine, key, &claim.token, block, terms).await;
                     (result, true, false)
                 }
-                Turn::Poll => (engine.attempt(key, &claim.token, None, ask).await, false, false),
+                Turn::Poll => (attempt(engine, key, &claim.token, None, terms).await, false, false),
                 Turn::TimedOut if engine.nodes.len() == 1 => {
                     (Err(Error::Contended { key: key.to_owned() }), false, true)
                 }
                 // Redlock: the designated node kept us waiting to the end; one last plain round
                 // tells how every node stands (and may still be granted).
-                Turn::TimedOut => (engine.attempt(key, &claim.token, None, ask).await, false, true),
+                Turn::TimedOut => (attempt(engine, key, &claim.token, None, terms).await, false, true),
                 Turn::Failed { error, may_hold } => (Err(error), may_hold, false),
             };
             let err = match result {
@@ -278,6 +268,23 @@ impl Lease {
         let config = &self.claim.engine.config;
         let window = config.ttl().saturating_sub(config.drift());
         self.deadline.checked_sub(window).map_or(self.deadline, |sent| sent + config.renew_interval())
+    }
+}
+
+/// One acquisition round as the engine's topology runs it: replica-confirmed (which never
+/// waits on the server, so `block` does not apply) or the plain round.
+async fn attempt(
+    engine: &Engine,
+    key: &str,
+    token: &Token,
+    block: Option<Duration>,
+    terms: Terms<'_>,
+) -> Result<Grant, Error> {
+    match engine.topology {
+        Topology::Single { confirm: Some(confirm) } => {
+            confirm::attempt(engine, key, token, &confirm, terms).await
+        }
+        _ => engine.attempt(key, token, block, terms).await,
     }
 }
 

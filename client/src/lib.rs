@@ -13,13 +13,19 @@
 //!
 //! - [`Locker`]: leases from one server (or a Redis Cluster, routed by key); `acquire` waits
 //!   in the server's queue and is handed the lease at the release (see *Waiting* below).
-//! - [`Redlock`]: leases by majority of N independent masters, with **fenced Redlock** by
-//!   default: a fence that increases across successive grants even though they come from
-//!   different majorities (see [`Fencing`] for the raise step and its safety argument).
+//! - [`Redlock`]: the same locker built over N independent masters, taking leases by
+//!   majority, with **fenced Redlock** by default: a fence that increases across successive
+//!   grants even though they come from different majorities (see [`Fencing`] for the raise
+//!   step and its safety argument). Every lease method is the [`Locker`]'s.
+//!
+//! Inside, one engine runs every lease; which way (one server, with or without replica
+//! confirmation, or a quorum, with or without the raise step) is decided once, when the
+//! locker is built. Every ACQUIRE is the protocol crate's `Acquire` request, built in one
+//! place from the lease's terms (label, permits) and sent through one entry point per server.
 //! - [`Lease`]: key, fence, 128-bit random token, validity on the local monotonic clock
 //!   measured from *before* the request minus clock drift; [`Lease::ensure_valid`],
 //!   [`Lease::renew`], [`Lease::release`].
-//! - [`Locker::renew_token`] / [`Locker::release_token`] (and the [`Redlock`] equivalents):
+//! - [`Locker::renew_token`] / [`Locker::release_token`] (on a [`Redlock`] too):
 //!   renew or end a lease known only by its token, e.g. one handed over by another process.
 //! - [`KeptLease`] / [`LeaseHandle`]: background renewal at ttl / 3 that cancels a
 //!   [`CancellationToken`](tokio_util::sync::CancellationToken) on the first failed renewal;
@@ -47,7 +53,7 @@
 //!
 //! # Waiting for a busy lock
 //!
-//! [`Locker::acquire`] and [`Redlock::acquire`] wait *on the server*
+//! [`Locker::acquire`] (a [`Redlock`]'s too) waits *on the server*
 //! (`FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms`, `ms` the time left of the maximum wait):
 //! the server queues waiters per key in arrival order and hands the lease to the head of the
 //! queue the moment it ends (release, expiry at the holder's deadline, deletion), so a waiter
@@ -126,7 +132,7 @@
 //! not confirm) from "someone holds it" ([`Error::Contended`], or a Redlock round with a
 //! refusal) and from mistakes (configuration, `NOPERM`, `WRONGTYPE`). What to do then is
 //! decided in advance, per locker, with [`LockConfigBuilder::on_unavailable`], and applied by
-//! [`Locker::acquire_with_policy`] / [`Redlock::acquire_with_policy`]:
+//! [`Locker::acquire_with_policy`] (a [`Redlock`]'s too):
 //!
 //! - [`OnUnavailable::FailClosed`] (default): the error is returned and the work does not
 //!   run. Right for work that nothing else protects: a duplicate run is the harm.
@@ -191,7 +197,6 @@
 #![warn(missing_docs)]
 
 mod backoff;
-mod block;
 mod config;
 mod confirm;
 mod election;
@@ -204,11 +209,13 @@ mod locker;
 pub mod metrics;
 mod node;
 mod policy;
+mod pool;
 mod quorum;
 mod redact;
-mod redlock;
+mod replicas;
 mod round;
 mod semaphore;
+mod terms;
 mod token;
 mod trailing;
 mod transient;
@@ -217,7 +224,8 @@ mod waiting;
 
 pub use backoff::Backoff;
 pub use config::{
-    LockConfig, LockConfigBuilder, OnUnavailable, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_MAX_BLOCKING, MAX_TTL,
+    LockConfig, LockConfigBuilder, OnUnavailable, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_MAX_BLOCKING,
+    DEFAULT_NODE_TIMEOUT, MAX_TTL,
 };
 pub use election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW, MIN_POLL_INTERVAL};
 pub use error::{Error, LossCause};
@@ -226,13 +234,12 @@ pub use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN}
 pub use fencedlock_protocol::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus, StatusError};
 pub use keepalive::{KeptLease, LeaseHandle};
 pub use lease::Lease;
-pub use locker::Locker;
-pub use node::{Node, DEFAULT_NODE_TIMEOUT};
+pub use locker::{Locker, Redlock};
+pub use node::Node;
 pub use policy::Acquisition;
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell
 // server errors apart: callers match on the very `redis` version this crate was built with.
 pub use redis;
-pub use redlock::Redlock;
 pub use semaphore::Semaphore;
 pub use token::{Token, TokenFormat, TOKEN_BYTES};

@@ -9,33 +9,27 @@
 //! it, so no error can carry a lease token.
 //!
 //! A request that waits on the server (`FENCEDLOCK.ACQUIRE … BLOCK`) never uses that shared
-//! connection: it runs on a dedicated one from the node's [`block::Pool`] (for a cluster, a
+//! connection: it runs on a dedicated one from the node's [`pool::Pool`] (for a cluster, a
 //! cluster connection of its own, which routes by key and follows the slot like the shared
 //! one), so a waiter cannot hold back renewals or anything else.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::{ACQUIRE, BLOCK, LABEL, PERMITS, RAISE, RELEASE, RENEW, STATUS};
-use fencedlock_protocol::{LockStatus, PermitReply, SemaphoreStatus};
+use fencedlock_protocol::command::{RAISE, RELEASE, RENEW, STATUS};
+use fencedlock_protocol::{Acquire, LockStatus, PermitReply, SemaphoreStatus};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
 use tokio::sync::Mutex;
 
-use crate::block::{self, Pool};
-use crate::config::DEFAULT_MAX_BLOCKING;
-use crate::confirm::Confirm;
+use crate::config::{DEFAULT_MAX_BLOCKING, DEFAULT_NODE_TIMEOUT};
 use crate::error::Error;
+use crate::pool::{self, Pool};
 use crate::quorum::Vote;
 use crate::redact;
+use crate::replicas::Confirm;
 use crate::token::Token;
-
-/// The per-node timeout of a new [`Node`] and of a default [`LockConfig`](crate::LockConfig):
-/// long enough for a healthy server's answer, short enough that a stopped one costs a Redlock
-/// round little. A [`Locker`](crate::Locker) or [`Redlock`](crate::Redlock) applies its
-/// configured timeout to its nodes.
-pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// A lock server (or a Redis Cluster) the client talks to.
 ///
@@ -46,7 +40,7 @@ pub struct Node {
     transport: Transport,
     timeout: Duration,
     /// Dedicated connections for requests that wait on the server.
-    blocking: Pool<Dedicated>,
+    pool: Pool<Dedicated>,
 }
 
 enum Transport {
@@ -79,28 +73,17 @@ pub(crate) enum Dedicated {
     Cluster(ClusterConnection),
 }
 
-/// What a blocking `FENCEDLOCK.ACQUIRE` came back with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Waited {
-    /// Granted, at once or handed over when the lease ended, with this fence.
-    Granted(u64),
-    /// Nothing was granted by the deadline: the server answered nil, or no connection of the
-    /// pool came free in time.
-    TimedOut,
-    /// This node cannot wait: waiting is turned off, or its module is older than `BLOCK`
-    /// (then it refused the request and nothing changed).
-    Unsupported,
-}
-
-/// What an ACQUIRE on a dedicated connection came back with.
+/// What an ACQUIRE came back with.
 #[derive(Debug)]
 pub(crate) enum Answer {
     /// Granted with this fence; with a confirmation asked for, how many replicas acknowledged
     /// the grant (or why the `WAIT` got no count).
     Granted { fence: u64, acked: Option<Result<usize, Failure>> },
-    /// Nil: another token holds the lease (or, waiting, still held it at the deadline).
+    /// Nil: another token holds the lease (or, waiting, still held it at the deadline), or a
+    /// waiting request found no free connection of the pool by the deadline.
     Nil,
-    /// The node's module cannot wait (it refused the `BLOCK` form; nothing changed).
+    /// This node cannot wait: waiting is turned off, or its module is older than `BLOCK`
+    /// (then it refused the request and nothing changed).
     Unsupported,
 }
 
@@ -120,22 +103,6 @@ impl Failure {
     }
 }
 
-/// What an ACQUIRE asks for besides key, token and ttl: the lease's public label, if any,
-/// and the key's permit count (1: the mutex). One value threaded from the caller down to
-/// [`acquire_cmd`], so a new option does not become another loose parameter everywhere.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ask<'a> {
-    /// `LABEL label`: shown by `STATUS` while the lease holds the key.
-    pub(crate) label: Option<&'a [u8]>,
-    /// `PERMITS n`, sent only when above 1, so a mutex request is what it always was.
-    pub(crate) permits: u32,
-}
-
-impl Ask<'static> {
-    /// A plain lease: no label, one permit.
-    pub(crate) const MUTEX: Ask<'static> = Ask { label: None, permits: 1 };
-}
-
 impl Node {
     /// A standalone server, e.g. `redis://127.0.0.1:6379`.
     pub fn new(url: &str) -> Result<Node, Error> {
@@ -149,7 +116,7 @@ impl Node {
                 slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
-            blocking: Pool::new(DEFAULT_MAX_BLOCKING),
+            pool: Pool::new(DEFAULT_MAX_BLOCKING),
         })
     }
 
@@ -169,7 +136,7 @@ impl Node {
                 slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
-            blocking: Pool::new(DEFAULT_MAX_BLOCKING),
+            pool: Pool::new(DEFAULT_MAX_BLOCKING),
         })
     }
 
@@ -183,18 +150,18 @@ impl Node {
     /// connection of its own; `0`: none). Lockers apply their configured
     /// [`max_blocking`](crate::LockConfigBuilder::max_blocking).
     pub(crate) fn with_max_blocking(mut self, limit: usize) -> Node {
-        self.blocking = Pool::new(limit);
+        self.pool = Pool::new(limit);
         self
     }
 
     /// Whether a request should wait on this node rather than poll it (see [`Pool::may_block`]).
     pub(crate) fn may_block(&self) -> bool {
-        self.blocking.may_block()
+        self.pool.may_block()
     }
 
     /// The node's pool of waiting connections, for what Redlock remembers about it.
-    pub(crate) fn waiting(&self) -> &Pool<Dedicated> {
-        &self.blocking
+    pub(crate) fn pool(&self) -> &Pool<Dedicated> {
+        &self.pool
     }
 
     /// Whether this is a Redis Cluster (whose connection routes `WAIT` to every primary).
@@ -257,113 +224,69 @@ impl Node {
             .map_err(|source| Error::BadReply { node: self.name.clone(), source })
     }
 
-    /// `FENCEDLOCK.ACQUIRE`: the fence on grant, `None` when another token holds the lease.
+    /// `FENCEDLOCK.ACQUIRE`, the one way every lease is asked for.
     ///
-    /// With `block`, a busy key is waited for on the server up to that long
-    /// ([`Node::acquire_blocking`]); a node that cannot wait is asked once without it. `ask`
-    /// adds the lease's public label (`LABEL`, shown by `STATUS`) and the key's permits.
+    /// - No `until`, no `confirm`: one request on the shared connection.
+    /// - `until`: the request waits on the server (`BLOCK`, the time left until then, set at
+    ///   each send) on a dedicated connection from the pool, the time spent waiting for a free
+    ///   connection included; [`Answer::Unsupported`] if this node cannot wait. The reply may
+    ///   take the whole wait, so it is bounded by the wait plus the per-node timeout.
+    /// - `confirm`: the ACQUIRE and, after a grant, `WAIT replicas timeout` on the same
+    ///   dedicated connection (see the `confirm` module for why it must be that one); without
+    ///   `until` the pool's connection is waited for up to one node timeout.
+    ///
+    /// Cancel-safe in the sense the server needs: dropping the future drops a dedicated
+    /// connection, which closes it, and the server takes the waiter out of its queue. The
+    /// server may have granted just before it saw the close, so the caller must release on
+    /// cancellation (the lease module's claim does). A stale pooled connection (closed by the
+    /// server while idle) is replaced once; the same token makes the repeat harmless (ACQUIRE
+    /// is idempotent).
     pub(crate) async fn acquire(
         &self,
-        key: &str,
-        token: &Token,
-        ttl_ms: u64,
-        block: Option<Duration>,
-        ask: Ask<'_>,
-    ) -> Result<Option<u64>, Failure> {
-        if let Some(wait) = block {
-            match self.acquire_blocking(key, token, ttl_ms, Instant::now() + wait, ask).await? {
-                Waited::Granted(fence) => return Ok(Some(fence)),
-                Waited::TimedOut => return Ok(None),
-                Waited::Unsupported => {}
-            }
-        }
-        self.query(&acquire_cmd(key, token, ttl_ms, ask), Some(token)).await
-    }
-
-    /// `FENCEDLOCK.ACQUIRE key token ttl_ms BLOCK ms [LABEL label] [PERMITS n]` on a dedicated
-    /// connection, waiting on the server until `until` at most (the time spent waiting for a
-    /// free connection of the pool included). The reply may take the whole wait, so it is
-    /// bounded by the wait plus the per-node timeout, not by the timeout alone.
-    ///
-    /// Cancel-safe in the sense the server needs: dropping the future drops the connection,
-    /// which closes it, and the server takes the waiter out of its queue. The server may have
-    /// granted just before it saw the close, so the caller must release on cancellation (the
-    /// lease module's claim does). A stale pooled connection (closed by the server while idle)
-    /// is replaced once; the same token makes the repeat harmless (ACQUIRE is idempotent).
-    pub(crate) async fn acquire_blocking(
-        &self,
-        key: &str,
-        token: &Token,
-        ttl_ms: u64,
-        until: Instant,
-        ask: Ask<'_>,
-    ) -> Result<Waited, Failure> {
-        if !self.blocking.may_block() {
-            return Ok(Waited::Unsupported);
-        }
-        let acquire = acquire_cmd(key, token, ttl_ms, ask);
-        Ok(match self.acquire_dedicated(token, acquire, Some(until), until, None).await? {
-            Answer::Granted { fence, .. } => Waited::Granted(fence),
-            Answer::Nil => Waited::TimedOut,
-            Answer::Unsupported => Waited::Unsupported,
-        })
-    }
-
-    /// `FENCEDLOCK.ACQUIRE` followed, if it granted, by `WAIT replicas timeout` on the same
-    /// dedicated connection (see the `confirm` module for why it must be that one, and not
-    /// the shared one). With `block`, the ACQUIRE waits on the server until then, as
-    /// [`Node::acquire_blocking`] does; without, the pool's connection is waited for up to one
-    /// node timeout.
-    ///
-    /// Cancellation is as for [`Node::acquire_blocking`]: a grant may have happened, so the
-    /// caller releases.
-    pub(crate) async fn acquire_confirmed(
-        &self,
-        key: &str,
-        token: &Token,
-        ttl_ms: u64,
-        block: Option<Instant>,
-        confirm: &Confirm,
-        ask: Ask<'_>,
-    ) -> Result<Answer, Failure> {
-        let permit_until = block.unwrap_or_else(|| Instant::now() + self.timeout);
-        let acquire = acquire_cmd(key, token, ttl_ms, ask);
-        self.acquire_dedicated(token, acquire, block, permit_until, Some(confirm)).await
-    }
-
-    /// `acquire` (an [`acquire_cmd`]) on a connection of the pool (with `BLOCK` until `block`,
-    /// if given), then `confirm`'s WAIT on the same connection after a grant. A connection is
-    /// given back only when every request on it was answered: one dropped with a request in
-    /// flight is closed, so the server forgets a waiter and a WAIT alike.
-    async fn acquire_dedicated(
-        &self,
-        token: &Token,
-        acquire: Cmd,
-        block: Option<Instant>,
-        permit_until: Instant,
+        request: Acquire<'_>,
+        until: Option<Instant>,
         confirm: Option<&Confirm>,
     ) -> Result<Answer, Failure> {
-        let Some(_permit) = self.blocking.permit(permit_until).await else {
+        match (until, confirm) {
+            (None, None) => {
+                let fence: Option<u64> = self.query(&command(&request), Some(request.token)).await?;
+                Ok(fence.map_or(Answer::Nil, |fence| Answer::Granted { fence, acked: None }))
+            }
+            (Some(_), _) if !self.pool.may_block() => Ok(Answer::Unsupported),
+            (until, confirm) => {
+                let checkout_until = until.unwrap_or_else(|| Instant::now() + self.timeout);
+                self.acquire_dedicated(request, until, checkout_until, confirm).await
+            }
+        }
+    }
+
+    /// `request` on a connection of the pool (with `BLOCK` until `block`, if given), then
+    /// `confirm`'s WAIT on the same connection after a grant. A connection is given back only
+    /// when every request on it was answered: one dropped with a request in flight is closed,
+    /// so the server forgets a waiter and a WAIT alike.
+    async fn acquire_dedicated(
+        &self,
+        request: Acquire<'_>,
+        block: Option<Instant>,
+        checkout_until: Instant,
+        confirm: Option<&Confirm>,
+    ) -> Result<Answer, Failure> {
+        let Some(_checkout) = self.pool.check_out(checkout_until).await else {
             // Waiting for the server: nothing granted by the deadline. Not waiting: the node's
             // waiting connections are all busy, which the caller sees as a slow node.
             return if block.is_some() { Ok(Answer::Nil) } else { Err(Failure::TimedOut) };
         };
-        let mut idle = self.blocking.take_idle();
+        let mut idle = self.pool.take_idle();
         loop {
             let reused = idle.is_some();
             let mut conn = match idle.take() {
                 Some(conn) => conn,
-                None => self.dedicated().await.map_err(|e| self.failure(e, Some(token)))?,
+                None => self.dedicated().await.map_err(|e| self.failure(e, Some(request.token)))?,
             };
-            let mut cmd = acquire.clone();
-            let answer = match block {
-                Some(until) => {
-                    let block_ms = block::block_ms(until.saturating_duration_since(Instant::now()));
-                    cmd.arg(BLOCK).arg(block_ms);
-                    Duration::from_millis(block_ms).saturating_add(self.timeout)
-                }
-                None => self.timeout,
-            };
+            let block_ms = block.map(|until| pool::block_ms(until.saturating_duration_since(Instant::now())));
+            let cmd = command(&Acquire { block_ms, ..request });
+            let answer =
+                block_ms.map_or(self.timeout, |ms| Duration::from_millis(ms).saturating_add(self.timeout));
             let reply: Result<Option<u64>, RedisError> =
                 match tokio::time::timeout(answer, conn.query(&cmd)).await {
                     Ok(reply) => reply,
@@ -373,7 +296,7 @@ impl Node {
             match reply {
                 Ok(Some(fence)) => {
                     if block.is_some() {
-                        self.blocking.mark_supported();
+                        self.pool.mark_supported();
                     }
                     let acked = match confirm {
                         Some(confirm) => Some(self.wait_replicas(&mut conn, confirm).await),
@@ -383,34 +306,34 @@ impl Node {
                     // close it.
                     let in_step = match &acked {
                         None | Some(Ok(_)) => true,
-                        Some(Err(Failure::Redis(e))) => block::is_reply(e),
+                        Some(Err(Failure::Redis(e))) => pool::is_reply(e),
                         Some(Err(Failure::TimedOut)) => false,
                     };
                     if in_step {
-                        self.blocking.give_back(conn);
+                        self.pool.give_back(conn);
                     }
                     return Ok(Answer::Granted { fence, acked });
                 }
                 Ok(None) => {
                     if block.is_some() {
-                        self.blocking.mark_supported();
+                        self.pool.mark_supported();
                     }
-                    self.blocking.give_back(conn);
+                    self.pool.give_back(conn);
                     return Ok(Answer::Nil);
                 }
-                Err(e) if block::is_reply(&e) => {
+                Err(e) if pool::is_reply(&e) => {
                     // The server answered: the connection is in step and no waiter is queued.
-                    self.blocking.give_back(conn);
-                    if block.is_some() && block::lacks_block(&e) {
-                        self.blocking.mark_unsupported(&self.name);
+                    self.pool.give_back(conn);
+                    if block.is_some() && pool::lacks_block(&e) {
+                        self.pool.mark_unsupported(&self.name);
                         return Ok(Answer::Unsupported);
                     }
-                    return Err(Failure::Redis(redact::error(e, Some(token))));
+                    return Err(Failure::Redis(redact::error(e, Some(request.token))));
                 }
                 Err(e) if reused && is_broken(&e) => {
                     tracing::debug!(node = %self.name, "idle waiting connection was closed; opening another");
                 }
-                Err(e) => return Err(self.failure(e, Some(token))),
+                Err(e) => return Err(self.failure(e, Some(request.token))),
             }
         }
     }
@@ -437,14 +360,14 @@ impl Node {
     pub(crate) async fn renew(&self, key: &str, token: &Token, ttl_ms: u64) -> Result<bool, Failure> {
         let mut cmd = redis::cmd(RENEW.name);
         cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
-        self.query::<i64>(&cmd, Some(token)).await.map(|n| n == 1)
+        self.query::<i64>(&cmd, Some(token.as_bytes())).await.map(|n| n == 1)
     }
 
     /// `FENCEDLOCK.RELEASE`: whether we held the lease and it ended now.
     pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Failure> {
         let mut cmd = redis::cmd(RELEASE.name);
         cmd.arg(key).arg(token.as_bytes());
-        self.query::<i64>(&cmd, Some(token)).await.map(|n| n == 1)
+        self.query::<i64>(&cmd, Some(token.as_bytes())).await.map(|n| n == 1)
     }
 
     /// `FENCEDLOCK.RAISE`: the key's fence after raising it to at least `fence`, or `None`
@@ -452,7 +375,7 @@ impl Node {
     pub(crate) async fn raise(&self, key: &str, token: &Token, fence: u64) -> Result<Option<u64>, Failure> {
         let mut cmd = redis::cmd(RAISE.name);
         cmd.arg(key).arg(token.as_bytes()).arg(fence);
-        self.query(&cmd, Some(token)).await
+        self.query(&cmd, Some(token.as_bytes())).await
     }
 
     /// Turns a failed request into the crate error, naming this node.
@@ -465,7 +388,7 @@ impl Node {
 
     /// Sends one command and parses the reply, all within the per-node timeout. An error
     /// comes back without echoed arguments and without `secret` (the token the command carries).
-    async fn query<T: FromRedisValue>(&self, cmd: &Cmd, secret: Option<&Token>) -> Result<T, Failure> {
+    async fn query<T: FromRedisValue>(&self, cmd: &Cmd, secret: Option<&[u8]>) -> Result<T, Failure> {
         match tokio::time::timeout(self.timeout, self.query_unbounded(cmd)).await {
             Ok(result) => result.map_err(|e| self.failure(e, secret)),
             Err(_elapsed) => Err(Failure::TimedOut),
@@ -474,7 +397,7 @@ impl Node {
 
     /// A request's error as a [`Failure`]: the connect timeout inside `redis` (which fires at
     /// the same moment as ours) is a timeout; anything else is redacted.
-    fn failure(&self, e: RedisError, secret: Option<&Token>) -> Failure {
+    fn failure(&self, e: RedisError, secret: Option<&[u8]>) -> Failure {
         if e.is_timeout() {
             Failure::TimedOut
         } else {
@@ -591,17 +514,11 @@ impl std::fmt::Debug for Node {
     }
 }
 
-/// `FENCEDLOCK.ACQUIRE key token ttl_ms [LABEL label] [PERMITS n]`; a waiting caller
-/// appends `BLOCK` (options go in any order). `PERMITS` only above 1: the mutex request stays
-/// byte for byte what it was (and what modules older than semaphores accept).
-fn acquire_cmd(key: &str, token: &Token, ttl_ms: u64, ask: Ask<'_>) -> Cmd {
-    let mut cmd = redis::cmd(ACQUIRE.name);
-    cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
-    if let Some(label) = ask.label {
-        cmd.arg(LABEL).arg(label);
-    }
-    if ask.permits > 1 {
-        cmd.arg(PERMITS).arg(ask.permits);
+/// `request` as a command, word for word as the protocol builds it.
+fn command(request: &Acquire<'_>) -> Cmd {
+    let mut cmd = Cmd::new();
+    for word in request.words() {
+        cmd.arg(&word[..]);
     }
     cmd
 }
@@ -766,12 +683,13 @@ pub(crate) mod tests {
 
     #[test]
     fn permits_are_sent_only_above_one() {
-        let token = Token::from_bytes(b"t".to_vec()).expect("a token");
-        let mutex = words(&acquire_cmd("k", &token, 500, Ask::MUTEX));
+        use fencedlock_protocol::command::{ACQUIRE, LABEL, PERMITS};
+        let plain = Acquire::mutex(b"k", b"t", 500);
+        let mutex = words(&command(&plain));
         assert_eq!(mutex, [ACQUIRE.name, "k", "t", "500"]);
-        let one = words(&acquire_cmd("k", &token, 500, Ask { label: None, permits: 1 }));
+        let one = words(&command(&Acquire { label: None, permits: 1, ..plain }));
         assert_eq!(one, mutex, "PERMITS 1 is the mutex: the request stays byte for byte the same");
-        let labelled = words(&acquire_cmd("k", &token, 500, Ask { label: Some(b"w"), permits: 3 }));
+        let labelled = words(&command(&Acquire { label: Some(b"w"), permits: 3, ..plain }));
         assert_eq!(labelled, [ACQUIRE.name, "k", "t", "500", LABEL, "w", PERMITS, "3"]);
     }
 }

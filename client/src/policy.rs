@@ -9,10 +9,10 @@ use crate::engine::Engine;
 use crate::error::Error;
 use crate::lease::{Attempts, Lease};
 use crate::metrics::{self, Outcome};
-use crate::node::Ask;
+use crate::terms::Terms;
 
 /// The result of [`Locker::acquire_with_policy`](crate::Locker::acquire_with_policy) or
-/// [`Redlock::acquire_with_policy`](crate::Redlock::acquire_with_policy): a lease, or (only
+/// [`Redlock`](crate::Redlock)'s: a lease, or (only
 /// under [`OnUnavailable::FailOpen`], only when the lock service could not answer) explicit
 /// permission to run without one.
 ///
@@ -65,10 +65,12 @@ impl Acquisition {
     }
 }
 
-/// `acquire` under the engine's declared policy, every ACQUIRE carrying `ask`.
-pub(crate) async fn acquire(engine: &Arc<Engine>, key: &str, ask: Ask<'_>) -> Result<Acquisition, Error> {
+/// `acquire` under the engine's declared policy, every ACQUIRE on `terms`.
+pub(crate) async fn acquire(engine: &Arc<Engine>, key: &str, terms: Terms<'_>) -> Result<Acquisition, Error> {
     let start = Instant::now();
-    let result = Lease::take(engine, key, engine.config.new_token(), Attempts::UntilMaxWait, ask).await;
+    let give_up = start + engine.config.max_wait();
+    let token = engine.config.new_token();
+    let result = Lease::take(engine, key, token, Attempts::UntilMaxWait, give_up, terms).await;
     let outcome = match &result {
         Err(err) if err.is_unavailable() && engine.config.on_unavailable() == OnUnavailable::FailOpen => {
             tracing::warn!(key, error = %err, "lock service unavailable; running unlocked (fail open)");

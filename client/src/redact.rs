@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use redis::{RedisError, ServerError, Value};
 
-use crate::token::Token;
+use crate::token::hex;
 
 /// What replaces an echoed argument list.
 const ARGS_REDACTED: &str = "<redacted>";
@@ -29,7 +29,7 @@ const ARGS_PHRASE: &str = "with args beginning with";
 ///
 /// Errors whose text holds neither are returned unchanged (so I/O and timeout errors keep
 /// their exact identity).
-pub(crate) fn error(err: RedisError, token: Option<&Token>) -> RedisError {
+pub(crate) fn error(err: RedisError, token: Option<&[u8]>) -> RedisError {
     let needles = token.map(needles).unwrap_or_default();
     match ServerError::try_from(err) {
         Ok(server) => server_error(server, &needles),
@@ -83,10 +83,10 @@ fn text<'a>(text: &'a str, needles: &[String]) -> Cow<'a, str> {
 /// The ways a token can appear in error text: as sent (decoded lossily, as the client decodes
 /// error text), with line breaks turned into spaces (Redis does that to echoed arguments),
 /// and in hex.
-fn needles(token: &Token) -> Vec<String> {
-    let sent = String::from_utf8_lossy(token.as_bytes()).into_owned();
+fn needles(token: &[u8]) -> Vec<String> {
+    let sent = String::from_utf8_lossy(token).into_owned();
     let spaced = sent.replace(['\r', '\n'], " ");
-    let hex = token.to_hex();
+    let hex = hex(token);
     let upper = hex.to_ascii_uppercase();
     let mut needles = vec![sent, spaced, hex, upper];
     needles.sort();
@@ -100,6 +100,7 @@ fn needles(token: &Token) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::token::Token;
     use redis::{ErrorKind, ServerErrorKind};
 
     fn reply_error(line: &[u8]) -> RedisError {
@@ -111,7 +112,7 @@ mod tests {
 
     fn assert_clean(err: &RedisError, token: &Token) {
         let shown = format!("{err} / {err:?}");
-        for needle in needles(token) {
+        for needle in needles(token.as_bytes()) {
             assert!(!shown.contains(&needle), "{needle:?} in {shown}");
         }
     }
@@ -124,7 +125,7 @@ mod tests {
             format!("-ERR unknown command '{name}', with args beginning with: 'k' '0123456789abcdef0123456789abcdef' '30000' \r\n")
                 .as_bytes(),
         );
-        let clean = error(original, Some(&token));
+        let clean = error(original, Some(token.as_bytes()));
         assert_clean(&clean, &token);
         assert_eq!(clean.kind(), ErrorKind::Server(ServerErrorKind::ResponseError));
         assert_eq!(clean.code(), Some("ERR"));
@@ -149,13 +150,13 @@ mod tests {
         ] {
             let original = reply_error(&line);
             let (kind, code) = (original.kind(), original.code().map(str::to_owned));
-            let clean = error(original, Some(&token));
+            let clean = error(original, Some(token.as_bytes()));
             assert_clean(&clean, &token);
             assert_eq!(clean.kind(), kind, "{clean}");
             assert_eq!(clean.code().map(str::to_owned), code);
             assert!(clean.to_string().contains("<token>"), "{clean}");
         }
-        let retry = error(reply_error(b"-TRYAGAIN s3cr3t  line\r\n"), Some(&token));
+        let retry = error(reply_error(b"-TRYAGAIN s3cr3t  line\r\n"), Some(token.as_bytes()));
         assert!(crate::transient::is_transient(&retry), "still retryable: {retry}");
     }
 
@@ -163,9 +164,9 @@ mod tests {
     fn errors_without_the_token_are_untouched() {
         let token = Token::from_bytes(b"tok".to_vec()).unwrap();
         let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        let kept = error(io, Some(&token));
+        let kept = error(io, Some(token.as_bytes()));
         assert!(kept.is_io_error() && kept.is_connection_refusal(), "{kept:?}");
-        let loading = error(reply_error(b"-LOADING Redis is loading\r\n"), Some(&token));
+        let loading = error(reply_error(b"-LOADING Redis is loading\r\n"), Some(token.as_bytes()));
         assert_eq!(loading.kind(), ErrorKind::Server(ServerErrorKind::BusyLoading));
         assert_eq!(loading.detail(), Some("Redis is loading"));
     }
@@ -175,7 +176,7 @@ mod tests {
         let token = Token::from_bytes(b"hunter2hunter2".to_vec()).unwrap();
         let original =
             RedisError::from((ErrorKind::UnexpectedReturnType, "bad reply", "got hunter2hunter2".to_owned()));
-        let clean = error(original, Some(&token));
+        let clean = error(original, Some(token.as_bytes()));
         assert_clean(&clean, &token);
         assert_eq!(clean.kind(), ErrorKind::UnexpectedReturnType);
     }
@@ -185,7 +186,7 @@ mod tests {
         let token = Token::from_bytes(vec![0xff, b'a', b'b', b'c', 0xfe]).unwrap();
         // RESP3 blob errors are decoded lossily.
         let original = reply_error(b"!11\r\nERR \xffabc\xfe x\r\n");
-        let clean = error(original, Some(&token));
+        let clean = error(original, Some(token.as_bytes()));
         assert_clean(&clean, &token);
         assert_eq!(clean.code(), Some("ERR"));
     }

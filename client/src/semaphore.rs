@@ -32,16 +32,13 @@
 //! [`Locker`] keeps the bound with replication, `appendfsync always` and the module's epoch
 //! jump on promotion.
 
-use fencedlock_protocol::command::permits_ok;
-use fencedlock_protocol::limits::MAX_PERMITS;
 use fencedlock_protocol::SemaphoreStatus;
 
-use crate::election::check_label;
 use crate::error::Error;
 use crate::lease::{Attempts, Lease};
 use crate::locker::Locker;
-use crate::node::Ask;
 use crate::policy::{self, Acquisition};
+use crate::terms::{check_label, check_permits, Terms};
 
 /// A fenced semaphore on one key of a [`Locker`]'s server: up to `permits` holders at once.
 ///
@@ -70,7 +67,7 @@ pub struct Semaphore {
 
 impl Semaphore {
     /// A semaphore of `permits` holders on `key` of `locker`'s server. `permits` must be 1
-    /// (a mutex, the same key as [`Locker::acquire`]'s) to [`MAX_PERMITS`]
+    /// (a mutex, the same key as [`Locker::acquire`]'s) to [`MAX_PERMITS`](crate::MAX_PERMITS)
     /// ([`Error::Config`] otherwise).
     pub fn new(locker: Locker, key: impl Into<String>, permits: u32) -> Result<Semaphore, Error> {
         check_permits(permits)?;
@@ -102,7 +99,7 @@ impl Semaphore {
     /// wait for one: nobody barges).
     pub async fn try_acquire(&self) -> Result<Lease, Error> {
         let engine = self.locker.engine();
-        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::Once, self.ask()).await
+        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::Once, self.terms()).await
     }
 
     /// Waits for a permit up to the locker's [`max_wait`](crate::LockConfig::max_wait), in
@@ -112,13 +109,14 @@ impl Semaphore {
     /// queued waiter behind.
     pub async fn acquire(&self) -> Result<Lease, Error> {
         let engine = self.locker.engine();
-        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::UntilMaxWait, self.ask()).await
+        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::UntilMaxWait, self.terms())
+            .await
     }
 
     /// [`acquire`](Self::acquire) under the locker's declared failure policy, as
     /// [`Locker::acquire_with_policy`]: busy permits are never "unlocked".
     pub async fn acquire_with_policy(&self) -> Result<Acquisition, Error> {
-        policy::acquire(self.locker.engine(), &self.key, self.ask()).await
+        policy::acquire(self.locker.engine(), &self.key, self.terms()).await
     }
 
     /// The key's permits and unexpired holders (each one's fence, time left and label; never
@@ -132,27 +130,7 @@ impl Semaphore {
         &self.locker
     }
 
-    fn ask(&self) -> Ask<'_> {
-        Ask { label: self.label.as_deref(), permits: self.permits }
-    }
-}
-
-/// The permit rules of the protocol, checked before anything is sent.
-fn check_permits(permits: u32) -> Result<(), Error> {
-    if !permits_ok(u64::from(permits)) {
-        return Err(Error::Config(format!("a semaphore has 1 to {MAX_PERMITS} permits, got {permits}")));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn permits_follow_the_protocol_limits() {
-        assert!(matches!(check_permits(0), Err(Error::Config(_))));
-        assert!(check_permits(1).is_ok() && check_permits(MAX_PERMITS).is_ok());
-        assert!(matches!(check_permits(MAX_PERMITS + 1), Err(Error::Config(_))));
+    fn terms(&self) -> Terms<'_> {
+        Terms { label: self.label.as_deref(), permits: self.permits }
     }
 }

@@ -25,7 +25,7 @@
 //! A designated node that cannot queue us (unreachable, silent, refusing) is passed over for
 //! the next in the ranking — every client that sees the same failure picks the same node —
 //! and one that did not answer is passed over for a while
-//! ([`PASS_OVER_FOR`](crate::block::PASS_OVER_FOR)) before it is tried first again. A node
+//! ([`PASS_OVER_FOR`](crate::pool::PASS_OVER_FOR)) before it is tried first again. A node
 //! that answers nothing while we wait on it would stall everyone who queued there, so it is
 //! watched: a `PING` on its shared connection at once and then every [`WATCH_EVERY`]; a ping
 //! without an answer within the node timeout abandons the wait (closing its connection) for
@@ -40,14 +40,14 @@ use std::time::{Duration, Instant};
 
 use fencedlock_protocol::ReplyError;
 
-use crate::block;
-use crate::confirm::{self, Confirm, Unconfirmed};
-use crate::engine::{Engine, Grant};
+use crate::confirm::{self, Unconfirmed};
+use crate::engine::{Engine, Grant, Topology};
 use crate::error::Error;
-use crate::node::{Answer, Ask, Failure, Node, Waited};
-use crate::quorum::{Phase, Vote};
+use crate::node::{Answer, Failure, Node};
+use crate::pool;
+use crate::replicas::Confirm;
+use crate::terms::Terms;
 use crate::token::Token;
-use crate::validity;
 
 /// How often a Redlock waiter checks that the node it waits on still answers.
 pub(crate) const WATCH_EVERY: Duration = Duration::from_secs(1);
@@ -73,22 +73,23 @@ pub(crate) enum Turn {
 }
 
 /// One waiting step for `token` on `key`, waiting on the server until `until` at most; a
-/// grant carries `ask` (label and permits).
+/// grant is on `terms` (label and permits).
 pub(crate) async fn take_turn(
     engine: &Engine,
     key: &str,
     token: &Token,
     until: Instant,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Turn {
-    let confirm = match Confirm::of(engine) {
-        Ok(confirm) => confirm,
-        Err(error) => return Turn::Failed { error, may_hold: false },
-    };
-    match (engine.nodes.as_slice(), confirm) {
-        ([node], Some(confirm)) => confirmed(engine, node, key, token, until, &confirm, ask).await,
-        ([node], None) => single(engine, node, key, token, until, ask).await,
-        (nodes, _) => reserve(engine, nodes, key, token, until, ask).await,
+    match (engine.nodes.as_slice(), engine.topology) {
+        ([node], Topology::Single { confirm: Some(confirm) }) => {
+            confirmed(engine, node, key, token, until, &confirm, terms).await
+        }
+        ([node], Topology::Single { confirm: None }) => single(engine, node, key, token, until, terms).await,
+        (nodes, Topology::Quorum { .. }) => reserve(engine, nodes, key, token, until, terms).await,
+        (_, Topology::Refused(why)) => Turn::Failed { error: Error::Config(why.into()), may_hold: false },
+        // A topology is decided from the nodes: a single one is never a quorum's.
+        (_, Topology::Single { .. }) => Turn::Poll,
     }
 }
 
@@ -101,13 +102,11 @@ async fn confirmed(
     token: &Token,
     until: Instant,
     confirm: &Confirm,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Turn {
-    if !node.may_block() {
-        return Turn::Poll;
-    }
     let sent = Instant::now();
-    match node.acquire_confirmed(key, token, engine.config.ttl_ms(), Some(until), confirm, ask).await {
+    let request = terms.request(key, token, engine.config.ttl_ms());
+    match node.acquire(request, Some(until), Some(confirm)).await {
         Ok(Answer::Granted { fence, acked }) => match confirm::settle(node, key, token, confirm, acked).await
         {
             Ok(()) => match anchor(engine, key, token, fence, sent).await {
@@ -129,19 +128,16 @@ async fn single(
     key: &str,
     token: &Token,
     until: Instant,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Turn {
-    if !node.may_block() {
-        return Turn::Poll;
-    }
     let sent = Instant::now();
-    match node.acquire_blocking(key, token, engine.config.ttl_ms(), until, ask).await {
-        Ok(Waited::Granted(fence)) => match anchor(engine, key, token, fence, sent).await {
+    match node.acquire(terms.request(key, token, engine.config.ttl_ms()), Some(until), None).await {
+        Ok(Answer::Granted { fence, .. }) => match anchor(engine, key, token, fence, sent).await {
             Ok(grant) => Turn::Granted(grant),
             Err(error) => Turn::Failed { error, may_hold: true },
         },
-        Ok(Waited::TimedOut) => Turn::TimedOut,
-        Ok(Waited::Unsupported) => Turn::Poll,
+        Ok(Answer::Nil) => Turn::TimedOut,
+        Ok(Answer::Unsupported) => Turn::Poll,
         Err(failure) => failed(node, failure),
     }
 }
@@ -156,11 +152,7 @@ async fn anchor(
     sent: Instant,
 ) -> Result<Grant, Error> {
     let (ttl, drift) = (engine.config.ttl(), engine.config.drift());
-    let granted = |from: Instant| Grant {
-        fence,
-        deadline: validity::deadline(from, ttl, drift),
-        report: engine.report(key, Phase::Acquire, vec![Vote::Granted { fence }], from, ttl, drift),
-    };
+    let granted = |from: Instant| engine.single_grant(key, fence, from);
     let grant = granted(sent);
     if !needs_anchor(grant.report.elapsed, ttl.saturating_sub(drift)) {
         return Ok(grant);
@@ -189,14 +181,14 @@ async fn reserve(
     key: &str,
     token: &Token,
     until: Instant,
-    ask: Ask<'_>,
+    terms: Terms<'_>,
 ) -> Turn {
     // Once this many candidates failed, too few nodes are left for a majority anyway.
     let candidates = nodes.len() - engine.quorum() + 1;
     let ranked = ranking(key, nodes.iter().map(Node::name));
     // A node that recently failed to queue anyone is passed over while a later one has not.
     let (fresh, passed_over): (Vec<usize>, Vec<usize>) =
-        ranked.into_iter().take(candidates).partition(|&i| !nodes[i].waiting().recently_failed());
+        ranked.into_iter().take(candidates).partition(|&i| !nodes[i].pool().recently_failed());
     for i in fresh.into_iter().chain(passed_over) {
         let node = &nodes[i];
         if !node.may_block() {
@@ -210,15 +202,15 @@ async fn reserve(
             );
             continue;
         }
-        let wait = node.acquire_blocking(key, token, engine.config.ttl_ms(), until, ask);
+        let wait = node.acquire(terms.request(key, token, engine.config.ttl_ms()), Some(until), None);
         match watched(node, wait).await {
-            Ok(Waited::Granted(_)) => return Turn::Reserved,
-            Ok(Waited::TimedOut) => return Turn::TimedOut,
-            Ok(Waited::Unsupported) => return Turn::Poll,
+            Ok(Answer::Granted { .. }) => return Turn::Reserved,
+            Ok(Answer::Nil) => return Turn::TimedOut,
+            Ok(Answer::Unsupported) => return Turn::Poll,
             Err(failure) => match failed(node, failure) {
                 Turn::Failed { error, may_hold } => {
                     if may_hold {
-                        node.waiting().mark_failed();
+                        node.pool().mark_failed();
                     }
                     // Whatever it may have granted is released by the rounds that follow.
                     tracing::debug!(key, node = node.name(), %error, "cannot wait on this node; trying the next");
@@ -234,14 +226,14 @@ async fn reserve(
 /// soon as the node stops answering pings on its shared connection.
 async fn watched(
     node: &Node,
-    wait: impl Future<Output = Result<Waited, Failure>>,
-) -> Result<Waited, Failure> {
+    wait: impl Future<Output = Result<Answer, Failure>>,
+) -> Result<Answer, Failure> {
     let watchdog = async {
         loop {
             match node.ping().await {
                 // Any answer, an error reply included (an ACL without PING), is a sign of life.
                 Ok(()) => {}
-                Err(Failure::Redis(e)) if block::is_reply(&e) => {}
+                Err(Failure::Redis(e)) if pool::is_reply(&e) => {}
                 Err(failure) => return failure,
             }
             tokio::time::sleep(WATCH_EVERY).await;
@@ -258,7 +250,7 @@ async fn watched(
 fn failed(node: &Node, failure: Failure) -> Turn {
     // An error reply means the server answered, so nothing was granted; anything else
     // (no answer, a broken connection) leaves that open.
-    let may_hold = !matches!(&failure, Failure::Redis(e) if block::is_reply(e));
+    let may_hold = !matches!(&failure, Failure::Redis(e) if pool::is_reply(e));
     let error = node.error("ACQUIRE", failure);
     if error.reply_error() == Some(ReplyError::WaitInterrupted) {
         return Turn::Again;

@@ -7,8 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::{ACQUIRE, BLOCK};
-use fencedlock_protocol::ReplyError;
+use fencedlock_protocol::{Acquire, ReplyError};
 use redis::Value;
 
 use crate::reply::{error_text, parse_info};
@@ -76,12 +75,13 @@ pub fn classify(err: &redis::RedisError) -> Option<ReplyError> {
     ReplyError::classify(err.code()?, err.detail().unwrap_or_default())
 }
 
-/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms]` as a command.
+/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms]` as a command, built by the
+/// protocol's [`Acquire`] (tests append more options themselves).
 pub fn acquire_cmd(key: &str, token: &[u8], ttl_ms: u64, block_ms: Option<u64>) -> redis::Cmd {
-    let mut cmd = redis::cmd(ACQUIRE.name);
-    cmd.arg(key).arg(token).arg(ttl_ms);
-    if let Some(ms) = block_ms {
-        cmd.arg(BLOCK).arg(ms);
+    let request = Acquire { block_ms, ..Acquire::mutex(key.as_bytes(), token, ttl_ms) };
+    let mut cmd = redis::Cmd::new();
+    for word in request.words() {
+        cmd.arg(&word[..]);
     }
     cmd
 }

@@ -2,9 +2,10 @@
 //!
 //! The module parses and answers these commands; the client crate, the CLI and the tests send
 //! them and decode the replies. Each fact lives here and nowhere else: a command's name and
-//! arguments ([`command`]), the limits both sides check ([`limits`]), the configs
-//! ([`config`]), the keys the module writes itself ([`cluster`]), the `STATUS` reply shapes
-//! ([`LockStatus`], [`SemaphoreStatus`]) and the error replies ([`ReplyError`]).
+//! arguments ([`command`]), a request that one type both builds and parses ([`Acquire`]), the
+//! limits both sides check ([`limits`]), the configs ([`config`]), the keys the module writes
+//! itself ([`cluster`]), the `STATUS` reply shapes ([`LockStatus`], [`SemaphoreStatus`]) and
+//! the error replies ([`ReplyError`]).
 //!
 //! This crate must stay free of dependencies and I/O: the module (a `cdylib` loaded into
 //! Redis) and the async client share it without sharing anything else.
@@ -17,8 +18,10 @@ pub mod config;
 pub mod epoch;
 mod error;
 pub mod limits;
+pub mod request;
 mod status;
 
 pub use command::{Arg, ArgKind, Command, Opt};
 pub use error::ReplyError;
+pub use request::Acquire;
 pub use status::{LockStatus, PermitReply, PermitStatus, SemaphoreStatus, StatusError};

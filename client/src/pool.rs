@@ -6,7 +6,7 @@
 //! connection's requests in order, so on the node's shared, multiplexed connection it would
 //! hold back every request behind it — renewals of other leases included. Each blocked request
 //! therefore runs on a dedicated connection, checked out of the node's [`Pool`] together with
-//! one of `limit` permits and given back only after the server answered. A connection whose
+//! one of `limit` slots and given back only after the server answered. A connection whose
 //! request was cancelled (its future dropped) or timed out is dropped instead, which closes it:
 //! that is what tells the server to take the waiter out of the queue.
 
@@ -59,23 +59,24 @@ pub(crate) fn block_ms(left: Duration) -> u64 {
 
 /// One node's dedicated connections for blocked requests, at most `limit` in use at once.
 ///
-/// Requests beyond the limit wait here for a permit, in arrival order (Tokio's semaphore is
+/// Requests beyond the limit wait here for a slot, in arrival order (Tokio's semaphore is
 /// fair), within their own deadline. Waiting here rather than falling back to polling is
 /// deliberate: while others are queued on the server, a non-blocking ACQUIRE is refused
 /// (nobody barges past the queue), so a poller could only get in once the queue drained —
-/// it would burn requests and starve. A permit is held for one request; idle connections
+/// it would burn requests and starve. A slot is held for one request; idle connections
 /// (at most `limit`) are kept for the next one.
 pub(crate) struct Pool<C> {
     limit: usize,
-    permits: Arc<Semaphore>,
+    in_use: Arc<Semaphore>,
     idle: Mutex<Vec<C>>,
     support: Support,
     /// When this node last failed to queue a waiter (for [`PASS_OVER_FOR`]).
     failed_at: Mutex<Option<Instant>>,
 }
 
-/// A permit to run one blocked request; dropping it frees the slot.
-pub(crate) struct Permit {
+/// The right to run one blocked request on the pool; dropping it frees the slot. (Not a
+/// semaphore's permit: those are leases.)
+pub(crate) struct Checkout {
     _slot: OwnedSemaphorePermit,
 }
 
@@ -84,7 +85,7 @@ impl<C> Pool<C> {
     pub(crate) fn new(limit: usize) -> Pool<C> {
         Pool {
             limit,
-            permits: Arc::new(Semaphore::new(limit.min(Semaphore::MAX_PERMITS))),
+            in_use: Arc::new(Semaphore::new(limit.min(Semaphore::MAX_PERMITS))),
             idle: Mutex::new(Vec::new()),
             support: Support::default(),
             failed_at: Mutex::new(None),
@@ -97,11 +98,11 @@ impl<C> Pool<C> {
         self.limit > 0 && self.support.may_block(Instant::now())
     }
 
-    /// A permit, waiting in arrival order until `until` at the latest (`None` then).
-    pub(crate) async fn permit(&self, until: Instant) -> Option<Permit> {
-        let acquire = Arc::clone(&self.permits).acquire_owned();
+    /// A checkout, waiting in arrival order until `until` at the latest (`None` then).
+    pub(crate) async fn check_out(&self, until: Instant) -> Option<Checkout> {
+        let acquire = Arc::clone(&self.in_use).acquire_owned();
         match tokio::time::timeout_at(until.into(), acquire).await {
-            Ok(Ok(slot)) => Some(Permit { _slot: slot }),
+            Ok(Ok(slot)) => Some(Checkout { _slot: slot }),
             // The semaphore is never closed; running out of time is the only other outcome.
             Ok(Err(_)) | Err(_) => None,
         }
@@ -260,11 +261,11 @@ mod tests {
     async fn permits_are_limited_fair_and_bounded_by_the_deadline() {
         let pool: Arc<Pool<u8>> = Arc::new(Pool::new(2));
         let deadline = Instant::now() + Duration::from_secs(3600);
-        let a = pool.permit(deadline).await.expect("first");
-        let b = pool.permit(deadline).await.expect("second");
+        let a = pool.check_out(deadline).await.expect("first");
+        let b = pool.check_out(deadline).await.expect("second");
         // The third waits until its deadline, then gives up.
         let started = tokio::time::Instant::now();
-        assert!(pool.permit(Instant::now() + Duration::from_millis(50)).await.is_none());
+        assert!(pool.check_out(Instant::now() + Duration::from_millis(50)).await.is_none());
         assert!(started.elapsed() >= Duration::from_millis(50));
         // Waiters get permits in arrival order as they free up.
         let order = Arc::new(Mutex::new(Vec::new()));
@@ -272,10 +273,10 @@ mod tests {
             .map(|i| {
                 let (pool, order) = (Arc::clone(&pool), Arc::clone(&order));
                 tokio::spawn(async move {
-                    let permit = pool.permit(deadline).await.expect("a permit");
+                    let checkout = pool.check_out(deadline).await.expect("a checkout");
                     order.lock().unwrap().push(i);
                     tokio::time::sleep(Duration::from_millis(10)).await;
-                    drop(permit);
+                    drop(checkout);
                 })
             })
             .collect();

@@ -1,0 +1,273 @@
+//! Requests as values: the one type per command that both builds its words (clients, the test
+//! harness) and parses them (the module), so the two sides cannot drift apart.
+
+use std::borrow::Cow;
+
+use crate::command::{label_len_ok, permits_ok, token_len_ok, ACQUIRE, BLOCK, LABEL, PERMITS};
+use crate::error::ReplyError;
+use crate::limits::MAX_BLOCK_MS;
+
+/// `FENCEDLOCK.ACQUIRE key token ttl_ms [LABEL label] [PERMITS n] [BLOCK timeout_ms]`, see
+/// [`ACQUIRE`] for what each part means.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Acquire<'a> {
+    /// The lock key.
+    pub key: &'a [u8],
+    /// The caller's token: a secret, so `Debug` shows only its length.
+    pub token: &'a [u8],
+    /// The lease time in milliseconds.
+    pub ttl_ms: u64,
+    /// `BLOCK timeout_ms`: wait in the key's queue up to that long (`0`: no limit).
+    pub block_ms: Option<u64>,
+    /// `LABEL label`: the lease's public label, shown by `STATUS`.
+    pub label: Option<&'a [u8]>,
+    /// `PERMITS n`: how many holders the key admits; 1 is the mutex.
+    pub permits: u32,
+}
+
+impl<'a> Acquire<'a> {
+    /// A plain mutex request: no wait, no label, one permit.
+    pub const fn mutex(key: &'a [u8], token: &'a [u8], ttl_ms: u64) -> Acquire<'a> {
+        Acquire { key, token, ttl_ms, block_ms: None, label: None, permits: 1 }
+    }
+
+    /// The request's words, the command name first. `PERMITS` is sent only above 1, so a mutex
+    /// request stays byte for byte what it always was (and what modules older than semaphores
+    /// accept); `BLOCK` goes last, so a caller that re-sends with less time left changes only
+    /// the last word.
+    pub fn words(&self) -> Vec<Cow<'a, [u8]>> {
+        let mut words: Vec<Cow<'a, [u8]>> = vec![
+            Cow::Borrowed(ACQUIRE.name.as_bytes()),
+            Cow::Borrowed(self.key),
+            Cow::Borrowed(self.token),
+            decimal(self.ttl_ms),
+        ];
+        if let Some(label) = self.label {
+            words.extend([Cow::Borrowed(LABEL.as_bytes()), Cow::Borrowed(label)]);
+        }
+        if self.permits > 1 {
+            words.extend([Cow::Borrowed(PERMITS.as_bytes()), decimal(u64::from(self.permits))]);
+        }
+        if let Some(ms) = self.block_ms {
+            words.extend([Cow::Borrowed(BLOCK.as_bytes()), decimal(ms)]);
+        }
+        words
+    }
+
+    /// Parses the arguments after the command name (the key first), refusing what the module
+    /// refuses, checked in the module's order: the token, the ttl (a positive integer up to
+    /// `max_ttl_ms`, the server's `fencedlock.max-ttl-ms`), then the options, the words in any
+    /// case and order, each at most once (the first bad one decides the error). Too few
+    /// arguments, or a word without its value, is [`ReplyError::Syntax`] (the server's arity
+    /// check refuses those before any parsing).
+    pub fn parse(args: &[&'a [u8]], max_ttl_ms: u64) -> Result<Acquire<'a>, ReplyError> {
+        let [key, token, ttl, options @ ..] = args else { return Err(ReplyError::Syntax) };
+        if !token_len_ok(token) {
+            return Err(ReplyError::BadToken);
+        }
+        let ttl_ms = parse_u64(ttl).filter(|ms| *ms > 0).ok_or(ReplyError::BadTtl)?;
+        // Beyond the maximum, or so large that the module's microseconds would overflow.
+        if ttl_ms > max_ttl_ms || ttl_ms.checked_mul(1000).is_none() {
+            return Err(ReplyError::TtlTooLarge);
+        }
+        let mut request = Acquire::mutex(key, token, ttl_ms);
+        let mut permits = None;
+        for pair in options.chunks(2) {
+            let [word, value] = pair else { return Err(ReplyError::Syntax) };
+            if word.eq_ignore_ascii_case(BLOCK.as_bytes()) && request.block_ms.is_none() {
+                let ms = parse_u64(value).filter(|ms| *ms <= MAX_BLOCK_MS);
+                request.block_ms = Some(ms.ok_or(ReplyError::BadTimeout)?);
+            } else if word.eq_ignore_ascii_case(LABEL.as_bytes()) && request.label.is_none() {
+                if !label_len_ok(value) {
+                    return Err(ReplyError::BadLabel);
+                }
+                request.label = Some(value);
+            } else if word.eq_ignore_ascii_case(PERMITS.as_bytes()) && permits.is_none() {
+                let n = parse_u64(value).filter(|n| permits_ok(*n)).ok_or(ReplyError::BadPermits)?;
+                permits = Some(u32::try_from(n).map_err(|_| ReplyError::BadPermits)?);
+            } else {
+                return Err(ReplyError::Syntax);
+            }
+        }
+        request.permits = permits.unwrap_or(1);
+        Ok(request)
+    }
+}
+
+impl std::fmt::Debug for Acquire<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acquire")
+            .field("key", &String::from_utf8_lossy(self.key))
+            .field("token_len", &self.token.len())
+            .field("ttl_ms", &self.ttl_ms)
+            .field("block_ms", &self.block_ms)
+            .field("label", &self.label.map(String::from_utf8_lossy))
+            .field("permits", &self.permits)
+            .finish()
+    }
+}
+
+/// `n` in decimal ASCII, as the server reads integers.
+fn decimal(n: u64) -> Cow<'static, [u8]> {
+    Cow::Owned(n.to_string().into_bytes())
+}
+
+/// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.
+fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |acc, b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        acc.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::{MAX_LABEL_LEN, MAX_TOKEN_LEN};
+
+    const MAX: u64 = 86_400_000;
+
+    fn words(request: &Acquire<'_>) -> Vec<String> {
+        request.words().iter().map(|w| String::from_utf8_lossy(w).into_owned()).collect()
+    }
+
+    fn parse<'a>(args: &[&'a [u8]]) -> Result<Acquire<'a>, ReplyError> {
+        Acquire::parse(args, MAX)
+    }
+
+    /// `key token 500` followed by `options`.
+    fn with(options: &[&'static [u8]]) -> Result<Acquire<'static>, ReplyError> {
+        let args: Vec<&'static [u8]> =
+            [&b"k"[..], b"t", b"500"].into_iter().chain(options.iter().copied()).collect();
+        Acquire::parse(&args, MAX)
+    }
+
+    #[test]
+    fn permits_are_sent_only_above_one_and_block_last() {
+        let mutex = Acquire::mutex(b"k", b"t", 500);
+        assert_eq!(words(&mutex), [ACQUIRE.name, "k", "t", "500"]);
+        let one = Acquire { permits: 1, ..mutex };
+        assert_eq!(words(&one), words(&mutex), "PERMITS 1 is the mutex: byte for byte the same");
+        let all = Acquire { label: Some(b"w"), permits: 3, block_ms: Some(0), ..mutex };
+        assert_eq!(words(&all), [ACQUIRE.name, "k", "t", "500", LABEL, "w", PERMITS, "3", BLOCK, "0"]);
+        let waiting = Acquire { block_ms: Some(250), ..mutex };
+        assert_eq!(words(&waiting), [ACQUIRE.name, "k", "t", "500", BLOCK, "250"]);
+    }
+
+    #[test]
+    fn built_words_parse_back_to_the_request() {
+        let mutex = Acquire::mutex(b"k", b"\x00\xfftoken", 500);
+        for request in [
+            mutex,
+            Acquire { label: Some(b"node-a"), ..mutex },
+            Acquire { permits: 7, block_ms: Some(MAX_BLOCK_MS), ..mutex },
+            Acquire { label: Some(b"l"), permits: 2, block_ms: Some(0), ..mutex },
+        ] {
+            let words = request.words();
+            let args: Vec<&[u8]> = words[1..].iter().map(|w| &w[..]).collect();
+            assert_eq!(Acquire::parse(&args, MAX), Ok(request));
+        }
+    }
+
+    #[test]
+    fn tokens_and_ttls_are_refused_as_the_module_does() {
+        assert_eq!(parse(&[b"k", b"", b"5"]), Err(ReplyError::BadToken));
+        assert_eq!(parse(&[b"k", &[0; MAX_TOKEN_LEN + 1], b"5"]), Err(ReplyError::BadToken));
+        assert!(parse(&[b"k", &[0; MAX_TOKEN_LEN], b"5"]).is_ok());
+        // The token is checked before the ttl.
+        assert_eq!(parse(&[b"k", b"", b"x"]), Err(ReplyError::BadToken));
+        assert_eq!(parse(&[b"k", b"t", b"0010"]).map(|r| r.ttl_ms), Ok(10));
+        for bad in [&b""[..], b"0", b"-5", b"+5", b" 5", b"5 ", b"1.5", b"1e3", b"abc", b"\xff"] {
+            assert_eq!(parse(&[b"k", b"t", bad]), Err(ReplyError::BadTtl), "{bad:?}");
+        }
+        assert_eq!(Acquire::parse(&[b"k", b"t", b"101"], 100), Err(ReplyError::TtlTooLarge));
+        assert_eq!(Acquire::parse(&[b"k", b"t", b"100"], 100).map(|r| r.ttl_ms), Ok(100));
+        let huge: &[&[u8]] = &[b"k", b"t", b"9223372036854775808"];
+        assert_eq!(Acquire::parse(huge, u64::MAX), Err(ReplyError::TtlTooLarge));
+        let overflow: &[&[u8]] = &[b"k", b"t", b"99999999999999999999"];
+        assert_eq!(Acquire::parse(overflow, u64::MAX), Err(ReplyError::BadTtl));
+        assert_eq!(parse(&[b"k", b"t"]), Err(ReplyError::Syntax));
+    }
+
+    #[test]
+    fn permits_are_bounded() {
+        let permits = |n: &'static [u8]| with(&[b"PERMITS", n]).map(|r| r.permits);
+        assert_eq!(permits(b"1"), Ok(1));
+        assert_eq!(permits(b"1024"), Ok(1024));
+        for bad in
+            [&b"0"[..], b"1025", b"-1", b"", b"x", b"2.5", b" 2", b"4294967298", b"99999999999999999999"]
+        {
+            assert_eq!(permits(bad), Err(ReplyError::BadPermits), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn block_takes_the_word_in_any_case_and_a_bounded_timeout() {
+        let block = |word: &'static [u8], ms: &'static [u8]| with(&[word, ms]).map(|r| r.block_ms);
+        assert_eq!(block(b"BLOCK", b"0"), Ok(Some(0)));
+        assert_eq!(block(b"block", b"250"), Ok(Some(250)));
+        let max = MAX_BLOCK_MS.to_string().into_bytes().leak();
+        assert_eq!(block(b"BlOcK", max), Ok(Some(MAX_BLOCK_MS)));
+        for bad in [&b"-1"[..], b"", b"1.5", b"abc", b" 5", b"9223372036854775808"] {
+            assert_eq!(block(b"BLOCK", bad), Err(ReplyError::BadTimeout), "{bad:?}");
+        }
+        let above = (MAX_BLOCK_MS + 1).to_string().into_bytes().leak();
+        assert_eq!(block(b"BLOCK", above), Err(ReplyError::BadTimeout));
+        for bad in [&b"BLOK"[..], b"", b"BLOCKS", b"WAIT", b"LABELS"] {
+            assert_eq!(block(bad, b"10"), Err(ReplyError::Syntax), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn options_come_in_any_order_each_at_most_once() {
+        let both = Acquire { block_ms: Some(10), label: Some(b"node-a"), ..Acquire::mutex(b"k", b"t", 500) };
+        assert_eq!(with(&[]), Ok(Acquire::mutex(b"k", b"t", 500)));
+        assert_eq!(with(&[b"BLOCK", b"10", b"LABEL", b"node-a"]), Ok(both));
+        assert_eq!(with(&[b"label", b"node-a", b"block", b"10"]), Ok(both));
+        let all = with(&[b"permits", b"3", b"BLOCK", b"10", b"LABEL", b"node-a"]);
+        assert_eq!(all, Ok(Acquire { permits: 3, ..both }));
+        for repeated in [
+            &[&b"BLOCK"[..], b"10", b"BLOCK", b"10"][..],
+            &[b"LABEL", b"a", b"label", b"b"],
+            &[b"LABEL", b"a", b"BLOCK", b"1", b"LABEL", b"a"],
+            &[b"PERMITS", b"2", b"PERMITS", b"2"],
+        ] {
+            assert_eq!(with(repeated), Err(ReplyError::Syntax), "{repeated:?}");
+        }
+        assert_eq!(with(&[b"LABEL"]), Err(ReplyError::Syntax));
+        assert_eq!(with(&[b"BLOCK", b"1", b"LABEL"]), Err(ReplyError::Syntax));
+    }
+
+    #[test]
+    fn labels_are_1_to_max_label_len_opaque_bytes() {
+        let label = |l: &'static [u8]| with(&[b"LABEL", l]).map(|r| r.label);
+        assert_eq!(label(b"\x00\xff \r\n"), Ok(Some(&b"\x00\xff \r\n"[..])));
+        let longest: &'static [u8] = vec![b'x'; MAX_LABEL_LEN].leak();
+        assert_eq!(label(longest), Ok(Some(longest)));
+        assert_eq!(label(b""), Err(ReplyError::BadLabel));
+        assert_eq!(label(vec![b'x'; MAX_LABEL_LEN + 1].leak()), Err(ReplyError::BadLabel));
+        // The first bad option decides the error.
+        assert_eq!(with(&[b"LABEL", b"", b"BLOCK", b"x"]), Err(ReplyError::BadLabel));
+        assert_eq!(with(&[b"BLOCK", b"x", b"LABEL", b""]), Err(ReplyError::BadTimeout));
+    }
+
+    #[test]
+    fn debug_never_shows_the_token() {
+        let shown = format!("{:?}", Acquire::mutex(b"k", b"s3cret", 5));
+        assert!(!shown.contains("s3cret") && shown.contains("token_len: 6"), "{shown}");
+    }
+
+    #[test]
+    fn parsing_never_panics_on_any_bytes() {
+        let samples: [&[u8]; 6] = [b"", b"\xff", b"0", b"BLOCK", b"18446744073709551616", b"LABEL"];
+        for a in samples {
+            for b in samples {
+                let _ = parse(&[a, b, a, b]);
+                let _ = parse(&[b"k", b"t", b"1", a, b, a]);
+            }
+        }
+    }
+}
