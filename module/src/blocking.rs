@@ -25,11 +25,11 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 use crate::error::LockError;
-use crate::ffi::{self, int, BlockedClient, Call, Names, Reply, Timer, TimerId, Waits};
-use crate::key::Key;
+use crate::ffi::{self, clock, int, replication, BlockedClient, Call, Names, Reply, Timer, TimerId, Waits};
 use crate::lease::{Lock, Micros, Released};
+use crate::store::Store;
 use crate::waiting::{self, Answer, KeyId, Queues, Served, Waiter};
-use crate::{clock, floor, replication, state, stats, sweeper};
+use crate::{counters, floor, state};
 
 /// How long one wake-up may serve keys before it yields to the event loop.
 const BUDGET: Micros = 2_000;
@@ -94,7 +94,7 @@ pub struct Ask<'a> {
 pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: Micros) -> Reply {
     let Some(client) = call.block::<Queued>() else {
         // Redis would not block this client: answer as the one attempt it was.
-        stats::CONTENDED.incr();
+        counters::CONTENDED.incr();
         return Reply::Nil;
     };
     let key: KeyId = (call.db(), call.arg(1).into());
@@ -112,7 +112,7 @@ pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: 
         s.queues.wake(&key, frees_at);
         rearm(s, now);
     });
-    stats::BLOCKED_ACQUIRES.incr();
+    counters::BLOCKED_ACQUIRES.incr();
     Reply::Blocked
 }
 
@@ -140,7 +140,7 @@ fn serve_key(
     id: &KeyId,
     now: Micros,
 ) -> Vec<Served<BlockedClient>> {
-    let mut key = Key::named(redis_name);
+    let mut key = Store::named(redis_name);
     let mut mark = state::high_water();
     let grace = state::grace_left(now);
     let take_all = |e: LockError| -> Vec<_> {
@@ -148,15 +148,15 @@ fn serve_key(
     };
     match key.lock() {
         Err(e) => take_all(e),
-        Ok(Some(lock)) => {
+        Ok(Some(mut lock)) => {
             // The handoff at the deadline is often the first look at an expired lease.
-            lock.take_expiries(now, stats::lease_expired);
+            lock.take_expiries(now, counters::lease_expired);
             if lock.has_room(now) {
                 if let Some(Err(e)) = mark.peek(lock.fence()).map(|fence| floor::cover(names, &id.1, fence)) {
                     return take_all(e);
                 }
             }
-            let served = with(|s| s.queues.serve(id, lock, &mut mark, now, grace));
+            let served = with(|s| s.queues.serve(id, &mut lock, &mut mark, now, grace));
             if served.iter().any(|s| s.answer.holds()) {
                 state::set_high_water(mark);
                 replication::replicate_named(redis_name, mark, &lock.snapshot(now));
@@ -169,7 +169,7 @@ fn serve_key(
             let mut fresh = Lock::new();
             let mut served = with(|s| s.queues.serve(id, &mut fresh, &mut mark, now, grace));
             if served.iter().any(|s| s.answer.holds()) {
-                match key.set_lock(fresh) {
+                match key.insert(fresh) {
                     Ok(stored) => {
                         state::set_high_water(mark);
                         replication::replicate_named(redis_name, mark, &stored.snapshot(now));
@@ -192,32 +192,32 @@ fn failed(waiter: Waiter<BlockedClient>, e: LockError) -> Served<BlockedClient> 
 
 /// Unblocks a served waiter with its answer, and counts it.
 fn answer(key: &KeyId, served: Served<BlockedClient>, now: Micros) {
-    stats::waited(served.waited(now));
+    counters::waited(served.waited(now));
     let Served { waiter, answer } = served;
     let (reply, if_lost): (_, Option<Box<dyn FnOnce()>>) = match answer {
         Answer::Granted { fence, took_over } => {
-            stats::GRANTS.incr();
-            stats::HANDOFFS.incr();
+            counters::GRANTS.incr();
+            counters::HANDOFFS.incr();
             if took_over {
-                stats::TAKEOVERS.incr();
+                counters::TAKEOVERS.incr();
             }
             let lost = LostGrant { key: key.clone(), token: waiter.token, fence };
             (Ok(int(fence)), Some(Box::new(move || give_back_later(lost))))
         }
         // The lease is its token's other request's too: that one keeps it.
         Answer::Reentered { fence } => {
-            stats::REENTRIES.incr();
+            counters::REENTRIES.incr();
             (Ok(int(fence)), None)
         }
         // Its own deadline passed: the same nil (and counters) as any refusal by timeout.
         Answer::TimedOut => {
-            stats::WAIT_TIMEOUTS.incr();
-            stats::CONTENDED.incr();
+            counters::WAIT_TIMEOUTS.incr();
+            counters::CONTENDED.incr();
             (Ok(Reply::Nil), None)
         }
         Answer::Failed(e) => {
             if let LockError::PermitsMismatch { .. } = e {
-                stats::PERMITS_MISMATCHES.incr();
+                counters::PERMITS_MISMATCHES.incr();
             }
             (Err(e), None)
         }
@@ -228,7 +228,7 @@ fn answer(key: &KeyId, served: Served<BlockedClient>, now: Micros) {
 /// A granted waiter's client went away before the reply reached it: nobody will use or release
 /// that lease, so the next wake-up gives it back (to the next waiter, if any).
 fn give_back_later(lost: LostGrant) {
-    stats::WAIT_ABANDONED.incr();
+    counters::WAIT_ABANDONED.incr();
     with(|s| {
         s.lost.push(lost);
         rearm(s, clock::now());
@@ -328,14 +328,14 @@ fn give_back(timer: &Timer, lost: LostGrant) {
     }
     let Some(redis_name) = timer.string(name) else { return };
     let now = clock::now();
-    let mut key = Key::named(&redis_name);
-    if let Ok(Some(lock)) = key.lock() {
+    let mut key = Store::named(&redis_name);
+    if let Ok(Some(mut lock)) = key.lock() {
         // Not counted as a release: nobody held this lease (`wait_abandoned` counts it).
         if lock.fence_of(&lost.token, now) == Some(lost.fence)
             && matches!(lock.release(&lost.token, now), Released::Ended { .. })
         {
             replication::replicate_named(&redis_name, state::high_water(), &lock.snapshot(now));
-            sweeper::track(lock, *db, name);
+            lock.file();
         }
     }
     drop(key);
@@ -352,16 +352,16 @@ impl Waits for Queued {
     /// `CLIENT UNBLOCK … TIMEOUT`: answered nil by Redis, counted as a timeout.
     fn timed_out(client: BlockedClient) {
         if let Some((_, waiter)) = with(|s| s.queues.remove(client)) {
-            stats::WAIT_TIMEOUTS.incr();
-            stats::CONTENDED.incr();
-            stats::waited(clock::now().saturating_sub(waiter.since));
+            counters::WAIT_TIMEOUTS.incr();
+            counters::CONTENDED.incr();
+            counters::waited(clock::now().saturating_sub(waiter.since));
         }
     }
 
     fn abandoned(client: BlockedClient) {
         if let Some((_, waiter)) = with(|s| s.queues.remove(client)) {
-            stats::WAIT_ABANDONED.incr();
-            stats::waited(clock::now().saturating_sub(waiter.since));
+            counters::WAIT_ABANDONED.incr();
+            counters::waited(clock::now().saturating_sub(waiter.since));
         }
     }
 }

@@ -5,10 +5,10 @@
 use crate::args::AcquireOptions;
 use crate::error::LockError;
 use crate::fence::HighWater;
-use crate::ffi::{int, Call, Reply};
-use crate::key::Key;
+use crate::ffi::{clock, int, replication, Call, Reply};
 use crate::lease::{Acquired, Lock, Micros, Released};
-use crate::{args, blocking, clock, floor, replication, state, stats, sweeper};
+use crate::store::Store;
+use crate::{args, blocking, counters, floor, state};
 
 /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label] [PERMITS n]` → fence,
 /// or nil while the key is held (by another token, or by `n` of them) or others wait for it.
@@ -30,7 +30,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
         // A lease that ended belongs to the head of the queue, not to whoever asks first.
         blocking::serve(call, call.db(), call.arg(1), now);
     }
-    let mut key = Key::write(call);
+    let mut key = Store::write(call);
     let mut mark = state::high_water();
     let before = mark;
     let mut decide = |lock: &mut Lock| {
@@ -38,11 +38,11 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     };
 
     let (outcome, lock) = match key.lock()? {
-        Some(lock) => {
+        Some(mut lock) => {
             cover_floor(call, before, lock.fence())?;
             // An expired lease this replaces (or that a refusal leaves) ended: count it once.
-            lock.take_expiries(now, stats::lease_expired);
-            (decide(lock), lock)
+            lock.take_expiries(now, counters::lease_expired);
+            (decide(&mut lock), lock)
         }
         None => {
             cover_floor(call, before, 0)?;
@@ -51,7 +51,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
             match outcome {
                 // Stored before it is replicated: if storing failed, no replica or AOF may
                 // hold a lease this server does not.
-                Ok(Acquired::Granted { .. }) => (outcome, key.set_lock(fresh)?),
+                Ok(Acquired::Granted { .. }) => (outcome, key.insert(fresh)?),
                 // A refused grant leaves no key behind.
                 _ => return count_refusal(outcome),
             }
@@ -59,14 +59,14 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     };
     let fence = match (outcome, block) {
         (Ok(Acquired::Reentered { fence }), _) => {
-            stats::REENTRIES.incr();
+            counters::REENTRIES.incr();
             blocking::shortened(call, lock.next_free(now));
             fence
         }
         (Ok(Acquired::Granted { fence, took_over }), _) => {
-            stats::GRANTS.incr();
+            counters::GRANTS.incr();
             if took_over {
-                stats::TAKEOVERS.incr();
+                counters::TAKEOVERS.incr();
             }
             fence
         }
@@ -95,15 +95,15 @@ fn cover_floor(call: &Call, mark: HighWater, key_fence: u64) -> Result<(), LockE
 fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockError> {
     match outcome {
         Ok(Acquired::Busy) => {
-            stats::CONTENDED.incr();
+            counters::CONTENDED.incr();
             Ok(Reply::Nil)
         }
         Err(e @ LockError::RestartGrace { .. }) => {
-            stats::GRACE_REFUSALS.incr();
+            counters::GRACE_REFUSALS.incr();
             Err(e)
         }
         Err(e @ LockError::PermitsMismatch { .. }) => {
-            stats::PERMITS_MISMATCHES.incr();
+            counters::PERMITS_MISMATCHES.incr();
             Err(e)
         }
         Err(e) => Err(e),
@@ -116,7 +116,7 @@ fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockErro
 pub fn renew(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
-    owner_change(call, &stats::RENEW_FAILURES, Ends::No, |lock, now| {
+    owner_change(call, &counters::RENEW_FAILURES, Ends::No, |lock, now| {
         let renewed = lock.renew(token, ttl, now);
         if renewed {
             blocking::shortened(call, lock.next_free(now));
@@ -129,10 +129,10 @@ pub fn renew(call: &Call) -> Result<Reply, LockError> {
 /// The head waiter, if any, is granted the lease in the same command.
 pub fn release(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
-    let reply = owner_change(call, &stats::RELEASE_FAILURES, Ends::Lease, |lock, now| {
+    let reply = owner_change(call, &counters::RELEASE_FAILURES, Ends::Lease, |lock, now| {
         match lock.release(token, now) {
             Released::Ended { span } => {
-                stats::lease_released(span);
+                counters::lease_released(span);
                 true
             }
             Released::Expired | Released::NotOwner => false,
@@ -158,22 +158,21 @@ enum Ends {
 /// A refusal may be the first look at an expired lease (a late RENEW or RELEASE): counted.
 fn owner_change(
     call: &Call,
-    refusals: &stats::Counter,
+    refusals: &counters::Counter,
     ends: Ends,
     change: impl FnOnce(&mut Lock, Micros) -> bool,
 ) -> Result<Reply, LockError> {
-    let mut key = Key::write(call);
-    let (db, name) = key.location();
+    let mut key = Store::write(call);
     let now = clock::now();
-    if let Some(lock) = key.lock()? {
-        if change(lock, now) {
+    if let Some(mut lock) = key.lock()? {
+        if change(&mut lock, now) {
             replication::replicate(call, state::high_water(), &lock.snapshot(now));
             if ends == Ends::Lease {
-                sweeper::track(lock, db, name);
+                lock.file();
             }
             return Ok(Reply::Int(1));
         }
-        lock.take_expiries(now, stats::lease_expired);
+        lock.take_expiries(now, counters::lease_expired);
     }
     refusals.incr();
     Ok(Reply::Int(0))
@@ -184,10 +183,10 @@ fn owner_change(
 pub fn raise(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let fence = args::fence(call.arg(3))?;
-    let mut key = Key::write(call);
+    let mut key = Store::write(call);
     let now = clock::now();
     let mut mark = state::high_water();
-    let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
+    let Some(mut lock) = key.lock()? else { return Ok(Reply::Nil) };
     floor::cover(call, call.arg(1), fence)?;
     match lock.raise(&mut mark, token, fence, now) {
         Some(raised) => {
@@ -201,7 +200,7 @@ pub fn raise(call: &Call) -> Result<Reply, LockError> {
 
 /// `FENCEDLOCK.CAD key value` → 1 if a string key held `value` and was deleted, else 0.
 pub fn cad(call: &Call) -> Result<Reply, LockError> {
-    let key = Key::write(call);
+    let key = Store::write(call);
     if key.string()? != Some(call.arg(2)) {
         return Ok(Reply::Int(0));
     }
@@ -216,7 +215,7 @@ pub fn cad(call: &Call) -> Result<Reply, LockError> {
 /// lease holds the key; a semaphore key's `[fence, holders, permits, [[fence, pttl_ms, label or
 /// nil], ...]]`; nil for a missing key. Never a token.
 pub fn status(call: &Call) -> Result<Reply, LockError> {
-    let mut key = Key::read(call);
+    let mut key = Store::read(call);
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
     let now = clock::now();
     if let Some(semaphore) = lock.semaphore_status(now) {
@@ -253,17 +252,13 @@ pub fn apply_semaphore(call: &Call) -> Result<Reply, LockError> {
 /// Stores an applied record's lock in place of the key's, and takes in its fences.
 fn store_applied(call: &Call, high_water: u64, lock: Lock) -> Result<Reply, LockError> {
     let fence = lock.fence();
-    let mut key = Key::write(call);
-    let (db, name) = key.location();
+    let mut key = Store::write(call);
     match key.lock()? {
-        Some(stored) => {
-            // Filed again at its new idle time, as the primary's was: a promoted replica then
-            // reclaims on the primary's schedule.
-            *stored = lock;
-            sweeper::track(stored, db, name);
-        }
+        // Filed again at its new idle time, as the primary's was: a promoted replica then
+        // reclaims on the primary's schedule.
+        Some(mut stored) => stored.replace(lock),
         None => {
-            key.set_lock(lock)?;
+            key.insert(lock)?;
         }
     }
     state::update_high_water(|mark| {

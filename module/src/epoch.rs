@@ -12,7 +12,8 @@ use redis_module::server_events::{LoadingSubevent, ServerRole};
 use redis_module::{Context, ContextFlags};
 use redis_module_macros::{loading_event_handler, role_changed_event_handler};
 
-use crate::{clock, ffi, state};
+use crate::ffi::{self, clock};
+use crate::state;
 
 const LOAD_NONE: u8 = 0;
 const LOAD_DISK: u8 = 1;

@@ -3,10 +3,10 @@
 //! mark already outlives every key there.
 
 use crate::error::LockError;
-use crate::ffi::{self, Names};
-use crate::key::Key;
+use crate::ffi::{self, clock, replication, Names};
 use crate::lease::{Lock, Record};
-use crate::{clock, replication, slot, state};
+use crate::store::Store;
+use crate::{slot, state};
 
 /// Makes sure the floor of `key`'s slot covers `fence`, raising it (with headroom) and
 /// replicating the raise when it does not. `names` is the running command or timer.
@@ -16,7 +16,7 @@ pub fn cover(names: &impl Names, key: &[u8], fence: u64) -> Result<(), LockError
     }
     let name = slot::floor_key(slot::slot(key));
     let name = names.string(&name).ok_or(LockError::Internal)?;
-    let mut key = Key::named(&name);
+    let mut key = Store::named(&name);
     let floor = key.lock()?;
     if !slot::needs_raise(floor.as_ref().map(|lock| lock.fence()), fence) {
         return Ok(());
@@ -24,11 +24,11 @@ pub fn cover(names: &impl Names, key: &[u8], fence: u64) -> Result<(), LockError
     let now = clock::now();
     let raised = Lock::from_record(&Record { fence: slot::floor_for(fence), holder: None }, now)?;
     let stored = match floor {
-        Some(floor) => {
-            *floor = raised;
+        Some(mut floor) => {
+            floor.replace(raised);
             floor
         }
-        None => key.set_lock(raised)?,
+        None => key.insert(raised)?,
     };
     replication::replicate_named(&name, state::high_water(), &stored.snapshot(now));
     Ok(())

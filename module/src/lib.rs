@@ -11,9 +11,8 @@
 
 mod args;
 mod blocking;
-mod clock;
 mod commands;
-mod datatype;
+mod counters;
 mod epoch;
 mod error;
 mod fence;
@@ -21,65 +20,30 @@ mod ffi;
 mod floor;
 mod histogram;
 mod holder;
-mod key;
+mod info;
 mod lease;
 mod reclaim;
-mod replication;
 mod semaphore;
 mod slot;
 mod state;
-mod stats;
+mod store;
 mod sweeper;
 mod waiting;
 
 #[cfg(not(test))]
 mod module {
-    use std::ffi::c_int;
-
-    use fencedlock_protocol::command::{self, Command};
+    use fencedlock_protocol::command;
     use fencedlock_protocol::config;
     use redis_module::configuration::{register_i64_configuration, ConfigurationFlags};
     // `RedisResult` is used by the code `redis_module!` expands to.
-    use redis_module::{raw, Context, InfoContext, RedisResult, RedisString, Status};
+    use redis_module::{Context, InfoContext, RedisResult, RedisString, Status};
 
-    use crate::datatype::LOCK_TYPE;
-    use crate::ffi::{self, Handler};
-    use crate::{blocking, clock, commands, state, stats, sweeper};
+    use crate::ffi::datatype::{self, Hooks, LOCK_TYPE};
+    use crate::ffi::register::{self, command_table, Registration};
+    use crate::ffi::{self, clock};
+    use crate::{blocking, commands, info, state, sweeper};
 
-    /// One registered command: its shape (from the protocol crate, which also gives its arity
-    /// and docs), its flags, its implementation, and the C entry point Redis calls.
-    ///
-    /// The `redis-module` crate's command macros are not used: they set ACL categories through
-    /// `RedisModule_SetCommandACLCategories`, which Redis 7.0 lacks (the module would not
-    /// load there), and their handlers have no panic guard (a panic would abort Redis).
-    struct Registration {
-        spec: Command,
-        /// Only ACQUIRE is `deny-oom`, so leases can always be renewed and freed under memory
-        /// pressure. APPLY and APPLYSEM stay out of MONITOR and SLOWLOG: they carry tokens.
-        flags: &'static str,
-        entry: raw::RedisModuleCmdFunc,
-    }
-
-    /// The command table: each entry's C function runs its handler through `ffi::run`, which
-    /// checks the arity against `spec` and guards against panics.
-    macro_rules! commands {
-        ($($spec:expr => $handler:expr, $flags:literal;)*) => {
-            [$({
-                extern "C" fn entry(
-                    ctx: *mut raw::RedisModuleCtx,
-                    argv: *mut *mut raw::RedisModuleString,
-                    argc: c_int,
-                ) -> c_int {
-                    const HANDLER: Handler = $handler;
-                    // SAFETY: Redis calls this with the context and arguments of this command.
-                    unsafe { ffi::run(ctx, argv, argc, &$spec, HANDLER) }
-                }
-                Registration { spec: $spec, flags: $flags, entry: Some(entry) }
-            },)*]
-        };
-    }
-
-    const COMMANDS: [Registration; 8] = commands! {
+    const COMMANDS: [Registration; 8] = command_table! {
         command::ACQUIRE => commands::acquire, "write deny-oom fast";
         command::RENEW => commands::renew, "write fast";
         command::RELEASE => commands::release, "write fast";
@@ -101,8 +65,17 @@ mod module {
     }
 
     fn register(ctx: &Context) -> Result<(), String> {
-        ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
+        register::handle_io_errors(ctx);
         ffi::blocked::init(ctx);
+        datatype::attach(Hooks {
+            high_water: state::high_water,
+            observe: |fence| {
+                state::update_high_water(|mark| mark.observe(fence));
+            },
+            file: state::file,
+            any_waiters: || blocking::waiters() > 0,
+            unlinked: blocking::unlinked,
+        });
         let category = ffi::add_acl_category(ctx, command::ACL_CATEGORY_C).then_some(command::ACL_CATEGORY_C);
         for c in COMMANDS {
             ffi::create_command(ctx, &c.spec, c.entry, c.flags, category)?;
@@ -125,13 +98,7 @@ mod module {
                 None,
             );
         }
-        // SAFETY: called from OnLoad with the module's context, after registering the configs.
-        if let Some(load_configs) = unsafe { raw::RedisModule_LoadConfigs } {
-            // SAFETY: as above.
-            if unsafe { load_configs(ctx.ctx) } != raw::REDISMODULE_OK as c_int {
-                return Err("invalid fencedlock.* configuration".into());
-            }
-        }
+        register::load_configs(ctx)?;
         state::start_grace(clock::now());
         ffi::every(ctx, sweeper::IDLE_DELAY_MS, sweeper::sweep);
         ffi::blocked::on_flush(ctx, blocking::flushed);
@@ -139,7 +106,7 @@ mod module {
     }
 
     fn info(ctx: &InfoContext, _for_crash_report: bool) {
-        ffi::guard("info", (), || stats::add_info_section(ctx));
+        ffi::guard("info", (), || info::render(&ffi::info::Section::begin(ctx)));
     }
 
     redis_module::redis_module! {

@@ -1,16 +1,61 @@
 //! The `fencelock` data type: RDB save/load (also used by `DUMP`/`RESTORE`), AOF rewrite,
 //! `MEMORY USAGE`, `DEBUG DIGEST-VALUE`, `COPY`, and the high-water mark as RDB aux data.
+//!
+//! What the callbacks need from the server's state (the mark, the reclaim index, the wait
+//! queues) they reach through [`Hooks`], given once at load, so this layer imports no glue.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
 
 use fencedlock_protocol::limits::MAX_FENCE;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::ffi::{guard, log_warning, string_bytes};
+use super::{clock, guard, log_warning, replication, string_bytes};
+use crate::fence::HighWater;
 use crate::lease::{Holding, Lock, Record, Snapshot};
 use crate::semaphore::{PermitHolding, SemaphoreRecord};
-use crate::{blocking, clock, replication, state, sweeper};
+
+/// The server's side of the type's callbacks.
+pub struct Hooks {
+    /// The mark to save with the data set (aux data, AOF records).
+    pub high_water: fn() -> HighWater,
+    /// Takes in a fence or mark that was loaded: it must never be issued again.
+    pub observe: fn(u64),
+    /// Files a lock stored under a name (loaded, restored, copied) for reclaim.
+    pub file: fn(&mut Lock, i32, &[u8]),
+    /// Whether anyone waits on any key: only then does an unlink look up the key's name.
+    pub any_waiters: fn() -> bool,
+    /// A lock key is losing its name: its waiters are served.
+    pub unlinked: fn(i32, &[u8]),
+}
+
+static HOOKS: OnceLock<Hooks> = OnceLock::new();
+
+/// At load, before any key is loaded.
+pub fn attach(hooks: Hooks) {
+    let _ = HOOKS.set(hooks);
+}
+
+fn hooks() -> Option<&'static Hooks> {
+    HOOKS.get()
+}
+
+fn high_water() -> HighWater {
+    hooks().map_or(HighWater::new(0), |h| (h.high_water)())
+}
+
+fn observe(fence: u64) {
+    if let Some(h) = hooks() {
+        (h.observe)(fence);
+    }
+}
+
+fn file(lock: &mut Lock, db: i32, name: &[u8]) {
+    if let Some(h) = hooks() {
+        (h.file)(lock, db, name);
+    }
+}
 
 /// The on-disk encoding version. Bump it when the layout below changes; `rdb_load` refuses
 /// versions it does not know instead of guessing. 2 added the label, 3 semaphore keys; older
@@ -114,7 +159,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 };
                 if !name.is_null() {
                     // SAFETY: the name lives for the duration of this callback.
-                    sweeper::track(&mut lock, db, unsafe { string_bytes(name.cast_mut()) });
+                    file(&mut lock, db, unsafe { string_bytes(name.cast_mut()) });
                 }
                 Box::into_raw(Box::new(lock)).cast()
             }
@@ -183,7 +228,7 @@ fn load_semaphore(rdb: *mut raw::RedisModuleIO, fence: u64) -> Option<Lock> {
 
 /// A restored or loaded fence must never be issued again.
 fn loaded(lock: Lock) -> Option<Lock> {
-    state::update_high_water(|mark| mark.observe(lock.fence()));
+    observe(lock.fence());
     Some(lock)
 }
 
@@ -196,7 +241,7 @@ unsafe extern "C" fn aof_rewrite(
         // SAFETY: Redis passes a value of our type, and the live rewrite IO and key.
         unsafe {
             if let Some(lock) = value.cast::<Lock>().as_ref() {
-                replication::emit_aof(aof, key, state::high_water(), &lock.snapshot(clock::now()));
+                replication::emit_aof(aof, key, high_water(), &lock.snapshot(clock::now()));
             }
         }
     });
@@ -259,13 +304,14 @@ unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const 
         if let Some(lock) = unsafe { value.cast::<Lock>().cast_mut().as_mut() } {
             lock.unfile();
         }
-        if blocking::waiters() > 0 {
+        let Some(hooks) = hooks() else { return };
+        if (hooks.any_waiters)() {
             // SAFETY: Redis passes a live key context naming the key being unlinked.
             let (db, name) = unsafe {
                 let name = raw::RedisModule_GetKeyNameFromOptCtx.map_or(std::ptr::null(), |f| f(ctx));
                 (raw::RedisModule_GetDbIdFromOptCtx.map_or(0, |f| f(ctx)), string_bytes(name.cast_mut()))
             };
-            blocking::unlinked(db, name);
+            (hooks.unlinked)(db, name);
         }
     });
 }
@@ -280,7 +326,7 @@ unsafe extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_
             let name = raw::RedisModule_GetToKeyNameFromOptCtx.map_or(std::ptr::null(), |f| f(ctx));
             let db = raw::RedisModule_GetToDbIdFromOptCtx.map_or(0, |f| f(ctx));
             if !name.is_null() {
-                sweeper::track(&mut copy, db, string_bytes(name.cast_mut()));
+                file(&mut copy, db, string_bytes(name.cast_mut()));
             }
             Box::into_raw(Box::new(copy)).cast()
         }
@@ -288,7 +334,7 @@ unsafe extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    guard("aux_save", (), || raw::save_unsigned(rdb, state::high_water().get()));
+    guard("aux_save", (), || raw::save_unsigned(rdb, high_water().get()));
 }
 
 /// Raises (never lowers) the mark to the one saved with the data set.
@@ -297,7 +343,7 @@ unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when
         // The same layout in every version so far.
         match READABLE_VERSIONS.contains(&encver).then(|| raw::load_unsigned(rdb).ok()).flatten() {
             Some(mark) => {
-                state::update_high_water(|hw| hw.observe(mark.min(MAX_FENCE)));
+                observe(mark.min(MAX_FENCE));
                 raw::REDISMODULE_OK as c_int
             }
             None => {

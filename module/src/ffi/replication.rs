@@ -10,8 +10,8 @@ use redis_module::raw;
 
 use fencedlock_protocol::command::{APPLY, APPLYSEM};
 
+use super::{log_warning, Call, KeyName};
 use crate::fence::HighWater;
-use crate::ffi::{log_warning, Call, KeyName};
 use crate::lease::{Holding, Snapshot};
 use crate::semaphore::encode_holders;
 
