@@ -21,63 +21,25 @@
 //! A handoff is replicated and written to the AOF as the same `APPLY` record as any grant; the
 //! queues themselves are not (after a failover, waiters reconnect and queue again).
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{LazyLock, Mutex, MutexGuard};
-
 use crate::error::LockError;
-use crate::ffi::{self, clock, int, replication, BlockedClient, Call, Names, Reply, Timer, TimerId, Waits};
+use crate::ffi::{self, clock, int, replication, BlockedClient, Call, Names, Reply, Timer, Waits};
 use crate::lease::{Lock, Micros, Released};
+use crate::server::{LostGrant, WaitState, SERVER};
 use crate::store::Store;
-use crate::waiting::{self, Answer, KeyId, Queues, Served, Waiter};
-use crate::{counters, floor, state};
+use crate::waiting::{self, Answer, KeyId, Served, Waiter};
+use crate::{counters, floor};
 
 /// How long one wake-up may serve keys before it yields to the event loop.
 const BUDGET: Micros = 2_000;
 
-struct State {
-    queues: Queues<BlockedClient>,
-    /// The wake-up timer and the instant it was armed for.
-    armed: Option<(TimerId, Micros)>,
-    /// Handoffs whose client went away before the reply reached it, to be given back.
-    lost: Vec<LostGrant>,
-}
-
-/// A lease granted to a waiter that disconnected before it heard of it.
-struct LostGrant {
-    key: KeyId,
-    token: Box<[u8]>,
-    fence: u64,
-}
-
-static STATE: LazyLock<Mutex<State>> =
-    LazyLock::new(|| Mutex::new(State { queues: Queues::new(), armed: None, lost: Vec::new() }));
-
-/// Waiters queued now, readable without the lock: a command on a key nobody waits for pays one
-/// load of this, nothing more.
-static WAITERS: AtomicUsize = AtomicUsize::new(0);
-
-/// Runs `f` on the state and refreshes [`WAITERS`].
-fn with<T>(f: impl FnOnce(&mut State) -> T) -> T {
-    // Every method leaves the state consistent, so a poisoned lock is safe to keep using.
-    let mut state: MutexGuard<'_, State> = STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let result = f(&mut state);
-    WAITERS.store(state.queues.len(), Relaxed);
-    result
-}
-
-/// Waiters queued now, for `INFO`.
-pub fn waiters() -> usize {
-    WAITERS.load(Relaxed)
+/// Runs `f` on the waiting side's state (the server's, see `server.rs`).
+fn with<T>(f: impl FnOnce(&mut WaitState) -> T) -> T {
+    SERVER.waits(f)
 }
 
 /// Whether anyone waits on the call's key.
 pub fn is_waited(call: &Call) -> bool {
-    waiters() > 0 && is_waited_at(call.db(), call.arg(1))
-}
-
-/// Whether anyone waits on `name` in `db`.
-pub fn is_waited_at(db: i32, name: &[u8]) -> bool {
-    waiters() > 0 && with(|s| s.queues.is_waited(&(db, name.into())))
+    SERVER.waiters() > 0 && SERVER.is_waited_at(call.db(), call.arg(1))
 }
 
 /// What a blocked ACQUIRE asks for when its turn comes.
@@ -141,8 +103,8 @@ fn serve_key(
     now: Micros,
 ) -> Vec<Served<BlockedClient>> {
     let mut key = Store::named(redis_name);
-    let mut mark = state::high_water();
-    let grace = state::grace_left(now);
+    let mut mark = SERVER.high_water();
+    let grace = SERVER.grace_left(now);
     let take_all = |e: LockError| -> Vec<_> {
         with(|s| s.queues.take_all(id)).into_iter().map(|w| failed(w, e.clone())).collect()
     };
@@ -158,7 +120,7 @@ fn serve_key(
             }
             let served = with(|s| s.queues.serve(id, &mut lock, &mut mark, now, grace));
             if served.iter().any(|s| s.answer.holds()) {
-                state::set_high_water(mark);
+                SERVER.set_high_water(mark);
                 replication::replicate_named(redis_name, mark, &lock.snapshot(now));
             }
             served
@@ -171,7 +133,7 @@ fn serve_key(
             if served.iter().any(|s| s.answer.holds()) {
                 match key.insert(fresh) {
                     Ok(stored) => {
-                        state::set_high_water(mark);
+                        SERVER.set_high_water(mark);
                         replication::replicate_named(redis_name, mark, &stored.snapshot(now));
                     }
                     Err(e) => {
@@ -259,7 +221,7 @@ pub fn flushed(db: Option<i32>) {
 /// A lock key is losing its name (deleted, overwritten, renamed or moved away): if anyone waits
 /// on it, serve them now.
 pub fn unlinked(db: i32, name: &[u8]) {
-    if waiters() == 0 {
+    if SERVER.waiters() == 0 {
         return;
     }
     let now = clock::now();
@@ -274,7 +236,7 @@ pub fn unlinked(db: i32, name: &[u8]) {
 
 /// Arms the wake-up timer for the earliest wake-up (or stops it when nothing is due). Never
 /// early: a look at a key before its holder's deadline would only arm again.
-fn rearm(s: &mut State, now: Micros) {
+fn rearm(s: &mut WaitState, now: Micros) {
     let next = if s.lost.is_empty() { s.queues.next_due() } else { Some(now) };
     match (next, s.armed) {
         (None, None) => {}
@@ -334,7 +296,7 @@ fn give_back(timer: &Timer, lost: LostGrant) {
         if lock.fence_of(&lost.token, now) == Some(lost.fence)
             && matches!(lock.release(&lost.token, now), Released::Ended { .. })
         {
-            replication::replicate_named(&redis_name, state::high_water(), &lock.snapshot(now));
+            replication::replicate_named(&redis_name, SERVER.high_water(), &lock.snapshot(now));
             lock.file();
         }
     }

@@ -7,8 +7,9 @@ use crate::error::LockError;
 use crate::fence::HighWater;
 use crate::ffi::{clock, int, replication, Call, Reply};
 use crate::lease::{Acquired, Lock, Micros, Released};
+use crate::server::SERVER;
 use crate::store::Store;
-use crate::{args, blocking, counters, floor, state};
+use crate::{args, blocking, counters, floor};
 
 /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label] [PERMITS n]` → fence,
 /// or nil while the key is held (by another token, or by `n` of them) or others wait for it.
@@ -17,7 +18,7 @@ use crate::{args, blocking, counters, floor, state};
 /// key's holder count (see `Lock::acquire_permit`).
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
-    let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
+    let ttl = args::ttl(call.arg(3), SERVER.max_ttl_ms())?;
     // The plain form, by far the most common, allocates nothing for its options.
     let options = match call.argc() {
         4 => AcquireOptions::default(),
@@ -31,10 +32,10 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
         blocking::serve(call, call.db(), call.arg(1), now);
     }
     let mut key = Store::write(call);
-    let mut mark = state::high_water();
+    let mut mark = SERVER.high_water();
     let before = mark;
     let mut decide = |lock: &mut Lock| {
-        lock.acquire_permit(&mut mark, token, label, permits, ttl, now, state::grace_left(now))
+        lock.acquire_permit(&mut mark, token, label, permits, ttl, now, SERVER.grace_left(now))
     };
 
     let (outcome, lock) = match key.lock()? {
@@ -77,7 +78,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
         }
         (refused, _) => return count_refusal(refused),
     };
-    state::set_high_water(mark);
+    SERVER.set_high_water(mark);
     replication::replicate(call, mark, &lock.snapshot(now));
     Ok(int(fence))
 }
@@ -115,7 +116,7 @@ fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockErro
 /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs `ttl_ms`.
 pub fn renew(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
-    let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
+    let ttl = args::ttl(call.arg(3), SERVER.max_ttl_ms())?;
     owner_change(call, &counters::RENEW_FAILURES, Ends::No, |lock, now| {
         let renewed = lock.renew(token, ttl, now);
         if renewed {
@@ -166,7 +167,7 @@ fn owner_change(
     let now = clock::now();
     if let Some(mut lock) = key.lock()? {
         if change(&mut lock, now) {
-            replication::replicate(call, state::high_water(), &lock.snapshot(now));
+            replication::replicate(call, SERVER.high_water(), &lock.snapshot(now));
             if ends == Ends::Lease {
                 lock.file();
             }
@@ -185,12 +186,12 @@ pub fn raise(call: &Call) -> Result<Reply, LockError> {
     let fence = args::fence(call.arg(3))?;
     let mut key = Store::write(call);
     let now = clock::now();
-    let mut mark = state::high_water();
+    let mut mark = SERVER.high_water();
     let Some(mut lock) = key.lock()? else { return Ok(Reply::Nil) };
     floor::cover(call, call.arg(1), fence)?;
     match lock.raise(&mut mark, token, fence, now) {
         Some(raised) => {
-            state::set_high_water(mark);
+            SERVER.set_high_water(mark);
             replication::replicate(call, mark, &lock.snapshot(now));
             Ok(int(raised))
         }
@@ -261,7 +262,7 @@ fn store_applied(call: &Call, high_water: u64, lock: Lock) -> Result<Reply, Lock
             key.insert(lock)?;
         }
     }
-    state::update_high_water(|mark| {
+    SERVER.update_high_water(|mark| {
         mark.observe(high_water);
         mark.observe(fence);
     });

@@ -5,8 +5,9 @@
 use crate::error::LockError;
 use crate::ffi::{self, clock, replication, Names};
 use crate::lease::{Lock, Record};
+use crate::server::SERVER;
+use crate::slot;
 use crate::store::Store;
-use crate::{slot, state};
 
 /// Makes sure the floor of `key`'s slot covers `fence`, raising it (with headroom) and
 /// replicating the raise when it does not. `names` is the running command or timer.
@@ -30,6 +31,6 @@ pub fn cover(names: &impl Names, key: &[u8], fence: u64) -> Result<(), LockError
         }
         None => key.insert(raised)?,
     };
-    replication::replicate_named(&name, state::high_water(), &stored.snapshot(now));
+    replication::replicate_named(&name, SERVER.high_water(), &stored.snapshot(now));
     Ok(())
 }

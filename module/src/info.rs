@@ -5,7 +5,7 @@ use crate::counters::*;
 use crate::ffi::info::Section;
 use crate::histogram::{Snapshot, PERCENTILES};
 use crate::lease::Micros;
-use crate::{blocking, state};
+use crate::server::SERVER;
 
 /// A field's value: counts and marks past `i64::MAX` show as `i64::MAX`.
 fn field(v: u64) -> i64 {
@@ -13,7 +13,7 @@ fn field(v: u64) -> i64 {
 }
 
 pub fn render(info: &Section<'_>) {
-    let mark = state::high_water();
+    let mark = SERVER.high_water();
     for (name, counter) in [
         ("grants", &GRANTS),
         ("reentries", &REENTRIES),
@@ -33,7 +33,7 @@ pub fn render(info: &Section<'_>) {
     ] {
         info.field(name, counter.get());
     }
-    info.field("waiters", field(blocking::waiters() as u64));
+    info.field("waiters", field(SERVER.waiters() as u64));
     info.field("wait_time_ms", WAIT_TIME_US.get() / 1000);
     info.field("wait_time_max_ms", WAIT_TIME_MAX_US.get() / 1000);
     info.field("high_water_mark", field(mark.get()));
@@ -41,7 +41,7 @@ pub fn render(info: &Section<'_>) {
     // Entries in the reclaim index (see `reclaim.rs`: a key may have an older, stale one) and
     // the index's memory.
     let (tracked, bytes) = {
-        let index = state::reclaim_index();
+        let index = SERVER.reclaim_index();
         (index.len(), index.bytes())
     };
     info.field("reclaim_tracked", field(tracked as u64));

@@ -24,8 +24,8 @@ mod info;
 mod lease;
 mod reclaim;
 mod semaphore;
+mod server;
 mod slot;
-mod state;
 mod store;
 mod sweeper;
 mod waiting;
@@ -41,7 +41,8 @@ mod module {
     use crate::ffi::datatype::{self, Hooks, LOCK_TYPE};
     use crate::ffi::register::{self, command_table, Registration};
     use crate::ffi::{self, clock};
-    use crate::{blocking, commands, info, state, sweeper};
+    use crate::server::{self, SERVER};
+    use crate::{blocking, commands, info, sweeper};
 
     const COMMANDS: [Registration; 8] = command_table! {
         command::ACQUIRE => commands::acquire, "write deny-oom fast";
@@ -68,12 +69,12 @@ mod module {
         register::handle_io_errors(ctx);
         ffi::blocked::init(ctx);
         datatype::attach(Hooks {
-            high_water: state::high_water,
+            high_water: || SERVER.high_water(),
             observe: |fence| {
-                state::update_high_water(|mark| mark.observe(fence));
+                SERVER.update_high_water(|mark| mark.observe(fence));
             },
-            file: state::file,
-            any_waiters: || blocking::waiters() > 0,
+            file: |lock, db, name| SERVER.file(lock, db, name),
+            any_waiters: || SERVER.waiters() > 0,
             unlinked: blocking::unlinked,
         });
         let category = ffi::add_acl_category(ctx, command::ACL_CATEGORY_C).then_some(command::ACL_CATEGORY_C);
@@ -83,9 +84,9 @@ mod module {
         // Registered here rather than through `redis_module!`, whose config arm needs a string
         // config as well. LoadConfigs applies values from redis.conf or the command line.
         for (config, value, default, min) in [
-            (config::MAX_TTL_MS, &state::MAX_TTL_MS, state::CONFIG_DEFAULT_MAX_TTL_MS, 1),
-            (config::RESTART_GRACE_MS, &state::RESTART_GRACE_MS, 0, 0),
-            (config::RECLAIM_AFTER_MS, &state::RECLAIM_AFTER_MS, state::CONFIG_DEFAULT_RECLAIM_AFTER_MS, 0),
+            (config::MAX_TTL_MS, &SERVER.max_ttl_ms, server::CONFIG_DEFAULT_MAX_TTL_MS, 1),
+            (config::RESTART_GRACE_MS, &SERVER.restart_grace_ms, 0, 0),
+            (config::RECLAIM_AFTER_MS, &SERVER.reclaim_after_ms, server::CONFIG_DEFAULT_RECLAIM_AFTER_MS, 0),
         ] {
             register_i64_configuration(
                 ctx,
@@ -93,13 +94,13 @@ mod module {
                 value,
                 default,
                 min,
-                state::CONFIG_MAX_MS,
+                server::CONFIG_MAX_MS,
                 ConfigurationFlags::DEFAULT,
                 None,
             );
         }
         register::load_configs(ctx)?;
-        state::start_grace(clock::now());
+        SERVER.start_grace(clock::now());
         ffi::every(ctx, sweeper::IDLE_DELAY_MS, sweeper::sweep);
         ffi::blocked::on_flush(ctx, blocking::flushed);
         Ok(())

@@ -6,7 +6,7 @@ use crate::error::LockError;
 use crate::ffi::key::{Key, Place};
 use crate::ffi::{Call, KeyName};
 use crate::lease::Lock;
-use crate::state;
+use crate::server::SERVER;
 
 /// A key, open for one callback.
 pub struct Store<'a> {
@@ -71,7 +71,7 @@ impl<'a> Store<'a> {
 impl Entry<'_> {
     /// Files the lock again at its current idle time: after a release, or a value replaced.
     pub fn file(&mut self) {
-        state::file(self.lock, self.place.db(), self.place.name());
+        SERVER.file(self.lock, self.place.db(), self.place.name());
     }
 
     /// Replaces the stored value with `lock` and files it.

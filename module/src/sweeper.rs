@@ -15,11 +15,12 @@
 //! Fences do not depend on the keys: a new grant is above the server's high-water mark, which
 //! outlives every key (see `fence.rs`), so deleting an idle key never lets a fence repeat.
 
+use crate::counters;
 use crate::ffi::{clock, Names, Timer};
 use crate::lease::Micros;
 use crate::reclaim::{decide, Due, Verdict, GRAIN};
+use crate::server::SERVER;
 use crate::store::Store;
-use crate::{blocking, counters, state};
 
 /// How long one sweep may run: a bounded slice, so a million idle keys never stall the event
 /// loop (Redis's own active expiry works the same way).
@@ -34,7 +35,7 @@ pub const IDLE_DELAY_MS: i64 = 100;
 /// before the next sweep.
 pub fn sweep(timer: &Timer) -> i64 {
     let deciding = timer.is_deciding_primary();
-    let after = state::reclaim_after();
+    let after = SERVER.reclaim_after();
     let start = clock::now();
     let mut now = start;
     let mut handled = 0;
@@ -45,7 +46,7 @@ pub fn sweep(timer: &Timer) -> i64 {
                 return BUSY_DELAY_MS;
             }
         }
-        let Some(due) = state::reclaim_index().pop_due(now, after) else { return IDLE_DELAY_MS };
+        let Some(due) = SERVER.reclaim_index().pop_due(now, after) else { return IDLE_DELAY_MS };
         handled += 1;
         if !visit(timer, due, now, after, deciding) {
             return IDLE_DELAY_MS;
@@ -75,7 +76,7 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
             true
         }
         // Someone waits for it: the wake-up hands it over instead; look again later.
-        Verdict::Delete if blocking::is_waited_at(due.db, &due.key) => {
+        Verdict::Delete if SERVER.is_waited_at(due.db, &due.key) => {
             drop(key);
             drop(name);
             refile(due);
@@ -107,5 +108,5 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
 
 /// Files a due entry again, unchanged (its key keeps its bucket, so the entry stays live).
 fn refile(due: Due) {
-    state::reclaim_index().track(due.bucket.saturating_mul(GRAIN), due.db, &due.key);
+    SERVER.reclaim_index().track(due.bucket.saturating_mul(GRAIN), due.db, &due.key);
 }
