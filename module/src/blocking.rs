@@ -23,7 +23,7 @@
 
 use crate::error::LockError;
 use crate::ffi::{self, clock, int, replication, BlockedClient, Call, Names, Reply, Timer, Waits};
-use crate::lease::{Lock, Micros, Released};
+use crate::lock::{Ask, Lock, Micros, Released};
 use crate::server::{LostGrant, WaitState, SERVER};
 use crate::store::Store;
 use crate::waiting::{self, Answer, KeyId, Served, Waiter};
@@ -40,14 +40,6 @@ fn with<T>(f: impl FnOnce(&mut WaitState) -> T) -> T {
 /// Whether anyone waits on the call's key.
 pub fn is_waited(call: &Call) -> bool {
     SERVER.waiters() > 0 && SERVER.is_waited_at(call.db(), call.arg(1))
-}
-
-/// What a blocked ACQUIRE asks for when its turn comes.
-pub struct Ask<'a> {
-    pub token: &'a [u8],
-    pub label: Option<&'a [u8]>,
-    pub permits: u32,
-    pub ttl: Micros,
 }
 
 /// Queues the caller of an ACQUIRE that found the key held (until `frees_at` at the latest),

@@ -6,7 +6,7 @@ use crate::args::AcquireOptions;
 use crate::error::LockError;
 use crate::fence::HighWater;
 use crate::ffi::{clock, int, replication, Call, Reply};
-use crate::lease::{Acquired, Lock, Micros, Released};
+use crate::lock::{record, Acquired, Ask, Lock, Micros, Released};
 use crate::server::SERVER;
 use crate::store::Store;
 use crate::{args, blocking, counters, floor};
@@ -15,7 +15,7 @@ use crate::{args, blocking, counters, floor};
 /// or nil while the key is held (by another token, or by `n` of them) or others wait for it.
 /// With `BLOCK`, a busy key queues the caller (see `blocking`); where Redis allows no blocking
 /// (MULTI, scripts) it is one attempt. `LABEL` is the lease's public label, `PERMITS` the
-/// key's holder count (see `Lock::acquire_permit`).
+/// key's holder count (see `Lock::acquire_for`).
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let ttl = args::ttl(call.arg(3), SERVER.max_ttl_ms())?;
@@ -24,8 +24,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
         4 => AcquireOptions::default(),
         _ => args::acquire_options(&call.args_from(4))?,
     };
-    let AcquireOptions { block, label, .. } = options;
-    let permits = options.permits();
+    let ask = Ask { token, label: options.label, permits: options.permits(), ttl };
     let now = clock::now();
     if blocking::is_waited(call) {
         // A lease that ended belongs to the head of the queue, not to whoever asks first.
@@ -34,9 +33,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let mut key = Store::write(call);
     let mut mark = SERVER.high_water();
     let before = mark;
-    let mut decide = |lock: &mut Lock| {
-        lock.acquire_permit(&mut mark, token, label, permits, ttl, now, SERVER.grace_left(now))
-    };
+    let mut decide = |lock: &mut Lock| lock.acquire_for(&mut mark, &ask, now, SERVER.grace_left(now));
 
     let (outcome, lock) = match key.lock()? {
         Some(mut lock) => {
@@ -58,7 +55,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
             }
         }
     };
-    let fence = match (outcome, block) {
+    let fence = match (outcome, options.block) {
         (Ok(Acquired::Reentered { fence }), _) => {
             counters::REENTRIES.incr();
             blocking::shortened(call, lock.next_free(now));
@@ -73,7 +70,6 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
         }
         (Ok(Acquired::Busy), Some(timeout)) if call.may_block() => {
             let frees_at = lock.next_free(now).unwrap_or(now);
-            let ask = blocking::Ask { token, label, permits, ttl };
             return Ok(blocking::block(call, ask, timeout, frees_at, now));
         }
         (refused, _) => return count_refusal(refused),
@@ -236,7 +232,7 @@ pub fn apply(call: &Call) -> Result<Reply, LockError> {
     if !call.is_replicated_or_loading() {
         return Err(LockError::InternalCommand);
     }
-    let (high_water, record) = args::record(&call.args_from(2))?;
+    let (high_water, record) = record::parse_apply(&call.args_from(2))?;
     store_applied(call, high_water, Lock::from_record(&record, clock::now())?)
 }
 
@@ -246,7 +242,7 @@ pub fn apply_semaphore(call: &Call) -> Result<Reply, LockError> {
     if !call.is_replicated_or_loading() {
         return Err(LockError::InternalCommand);
     }
-    let (high_water, record) = args::semaphore_record(&call.args_from(2))?;
+    let (high_water, record) = record::parse_applysem(&call.args_from(2))?;
     store_applied(call, high_water, Lock::from_semaphore_record(&record, clock::now())?)
 }
 

@@ -26,7 +26,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use crate::histogram::Histogram;
-use crate::lease::{Expired, Span};
+use crate::lock::{Expired, Span};
 
 pub struct Counter(AtomicU64);
 

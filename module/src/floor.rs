@@ -4,7 +4,8 @@
 
 use crate::error::LockError;
 use crate::ffi::{self, clock, replication, Names};
-use crate::lease::{Lock, Record};
+use crate::lock::record::Record;
+use crate::lock::Lock;
 use crate::server::SERVER;
 use crate::slot;
 use crate::store::Store;

@@ -4,7 +4,7 @@
 use crate::counters::*;
 use crate::ffi::info::Section;
 use crate::histogram::{Snapshot, PERCENTILES};
-use crate::lease::Micros;
+use crate::lock::Micros;
 use crate::server::SERVER;
 
 /// A field's value: counts and marks past `i64::MAX` show as `i64::MAX`.

@@ -1,8 +1,15 @@
 //! fencedlock: a Redis / Valkey module for leases whose fencing tokens never repeat.
 //!
-//! Owns the lock state on the server: `lease`, `fence` and `args` are the pure core (decisions
-//! as functions of state, the high-water mark and an injected clock, unit-tested without a
-//! server); the rest is the FFI glue that parses, opens keys, replies, persists and replicates.
+//! Three layers, each importing only the ones below it:
+//! - **Pure core** (decisions as functions of state, the high-water mark and an injected clock,
+//!   unit-tested without a server): `lock/` (a key's value and every decision about it; one file
+//!   per kind, the shared words in `lock::terms`, the travelling record in `lock::record`),
+//!   `fence`, `args`, `reclaim`, `slot`, `waiting`, `histogram`, `error`.
+//! - **Glue**, safe code: `server` (all server-wide state, one `SERVER`), `store` (the only code
+//!   that opens, stores and deletes lock values, and files them for reclaim), `commands`,
+//!   `blocking`, `sweeper`, `floor`, `epoch`, `counters` (a leaf), `info` (renders `INFO`).
+//! - **FFI**, the only `unsafe` and the only calls into Redis's raw API: `ffi/`.
+//!
 //! The wire contract (command shapes, limits, replies, errors) is the `fencedlock-protocol`
 //! crate's, not this one's. Must not: panic across the FFI boundary (every entry point runs
 //! behind `ffi::run` or `ffi::guard`), block the event loop, or re-decide on a replica.
@@ -19,11 +26,9 @@ mod fence;
 mod ffi;
 mod floor;
 mod histogram;
-mod holder;
 mod info;
-mod lease;
+mod lock;
 mod reclaim;
-mod semaphore;
 mod server;
 mod slot;
 mod store;

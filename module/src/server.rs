@@ -23,7 +23,7 @@ use fencedlock_protocol::limits::{DEFAULT_MAX_TTL_MS, DEFAULT_RECLAIM_AFTER_MS, 
 
 use crate::fence::HighWater;
 use crate::ffi::{BlockedClient, TimerId};
-use crate::lease::{Lock, Micros};
+use crate::lock::{Lock, Micros};
 use crate::reclaim::Index;
 use crate::slot;
 use crate::waiting::{KeyId, Queues};

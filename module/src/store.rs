@@ -5,7 +5,7 @@
 use crate::error::LockError;
 use crate::ffi::key::{Key, Place};
 use crate::ffi::{Call, KeyName};
-use crate::lease::Lock;
+use crate::lock::Lock;
 use crate::server::SERVER;
 
 /// A key, open for one callback.

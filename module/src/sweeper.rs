@@ -17,7 +17,7 @@
 
 use crate::counters;
 use crate::ffi::{clock, Names, Timer};
-use crate::lease::Micros;
+use crate::lock::Micros;
 use crate::reclaim::{decide, Due, Verdict, GRAIN};
 use crate::server::SERVER;
 use crate::store::Store;

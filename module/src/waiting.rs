@@ -20,7 +20,7 @@ use std::hash::Hash;
 
 use crate::error::LockError;
 use crate::fence::HighWater;
-use crate::lease::{Acquired, Lock, Micros};
+use crate::lock::{Acquired, Ask, Lock, Micros};
 
 /// A lock key: its database and name.
 pub type KeyId = (i32, Box<[u8]>);
@@ -51,7 +51,9 @@ impl<H> Waiter<H> {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        lock.acquire_permit(mark, &self.token, self.label.as_deref(), self.permits, self.ttl, now, grace_left)
+        let ask =
+            Ask { token: &self.token, label: self.label.as_deref(), permits: self.permits, ttl: self.ttl };
+        lock.acquire_for(mark, &ask, now, grace_left)
     }
 }
 
@@ -389,7 +391,7 @@ mod tests {
         assert_eq!(q.next_due(), Some(50 * MS), "y's deadline is next");
         // t1 leaves while y holds: one permit; the waiter with another count is answered its
         // mismatch in its turn, and the next one is granted.
-        assert!(matches!(lock.release(b"t1", 11 * MS), crate::lease::Released::Ended { .. }));
+        assert!(matches!(lock.release(b"t1", 11 * MS), crate::lock::Released::Ended { .. }));
         let served = q.serve(&key("k"), &mut lock, &mut mark, 11 * MS, 0);
         assert_eq!(handles(&served), [2, 3]);
         assert_eq!(served[0].answer, Answer::Failed(LockError::PermitsMismatch { permits: 2 }));
@@ -403,8 +405,8 @@ mod tests {
         assert_eq!(q.len(), 1);
         assert_eq!(q.next_due(), Some(111 * MS), "t3's deadline");
         // Both leave at once: the last waiter, and the queue is gone.
-        assert!(matches!(lock.release(b"t3", 60 * MS), crate::lease::Released::Ended { .. }));
-        assert!(matches!(lock.release(b"t4", 60 * MS), crate::lease::Released::Ended { .. }));
+        assert!(matches!(lock.release(b"t3", 60 * MS), crate::lock::Released::Ended { .. }));
+        assert!(matches!(lock.release(b"t4", 60 * MS), crate::lock::Released::Ended { .. }));
         assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, 60 * MS, 0)), [5]);
         assert_eq!((q.len(), q.next_due()), (0, None));
     }
@@ -416,7 +418,7 @@ mod tests {
         for h in 1..=5 {
             q.push(key("k"), waiter(h, &format!("t{h}"), u64::from(h)));
         }
-        assert!(matches!(lock.release(b"holder", 5 * MS), crate::lease::Released::Ended { .. }));
+        assert!(matches!(lock.release(b"holder", 5 * MS), crate::lock::Released::Ended { .. }));
         let mut order = Vec::new();
         let mut last = lock.fence();
         let mut now = 5 * MS;

@@ -13,8 +13,8 @@ use redis_module::raw;
 
 use super::{clock, guard, log_warning, replication, string_bytes};
 use crate::fence::HighWater;
-use crate::lease::{Holding, Lock, Record, Snapshot};
-use crate::semaphore::{PermitHolding, SemaphoreRecord};
+use crate::lock::record::{Holding, PermitHolding, Record, SemaphoreRecord, Snapshot};
+use crate::lock::Lock;
 
 /// The server's side of the type's callbacks.
 pub struct Hooks {

@@ -10,7 +10,7 @@ use redis_module::raw;
 use super::datatype::LOCK_TYPE;
 use super::{Call, KeyName};
 use crate::error::LockError;
-use crate::lease::Lock;
+use crate::lock::Lock;
 
 const READ_WRITE: u32 = raw::REDISMODULE_READ | raw::REDISMODULE_WRITE;
 

@@ -1,7 +1,6 @@
 //! A semaphore key's holders (`ACQUIRE … PERMITS n`, n > 1): up to `permits` tokens hold
 //! leases at once, each with its own fence. Pure, like `lease`, which keeps the key's fence and
-//! decides grants; this keeps the holders, and the record that carries them to replicas, the
-//! AOF and the RDB.
+//! decides grants; this keeps the holders.
 //!
 //! Expired holders stay in the list until the next grant rewrites it, exactly like a mutex's
 //! expired holder: a late `RELEASE` is then told "expired" rather than "not yours", a grant
@@ -11,9 +10,10 @@ use fencedlock_protocol::command::permits_ok;
 use fencedlock_protocol::limits::MAX_FENCE;
 use fencedlock_protocol::{PermitStatus, SemaphoreStatus};
 
+use super::holder::Holder;
+use super::record::{Holding, PermitHolding, SemaphoreRecord};
+use super::terms::{check_label, check_token, Expired, Micros, Released};
 use crate::error::LockError;
-use crate::holder::Holder;
-use crate::lease::{check_label, check_token, Expired, Holding, Micros, Released};
 
 /// The holders of a semaphore key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,84 +159,9 @@ impl Shared {
     }
 }
 
-/// A semaphore key's state as it travels: `FENCEDLOCK.APPLYSEM`, the AOF and the RDB.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SemaphoreRecord<'a> {
-    pub fence: u64,
-    pub permits: u32,
-    pub holders: Vec<PermitHolding<'a>>,
-}
-
-/// One unexpired holder as it travels: its fence and its lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PermitHolding<'a> {
-    pub fence: u64,
-    pub holding: Holding<'a>,
-}
-
-/// The holders as one `APPLYSEM` argument: per holder its fence and remaining µs (8 bytes each,
-/// little-endian), its token's and label's lengths (2 bytes each; 0: no label) and their bytes.
-/// Only the module writes it, and `decode_holders` checks every byte of it.
-pub fn encode_holders(holders: &[PermitHolding<'_>]) -> Vec<u8> {
-    let mut blob = Vec::new();
-    for PermitHolding { fence, holding } in holders {
-        let label = holding.label.unwrap_or_default();
-        blob.extend_from_slice(&fence.to_le_bytes());
-        blob.extend_from_slice(&holding.remaining.to_le_bytes());
-        // Lengths are bounded by MAX_TOKEN_LEN and MAX_LABEL_LEN, far below 2^16.
-        blob.extend_from_slice(&u16::try_from(holding.token.len()).unwrap_or(u16::MAX).to_le_bytes());
-        blob.extend_from_slice(&u16::try_from(label.len()).unwrap_or(u16::MAX).to_le_bytes());
-        blob.extend_from_slice(holding.token);
-        blob.extend_from_slice(label);
-    }
-    blob
-}
-
-/// The holders of an `APPLYSEM` argument; `None` for a truncated or malformed one (the values'
-/// rules are `Shared::from_record`'s).
-pub fn decode_holders(mut blob: &[u8]) -> Option<Vec<PermitHolding<'_>>> {
-    fn take<'b>(blob: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
-        let (head, rest) = (blob.get(..n)?, blob.get(n..)?);
-        *blob = rest;
-        Some(head)
-    }
-    let mut holders = Vec::new();
-    while !blob.is_empty() {
-        let fence = u64::from_le_bytes(take(&mut blob, 8)?.try_into().ok()?);
-        let remaining = u64::from_le_bytes(take(&mut blob, 8)?.try_into().ok()?);
-        let token_len = u16::from_le_bytes(take(&mut blob, 2)?.try_into().ok()?);
-        let label_len = u16::from_le_bytes(take(&mut blob, 2)?.try_into().ok()?);
-        let token = take(&mut blob, usize::from(token_len))?;
-        let label = take(&mut blob, usize::from(label_len))?;
-        let label = (!label.is_empty()).then_some(label);
-        holders.push(PermitHolding { fence, holding: Holding { token, remaining, label } });
-    }
-    Some(holders)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn holders_round_trip_through_their_blob() {
-        let long = [0xab; fencedlock_protocol::limits::MAX_LABEL_LEN];
-        let holders = [
-            PermitHolding { fence: 3, holding: Holding { token: b"a", remaining: 5, label: None } },
-            PermitHolding {
-                fence: u64::MAX,
-                holding: Holding { token: &[0; 512], remaining: u64::MAX, label: Some(&long) },
-            },
-        ];
-        let blob = encode_holders(&holders);
-        assert_eq!(decode_holders(&blob), Some(holders.to_vec()));
-        assert_eq!(decode_holders(&[]), Some(Vec::new()));
-        for cut in 1..blob.len() {
-            if cut != 21 {
-                assert_eq!(decode_holders(&blob[..cut]), None, "cut at {cut}");
-            }
-        }
-    }
 
     #[test]
     fn malformed_records_are_refused() {
