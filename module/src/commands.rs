@@ -1,4 +1,4 @@
-//! The FENCEDLOCK commands: parse, open the key, let `lease` decide, store, replicate the
+//! The FENCEDLOCK commands: parse, open the key, let `lock` decide, store, replicate the
 //! effect, count and reply. Arity was checked by `ffi::run` against the protocol's shape.
 //! Every error is returned before anything is written.
 

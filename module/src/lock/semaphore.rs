@@ -1,5 +1,5 @@
 //! A semaphore key's holders (`ACQUIRE … PERMITS n`, n > 1): up to `permits` tokens hold
-//! leases at once, each with its own fence. Pure, like `lease`, which keeps the key's fence and
+//! leases at once, each with its own fence. Pure, like `lock`, which keeps the key's fence and
 //! decides grants; this keeps the holders.
 //!
 //! Expired holders stay in the list until the next grant rewrites it, exactly like a mutex's
