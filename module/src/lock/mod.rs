@@ -403,6 +403,14 @@ impl Lock {
         Ok(Self { fence: record.fence, lease, tracked_at: 0 })
     }
 
+    /// Rebuilds a lock of either kind from its snapshot received at `now`.
+    pub fn from_snapshot(snapshot: &Snapshot<'_>, now: Micros) -> Result<Self, LockError> {
+        match snapshot {
+            Snapshot::Mutex(record) => Self::from_record(record, now),
+            Snapshot::Semaphore(record) => Self::from_semaphore_record(record, now),
+        }
+    }
+
     /// Rebuilds a semaphore key from its record received at `now` (see `Shared::from_record`).
     pub fn from_semaphore_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Self, LockError> {
         let shared = Shared::from_record(record, now)?;
