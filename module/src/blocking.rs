@@ -23,7 +23,7 @@
 
 use crate::error::LockError;
 use crate::ffi::{self, clock, int, replication, BlockedClient, Call, Names, Reply, Timer, Waits};
-use crate::lock::{Ask, Lock, Micros, Released};
+use crate::lock::{Ask, Lock, Micros, Moment, Released};
 use crate::server::{LostGrant, WaitState, SERVER};
 use crate::store::Store;
 use crate::waiting::{self, Answer, KeyId, Served, Waiter};
@@ -110,7 +110,8 @@ fn serve_key(
                     return take_all(e);
                 }
             }
-            let served = with(|s| s.queues.serve(id, &mut lock, &mut mark, now, grace));
+            let served =
+                with(|s| s.queues.serve(id, &mut lock, &mut mark, Moment { now, grace_left: grace }));
             if served.iter().any(|s| s.answer.holds()) {
                 SERVER.set_high_water(mark);
                 replication::replicate_named(redis_name, mark, &lock.snapshot(now));
@@ -121,7 +122,8 @@ fn serve_key(
         Ok(None) if ffi::in_cluster() => take_all(LockError::WaitInterrupted),
         Ok(None) => {
             let mut fresh = Lock::new();
-            let mut served = with(|s| s.queues.serve(id, &mut fresh, &mut mark, now, grace));
+            let mut served =
+                with(|s| s.queues.serve(id, &mut fresh, &mut mark, Moment { now, grace_left: grace }));
             if served.iter().any(|s| s.answer.holds()) {
                 match key.insert(fresh) {
                     Ok(stored) => {

@@ -24,7 +24,7 @@ use holder::Holder;
 use record::{Holding, Record, SemaphoreRecord, Snapshot};
 use semaphore::{Permit, Shared};
 use terms::{check_label, check_token};
-pub use terms::{Acquired, Ask, Expired, Micros, Released, Span};
+pub use terms::{Acquired, Ask, Expired, Micros, Moment, Released, Span};
 
 /// `tracked_at` of a value with no live reclaim entry (no bucket has this number).
 const UNFILED: u64 = u64::MAX;

@@ -21,6 +21,14 @@ pub struct Ask<'a> {
     pub ttl: Micros,
 }
 
+/// When a decision is taken: the server's monotonic clock, and how long the restart grace still
+/// refuses new grants (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moment {
+    pub now: Micros,
+    pub grace_left: Micros,
+}
+
 /// What `ACQUIRE` decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Acquired {
