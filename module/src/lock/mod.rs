@@ -16,13 +16,15 @@ use crate::error::LockError;
 use crate::fence::HighWater;
 
 mod holder;
+mod mutex;
 pub mod record;
 mod semaphore;
 pub mod terms;
 
 use holder::Holder;
+use mutex::Mutex;
 use record::{Holding, Record, SemaphoreRecord, Snapshot};
-use semaphore::{Permit, Shared};
+use semaphore::{Permit, Semaphore};
 use terms::{check_label, check_token};
 pub use terms::{Acquired, Ask, Expired, Micros, Moment, Released, Span};
 
@@ -35,23 +37,20 @@ const UNFILED: u64 = u64::MAX;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lock {
     fence: u64,
-    lease: Lease,
+    kind: Kind,
     /// The reclaim index's bucket of this key's newest entry: older entries are stale (see
     /// `reclaim.rs`). Not persisted: a loaded key is filed anew.
     tracked_at: u64,
 }
 
-/// The current or last lease. An ended lease remembers when it ended, so an idle key can be
-/// reclaimed a fixed time later (the `Holder`'s deadline says the same for an expired lease).
+/// A key's kind and its holders. A mutex holds its lease inline; a semaphore's holders live in
+/// a box of their own, so a mutex key never pays for them: the two variants fit in the
+/// mutex's 32 bytes with no tag (see `a_lock_value_stays_small`). Another boxed kind would need
+/// a tag here (8 bytes on every key): it would share the box, as an enum of the boxed kinds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Lease {
-    /// A mutex held by `token` until its deadline; expired once the deadline passed.
-    Held(Holder),
-    /// No mutex holder: released at `at`, or loaded without a holder at `at`. With `semaphore`,
-    /// a semaphore key (`PERMITS` above 1), whose last release was at `at` and whose holders are
-    /// there. One variant for both: a third would need a tag, and every mutex key would grow by
-    /// 8 bytes (see `a_lock_value_stays_small`).
-    Ended { at: Micros, semaphore: Option<Box<Shared>> },
+enum Kind {
+    Mutex(Mutex),
+    Semaphore(Box<Semaphore>),
 }
 
 /// What `STATUS` shows. Never the token.
@@ -78,22 +77,22 @@ impl From<Status<'_>> for LockStatus {
 
 impl Lock {
     /// A key that never held a lease. Only ever stored together with a grant.
-    pub const fn new() -> Self {
-        Self { fence: 0, lease: Lease::Ended { at: 0, semaphore: None }, tracked_at: 0 }
+    pub fn new() -> Self {
+        Self { fence: 0, kind: Kind::Mutex(Mutex::ended(0)), tracked_at: 0 }
     }
 
     /// The mutex holder (live or expired); `None` for a semaphore key.
     fn holder(&self) -> Option<&Holder> {
-        match &self.lease {
-            Lease::Held(holder) => Some(holder),
-            Lease::Ended { .. } => None,
+        match &self.kind {
+            Kind::Mutex(m) => m.holder(),
+            Kind::Semaphore(_) => None,
         }
     }
 
-    fn semaphore(&self) -> Option<&Shared> {
-        match &self.lease {
-            Lease::Ended { semaphore, .. } => semaphore.as_deref(),
-            Lease::Held(_) => None,
+    fn semaphore(&self) -> Option<&Semaphore> {
+        match &self.kind {
+            Kind::Semaphore(s) => Some(s),
+            Kind::Mutex(_) => None,
         }
     }
 
@@ -122,7 +121,10 @@ impl Lock {
     }
 
     fn live_holder(&self, now: Micros) -> Option<&Holder> {
-        self.holder().filter(|h| now < h.deadline)
+        match &self.kind {
+            Kind::Mutex(m) => m.live(now),
+            Kind::Semaphore(_) => None,
+        }
     }
 
     /// Whether `token` holds an unexpired lease (a semaphore key: one of its permits).
@@ -218,14 +220,13 @@ impl Lock {
             return Err(LockError::PermitsMismatch { permits: held_with });
         }
         let deadline = now.saturating_add(ttl);
-        let reentered = match &mut self.lease {
-            Lease::Held(holder) if now < holder.deadline => {
-                if holder.token() != token {
-                    return Ok(Acquired::Busy);
-                }
-                Some((holder, self.fence))
-            }
-            Lease::Ended { semaphore: Some(s), .. } => {
+        let reentered = match &mut self.kind {
+            Kind::Mutex(m) => match m.live_mut(now) {
+                Some(holder) if holder.token() != token => return Ok(Acquired::Busy),
+                Some(holder) => Some((holder, self.fence)),
+                None => None,
+            },
+            Kind::Semaphore(s) => {
                 let room = s.has_room(now);
                 match s.live_mut(token, now) {
                     Some(permit) => Some((&mut permit.holder, permit.fence)),
@@ -233,7 +234,6 @@ impl Lock {
                     None => None,
                 }
             }
-            _ => None,
         };
         if let Some((holder, fence)) = reentered {
             holder.deadline = deadline;
@@ -246,30 +246,25 @@ impl Lock {
             return Err(LockError::RestartGrace { remaining_ms: grace_left.div_ceil(1000) });
         }
         let fence = high_water.next(self.fence)?;
-        let took_over = match (self.holder(), self.semaphore()) {
-            (Some(h), _) => h.token() != token,
-            (None, Some(s)) => s.has_expired_other(token, now),
-            (None, None) => false,
+        let took_over = match &self.kind {
+            Kind::Mutex(m) => m.holder().is_some_and(|h| h.token() != token),
+            Kind::Semaphore(s) => s.has_expired_other(token, now),
         };
         self.fence = fence;
         let holder = Holder::new(token, label, deadline, now);
-        match &mut self.lease {
-            _ if permits == 1 => self.lease = Lease::Held(holder),
-            Lease::Ended { semaphore: Some(s), .. } => s.grant(permits, Permit { fence, holder }, now),
-            lease => {
-                let first = Permit { fence, holder };
-                *lease = Lease::Ended { at: now, semaphore: Some(Box::new(Shared::new(permits, first))) };
-            }
+        match &mut self.kind {
+            _ if permits == 1 => self.kind = Kind::Mutex(Mutex::held(holder)),
+            Kind::Semaphore(s) => s.grant(permits, Permit { fence, holder }, now),
+            kind => *kind = Kind::Semaphore(Box::new(Semaphore::new(permits, Permit { fence, holder }, now))),
         }
         Ok(Acquired::Granted { fence, took_over })
     }
 
     /// True when the caller held an unexpired lease, which now runs `ttl` from `now`.
     pub fn renew(&mut self, token: &[u8], ttl: Micros, now: Micros) -> bool {
-        let holder = match &mut self.lease {
-            Lease::Held(h) => Some(h).filter(|h| now < h.deadline && h.token() == token),
-            Lease::Ended { semaphore: Some(s), .. } => s.live_mut(token, now).map(|p| &mut p.holder),
-            Lease::Ended { semaphore: None, .. } => None,
+        let holder = match &mut self.kind {
+            Kind::Mutex(m) => m.live_mut(now).filter(|h| h.token() == token),
+            Kind::Semaphore(s) => s.live_mut(token, now).map(|p| &mut p.holder),
         };
         holder.map(|h| h.deadline = now.saturating_add(ttl)).is_some()
     }
@@ -277,20 +272,10 @@ impl Lock {
     /// An expired lease is left as it is (the fence and the takeover count depend on it): its
     /// end is counted by [`Lock::take_expiries`].
     pub fn release(&mut self, token: &[u8], now: Micros) -> Released {
-        let released = match &mut self.lease {
-            Lease::Ended { semaphore: Some(s), .. } => s.release(token, now),
-            Lease::Ended { semaphore: None, .. } => Released::NotOwner,
-            Lease::Held(h) if h.token() != token => Released::NotOwner,
-            Lease::Held(h) if now >= h.deadline => Released::Expired,
-            Lease::Held(h) => Released::Ended { span: h.span(now) },
-        };
-        if let Released::Ended { .. } = released {
-            match &mut self.lease {
-                Lease::Ended { at, .. } => *at = now,
-                lease => *lease = Lease::Ended { at: now, semaphore: None },
-            }
+        match &mut self.kind {
+            Kind::Mutex(m) => m.release(token, now),
+            Kind::Semaphore(s) => s.release(token, now),
         }
-        released
     }
 
     /// The end of each expired lease, the first time anyone asks (later: nothing); nothing as
@@ -300,14 +285,13 @@ impl Lock {
     /// nobody touches again is counted when its key is reclaimed. Changes only the metrics'
     /// mark: nothing any command decides or replicates.
     pub fn take_expiries(&mut self, now: Micros, mut report: impl FnMut(Expired)) {
-        match &mut self.lease {
-            Lease::Held(h) => {
-                if let Some(expired) = h.take_expiry(now) {
+        match &mut self.kind {
+            Kind::Mutex(m) => {
+                if let Some(expired) = m.take_expiry(now) {
                     report(expired);
                 }
             }
-            Lease::Ended { semaphore: Some(s), .. } => s.take_expiries(now, &mut report),
-            Lease::Ended { semaphore: None, .. } => {}
+            Kind::Semaphore(s) => s.take_expiries(now, &mut report),
         }
     }
 
@@ -323,12 +307,9 @@ impl Lock {
     /// grant does not enter the hold-time distributions twice (once per key).
     pub fn copied(&self) -> Lock {
         let mut copy = self.clone();
-        match &mut copy.lease {
-            Lease::Held(h) => h.forget_grant(),
-            Lease::Ended { semaphore: Some(s), .. } => {
-                s.holders.iter_mut().for_each(|p| p.holder.forget_grant());
-            }
-            Lease::Ended { semaphore: None, .. } => {}
+        match &mut copy.kind {
+            Kind::Mutex(m) => m.forget_grant(),
+            Kind::Semaphore(s) => s.holders.iter_mut().for_each(|p| p.holder.forget_grant()),
         }
         copy
     }
@@ -392,15 +373,15 @@ impl Lock {
         if record.fence > MAX_FENCE {
             return Err(LockError::BadRecord);
         }
-        let lease = match &record.holder {
-            None => Lease::Ended { at: now, semaphore: None },
+        let mutex = match &record.holder {
+            None => Mutex::ended(now),
             Some(holding) => {
                 check_token(holding.token).map_err(|_| LockError::BadRecord)?;
                 holding.label.map_or(Ok(()), check_label).map_err(|_| LockError::BadRecord)?;
-                Lease::Held(Holder::loaded(holding, now))
+                Mutex::held(Holder::loaded(holding, now))
             }
         };
-        Ok(Self { fence: record.fence, lease, tracked_at: 0 })
+        Ok(Self { fence: record.fence, kind: Kind::Mutex(mutex), tracked_at: 0 })
     }
 
     /// Rebuilds a lock of either kind from its snapshot received at `now`.
@@ -411,21 +392,20 @@ impl Lock {
         }
     }
 
-    /// Rebuilds a semaphore key from its record received at `now` (see `Shared::from_record`).
+    /// Rebuilds a semaphore key from its record received at `now` (see
+    /// `Semaphore::from_record`).
     pub fn from_semaphore_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Self, LockError> {
-        let shared = Shared::from_record(record, now)?;
-        let lease = Lease::Ended { at: now, semaphore: Some(Box::new(shared)) };
-        Ok(Self { fence: record.fence, lease, tracked_at: 0 })
+        let semaphore = Box::new(Semaphore::from_record(record, now)?);
+        Ok(Self { fence: record.fence, kind: Kind::Semaphore(semaphore), tracked_at: 0 })
     }
 
     /// When the lease ended or will end (a holder's deadline is when it expires): the start of
     /// the idle time after which the key may be reclaimed. On the monotonic clock. A semaphore
     /// key is idle once its last holder left.
     pub fn idle_from(&self) -> Micros {
-        match &self.lease {
-            Lease::Held(holder) => holder.deadline,
-            Lease::Ended { at, semaphore: Some(s) } => s.idle_from(*at),
-            Lease::Ended { at, semaphore: None } => *at,
+        match &self.kind {
+            Kind::Mutex(m) => m.idle_from(),
+            Kind::Semaphore(s) => s.idle_from(),
         }
     }
 
@@ -461,8 +441,10 @@ impl Lock {
     /// semaphore's holders live in a box of their own.
     pub fn heap_size(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.holder().map_or(0, |h| h.bytes.len())
-            + self.semaphore().map_or(0, Shared::heap_size)
+            + match &self.kind {
+                Kind::Mutex(m) => m.heap_size(),
+                Kind::Semaphore(s) => s.heap_size(),
+            }
     }
 }
 

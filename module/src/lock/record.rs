@@ -71,7 +71,7 @@ pub fn encode_holders(holders: &[PermitHolding<'_>]) -> Vec<u8> {
 }
 
 /// The holders of an `APPLYSEM` argument; `None` for a truncated or malformed one (the values'
-/// rules are `Shared::from_record`'s).
+/// rules are `Semaphore::from_record`'s).
 pub fn decode_holders(mut blob: &[u8]) -> Option<Vec<PermitHolding<'_>>> {
     fn take<'b>(blob: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
         let (head, rest) = (blob.get(..n)?, blob.get(n..)?);

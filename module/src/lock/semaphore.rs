@@ -17,11 +17,14 @@ use crate::error::LockError;
 
 /// The holders of a semaphore key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shared {
+pub struct Semaphore {
     /// The key's count, 2 to `MAX_PERMITS` (1 is a mutex key). Fixed while anyone holds it.
     pub permits: u32,
     /// In grant order, so their fences strictly increase along the list.
     pub holders: Vec<Permit>,
+    /// When its last release was (or its creation, or its load): with the holders' deadlines,
+    /// when the key became idle.
+    released_at: Micros,
 }
 
 /// One holder of a semaphore key.
@@ -32,10 +35,10 @@ pub struct Permit {
     pub holder: Holder,
 }
 
-impl Shared {
-    /// A key of `permits` whose only holder is `first`.
-    pub fn new(permits: u32, first: Permit) -> Shared {
-        Shared { permits, holders: vec![first] }
+impl Semaphore {
+    /// A key of `permits` whose only holder is `first`, granted at `now`.
+    pub fn new(permits: u32, first: Permit, now: Micros) -> Semaphore {
+        Semaphore { permits, holders: vec![first], released_at: now }
     }
 
     pub fn live(&self, now: Micros) -> impl Iterator<Item = &Permit> {
@@ -84,6 +87,7 @@ impl Shared {
         }
         let span = permit.holder.span(now);
         self.holders.remove(at);
+        self.released_at = now;
         Released::Ended { span }
     }
 
@@ -96,10 +100,9 @@ impl Shared {
         }
     }
 
-    /// When the key became idle (or will): its last release at `released_at`, or its last
-    /// holder's deadline.
-    pub fn idle_from(&self, released_at: Micros) -> Micros {
-        self.holders.iter().map(|p| p.holder.deadline).fold(released_at, Micros::max)
+    /// When the key became idle (or will): its last release, or its last holder's deadline.
+    pub fn idle_from(&self) -> Micros {
+        self.holders.iter().map(|p| p.holder.deadline).fold(self.released_at, Micros::max)
     }
 
     pub fn status(&self, fence: u64, now: Micros) -> SemaphoreStatus {
@@ -133,7 +136,7 @@ impl Shared {
     /// Rebuilds the holders from a record received at `now`, refusing anything we would never
     /// write: a count of 1 or above the limit, more holders than permits, a bad token or label,
     /// a token twice, fences not strictly increasing or above the key's.
-    pub fn from_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Shared, LockError> {
+    pub fn from_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Semaphore, LockError> {
         let SemaphoreRecord { fence, permits, holders } = record;
         let bad = |ok: bool| if ok { Ok(()) } else { Err(LockError::BadRecord) };
         bad(*fence <= MAX_FENCE && *permits > 1 && permits_ok(u64::from(*permits)))?;
@@ -148,7 +151,7 @@ impl Shared {
             previous = *holder_fence;
             loaded.push(Permit { fence: *holder_fence, holder: Holder::loaded(holding, now) });
         }
-        Ok(Shared { permits: *permits, holders: loaded })
+        Ok(Semaphore { permits: *permits, holders: loaded, released_at: now })
     }
 
     /// Bytes beyond the key's `Lock`: this struct, the list and each holder's token and label.
@@ -172,8 +175,8 @@ mod tests {
             permits,
             holders,
         };
-        assert!(Shared::from_record(&rec(9, 3, vec![p(4, b"a"), p(9, b"b")]), 0).is_ok());
-        assert!(Shared::from_record(&rec(9, 3, vec![]), 0).is_ok());
+        assert!(Semaphore::from_record(&rec(9, 3, vec![p(4, b"a"), p(9, b"b")]), 0).is_ok());
+        assert!(Semaphore::from_record(&rec(9, 3, vec![]), 0).is_ok());
         for bad in [
             rec(9, 1, vec![p(4, b"a")]),
             rec(9, 0, vec![]),
@@ -188,7 +191,7 @@ mod tests {
             rec(9, 3, vec![p(4, b"")]),
             rec(9, 3, vec![PermitHolding { fence: 4, holding: holding(b"a", Some(b"")) }]),
         ] {
-            assert_eq!(Shared::from_record(&bad, 0), Err(LockError::BadRecord), "{bad:?}");
+            assert_eq!(Semaphore::from_record(&bad, 0), Err(LockError::BadRecord), "{bad:?}");
         }
     }
 }
