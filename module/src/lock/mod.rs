@@ -1,8 +1,8 @@
 //! The value of one lock key and every decision about it, as pure functions of that state, the
 //! server's high-water mark and an injected monotonic `now` (microseconds). This file keeps the
-//! value, its fence policy and the mutex's decisions; `semaphore.rs` a semaphore key's holders,
-//! `holder.rs` one holder, `terms.rs` the words they all share, `record.rs` the state as it
-//! travels (replication, AOF, RDB).
+//! value, its fence policy and the decisions, dispatched on the key's kind: `mutex.rs` (one
+//! holder) and `semaphore.rs` (up to `PERMITS` holders); `holder.rs` is one holder, `terms.rs`
+//! the words they all share, `record.rs` the state as it travels (replication, AOF, RDB).
 //!
 //! Nothing here touches Redis, so all of it is unit-tested without a server. The glue parses
 //! arguments, opens the key, calls one of these, replies and replicates the resulting record.
