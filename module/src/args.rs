@@ -1,22 +1,10 @@
-//! Parsing of command arguments. Pure, so every bad input is unit-tested without a server.
+//! Parsing of command arguments (the `APPLY` records' are `lock::record`'s). Pure, so every bad input is unit-tested without a server.
 
 use fencedlock_protocol::command::{permits_ok, BLOCK, LABEL, PERMITS};
 use fencedlock_protocol::limits::{MAX_BLOCK_MS, MAX_FENCE};
 
 use crate::error::LockError;
-use crate::lease::{check_label, check_token, Holding, Micros, Record};
-use crate::semaphore::{decode_holders, SemaphoreRecord};
-
-/// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.
-fn parse_u64(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() || bytes.len() > 20 {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |acc, b| {
-        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
-        acc.checked_mul(10)?.checked_add(u64::from(digit))
-    })
-}
+use crate::lock::terms::{check_label, check_token, parse_u64, Micros};
 
 /// A lease ttl in milliseconds, from 1 to `max_ms`, returned in microseconds.
 pub fn ttl(bytes: &[u8], max_ms: u64) -> Result<Micros, LockError> {
@@ -77,32 +65,6 @@ pub fn acquire_options<'a>(args: &[&'a [u8]]) -> Result<AcquireOptions<'a>, Lock
     Ok(options)
 }
 
-/// The arguments of `FENCEDLOCK.APPLY key high_water fence [token remaining_us [label]]` after
-/// the key.
-pub fn record<'a>(args: &[&'a [u8]]) -> Result<(u64, Record<'a>), LockError> {
-    let num = |b: &[u8]| parse_u64(b).filter(|n| *n <= MAX_FENCE).ok_or(LockError::BadRecord);
-    let holding =
-        |token, remaining, label| Ok::<_, LockError>(Holding { token, remaining: num(remaining)?, label });
-    let (high_water, fence, holder) = match args {
-        [hw, fence] => (num(hw)?, num(fence)?, None),
-        [hw, fence, token, remaining] => (num(hw)?, num(fence)?, Some(holding(*token, remaining, None)?)),
-        [hw, fence, token, remaining, label] => {
-            (num(hw)?, num(fence)?, Some(holding(*token, remaining, Some(*label))?))
-        }
-        _ => return Err(LockError::BadRecord),
-    };
-    Ok((high_water, Record { fence, holder }))
-}
-
-/// The arguments of `FENCEDLOCK.APPLYSEM key high_water fence permits holders` after the key.
-pub fn semaphore_record<'a>(args: &[&'a [u8]]) -> Result<(u64, SemaphoreRecord<'a>), LockError> {
-    let num = |b: &[u8]| parse_u64(b).filter(|n| *n <= MAX_FENCE).ok_or(LockError::BadRecord);
-    let [hw, fence, permits, holders] = args else { return Err(LockError::BadRecord) };
-    let permits = u32::try_from(num(permits)?).map_err(|_| LockError::BadRecord)?;
-    let holders = decode_holders(holders).ok_or(LockError::BadRecord)?;
-    Ok((num(hw)?, SemaphoreRecord { fence: num(fence)?, permits, holders }))
-}
-
 #[cfg(test)]
 mod tests {
     use fencedlock_protocol::limits::MAX_LABEL_LEN;
@@ -145,24 +107,6 @@ mod tests {
             [&b"0"[..], b"1025", b"-1", b"", b"x", b"2.5", b" 2", b"4294967298", b"99999999999999999999"]
         {
             assert_eq!(permits(bad), Err(LockError::BadPermits), "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn semaphore_records_parse_and_refuse_garbage() {
-        use crate::semaphore::{encode_holders, PermitHolding};
-        let holders =
-            [PermitHolding { fence: 3, holding: Holding { token: b"t", remaining: 9, label: None } }];
-        let blob = encode_holders(&holders);
-        let parsed = semaphore_record(&[b"9", b"3", b"2", &blob]);
-        assert_eq!(parsed, Ok((9, SemaphoreRecord { fence: 3, permits: 2, holders: holders.to_vec() })));
-        for bad in [
-            &[&b"9"[..], b"3", b"2", &blob[..5]][..],
-            &[b"9", b"3", b"x", &blob],
-            &[b"9", b"3", b"4294967296", &blob],
-            &[b"9", b"3", b"2"],
-        ] {
-            assert_eq!(semaphore_record(bad), Err(LockError::BadRecord));
         }
     }
 
@@ -223,39 +167,14 @@ mod tests {
         assert_eq!(acquire_options(&[b"BLOCK", b"x", b"LABEL", b""]), Err(LockError::BadTimeout));
     }
 
-    #[test]
-    fn records_parse_with_and_without_a_holder_and_a_label() {
-        assert_eq!(record(&[b"9", b"3"]), Ok((9, Record { fence: 3, holder: None })));
-        let holding = Holding { token: &b"tok"[..], remaining: 250, label: None };
-        assert_eq!(
-            record(&[b"9", b"3", b"tok", b"250"]),
-            Ok((9, Record { fence: 3, holder: Some(holding) }))
-        );
-        let labelled = Holding { label: Some(&b"node-a"[..]), ..holding };
-        assert_eq!(
-            record(&[b"9", b"3", b"tok", b"250", b"node-a"]),
-            Ok((9, Record { fence: 3, holder: Some(labelled) }))
-        );
-        for bad in [
-            &[&b"9"[..]][..],
-            &[b"9", b"x"],
-            &[b"9", b"3", b"tok"],
-            &[b"9", b"3", b"t", b"-1"],
-            &[b"9", b"3", b"t", b"-1", b"l"],
-            &[b"9", b"3", b"t", b"1", b"l", b"x"],
-        ] {
-            assert_eq!(record(bad), Err(LockError::BadRecord), "{bad:?}");
-        }
-    }
-
     proptest::proptest! {
         #[test]
         fn parsing_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
             let _ = ttl(&bytes, u64::MAX);
             let _ = fence(&bytes);
             let _ = token(&bytes);
-            let _ = record(&[&bytes, &bytes, &bytes, &bytes]);
-            let _ = record(&[&bytes, &bytes, &bytes, &bytes, &bytes]);
+            let _ = crate::lock::record::parse_apply(&[&bytes, &bytes, &bytes, &bytes]);
+            let _ = crate::lock::record::parse_apply(&[&bytes, &bytes, &bytes, &bytes, &bytes]);
             let _ = acquire_options(&[&bytes, &bytes]);
             let _ = acquire_options(&[b"LABEL", &bytes, &bytes, &bytes]);
         }

@@ -21,71 +21,25 @@
 //! A handoff is replicated and written to the AOF as the same `APPLY` record as any grant; the
 //! queues themselves are not (after a failover, waiters reconnect and queue again).
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use std::sync::{LazyLock, Mutex, MutexGuard};
-
 use crate::error::LockError;
-use crate::ffi::{self, int, BlockedClient, Call, Names, Reply, Timer, TimerId, Waits};
-use crate::key::Key;
-use crate::lease::{Lock, Micros, Released};
-use crate::waiting::{self, Answer, KeyId, Queues, Served, Waiter};
-use crate::{clock, floor, replication, state, stats, sweeper};
+use crate::ffi::{self, clock, int, replication, BlockedClient, Call, Names, Reply, Timer, Waits};
+use crate::lock::{Ask, Lock, Micros, Moment, Released};
+use crate::server::{LostGrant, WaitState, SERVER};
+use crate::store::Store;
+use crate::waiting::{self, Answer, KeyId, Served, Waiter};
+use crate::{counters, floor};
 
 /// How long one wake-up may serve keys before it yields to the event loop.
 const BUDGET: Micros = 2_000;
 
-struct State {
-    queues: Queues<BlockedClient>,
-    /// The wake-up timer and the instant it was armed for.
-    armed: Option<(TimerId, Micros)>,
-    /// Handoffs whose client went away before the reply reached it, to be given back.
-    lost: Vec<LostGrant>,
-}
-
-/// A lease granted to a waiter that disconnected before it heard of it.
-struct LostGrant {
-    key: KeyId,
-    token: Box<[u8]>,
-    fence: u64,
-}
-
-static STATE: LazyLock<Mutex<State>> =
-    LazyLock::new(|| Mutex::new(State { queues: Queues::new(), armed: None, lost: Vec::new() }));
-
-/// Waiters queued now, readable without the lock: a command on a key nobody waits for pays one
-/// load of this, nothing more.
-static WAITERS: AtomicUsize = AtomicUsize::new(0);
-
-/// Runs `f` on the state and refreshes [`WAITERS`].
-fn with<T>(f: impl FnOnce(&mut State) -> T) -> T {
-    // Every method leaves the state consistent, so a poisoned lock is safe to keep using.
-    let mut state: MutexGuard<'_, State> = STATE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let result = f(&mut state);
-    WAITERS.store(state.queues.len(), Relaxed);
-    result
-}
-
-/// Waiters queued now, for `INFO`.
-pub fn waiters() -> usize {
-    WAITERS.load(Relaxed)
+/// Runs `f` on the waiting side's state (the server's, see `server.rs`).
+fn with<T>(f: impl FnOnce(&mut WaitState) -> T) -> T {
+    SERVER.waits(f)
 }
 
 /// Whether anyone waits on the call's key.
 pub fn is_waited(call: &Call) -> bool {
-    waiters() > 0 && is_waited_at(call.db(), call.arg(1))
-}
-
-/// Whether anyone waits on `name` in `db`.
-pub fn is_waited_at(db: i32, name: &[u8]) -> bool {
-    waiters() > 0 && with(|s| s.queues.is_waited(&(db, name.into())))
-}
-
-/// What a blocked ACQUIRE asks for when its turn comes.
-pub struct Ask<'a> {
-    pub token: &'a [u8],
-    pub label: Option<&'a [u8]>,
-    pub permits: u32,
-    pub ttl: Micros,
+    SERVER.waiters() > 0 && SERVER.is_waited_at(call.db(), call.arg(1))
 }
 
 /// Queues the caller of an ACQUIRE that found the key held (until `frees_at` at the latest),
@@ -94,7 +48,7 @@ pub struct Ask<'a> {
 pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: Micros) -> Reply {
     let Some(client) = call.block::<Queued>() else {
         // Redis would not block this client: answer as the one attempt it was.
-        stats::CONTENDED.incr();
+        counters::CONTENDED.incr();
         return Reply::Nil;
     };
     let key: KeyId = (call.db(), call.arg(1).into());
@@ -112,7 +66,7 @@ pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: 
         s.queues.wake(&key, frees_at);
         rearm(s, now);
     });
-    stats::BLOCKED_ACQUIRES.incr();
+    counters::BLOCKED_ACQUIRES.incr();
     Reply::Blocked
 }
 
@@ -140,25 +94,26 @@ fn serve_key(
     id: &KeyId,
     now: Micros,
 ) -> Vec<Served<BlockedClient>> {
-    let mut key = Key::named(redis_name);
-    let mut mark = state::high_water();
-    let grace = state::grace_left(now);
+    let mut key = Store::named(redis_name);
+    let mut mark = SERVER.high_water();
+    let grace = SERVER.grace_left(now);
     let take_all = |e: LockError| -> Vec<_> {
         with(|s| s.queues.take_all(id)).into_iter().map(|w| failed(w, e.clone())).collect()
     };
     match key.lock() {
         Err(e) => take_all(e),
-        Ok(Some(lock)) => {
+        Ok(Some(mut lock)) => {
             // The handoff at the deadline is often the first look at an expired lease.
-            lock.take_expiries(now, stats::lease_expired);
+            lock.take_expiries(now, counters::lease_expired);
             if lock.has_room(now) {
                 if let Some(Err(e)) = mark.peek(lock.fence()).map(|fence| floor::cover(names, &id.1, fence)) {
                     return take_all(e);
                 }
             }
-            let served = with(|s| s.queues.serve(id, lock, &mut mark, now, grace));
+            let served =
+                with(|s| s.queues.serve(id, &mut lock, &mut mark, Moment { now, grace_left: grace }));
             if served.iter().any(|s| s.answer.holds()) {
-                state::set_high_water(mark);
+                SERVER.set_high_water(mark);
                 replication::replicate_named(redis_name, mark, &lock.snapshot(now));
             }
             served
@@ -167,11 +122,12 @@ fn serve_key(
         Ok(None) if ffi::in_cluster() => take_all(LockError::WaitInterrupted),
         Ok(None) => {
             let mut fresh = Lock::new();
-            let mut served = with(|s| s.queues.serve(id, &mut fresh, &mut mark, now, grace));
+            let mut served =
+                with(|s| s.queues.serve(id, &mut fresh, &mut mark, Moment { now, grace_left: grace }));
             if served.iter().any(|s| s.answer.holds()) {
-                match key.set_lock(fresh) {
+                match key.insert(fresh) {
                     Ok(stored) => {
-                        state::set_high_water(mark);
+                        SERVER.set_high_water(mark);
                         replication::replicate_named(redis_name, mark, &stored.snapshot(now));
                     }
                     Err(e) => {
@@ -192,32 +148,32 @@ fn failed(waiter: Waiter<BlockedClient>, e: LockError) -> Served<BlockedClient> 
 
 /// Unblocks a served waiter with its answer, and counts it.
 fn answer(key: &KeyId, served: Served<BlockedClient>, now: Micros) {
-    stats::waited(served.waited(now));
+    counters::waited(served.waited(now));
     let Served { waiter, answer } = served;
     let (reply, if_lost): (_, Option<Box<dyn FnOnce()>>) = match answer {
         Answer::Granted { fence, took_over } => {
-            stats::GRANTS.incr();
-            stats::HANDOFFS.incr();
+            counters::GRANTS.incr();
+            counters::HANDOFFS.incr();
             if took_over {
-                stats::TAKEOVERS.incr();
+                counters::TAKEOVERS.incr();
             }
             let lost = LostGrant { key: key.clone(), token: waiter.token, fence };
             (Ok(int(fence)), Some(Box::new(move || give_back_later(lost))))
         }
         // The lease is its token's other request's too: that one keeps it.
         Answer::Reentered { fence } => {
-            stats::REENTRIES.incr();
+            counters::REENTRIES.incr();
             (Ok(int(fence)), None)
         }
         // Its own deadline passed: the same nil (and counters) as any refusal by timeout.
         Answer::TimedOut => {
-            stats::WAIT_TIMEOUTS.incr();
-            stats::CONTENDED.incr();
+            counters::WAIT_TIMEOUTS.incr();
+            counters::CONTENDED.incr();
             (Ok(Reply::Nil), None)
         }
         Answer::Failed(e) => {
             if let LockError::PermitsMismatch { .. } = e {
-                stats::PERMITS_MISMATCHES.incr();
+                counters::PERMITS_MISMATCHES.incr();
             }
             (Err(e), None)
         }
@@ -228,7 +184,7 @@ fn answer(key: &KeyId, served: Served<BlockedClient>, now: Micros) {
 /// A granted waiter's client went away before the reply reached it: nobody will use or release
 /// that lease, so the next wake-up gives it back (to the next waiter, if any).
 fn give_back_later(lost: LostGrant) {
-    stats::WAIT_ABANDONED.incr();
+    counters::WAIT_ABANDONED.incr();
     with(|s| {
         s.lost.push(lost);
         rearm(s, clock::now());
@@ -259,7 +215,7 @@ pub fn flushed(db: Option<i32>) {
 /// A lock key is losing its name (deleted, overwritten, renamed or moved away): if anyone waits
 /// on it, serve them now.
 pub fn unlinked(db: i32, name: &[u8]) {
-    if waiters() == 0 {
+    if SERVER.waiters() == 0 {
         return;
     }
     let now = clock::now();
@@ -274,7 +230,7 @@ pub fn unlinked(db: i32, name: &[u8]) {
 
 /// Arms the wake-up timer for the earliest wake-up (or stops it when nothing is due). Never
 /// early: a look at a key before its holder's deadline would only arm again.
-fn rearm(s: &mut State, now: Micros) {
+fn rearm(s: &mut WaitState, now: Micros) {
     let next = if s.lost.is_empty() { s.queues.next_due() } else { Some(now) };
     match (next, s.armed) {
         (None, None) => {}
@@ -328,14 +284,14 @@ fn give_back(timer: &Timer, lost: LostGrant) {
     }
     let Some(redis_name) = timer.string(name) else { return };
     let now = clock::now();
-    let mut key = Key::named(&redis_name);
-    if let Ok(Some(lock)) = key.lock() {
+    let mut key = Store::named(&redis_name);
+    if let Ok(Some(mut lock)) = key.lock() {
         // Not counted as a release: nobody held this lease (`wait_abandoned` counts it).
         if lock.fence_of(&lost.token, now) == Some(lost.fence)
             && matches!(lock.release(&lost.token, now), Released::Ended { .. })
         {
-            replication::replicate_named(&redis_name, state::high_water(), &lock.snapshot(now));
-            sweeper::track(lock, *db, name);
+            replication::replicate_named(&redis_name, SERVER.high_water(), &lock.snapshot(now));
+            lock.file();
         }
     }
     drop(key);
@@ -352,16 +308,16 @@ impl Waits for Queued {
     /// `CLIENT UNBLOCK … TIMEOUT`: answered nil by Redis, counted as a timeout.
     fn timed_out(client: BlockedClient) {
         if let Some((_, waiter)) = with(|s| s.queues.remove(client)) {
-            stats::WAIT_TIMEOUTS.incr();
-            stats::CONTENDED.incr();
-            stats::waited(clock::now().saturating_sub(waiter.since));
+            counters::WAIT_TIMEOUTS.incr();
+            counters::CONTENDED.incr();
+            counters::waited(clock::now().saturating_sub(waiter.since));
         }
     }
 
     fn abandoned(client: BlockedClient) {
         if let Some((_, waiter)) = with(|s| s.queues.remove(client)) {
-            stats::WAIT_ABANDONED.incr();
-            stats::waited(clock::now().saturating_sub(waiter.since));
+            counters::WAIT_ABANDONED.incr();
+            counters::waited(clock::now().saturating_sub(waiter.since));
         }
     }
 }

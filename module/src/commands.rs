@@ -1,48 +1,46 @@
-//! The FENCEDLOCK commands: parse, open the key, let `lease` decide, store, replicate the
+//! The FENCEDLOCK commands: parse, open the key, let `lock` decide, store, replicate the
 //! effect, count and reply. Arity was checked by `ffi::run` against the protocol's shape.
 //! Every error is returned before anything is written.
 
 use crate::args::AcquireOptions;
 use crate::error::LockError;
 use crate::fence::HighWater;
-use crate::ffi::{int, Call, Reply};
-use crate::key::Key;
-use crate::lease::{Acquired, Lock, Micros, Released};
-use crate::{args, blocking, clock, floor, replication, state, stats, sweeper};
+use crate::ffi::{clock, int, replication, Call, Reply};
+use crate::lock::{record, Acquired, Ask, Lock, Micros, Released};
+use crate::server::SERVER;
+use crate::store::Store;
+use crate::{args, blocking, counters, floor};
 
 /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label] [PERMITS n]` → fence,
 /// or nil while the key is held (by another token, or by `n` of them) or others wait for it.
 /// With `BLOCK`, a busy key queues the caller (see `blocking`); where Redis allows no blocking
 /// (MULTI, scripts) it is one attempt. `LABEL` is the lease's public label, `PERMITS` the
-/// key's holder count (see `Lock::acquire_permit`).
+/// key's holder count (see `Lock::acquire_for`).
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
-    let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
+    let ttl = args::ttl(call.arg(3), SERVER.max_ttl_ms())?;
     // The plain form, by far the most common, allocates nothing for its options.
     let options = match call.argc() {
         4 => AcquireOptions::default(),
         _ => args::acquire_options(&call.args_from(4))?,
     };
-    let AcquireOptions { block, label, .. } = options;
-    let permits = options.permits();
+    let ask = Ask { token, label: options.label, permits: options.permits(), ttl };
     let now = clock::now();
     if blocking::is_waited(call) {
         // A lease that ended belongs to the head of the queue, not to whoever asks first.
         blocking::serve(call, call.db(), call.arg(1), now);
     }
-    let mut key = Key::write(call);
-    let mut mark = state::high_water();
+    let mut key = Store::write(call);
+    let mut mark = SERVER.high_water();
     let before = mark;
-    let mut decide = |lock: &mut Lock| {
-        lock.acquire_permit(&mut mark, token, label, permits, ttl, now, state::grace_left(now))
-    };
+    let mut decide = |lock: &mut Lock| lock.acquire_for(&mut mark, &ask, now, SERVER.grace_left(now));
 
     let (outcome, lock) = match key.lock()? {
-        Some(lock) => {
+        Some(mut lock) => {
             cover_floor(call, before, lock.fence())?;
             // An expired lease this replaces (or that a refusal leaves) ended: count it once.
-            lock.take_expiries(now, stats::lease_expired);
-            (decide(lock), lock)
+            lock.take_expiries(now, counters::lease_expired);
+            (decide(&mut lock), lock)
         }
         None => {
             cover_floor(call, before, 0)?;
@@ -51,33 +49,32 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
             match outcome {
                 // Stored before it is replicated: if storing failed, no replica or AOF may
                 // hold a lease this server does not.
-                Ok(Acquired::Granted { .. }) => (outcome, key.set_lock(fresh)?),
+                Ok(Acquired::Granted { .. }) => (outcome, key.insert(fresh)?),
                 // A refused grant leaves no key behind.
                 _ => return count_refusal(outcome),
             }
         }
     };
-    let fence = match (outcome, block) {
+    let fence = match (outcome, options.block) {
         (Ok(Acquired::Reentered { fence }), _) => {
-            stats::REENTRIES.incr();
+            counters::REENTRIES.incr();
             blocking::shortened(call, lock.next_free(now));
             fence
         }
         (Ok(Acquired::Granted { fence, took_over }), _) => {
-            stats::GRANTS.incr();
+            counters::GRANTS.incr();
             if took_over {
-                stats::TAKEOVERS.incr();
+                counters::TAKEOVERS.incr();
             }
             fence
         }
         (Ok(Acquired::Busy), Some(timeout)) if call.may_block() => {
             let frees_at = lock.next_free(now).unwrap_or(now);
-            let ask = blocking::Ask { token, label, permits, ttl };
             return Ok(blocking::block(call, ask, timeout, frees_at, now));
         }
         (refused, _) => return count_refusal(refused),
     };
-    state::set_high_water(mark);
+    SERVER.set_high_water(mark);
     replication::replicate(call, mark, &lock.snapshot(now));
     Ok(int(fence))
 }
@@ -95,15 +92,15 @@ fn cover_floor(call: &Call, mark: HighWater, key_fence: u64) -> Result<(), LockE
 fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockError> {
     match outcome {
         Ok(Acquired::Busy) => {
-            stats::CONTENDED.incr();
+            counters::CONTENDED.incr();
             Ok(Reply::Nil)
         }
         Err(e @ LockError::RestartGrace { .. }) => {
-            stats::GRACE_REFUSALS.incr();
+            counters::GRACE_REFUSALS.incr();
             Err(e)
         }
         Err(e @ LockError::PermitsMismatch { .. }) => {
-            stats::PERMITS_MISMATCHES.incr();
+            counters::PERMITS_MISMATCHES.incr();
             Err(e)
         }
         Err(e) => Err(e),
@@ -115,8 +112,8 @@ fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockErro
 /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs `ttl_ms`.
 pub fn renew(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
-    let ttl = args::ttl(call.arg(3), state::max_ttl_ms())?;
-    owner_change(call, &stats::RENEW_FAILURES, Ends::No, |lock, now| {
+    let ttl = args::ttl(call.arg(3), SERVER.max_ttl_ms())?;
+    owner_change(call, &counters::RENEW_FAILURES, Ends::No, |lock, now| {
         let renewed = lock.renew(token, ttl, now);
         if renewed {
             blocking::shortened(call, lock.next_free(now));
@@ -129,10 +126,10 @@ pub fn renew(call: &Call) -> Result<Reply, LockError> {
 /// The head waiter, if any, is granted the lease in the same command.
 pub fn release(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
-    let reply = owner_change(call, &stats::RELEASE_FAILURES, Ends::Lease, |lock, now| {
+    let reply = owner_change(call, &counters::RELEASE_FAILURES, Ends::Lease, |lock, now| {
         match lock.release(token, now) {
             Released::Ended { span } => {
-                stats::lease_released(span);
+                counters::lease_released(span);
                 true
             }
             Released::Expired | Released::NotOwner => false,
@@ -158,22 +155,21 @@ enum Ends {
 /// A refusal may be the first look at an expired lease (a late RENEW or RELEASE): counted.
 fn owner_change(
     call: &Call,
-    refusals: &stats::Counter,
+    refusals: &counters::Counter,
     ends: Ends,
     change: impl FnOnce(&mut Lock, Micros) -> bool,
 ) -> Result<Reply, LockError> {
-    let mut key = Key::write(call);
-    let (db, name) = key.location();
+    let mut key = Store::write(call);
     let now = clock::now();
-    if let Some(lock) = key.lock()? {
-        if change(lock, now) {
-            replication::replicate(call, state::high_water(), &lock.snapshot(now));
+    if let Some(mut lock) = key.lock()? {
+        if change(&mut lock, now) {
+            replication::replicate(call, SERVER.high_water(), &lock.snapshot(now));
             if ends == Ends::Lease {
-                sweeper::track(lock, db, name);
+                lock.file();
             }
             return Ok(Reply::Int(1));
         }
-        lock.take_expiries(now, stats::lease_expired);
+        lock.take_expiries(now, counters::lease_expired);
     }
     refusals.incr();
     Ok(Reply::Int(0))
@@ -184,14 +180,14 @@ fn owner_change(
 pub fn raise(call: &Call) -> Result<Reply, LockError> {
     let token = args::token(call.arg(2))?;
     let fence = args::fence(call.arg(3))?;
-    let mut key = Key::write(call);
+    let mut key = Store::write(call);
     let now = clock::now();
-    let mut mark = state::high_water();
-    let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
+    let mut mark = SERVER.high_water();
+    let Some(mut lock) = key.lock()? else { return Ok(Reply::Nil) };
     floor::cover(call, call.arg(1), fence)?;
     match lock.raise(&mut mark, token, fence, now) {
         Some(raised) => {
-            state::set_high_water(mark);
+            SERVER.set_high_water(mark);
             replication::replicate(call, mark, &lock.snapshot(now));
             Ok(int(raised))
         }
@@ -201,7 +197,7 @@ pub fn raise(call: &Call) -> Result<Reply, LockError> {
 
 /// `FENCEDLOCK.CAD key value` → 1 if a string key held `value` and was deleted, else 0.
 pub fn cad(call: &Call) -> Result<Reply, LockError> {
-    let key = Key::write(call);
+    let key = Store::write(call);
     if key.string()? != Some(call.arg(2)) {
         return Ok(Reply::Int(0));
     }
@@ -216,7 +212,7 @@ pub fn cad(call: &Call) -> Result<Reply, LockError> {
 /// lease holds the key; a semaphore key's `[fence, holders, permits, [[fence, pttl_ms, label or
 /// nil], ...]]`; nil for a missing key. Never a token.
 pub fn status(call: &Call) -> Result<Reply, LockError> {
-    let mut key = Key::read(call);
+    let mut key = Store::read(call);
     let Some(lock) = key.lock()? else { return Ok(Reply::Nil) };
     let now = clock::now();
     if let Some(semaphore) = lock.semaphore_status(now) {
@@ -236,7 +232,7 @@ pub fn apply(call: &Call) -> Result<Reply, LockError> {
     if !call.is_replicated_or_loading() {
         return Err(LockError::InternalCommand);
     }
-    let (high_water, record) = args::record(&call.args_from(2))?;
+    let (high_water, record) = record::parse_apply(&call.args_from(2))?;
     store_applied(call, high_water, Lock::from_record(&record, clock::now())?)
 }
 
@@ -246,27 +242,23 @@ pub fn apply_semaphore(call: &Call) -> Result<Reply, LockError> {
     if !call.is_replicated_or_loading() {
         return Err(LockError::InternalCommand);
     }
-    let (high_water, record) = args::semaphore_record(&call.args_from(2))?;
+    let (high_water, record) = record::parse_applysem(&call.args_from(2))?;
     store_applied(call, high_water, Lock::from_semaphore_record(&record, clock::now())?)
 }
 
 /// Stores an applied record's lock in place of the key's, and takes in its fences.
 fn store_applied(call: &Call, high_water: u64, lock: Lock) -> Result<Reply, LockError> {
     let fence = lock.fence();
-    let mut key = Key::write(call);
-    let (db, name) = key.location();
+    let mut key = Store::write(call);
     match key.lock()? {
-        Some(stored) => {
-            // Filed again at its new idle time, as the primary's was: a promoted replica then
-            // reclaims on the primary's schedule.
-            *stored = lock;
-            sweeper::track(stored, db, name);
-        }
+        // Filed again at its new idle time, as the primary's was: a promoted replica then
+        // reclaims on the primary's schedule.
+        Some(mut stored) => stored.replace(lock),
         None => {
-            key.set_lock(lock)?;
+            key.insert(lock)?;
         }
     }
-    state::update_high_water(|mark| {
+    SERVER.update_high_water(|mark| {
         mark.observe(high_water);
         mark.observe(fence);
     });

@@ -6,25 +6,15 @@
 //! its next fences are above every fence issued by an epoch taken earlier, on any node whose
 //! clock agrees with this one's within the time between the two.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
-
 use redis_module::server_events::{LoadingSubevent, ServerRole};
 use redis_module::{Context, ContextFlags};
 use redis_module_macros::{loading_event_handler, role_changed_event_handler};
 
-use crate::{clock, ffi, state};
-
-const LOAD_NONE: u8 = 0;
-const LOAD_DISK: u8 = 1;
-const LOAD_REPLICATION: u8 = 2;
-
-/// What the load in progress reads from: only loads from disk start an epoch.
-static LOADING_FROM: AtomicU8 = AtomicU8::new(LOAD_NONE);
-/// The first load from disk after the module loaded is the start-up load: it opens the grace.
-static LOADED_FROM_DISK: AtomicBool = AtomicBool::new(false);
+use crate::ffi::{self, clock};
+use crate::server::{Load, SERVER};
 
 fn start_epoch(why: &str) {
-    let mark = state::update_high_water(|mark| mark.start_epoch(clock::wall_micros()));
+    let mark = SERVER.update_high_water(|mark| mark.start_epoch(clock::wall_micros()));
     ffi::log_notice(&format!(
         "fencedlock: {why}: new epoch {} (ms since 1970), high-water mark {}",
         mark.epoch(),
@@ -44,16 +34,16 @@ fn on_role_changed(_ctx: &Context, role: ServerRole) {
 #[loading_event_handler]
 fn on_loading(ctx: &Context, event: LoadingSubevent) {
     ffi::guard("loading event", (), || match event {
-        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted => LOADING_FROM.store(LOAD_DISK, Relaxed),
-        LoadingSubevent::ReplStarted => LOADING_FROM.store(LOAD_REPLICATION, Relaxed),
-        LoadingSubevent::Failed => LOADING_FROM.store(LOAD_NONE, Relaxed),
+        LoadingSubevent::RdbStarted | LoadingSubevent::AofStarted => SERVER.loading(Load::Disk),
+        LoadingSubevent::ReplStarted => SERVER.loading(Load::Replication),
+        LoadingSubevent::Failed => SERVER.loading(Load::None),
         LoadingSubevent::Ended => {
-            let from = LOADING_FROM.swap(LOAD_NONE, Relaxed);
+            let from = SERVER.loaded();
             let primary = ctx.get_flags().contains(ContextFlags::MASTER);
-            if from == LOAD_DISK && primary {
+            if from == Load::Disk && primary {
                 start_epoch("loaded from disk as primary");
-                if !LOADED_FROM_DISK.swap(true, Relaxed) {
-                    state::start_grace(clock::now());
+                if SERVER.first_load_from_disk() {
+                    SERVER.start_grace(clock::now());
                 }
             }
         }

@@ -2,6 +2,12 @@
 //! access, replies, logging, and the guard that keeps a Rust panic from unwinding into Redis
 //! (which would abort the server and lose every lock).
 //!
+//! Everything that calls Redis's raw API lives under `ffi/`, and every `unsafe` block with it:
+//! key access (`key`), the data type's callbacks (`datatype`), replication and AOF records
+//! (`replication`), blocking and timers (`blocked`), `INFO` fields (`info`), the clock (`clock`)
+//! and registration (`register`). This layer imports only the pure core, never the glue above
+//! it; what the type's callbacks need from the server comes through `datatype::Hooks`.
+//!
 //! Raw Redis pointers do not travel bare through safe code: a command gets a [`Call`], which
 //! only [`run`] creates, from the pointers Redis passed to that command. `Key`, `replication`
 //! and the reply functions take a `Call`, so safe code cannot hand Redis a dangling context or
@@ -16,6 +22,13 @@ use redis_module::{raw, Context};
 use crate::error::LockError;
 
 pub mod blocked;
+pub mod clock;
+pub mod datatype;
+pub mod info;
+pub mod key;
+#[cfg(not(test))]
+pub mod register;
+pub mod replication;
 
 pub use blocked::{answer, in_cluster, start_timer, stop_timer, BlockedClient, TimerId, Waits};
 

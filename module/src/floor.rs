@@ -3,10 +3,12 @@
 //! mark already outlives every key there.
 
 use crate::error::LockError;
-use crate::ffi::{self, Names};
-use crate::key::Key;
-use crate::lease::{Lock, Record};
-use crate::{clock, replication, slot, state};
+use crate::ffi::{self, clock, replication, Names};
+use crate::lock::record::Record;
+use crate::lock::Lock;
+use crate::server::SERVER;
+use crate::slot;
+use crate::store::Store;
 
 /// Makes sure the floor of `key`'s slot covers `fence`, raising it (with headroom) and
 /// replicating the raise when it does not. `names` is the running command or timer.
@@ -16,7 +18,7 @@ pub fn cover(names: &impl Names, key: &[u8], fence: u64) -> Result<(), LockError
     }
     let name = slot::floor_key(slot::slot(key));
     let name = names.string(&name).ok_or(LockError::Internal)?;
-    let mut key = Key::named(&name);
+    let mut key = Store::named(&name);
     let floor = key.lock()?;
     if !slot::needs_raise(floor.as_ref().map(|lock| lock.fence()), fence) {
         return Ok(());
@@ -24,12 +26,12 @@ pub fn cover(names: &impl Names, key: &[u8], fence: u64) -> Result<(), LockError
     let now = clock::now();
     let raised = Lock::from_record(&Record { fence: slot::floor_for(fence), holder: None }, now)?;
     let stored = match floor {
-        Some(floor) => {
-            *floor = raised;
+        Some(mut floor) => {
+            floor.replace(raised);
             floor
         }
-        None => key.set_lock(raised)?,
+        None => key.insert(raised)?,
     };
-    replication::replicate_named(&name, state::high_water(), &stored.snapshot(now));
+    replication::replicate_named(&name, SERVER.high_water(), &stored.snapshot(now));
     Ok(())
 }

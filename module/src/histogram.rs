@@ -1,6 +1,6 @@
 //! Fixed-bucket histograms for `INFO fencedlock`: recording a value costs a short search over
 //! the bounds and a few relaxed atomic adds, no allocation and no lock, so it can sit on the
-//! RELEASE path. Pure Rust (no Redis), unit-tested here; `stats.rs` owns the instances and
+//! RELEASE path. Pure Rust (no Redis), unit-tested here; `counters.rs` owns the instances and
 //! writes them out.
 //!
 //! Percentiles are estimated from the buckets as the upper bound of the bucket the rank falls

@@ -1,8 +1,15 @@
 //! fencedlock: a Redis / Valkey module for leases whose fencing tokens never repeat.
 //!
-//! Owns the lock state on the server: `lease`, `fence` and `args` are the pure core (decisions
-//! as functions of state, the high-water mark and an injected clock, unit-tested without a
-//! server); the rest is the FFI glue that parses, opens keys, replies, persists and replicates.
+//! Three layers, each importing only the ones below it:
+//! - **Pure core** (decisions as functions of state, the high-water mark and an injected clock,
+//!   unit-tested without a server): `lock/` (a key's value and every decision about it; one file
+//!   per kind, the shared words in `lock::terms`, the travelling record in `lock::record`),
+//!   `fence`, `args`, `reclaim`, `slot`, `waiting`, `histogram`, `error`.
+//! - **Glue**, safe code: `server` (all server-wide state, one `SERVER`), `store` (the only code
+//!   that opens, stores and deletes lock values, and files them for reclaim), `commands`,
+//!   `blocking`, `sweeper`, `floor`, `epoch`, `counters` (a leaf), `info` (renders `INFO`).
+//! - **FFI**, the only `unsafe` and the only calls into Redis's raw API: `ffi/`.
+//!
 //! The wire contract (command shapes, limits, replies, errors) is the `fencedlock-protocol`
 //! crate's, not this one's. Must not: panic across the FFI boundary (every entry point runs
 //! behind `ffi::run` or `ffi::guard`), block the event loop, or re-decide on a replica.
@@ -11,75 +18,38 @@
 
 mod args;
 mod blocking;
-mod clock;
 mod commands;
-mod datatype;
+mod counters;
 mod epoch;
 mod error;
 mod fence;
 mod ffi;
 mod floor;
 mod histogram;
-mod holder;
-mod key;
-mod lease;
+mod info;
+mod lock;
 mod reclaim;
-mod replication;
-mod semaphore;
+mod server;
 mod slot;
-mod state;
-mod stats;
+mod store;
 mod sweeper;
 mod waiting;
 
 #[cfg(not(test))]
 mod module {
-    use std::ffi::c_int;
-
-    use fencedlock_protocol::command::{self, Command};
+    use fencedlock_protocol::command;
     use fencedlock_protocol::config;
     use redis_module::configuration::{register_i64_configuration, ConfigurationFlags};
     // `RedisResult` is used by the code `redis_module!` expands to.
-    use redis_module::{raw, Context, InfoContext, RedisResult, RedisString, Status};
+    use redis_module::{Context, InfoContext, RedisResult, RedisString, Status};
 
-    use crate::datatype::LOCK_TYPE;
-    use crate::ffi::{self, Handler};
-    use crate::{blocking, clock, commands, state, stats, sweeper};
+    use crate::ffi::datatype::{self, Hooks, LOCK_TYPE};
+    use crate::ffi::register::{self, command_table, Registration};
+    use crate::ffi::{self, clock};
+    use crate::server::{self, SERVER};
+    use crate::{blocking, commands, info, sweeper};
 
-    /// One registered command: its shape (from the protocol crate, which also gives its arity
-    /// and docs), its flags, its implementation, and the C entry point Redis calls.
-    ///
-    /// The `redis-module` crate's command macros are not used: they set ACL categories through
-    /// `RedisModule_SetCommandACLCategories`, which Redis 7.0 lacks (the module would not
-    /// load there), and their handlers have no panic guard (a panic would abort Redis).
-    struct Registration {
-        spec: Command,
-        /// Only ACQUIRE is `deny-oom`, so leases can always be renewed and freed under memory
-        /// pressure. APPLY and APPLYSEM stay out of MONITOR and SLOWLOG: they carry tokens.
-        flags: &'static str,
-        entry: raw::RedisModuleCmdFunc,
-    }
-
-    /// The command table: each entry's C function runs its handler through `ffi::run`, which
-    /// checks the arity against `spec` and guards against panics.
-    macro_rules! commands {
-        ($($spec:expr => $handler:expr, $flags:literal;)*) => {
-            [$({
-                extern "C" fn entry(
-                    ctx: *mut raw::RedisModuleCtx,
-                    argv: *mut *mut raw::RedisModuleString,
-                    argc: c_int,
-                ) -> c_int {
-                    const HANDLER: Handler = $handler;
-                    // SAFETY: Redis calls this with the context and arguments of this command.
-                    unsafe { ffi::run(ctx, argv, argc, &$spec, HANDLER) }
-                }
-                Registration { spec: $spec, flags: $flags, entry: Some(entry) }
-            },)*]
-        };
-    }
-
-    const COMMANDS: [Registration; 8] = commands! {
+    const COMMANDS: [Registration; 8] = command_table! {
         command::ACQUIRE => commands::acquire, "write deny-oom fast";
         command::RENEW => commands::renew, "write fast";
         command::RELEASE => commands::release, "write fast";
@@ -101,8 +71,17 @@ mod module {
     }
 
     fn register(ctx: &Context) -> Result<(), String> {
-        ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
+        register::handle_io_errors(ctx);
         ffi::blocked::init(ctx);
+        datatype::attach(Hooks {
+            high_water: || SERVER.high_water(),
+            observe: |fence| {
+                SERVER.update_high_water(|mark| mark.observe(fence));
+            },
+            file: |lock, db, name| SERVER.file(lock, db, name),
+            any_waiters: || SERVER.waiters() > 0,
+            unlinked: blocking::unlinked,
+        });
         let category = ffi::add_acl_category(ctx, command::ACL_CATEGORY_C).then_some(command::ACL_CATEGORY_C);
         for c in COMMANDS {
             ffi::create_command(ctx, &c.spec, c.entry, c.flags, category)?;
@@ -110,9 +89,9 @@ mod module {
         // Registered here rather than through `redis_module!`, whose config arm needs a string
         // config as well. LoadConfigs applies values from redis.conf or the command line.
         for (config, value, default, min) in [
-            (config::MAX_TTL_MS, &state::MAX_TTL_MS, state::CONFIG_DEFAULT_MAX_TTL_MS, 1),
-            (config::RESTART_GRACE_MS, &state::RESTART_GRACE_MS, 0, 0),
-            (config::RECLAIM_AFTER_MS, &state::RECLAIM_AFTER_MS, state::CONFIG_DEFAULT_RECLAIM_AFTER_MS, 0),
+            (config::MAX_TTL_MS, &SERVER.max_ttl_ms, server::CONFIG_DEFAULT_MAX_TTL_MS, 1),
+            (config::RESTART_GRACE_MS, &SERVER.restart_grace_ms, 0, 0),
+            (config::RECLAIM_AFTER_MS, &SERVER.reclaim_after_ms, server::CONFIG_DEFAULT_RECLAIM_AFTER_MS, 0),
         ] {
             register_i64_configuration(
                 ctx,
@@ -120,26 +99,20 @@ mod module {
                 value,
                 default,
                 min,
-                state::CONFIG_MAX_MS,
+                server::CONFIG_MAX_MS,
                 ConfigurationFlags::DEFAULT,
                 None,
             );
         }
-        // SAFETY: called from OnLoad with the module's context, after registering the configs.
-        if let Some(load_configs) = unsafe { raw::RedisModule_LoadConfigs } {
-            // SAFETY: as above.
-            if unsafe { load_configs(ctx.ctx) } != raw::REDISMODULE_OK as c_int {
-                return Err("invalid fencedlock.* configuration".into());
-            }
-        }
-        state::start_grace(clock::now());
+        register::load_configs(ctx)?;
+        SERVER.start_grace(clock::now());
         ffi::every(ctx, sweeper::IDLE_DELAY_MS, sweeper::sweep);
         ffi::blocked::on_flush(ctx, blocking::flushed);
         Ok(())
     }
 
     fn info(ctx: &InfoContext, _for_crash_report: bool) {
-        ffi::guard("info", (), || stats::add_info_section(ctx));
+        ffi::guard("info", (), || info::render(&ffi::info::Section::begin(ctx)));
     }
 
     redis_module::redis_module! {

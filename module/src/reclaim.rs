@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::lease::{Lock, Micros};
+use crate::lock::{Lock, Micros};
 
 /// Width of a bucket: entries are due together once the latest time their bucket covers plus
 /// the retention has passed, so a key is reclaimed at most this much later than it could be.
@@ -135,7 +135,7 @@ pub fn decide(found: Option<&Lock>, bucket: u64, now: Micros, reclaim_after: Mic
 mod tests {
     use super::*;
     use crate::fence::HighWater;
-    use crate::lease::Acquired;
+    use crate::lock::Acquired;
 
     const MS: Micros = 1000;
 

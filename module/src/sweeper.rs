@@ -15,15 +15,12 @@
 //! Fences do not depend on the keys: a new grant is above the server's high-water mark, which
 //! outlives every key (see `fence.rs`), so deleting an idle key never lets a fence repeat.
 
-use std::sync::{Mutex, MutexGuard};
-
-use crate::ffi::{Names, Timer};
-use crate::key::Key;
-use crate::lease::{Lock, Micros};
-use crate::reclaim::{decide, Due, Index, Verdict, GRAIN};
-use crate::{blocking, clock, slot, state, stats};
-
-static INDEX: Mutex<Index> = Mutex::new(Index::new());
+use crate::counters;
+use crate::ffi::{clock, Names, Timer};
+use crate::lock::Micros;
+use crate::reclaim::{decide, Due, Verdict, GRAIN};
+use crate::server::SERVER;
+use crate::store::Store;
 
 /// How long one sweep may run: a bounded slice, so a million idle keys never stall the event
 /// loop (Redis's own active expiry works the same way).
@@ -34,33 +31,11 @@ const CHECK_EVERY: usize = 32;
 pub const BUSY_DELAY_MS: i64 = 10;
 pub const IDLE_DELAY_MS: i64 = 100;
 
-fn index() -> MutexGuard<'static, Index> {
-    // A panic while the lock was held leaves a consistent index (every method completes or
-    // does nothing), so a poisoned lock is safe to keep using.
-    INDEX.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Tracks the lock stored under `key` in `db` as idle from its `idle_from` on, moving the entry
-/// it had. Every way a lock key comes to exist calls this, and so does a release.
-pub fn track(lock: &mut Lock, db: i32, key: &[u8]) {
-    if slot::is_floor_key(key) {
-        return; // a slot's floor must outlive its lock keys
-    }
-    let bucket = index().track(lock.idle_from(), db, key);
-    lock.set_tracked_at(bucket);
-}
-
-/// Tracked keys and the index's approximate heap bytes, for `INFO fencedlock`.
-pub fn size() -> (usize, usize) {
-    let index = index();
-    (index.len(), index.bytes())
-}
-
 /// One sweep: handles due entries until none is left or the budget is spent. Returns the delay
 /// before the next sweep.
 pub fn sweep(timer: &Timer) -> i64 {
     let deciding = timer.is_deciding_primary();
-    let after = state::reclaim_after();
+    let after = SERVER.reclaim_after();
     let start = clock::now();
     let mut now = start;
     let mut handled = 0;
@@ -71,7 +46,7 @@ pub fn sweep(timer: &Timer) -> i64 {
                 return BUSY_DELAY_MS;
             }
         }
-        let Some(due) = index().pop_due(now, after) else { return IDLE_DELAY_MS };
+        let Some(due) = SERVER.reclaim_index().pop_due(now, after) else { return IDLE_DELAY_MS };
         handled += 1;
         if !visit(timer, due, now, after, deciding) {
             return IDLE_DELAY_MS;
@@ -89,19 +64,19 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
         refile(due);
         return false;
     };
-    let mut key = Key::named(&name);
+    let mut key = Store::named(&name);
     // Another type under the name is not ours to track; an error reads as that.
     let mut found = key.lock().ok().flatten();
     match decide(found.as_deref(), due.bucket, now, after) {
         Verdict::Forget => true,
         Verdict::Requeue { .. } => {
             if let Some(lock) = found.as_mut() {
-                track(lock, due.db, &due.key);
+                lock.file();
             }
             true
         }
         // Someone waits for it: the wake-up hands it over instead; look again later.
-        Verdict::Delete if blocking::is_waited_at(due.db, &due.key) => {
+        Verdict::Delete if SERVER.is_waited_at(due.db, &due.key) => {
             drop(key);
             drop(name);
             refile(due);
@@ -110,7 +85,7 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
         Verdict::Delete if deciding => {
             // An expired lease nobody looked at since is counted here, at the latest.
             if let Some(lock) = found.as_mut() {
-                lock.take_expiries(now, stats::lease_expired);
+                lock.take_expiries(now, counters::lease_expired);
             }
             if key.delete().is_err() {
                 drop(key);
@@ -119,7 +94,7 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
                 return false;
             }
             timer.replicate_del(&name);
-            stats::RECLAIMED.incr();
+            counters::RECLAIMED.incr();
             true
         }
         Verdict::Delete => {
@@ -133,5 +108,5 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
 
 /// Files a due entry again, unchanged (its key keeps its bucket, so the entry stays live).
 fn refile(due: Due) {
-    index().track(due.bucket.saturating_mul(GRAIN), due.db, &due.key);
+    SERVER.reclaim_index().track(due.bucket.saturating_mul(GRAIN), due.db, &due.key);
 }

@@ -20,7 +20,7 @@ use std::hash::Hash;
 
 use crate::error::LockError;
 use crate::fence::HighWater;
-use crate::lease::{Acquired, Lock, Micros};
+use crate::lock::{Acquired, Ask, Lock, Micros, Moment};
 
 /// A lock key: its database and name.
 pub type KeyId = (i32, Box<[u8]>);
@@ -51,7 +51,9 @@ impl<H> Waiter<H> {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        lock.acquire_permit(mark, &self.token, self.label.as_deref(), self.permits, self.ttl, now, grace_left)
+        let ask =
+            Ask { token: &self.token, label: self.label.as_deref(), permits: self.permits, ttl: self.ttl };
+        lock.acquire_for(mark, &ask, now, grace_left)
     }
 }
 
@@ -231,16 +233,16 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     /// holder's token otherwise: that token's ACQUIRE is answered at once). A head that asks
     /// for another permit count than the key is held with is answered that error, and the next
     /// one is served. Files the next wake-up when a holder's lease ends, or at the end of the
-    /// restart grace if the lease ended during it. Waiters whose deadline passed are answered
+    /// restart grace if the lease ended during it (`at` says when it is, and how much grace is left). Waiters whose deadline passed are answered
     /// [`Answer::TimedOut`] first ([`Queues::expire`]): a late handoff skips them.
     pub fn serve(
         &mut self,
         key: &KeyId,
         lock: &mut Lock,
         mark: &mut HighWater,
-        now: Micros,
-        grace_left: Micros,
+        at: Moment,
     ) -> Vec<Served<H>> {
+        let Moment { now, grace_left } = at;
         let mut served = self.expire(key, now);
         let Some(queue) = self.queues.get_mut(key) else { return served };
         while lock.has_room(now) {
@@ -378,34 +380,37 @@ mod tests {
         q.push(key("k"), semaphore_waiter(4, "t4", 2));
         q.push(key("k"), semaphore_waiter(5, "t5", 2));
         // Full: nothing, and a wake-up at the earliest holder's deadline.
-        assert!(q.serve(&key("k"), &mut lock, &mut mark, MS, 0).is_empty());
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, Moment { now: MS, grace_left: 0 }).is_empty());
         assert_eq!(q.next_due(), Some(10 * MS));
         // x expires: one permit, the head; the next (another count) is answered its mismatch and
         // the one after it takes nothing (no permit left).
         assert_eq!(q.pop_due(10 * MS), Some(key("k")));
-        let served = q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 10 * MS, grace_left: 0 });
         assert_eq!(handles(&served), [1]);
         assert_eq!(served[0].answer, Answer::Granted { fence: 3, took_over: true });
         assert_eq!(q.next_due(), Some(50 * MS), "y's deadline is next");
         // t1 leaves while y holds: one permit; the waiter with another count is answered its
         // mismatch in its turn, and the next one is granted.
-        assert!(matches!(lock.release(b"t1", 11 * MS), crate::lease::Released::Ended { .. }));
-        let served = q.serve(&key("k"), &mut lock, &mut mark, 11 * MS, 0);
+        assert!(matches!(lock.release(b"t1", 11 * MS), crate::lock::Released::Ended { .. }));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 11 * MS, grace_left: 0 });
         assert_eq!(handles(&served), [2, 3]);
         assert_eq!(served[0].answer, Answer::Failed(LockError::PermitsMismatch { permits: 2 }));
         assert_eq!(served[1].answer, Answer::Granted { fence: 4, took_over: false });
         // y expires: one more.
         assert_eq!(q.pop_due(50 * MS), Some(key("k")));
-        let served = q.serve(&key("k"), &mut lock, &mut mark, 50 * MS, 0);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 50 * MS, grace_left: 0 });
         assert_eq!(handles(&served), [4]);
         assert_eq!(served[0].answer, Answer::Granted { fence: 5, took_over: true });
         assert_eq!(lock.semaphore_status(50 * MS).map(|s| s.holders.len()), Some(2));
         assert_eq!(q.len(), 1);
         assert_eq!(q.next_due(), Some(111 * MS), "t3's deadline");
         // Both leave at once: the last waiter, and the queue is gone.
-        assert!(matches!(lock.release(b"t3", 60 * MS), crate::lease::Released::Ended { .. }));
-        assert!(matches!(lock.release(b"t4", 60 * MS), crate::lease::Released::Ended { .. }));
-        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, 60 * MS, 0)), [5]);
+        assert!(matches!(lock.release(b"t3", 60 * MS), crate::lock::Released::Ended { .. }));
+        assert!(matches!(lock.release(b"t4", 60 * MS), crate::lock::Released::Ended { .. }));
+        assert_eq!(
+            handles(&q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 60 * MS, grace_left: 0 })),
+            [5]
+        );
         assert_eq!((q.len(), q.next_due()), (0, None));
     }
 
@@ -416,12 +421,12 @@ mod tests {
         for h in 1..=5 {
             q.push(key("k"), waiter(h, &format!("t{h}"), u64::from(h)));
         }
-        assert!(matches!(lock.release(b"holder", 5 * MS), crate::lease::Released::Ended { .. }));
+        assert!(matches!(lock.release(b"holder", 5 * MS), crate::lock::Released::Ended { .. }));
         let mut order = Vec::new();
         let mut last = lock.fence();
         let mut now = 5 * MS;
         while q.len() != 0 {
-            let served = q.serve(&key("k"), &mut lock, &mut mark, now, 0);
+            let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now, grace_left: 0 });
             assert_eq!(served.len(), 1);
             let Answer::Granted { fence, took_over: false } = served[0].answer else { panic!("{served:?}") };
             assert!(fence > last);
@@ -445,11 +450,17 @@ mod tests {
         q.push(key("k"), waiter(2, "t2", 0));
         // Expiry hands the lease over: the head's label, and a later handoff to an unlabelled
         // waiter leaves no label behind.
-        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0)), [1]);
+        assert_eq!(
+            handles(&q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 10 * MS, grace_left: 0 })),
+            [1]
+        );
         assert_eq!(lock.status(10 * MS).label, Some(&b"new-leader"[..]));
         assert!(lock.held_by(b"t1", 10 * MS));
         lock.release(b"t1", 11 * MS);
-        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, 11 * MS, 0)), [2]);
+        assert_eq!(
+            handles(&q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 11 * MS, grace_left: 0 })),
+            [2]
+        );
         assert_eq!(lock.status(11 * MS).label, None);
     }
 
@@ -458,7 +469,9 @@ mod tests {
         let (mut lock, mut mark) = held("holder", 10 * MS);
         let mut q = Queues::new();
         q.push(key("k"), waiter(1, "a", 0));
-        assert!(q.serve(&key("k"), &mut lock, &mut mark, 10 * MS - 1, 0).is_empty());
+        assert!(q
+            .serve(&key("k"), &mut lock, &mut mark, Moment { now: 10 * MS - 1, grace_left: 0 })
+            .is_empty());
         assert_eq!(q.len(), 1);
     }
 
@@ -470,7 +483,7 @@ mod tests {
         q.wake(&key("k"), lock.next_free(0).unwrap());
         assert_eq!(q.pop_due(10 * MS - 1), None, "not before the deadline");
         assert_eq!(q.pop_due(10 * MS), Some(key("k")));
-        let served = q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 10 * MS, grace_left: 0 });
         assert_eq!(served[0].answer, Answer::Granted { fence: 2, took_over: true });
         assert_eq!(served[0].waited(10 * MS), 8 * MS);
         assert_eq!(lock.status(10 * MS).pttl_ms, Some(100), "the lease starts at the handoff");
@@ -484,12 +497,12 @@ mod tests {
         q.push(key("k"), Waiter { ttl: 3 * MS, ..waiter(2, "b", 0) });
         q.wake(&key("k"), 10 * MS);
         lock.release(b"holder", 4 * MS);
-        q.serve(&key("k"), &mut lock, &mut mark, 4 * MS, 0);
+        q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 4 * MS, grace_left: 0 });
         assert_eq!(q.next_due(), Some(10 * MS), "an earlier wake-up stays filed");
         assert_eq!(q.pop_due(10 * MS), Some(key("k")));
         assert_eq!(q.next_due(), None);
         // Waiter 1 (ttl 100 ms) holds until 104 ms; a later look files its deadline.
-        assert!(q.serve(&key("k"), &mut lock, &mut mark, 10 * MS, 0).is_empty());
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 10 * MS, grace_left: 0 }).is_empty());
         assert_eq!(q.next_due(), Some(104 * MS));
     }
 
@@ -504,7 +517,10 @@ mod tests {
         assert_eq!(q.remove(3).map(|(_, w)| w.handle), Some(3));
         assert_eq!(q.remove(3), None, "gone already");
         lock.release(b"holder", MS);
-        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, MS, 0)), [2]);
+        assert_eq!(
+            handles(&q.serve(&key("k"), &mut lock, &mut mark, Moment { now: MS, grace_left: 0 })),
+            [2]
+        );
         assert!((q.len() == 0));
         assert_eq!(q.remove(2), None, "a served waiter is not in any queue");
     }
@@ -529,7 +545,7 @@ mod tests {
             lock.acquire(&mut mark, b"holder", None, 10 * MS, 5 * MS, 0),
             Ok(Acquired::Reentered { fence: 1 })
         );
-        assert!(q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0).is_empty());
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 5 * MS, grace_left: 0 }).is_empty());
         assert_eq!(q.len(), 1);
     }
 
@@ -541,7 +557,7 @@ mod tests {
         q.push(key("k"), waiter(2, "b", 0));
         q.push(key("k"), Waiter { ttl: 50 * MS, ..waiter(3, "a", 0) });
         lock.release(b"holder", MS);
-        let served = q.serve(&key("k"), &mut lock, &mut mark, MS, 0);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: MS, grace_left: 0 });
         assert_eq!(handles(&served), [1, 3]);
         assert_eq!(served[0].answer, Answer::Granted { fence: 2, took_over: false });
         assert_eq!(served[1].answer, Answer::Reentered { fence: 2 });
@@ -555,7 +571,7 @@ mod tests {
         let mut q = Queues::new();
         q.push(key("k"), waiter(1, "a", 0));
         assert!(lock.renew(b"holder", 30 * MS, 5 * MS));
-        assert!(q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0).is_empty());
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 5 * MS, grace_left: 0 }).is_empty());
         assert_eq!(q.next_due(), Some(35 * MS), "the renewed deadline, not the old one");
     }
 
@@ -566,7 +582,7 @@ mod tests {
         let mut q = Queues::new();
         q.push(key("k"), waiter(1, "a", 0));
         q.push(key("k"), waiter(2, "b", 0));
-        let served = q.serve(&key("k"), &mut lock, &mut mark, 0, 0);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 0, grace_left: 0 });
         assert_eq!(handles(&served), [1, 2]);
         assert!(served.iter().all(|s| s.answer == Answer::Failed(LockError::FencesExhausted)));
         assert!((q.len() == 0) && q.next_due().is_none());
@@ -578,11 +594,11 @@ mod tests {
         let mut q = Queues::new();
         q.push(key("k"), waiter(1, "a", 0));
         lock.release(b"holder", MS);
-        assert!(q.serve(&key("k"), &mut lock, &mut mark, MS, 4 * MS).is_empty());
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, Moment { now: MS, grace_left: 4 * MS }).is_empty());
         assert_eq!(q.len(), 1, "still waiting, not failed");
         assert_eq!(q.pop_due(5 * MS - 1), None);
         assert_eq!(q.pop_due(5 * MS), Some(key("k")));
-        let served = q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 5 * MS, grace_left: 0 });
         assert_eq!(served[0].answer, Answer::Granted { fence: 2, took_over: false });
     }
 
@@ -594,7 +610,10 @@ mod tests {
         q.push(key("other"), waiter(2, "b", 0));
         q.push((1, b"k"[..].into()), waiter(3, "c", 0));
         lock.release(b"holder", MS);
-        assert_eq!(handles(&q.serve(&key("k"), &mut lock, &mut mark, MS, 0)), [1]);
+        assert_eq!(
+            handles(&q.serve(&key("k"), &mut lock, &mut mark, Moment { now: MS, grace_left: 0 })),
+            [1]
+        );
         assert_eq!(q.len(), 2);
         let mut db0 = q.keys_in(Some(0));
         db0.sort();
@@ -616,7 +635,7 @@ mod tests {
         // The server was busy past the head's deadline; the release comes at 5 ms: the head is
         // answered timed out, and the lease goes to the next one in the same look.
         lock.release(b"holder", 5 * MS);
-        let served = q.serve(&key("k"), &mut lock, &mut mark, 5 * MS, 0);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 5 * MS, grace_left: 0 });
         assert_eq!(handles(&served), [1, 2]);
         assert_eq!(served[0].answer, Answer::TimedOut);
         assert!(!served[0].answer.holds() && served[1].answer.holds());
@@ -634,7 +653,7 @@ mod tests {
         assert_eq!(q.pop_due(21 * MS - 1), None, "never early");
         assert_eq!(q.pop_due(21 * MS), Some(key("k")));
         assert!(q.expire(&key("k"), 21 * MS - 1).is_empty(), "still in time a µs before");
-        let served = q.serve(&key("k"), &mut lock, &mut mark, 21 * MS, 0);
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: 21 * MS, grace_left: 0 });
         assert_eq!(served.len(), 1);
         assert_eq!((served[0].answer.clone(), served[0].waited(21 * MS)), (Answer::TimedOut, 20 * MS));
         assert_eq!((q.len(), q.next_due()), (0, None), "no queue, no wake-up left behind");
@@ -668,7 +687,7 @@ mod tests {
                     }
                     _ => {
                         // The holder's lease ran out: the head, and only the head, is granted.
-                        let served = q.serve(&key("k"), &mut lock, &mut mark, now + 100 * MS, 0);
+                        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: now + 100 * MS, grace_left: 0 });
                         now += 100 * MS;
                         let expected: Vec<u32> = queued.pop_front().into_iter().collect();
                         proptest::prop_assert_eq!(handles(&served), expected);
@@ -701,7 +720,7 @@ mod tests {
                     }
                     lock.release(b"holder", now);
                 }
-                for s in q.serve(&key("k"), &mut lock, &mut mark, now, 0) {
+                for s in q.serve(&key("k"), &mut lock, &mut mark, Moment { now, grace_left: 0 }) {
                     proptest::prop_assert!(answered.insert(s.waiter.handle), "answered twice");
                     let due = s.waiter.deadline.unwrap_or(u64::MAX);
                     match s.answer {

@@ -1,26 +1,44 @@
-//! The command's key, open for the command's duration and closed on drop, with the type checks
-//! every command needs.
+//! A key opened through the raw API, for the duration of a callback, closed on drop, with the
+//! type checks every command needs. Only `store.rs` opens keys: it files what it stores in the
+//! reclaim index, which this layer knows nothing of.
 
 use std::ffi::c_int;
 use std::marker::PhantomData;
 
 use redis_module::raw;
 
-use crate::datatype::LOCK_TYPE;
+use super::datatype::LOCK_TYPE;
+use super::{Call, KeyName};
 use crate::error::LockError;
-use crate::ffi::{Call, KeyName};
-use crate::lease::Lock;
-use crate::sweeper;
+use crate::lock::Lock;
 
 const READ_WRITE: u32 = raw::REDISMODULE_READ | raw::REDISMODULE_WRITE;
 
 /// Borrows the `Call` or `Timer` it was opened in, so it cannot outlive that callback.
 pub struct Key<'a> {
     ptr: *mut raw::RedisModuleKey,
-    ctx: *mut raw::RedisModuleCtx,
-    /// The key's name, for the reclaim index.
-    name: &'a [u8],
+    place: Place<'a>,
     _callback: PhantomData<&'a ()>,
+}
+
+/// Where a key is: its name, in the database selected in the callback it was opened in. Copied
+/// out of an open key, so its lock can be filed while the key lends it; the database is looked
+/// up only when asked for.
+#[derive(Clone, Copy)]
+pub struct Place<'a> {
+    ctx: *mut raw::RedisModuleCtx,
+    name: &'a [u8],
+}
+
+impl<'a> Place<'a> {
+    pub fn db(&self) -> i32 {
+        // SAFETY: a live context: a `Place` comes from a `Key`, which borrows its callback.
+        unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(self.ctx)) }
+    }
+
+    pub fn name(&self) -> &'a [u8] {
+        self.name
+    }
 }
 
 impl<'a> Key<'a> {
@@ -57,7 +75,7 @@ impl<'a> Key<'a> {
                 open(ctx, name, mode as c_int).cast::<raw::RedisModuleKey>()
             })
         };
-        Self { ptr, ctx, name: name_bytes, _callback: PhantomData }
+        Self { ptr, place: Place { ctx, name: name_bytes }, _callback: PhantomData }
     }
 
     fn kind(&self) -> c_int {
@@ -75,8 +93,7 @@ impl<'a> Key<'a> {
                 == Some(*LOCK_TYPE.raw_type.borrow())
     }
 
-    /// The lock stored here, `None` for an empty key, `WRONGTYPE` for anything else. A lock
-    /// that `RENAME` or `MOVE` took from its reclaim entry is filed again here, under its name.
+    /// The lock stored here, `None` for an empty key, `WRONGTYPE` for anything else.
     pub fn lock(&mut self) -> Result<Option<&mut Lock>, LockError> {
         if self.kind() == raw::REDISMODULE_KEYTYPE_EMPTY as c_int {
             return Ok(None);
@@ -85,22 +102,15 @@ impl<'a> Key<'a> {
             return Err(LockError::WrongType);
         }
         // SAFETY: the value of a key of our type is always a `Box<Lock>` we stored.
-        let mut lock = unsafe {
+        Ok(unsafe {
             let value = raw::RedisModule_ModuleTypeGetValue.map_or(std::ptr::null_mut(), |f| f(self.ptr));
             value.cast::<Lock>().as_mut()
-        };
-        // Rare (after RENAME / MOVE): the database lookup stays off the common path.
-        if let Some(lock) = lock.as_deref_mut().filter(|lock| lock.is_unfiled()) {
-            let (db, name) = self.location();
-            sweeper::track(lock, db, name);
-        }
-        Ok(lock)
+        })
     }
 
-    /// Stores a new lock in an empty key opened for writing, tracks it for reclaim, and returns
-    /// it as stored. No Redis TTL: the fence outlives the lease.
+    /// Stores a new lock in an empty key opened for writing and returns it as stored. No Redis
+    /// TTL: the fence outlives the lease.
     pub fn set_lock(&mut self, lock: Lock) -> Result<&mut Lock, LockError> {
-        let (db, name) = self.location();
         let value = Box::into_raw(Box::new(lock));
         // SAFETY: ptr is open for writing; on success Redis owns `value` and frees it through our
         // type's free callback.
@@ -112,9 +122,7 @@ impl<'a> Key<'a> {
         if ok {
             // SAFETY: Redis owns `value` now and frees it only when the key is overwritten or
             // deleted, which cannot happen while `self` is borrowed.
-            let lock = unsafe { &mut *value };
-            sweeper::track(lock, db, name);
-            Ok(lock)
+            Ok(unsafe { &mut *value })
         } else {
             // SAFETY: Redis did not take ownership.
             drop(unsafe { Box::from_raw(value) });
@@ -122,12 +130,9 @@ impl<'a> Key<'a> {
         }
     }
 
-    /// Where this key is (database and name), for the reclaim index. Taken before `lock()`
-    /// borrows the key, so a lock can be tracked while it is borrowed.
-    pub fn location(&self) -> (i32, &'a [u8]) {
-        // SAFETY: a live context (see `open`).
-        let db = unsafe { raw::RedisModule_GetSelectedDb.map_or(0, |f| f(self.ctx)) };
-        (db, self.name)
+    /// Where this key is, without borrowing it.
+    pub fn place(&self) -> Place<'a> {
+        self.place
     }
 
     /// The value of a plain string key, `None` for an empty key, `WRONGTYPE` for anything else.

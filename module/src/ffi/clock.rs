@@ -6,7 +6,7 @@ use std::time::{Instant, SystemTime};
 
 use redis_module::raw;
 
-use crate::lease::Micros;
+use crate::lock::Micros;
 
 /// Now, on the server's monotonic clock.
 pub fn now() -> Micros {

@@ -1,7 +1,8 @@
 //! One lease holder: its token (and label), deadline and grant time. A mutex key has at most
 //! one; a semaphore key one per permit (see `semaphore`).
 
-use crate::lease::{Expired, Holding, Micros, Span};
+use super::record::Holding;
+use super::terms::{Expired, Micros, Span};
 
 /// The top bit of [`Holder::grant`]: the holder's bytes carry a label. It lives there, not in a
 /// field of its own, so a `Holder` does not grow (see `a_lock_value_stays_small`); the grant time

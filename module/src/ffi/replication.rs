@@ -10,10 +10,9 @@ use redis_module::raw;
 
 use fencedlock_protocol::command::{APPLY, APPLYSEM};
 
+use super::{log_warning, Call, KeyName};
 use crate::fence::HighWater;
-use crate::ffi::{log_warning, Call, KeyName};
-use crate::lease::{Holding, Snapshot};
-use crate::semaphore::encode_holders;
+use crate::lock::record::{encode_holders, Holding, Snapshot};
 
 fn ll(v: u64) -> c_longlong {
     c_longlong::try_from(v).unwrap_or(c_longlong::MAX)

@@ -1,35 +1,65 @@
 //! The `fencelock` data type: RDB save/load (also used by `DUMP`/`RESTORE`), AOF rewrite,
 //! `MEMORY USAGE`, `DEBUG DIGEST-VALUE`, `COPY`, and the high-water mark as RDB aux data.
+//!
+//! What the callbacks need from the server's state (the mark, the reclaim index, the wait
+//! queues) they reach through [`Hooks`], given once at load, so this layer imports no glue.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::OnceLock;
 
 use fencedlock_protocol::limits::MAX_FENCE;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
-use crate::ffi::{guard, log_warning, string_bytes};
-use crate::lease::{Holding, Lock, Record, Snapshot};
-use crate::semaphore::{PermitHolding, SemaphoreRecord};
-use crate::{blocking, clock, replication, state, sweeper};
+use super::{clock, guard, log_warning, replication, string_bytes};
+use crate::fence::HighWater;
+use crate::lock::record::{self, Sink, Source};
+use crate::lock::Lock;
 
-/// The on-disk encoding version. Bump it when the layout below changes; `rdb_load` refuses
-/// versions it does not know instead of guessing. 2 added the label, 3 semaphore keys; older
-/// values still load.
-const ENCODING_VERSION: i32 = 3;
+/// The server's side of the type's callbacks.
+pub struct Hooks {
+    /// The mark to save with the data set (aux data, AOF records).
+    pub high_water: fn() -> HighWater,
+    /// Takes in a fence or mark that was loaded: it must never be issued again.
+    pub observe: fn(u64),
+    /// Files a lock stored under a name (loaded, restored, copied) for reclaim.
+    pub file: fn(&mut Lock, i32, &[u8]),
+    /// Whether anyone waits on any key: only then does an unlink look up the key's name.
+    pub any_waiters: fn() -> bool,
+    /// A lock key is losing its name: its waiters are served.
+    pub unlinked: fn(i32, &[u8]),
+}
 
-/// The versions `rdb_load` and `aux_load` read: every layout so far.
-const READABLE_VERSIONS: std::ops::RangeInclusive<i32> = 1..=ENCODING_VERSION;
+static HOOKS: OnceLock<Hooks> = OnceLock::new();
 
-/// The holder tag of a saved value: none, a holder, a holder with a label (encver 2 on), a
-/// semaphore's holders (encver 3 on).
-const NO_HOLDER: u64 = 0;
-const HOLDER: u64 = 1;
-const LABELLED_HOLDER: u64 = 2;
-const SEMAPHORE: u64 = 3;
+/// At load, before any key is loaded.
+pub fn attach(hooks: Hooks) {
+    let _ = HOOKS.set(hooks);
+}
+
+fn hooks() -> Option<&'static Hooks> {
+    HOOKS.get()
+}
+
+fn high_water() -> HighWater {
+    hooks().map_or(HighWater::new(0), |h| (h.high_water)())
+}
+
+fn observe(fence: u64) {
+    if let Some(h) = hooks() {
+        (h.observe)(fence);
+    }
+}
+
+fn file(lock: &mut Lock, db: i32, name: &[u8]) {
+    if let Some(h) = hooks() {
+        (h.file)(lock, db, name);
+    }
+}
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     "fencelock",
-    ENCODING_VERSION,
+    record::ENCODING_VERSION,
     raw::RedisModuleTypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
         rdb_load: Some(rdb_load),
@@ -53,57 +83,52 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// Layout (encver 3): fence, holder tag ([`NO_HOLDER`], [`HOLDER`], [`LABELLED_HOLDER`],
-/// [`SEMAPHORE`]), and for a holder its token and remaining µs, then its label if tagged so; for
-/// a semaphore its permits and holder count, then per holder its fence, token, remaining µs and
-/// label (empty: none). Encver 1 had only the first two tags, 2 the first three, so a mutex
-/// value is saved exactly as before.
+/// The layout is `lock::record`'s ([`record::save`]).
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard("rdb_save", (), || {
         // SAFETY: Redis passes a value of our type.
         let Some(lock) = (unsafe { value.cast::<Lock>().as_ref() }) else { return };
-        match lock.snapshot(clock::now()) {
-            Snapshot::Mutex(record) => save_mutex(rdb, &record),
-            Snapshot::Semaphore(record) => {
-                raw::save_unsigned(rdb, record.fence);
-                raw::save_unsigned(rdb, SEMAPHORE);
-                raw::save_unsigned(rdb, u64::from(record.permits));
-                raw::save_unsigned(rdb, record.holders.len() as u64);
-                for PermitHolding { fence, holding } in &record.holders {
-                    raw::save_unsigned(rdb, *fence);
-                    raw::save_slice(rdb, holding.token);
-                    raw::save_unsigned(rdb, holding.remaining);
-                    raw::save_slice(rdb, holding.label.unwrap_or_default());
-                }
-            }
-        }
+        record::save(&lock.snapshot(clock::now()), &mut Rdb(rdb));
     });
 }
 
-fn save_mutex(rdb: *mut raw::RedisModuleIO, record: &Record<'_>) {
-    raw::save_unsigned(rdb, record.fence);
-    match record.holder {
-        None => raw::save_unsigned(rdb, NO_HOLDER),
-        Some(Holding { token, remaining, label }) => {
-            raw::save_unsigned(rdb, if label.is_some() { LABELLED_HOLDER } else { HOLDER });
-            raw::save_slice(rdb, token);
-            raw::save_unsigned(rdb, remaining);
-            if let Some(label) = label {
-                raw::save_slice(rdb, label);
-            }
-        }
+/// A value's RDB stream (also `DUMP` / `RESTORE`), as `lock::record` reads and writes it.
+struct Rdb(*mut raw::RedisModuleIO);
+
+impl Sink for Rdb {
+    fn unsigned(&mut self, v: u64) {
+        raw::save_unsigned(self.0, v);
+    }
+
+    fn bytes(&mut self, b: &[u8]) {
+        raw::save_slice(self.0, b);
+    }
+}
+
+impl Source for Rdb {
+    type Bytes = redis_module::RedisBuffer;
+
+    fn unsigned(&mut self) -> Option<u64> {
+        raw::load_unsigned(self.0).ok()
+    }
+
+    fn bytes(&mut self) -> Option<redis_module::RedisBuffer> {
+        raw::load_string_buffer(self.0).ok()
     }
 }
 
 /// Returns null, which fails the load (or the `RESTORE`), for a truncated or malformed value.
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", std::ptr::null_mut(), || {
-        if !READABLE_VERSIONS.contains(&encver) {
+        if !record::READABLE_VERSIONS.contains(&encver) {
             log_warning(&format!("fencedlock: unknown lock encoding version {encver}"));
             return std::ptr::null_mut();
         }
-        match load_lock(rdb, encver) {
+        let now = clock::now();
+        match record::load(&mut Rdb(rdb), encver, |s| Lock::from_snapshot(&s, now).ok()) {
             Some(mut lock) => {
+                // A restored or loaded fence must never be issued again.
+                observe(lock.fence());
                 // SAFETY: a live IO of a key being loaded (RDB, AOF preamble, RESTORE) or of aux
                 // data without a key, for which Redis gives a null name.
                 let (name, db) = unsafe {
@@ -114,7 +139,7 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 };
                 if !name.is_null() {
                     // SAFETY: the name lives for the duration of this callback.
-                    sweeper::track(&mut lock, db, unsafe { string_bytes(name.cast_mut()) });
+                    file(&mut lock, db, unsafe { string_bytes(name.cast_mut()) });
                 }
                 Box::into_raw(Box::new(lock)).cast()
             }
@@ -126,67 +151,6 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
     })
 }
 
-fn load_lock(rdb: *mut raw::RedisModuleIO, encver: c_int) -> Option<Lock> {
-    let fence = raw::load_unsigned(rdb).ok()?;
-    let (token_buf, label_buf);
-    let holder = match raw::load_unsigned(rdb).ok()? {
-        NO_HOLDER => None,
-        tag @ (HOLDER | LABELLED_HOLDER) => {
-            token_buf = raw::load_string_buffer(rdb).ok()?;
-            let remaining = raw::load_unsigned(rdb).ok()?;
-            let label = match tag {
-                // Encver 1 had no labels: that tag there is a corrupt value.
-                LABELLED_HOLDER if encver < 2 => return None,
-                LABELLED_HOLDER => {
-                    label_buf = raw::load_string_buffer(rdb).ok()?;
-                    Some(label_buf.as_ref())
-                }
-                _ => None,
-            };
-            Some(Holding { token: token_buf.as_ref(), remaining, label })
-        }
-        SEMAPHORE if encver >= 3 => return load_semaphore(rdb, fence),
-        _ => return None,
-    };
-    loaded(Lock::from_record(&Record { fence, holder }, clock::now()).ok()?)
-}
-
-/// A semaphore value after its fence and tag (see [`rdb_save`]).
-fn load_semaphore(rdb: *mut raw::RedisModuleIO, fence: u64) -> Option<Lock> {
-    let permits = u32::try_from(raw::load_unsigned(rdb).ok()?).ok()?;
-    let count = raw::load_unsigned(rdb).ok()?;
-    // A corrupt count must not size an allocation: no more holders than permits are valid.
-    if count > u64::from(permits) {
-        return None;
-    }
-    let mut buffers = Vec::new();
-    for _ in 0..count {
-        let fence = raw::load_unsigned(rdb).ok()?;
-        let token = raw::load_string_buffer(rdb).ok()?;
-        let remaining = raw::load_unsigned(rdb).ok()?;
-        let label = raw::load_string_buffer(rdb).ok()?;
-        buffers.push((fence, token, remaining, label));
-    }
-    let holders = buffers
-        .iter()
-        .map(|(fence, token, remaining, label)| PermitHolding {
-            fence: *fence,
-            holding: Holding {
-                token: token.as_ref(),
-                remaining: *remaining,
-                label: Some(label.as_ref()).filter(|l| !l.is_empty()),
-            },
-        })
-        .collect();
-    loaded(Lock::from_semaphore_record(&SemaphoreRecord { fence, permits, holders }, clock::now()).ok()?)
-}
-
-/// A restored or loaded fence must never be issued again.
-fn loaded(lock: Lock) -> Option<Lock> {
-    state::update_high_water(|mark| mark.observe(lock.fence()));
-    Some(lock)
-}
-
 unsafe extern "C" fn aof_rewrite(
     aof: *mut raw::RedisModuleIO,
     key: *mut raw::RedisModuleString,
@@ -196,7 +160,7 @@ unsafe extern "C" fn aof_rewrite(
         // SAFETY: Redis passes a value of our type, and the live rewrite IO and key.
         unsafe {
             if let Some(lock) = value.cast::<Lock>().as_ref() {
-                replication::emit_aof(aof, key, state::high_water(), &lock.snapshot(clock::now()));
+                replication::emit_aof(aof, key, high_water(), &lock.snapshot(clock::now()));
             }
         }
     });
@@ -259,13 +223,14 @@ unsafe extern "C" fn unlink2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const 
         if let Some(lock) = unsafe { value.cast::<Lock>().cast_mut().as_mut() } {
             lock.unfile();
         }
-        if blocking::waiters() > 0 {
+        let Some(hooks) = hooks() else { return };
+        if (hooks.any_waiters)() {
             // SAFETY: Redis passes a live key context naming the key being unlinked.
             let (db, name) = unsafe {
                 let name = raw::RedisModule_GetKeyNameFromOptCtx.map_or(std::ptr::null(), |f| f(ctx));
                 (raw::RedisModule_GetDbIdFromOptCtx.map_or(0, |f| f(ctx)), string_bytes(name.cast_mut()))
             };
-            blocking::unlinked(db, name);
+            (hooks.unlinked)(db, name);
         }
     });
 }
@@ -280,7 +245,7 @@ unsafe extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_
             let name = raw::RedisModule_GetToKeyNameFromOptCtx.map_or(std::ptr::null(), |f| f(ctx));
             let db = raw::RedisModule_GetToDbIdFromOptCtx.map_or(0, |f| f(ctx));
             if !name.is_null() {
-                sweeper::track(&mut copy, db, string_bytes(name.cast_mut()));
+                file(&mut copy, db, string_bytes(name.cast_mut()));
             }
             Box::into_raw(Box::new(copy)).cast()
         }
@@ -288,16 +253,16 @@ unsafe extern "C" fn copy2(ctx: *mut raw::RedisModuleKeyOptCtx, value: *const c_
 }
 
 unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
-    guard("aux_save", (), || raw::save_unsigned(rdb, state::high_water().get()));
+    guard("aux_save", (), || raw::save_unsigned(rdb, high_water().get()));
 }
 
 /// Raises (never lowers) the mark to the one saved with the data set.
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
     guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
         // The same layout in every version so far.
-        match READABLE_VERSIONS.contains(&encver).then(|| raw::load_unsigned(rdb).ok()).flatten() {
+        match record::READABLE_VERSIONS.contains(&encver).then(|| raw::load_unsigned(rdb).ok()).flatten() {
             Some(mark) => {
-                state::update_high_water(|hw| hw.observe(mark.min(MAX_FENCE)));
+                observe(mark.min(MAX_FENCE));
                 raw::REDISMODULE_OK as c_int
             }
             None => {

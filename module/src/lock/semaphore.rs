@@ -1,7 +1,6 @@
 //! A semaphore key's holders (`ACQUIRE … PERMITS n`, n > 1): up to `permits` tokens hold
-//! leases at once, each with its own fence. Pure, like `lease`, which keeps the key's fence and
-//! decides grants; this keeps the holders, and the record that carries them to replicas, the
-//! AOF and the RDB.
+//! leases at once, each with its own fence. Pure, like `lock`, which keeps the key's fence and
+//! decides grants; this keeps the holders.
 //!
 //! Expired holders stay in the list until the next grant rewrites it, exactly like a mutex's
 //! expired holder: a late `RELEASE` is then told "expired" rather than "not yours", a grant
@@ -11,17 +10,21 @@ use fencedlock_protocol::command::permits_ok;
 use fencedlock_protocol::limits::MAX_FENCE;
 use fencedlock_protocol::{PermitStatus, SemaphoreStatus};
 
+use super::holder::Holder;
+use super::record::{Holding, PermitHolding, SemaphoreRecord};
+use super::terms::{check_label, check_token, Expired, Micros, Released};
 use crate::error::LockError;
-use crate::holder::Holder;
-use crate::lease::{check_label, check_token, Expired, Holding, Micros, Released};
 
 /// The holders of a semaphore key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shared {
+pub struct Semaphore {
     /// The key's count, 2 to `MAX_PERMITS` (1 is a mutex key). Fixed while anyone holds it.
     pub permits: u32,
     /// In grant order, so their fences strictly increase along the list.
     pub holders: Vec<Permit>,
+    /// When its last release was (or its creation, or its load): with the holders' deadlines,
+    /// when the key became idle.
+    released_at: Micros,
 }
 
 /// One holder of a semaphore key.
@@ -32,10 +35,10 @@ pub struct Permit {
     pub holder: Holder,
 }
 
-impl Shared {
-    /// A key of `permits` whose only holder is `first`.
-    pub fn new(permits: u32, first: Permit) -> Shared {
-        Shared { permits, holders: vec![first] }
+impl Semaphore {
+    /// A key of `permits` whose only holder is `first`, granted at `now`.
+    pub fn new(permits: u32, first: Permit, now: Micros) -> Semaphore {
+        Semaphore { permits, holders: vec![first], released_at: now }
     }
 
     pub fn live(&self, now: Micros) -> impl Iterator<Item = &Permit> {
@@ -84,6 +87,7 @@ impl Shared {
         }
         let span = permit.holder.span(now);
         self.holders.remove(at);
+        self.released_at = now;
         Released::Ended { span }
     }
 
@@ -96,10 +100,9 @@ impl Shared {
         }
     }
 
-    /// When the key became idle (or will): its last release at `released_at`, or its last
-    /// holder's deadline.
-    pub fn idle_from(&self, released_at: Micros) -> Micros {
-        self.holders.iter().map(|p| p.holder.deadline).fold(released_at, Micros::max)
+    /// When the key became idle (or will): its last release, or its last holder's deadline.
+    pub fn idle_from(&self) -> Micros {
+        self.holders.iter().map(|p| p.holder.deadline).fold(self.released_at, Micros::max)
     }
 
     pub fn status(&self, fence: u64, now: Micros) -> SemaphoreStatus {
@@ -133,7 +136,7 @@ impl Shared {
     /// Rebuilds the holders from a record received at `now`, refusing anything we would never
     /// write: a count of 1 or above the limit, more holders than permits, a bad token or label,
     /// a token twice, fences not strictly increasing or above the key's.
-    pub fn from_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Shared, LockError> {
+    pub fn from_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Semaphore, LockError> {
         let SemaphoreRecord { fence, permits, holders } = record;
         let bad = |ok: bool| if ok { Ok(()) } else { Err(LockError::BadRecord) };
         bad(*fence <= MAX_FENCE && *permits > 1 && permits_ok(u64::from(*permits)))?;
@@ -148,7 +151,7 @@ impl Shared {
             previous = *holder_fence;
             loaded.push(Permit { fence: *holder_fence, holder: Holder::loaded(holding, now) });
         }
-        Ok(Shared { permits: *permits, holders: loaded })
+        Ok(Semaphore { permits: *permits, holders: loaded, released_at: now })
     }
 
     /// Bytes beyond the key's `Lock`: this struct, the list and each holder's token and label.
@@ -159,84 +162,9 @@ impl Shared {
     }
 }
 
-/// A semaphore key's state as it travels: `FENCEDLOCK.APPLYSEM`, the AOF and the RDB.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SemaphoreRecord<'a> {
-    pub fence: u64,
-    pub permits: u32,
-    pub holders: Vec<PermitHolding<'a>>,
-}
-
-/// One unexpired holder as it travels: its fence and its lease.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PermitHolding<'a> {
-    pub fence: u64,
-    pub holding: Holding<'a>,
-}
-
-/// The holders as one `APPLYSEM` argument: per holder its fence and remaining µs (8 bytes each,
-/// little-endian), its token's and label's lengths (2 bytes each; 0: no label) and their bytes.
-/// Only the module writes it, and `decode_holders` checks every byte of it.
-pub fn encode_holders(holders: &[PermitHolding<'_>]) -> Vec<u8> {
-    let mut blob = Vec::new();
-    for PermitHolding { fence, holding } in holders {
-        let label = holding.label.unwrap_or_default();
-        blob.extend_from_slice(&fence.to_le_bytes());
-        blob.extend_from_slice(&holding.remaining.to_le_bytes());
-        // Lengths are bounded by MAX_TOKEN_LEN and MAX_LABEL_LEN, far below 2^16.
-        blob.extend_from_slice(&u16::try_from(holding.token.len()).unwrap_or(u16::MAX).to_le_bytes());
-        blob.extend_from_slice(&u16::try_from(label.len()).unwrap_or(u16::MAX).to_le_bytes());
-        blob.extend_from_slice(holding.token);
-        blob.extend_from_slice(label);
-    }
-    blob
-}
-
-/// The holders of an `APPLYSEM` argument; `None` for a truncated or malformed one (the values'
-/// rules are `Shared::from_record`'s).
-pub fn decode_holders(mut blob: &[u8]) -> Option<Vec<PermitHolding<'_>>> {
-    fn take<'b>(blob: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
-        let (head, rest) = (blob.get(..n)?, blob.get(n..)?);
-        *blob = rest;
-        Some(head)
-    }
-    let mut holders = Vec::new();
-    while !blob.is_empty() {
-        let fence = u64::from_le_bytes(take(&mut blob, 8)?.try_into().ok()?);
-        let remaining = u64::from_le_bytes(take(&mut blob, 8)?.try_into().ok()?);
-        let token_len = u16::from_le_bytes(take(&mut blob, 2)?.try_into().ok()?);
-        let label_len = u16::from_le_bytes(take(&mut blob, 2)?.try_into().ok()?);
-        let token = take(&mut blob, usize::from(token_len))?;
-        let label = take(&mut blob, usize::from(label_len))?;
-        let label = (!label.is_empty()).then_some(label);
-        holders.push(PermitHolding { fence, holding: Holding { token, remaining, label } });
-    }
-    Some(holders)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn holders_round_trip_through_their_blob() {
-        let long = [0xab; fencedlock_protocol::limits::MAX_LABEL_LEN];
-        let holders = [
-            PermitHolding { fence: 3, holding: Holding { token: b"a", remaining: 5, label: None } },
-            PermitHolding {
-                fence: u64::MAX,
-                holding: Holding { token: &[0; 512], remaining: u64::MAX, label: Some(&long) },
-            },
-        ];
-        let blob = encode_holders(&holders);
-        assert_eq!(decode_holders(&blob), Some(holders.to_vec()));
-        assert_eq!(decode_holders(&[]), Some(Vec::new()));
-        for cut in 1..blob.len() {
-            if cut != 21 {
-                assert_eq!(decode_holders(&blob[..cut]), None, "cut at {cut}");
-            }
-        }
-    }
 
     #[test]
     fn malformed_records_are_refused() {
@@ -247,8 +175,8 @@ mod tests {
             permits,
             holders,
         };
-        assert!(Shared::from_record(&rec(9, 3, vec![p(4, b"a"), p(9, b"b")]), 0).is_ok());
-        assert!(Shared::from_record(&rec(9, 3, vec![]), 0).is_ok());
+        assert!(Semaphore::from_record(&rec(9, 3, vec![p(4, b"a"), p(9, b"b")]), 0).is_ok());
+        assert!(Semaphore::from_record(&rec(9, 3, vec![]), 0).is_ok());
         for bad in [
             rec(9, 1, vec![p(4, b"a")]),
             rec(9, 0, vec![]),
@@ -263,7 +191,7 @@ mod tests {
             rec(9, 3, vec![p(4, b"")]),
             rec(9, 3, vec![PermitHolding { fence: 4, holding: holding(b"a", Some(b"")) }]),
         ] {
-            assert_eq!(Shared::from_record(&bad, 0), Err(LockError::BadRecord), "{bad:?}");
+            assert_eq!(Semaphore::from_record(&bad, 0), Err(LockError::BadRecord), "{bad:?}");
         }
     }
 }

@@ -1,4 +1,4 @@
-//! Counters and distributions for `INFO fencedlock`: what an operator of a lock service watches
+//! Counters and distributions for `INFO fencedlock` (rendered by `info.rs`): what an operator of a lock service watches
 //! (contention, failed renewals and releases, takeovers of expired leases = holders that lost
 //! their lease without releasing it, how long critical sections hold their lease and how much of
 //! it they use).
@@ -25,11 +25,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use redis_module::{raw, InfoContext};
-
-use crate::histogram::{Histogram, Snapshot, PERCENTILES};
-use crate::lease::{Expired, Micros, Span};
-use crate::{blocking, state, sweeper};
+use crate::histogram::Histogram;
+use crate::lock::{Expired, Span};
 
 pub struct Counter(AtomicU64);
 
@@ -51,7 +48,7 @@ impl Counter {
         self.0.fetch_max(n, Relaxed);
     }
 
-    fn get(&self) -> i64 {
+    pub fn get(&self) -> i64 {
         i64::try_from(self.0.load(Relaxed)).unwrap_or(i64::MAX)
     }
 }
@@ -141,74 +138,4 @@ pub fn lease_expired(expired: Expired) {
 pub fn waited(waited: u64) {
     WAIT_TIME_US.add(waited);
     WAIT_TIME_MAX_US.max(waited);
-}
-
-/// The flat (deprecated) info API is the one that names the section after the module, so
-/// `INFO fencedlock` selects it and fields come out as `fencedlock_<name>`.
-#[allow(deprecated)]
-pub fn add_info_section(ctx: &InfoContext) {
-    let mark = state::high_water();
-    ctx.add_info_section(None);
-    for (name, counter) in [
-        ("grants", &GRANTS),
-        ("reentries", &REENTRIES),
-        ("contended", &CONTENDED),
-        ("renew_failures", &RENEW_FAILURES),
-        ("release_failures", &RELEASE_FAILURES),
-        ("takeovers", &TAKEOVERS),
-        ("grace_refusals", &GRACE_REFUSALS),
-        ("permits_mismatches", &PERMITS_MISMATCHES),
-        ("reclaimed", &RECLAIMED),
-        ("blocked_acquires", &BLOCKED_ACQUIRES),
-        ("handoffs", &HANDOFFS),
-        ("wait_timeouts", &WAIT_TIMEOUTS),
-        ("wait_abandoned", &WAIT_ABANDONED),
-        ("leases_released", &LEASES_RELEASED),
-        ("leases_expired", &LEASES_EXPIRED),
-    ] {
-        ctx.add_info_field_long_long(name, counter.get());
-    }
-    let mark_field = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    ctx.add_info_field_long_long("waiters", mark_field(blocking::waiters() as u64));
-    ctx.add_info_field_long_long("wait_time_ms", WAIT_TIME_US.get() / 1000);
-    ctx.add_info_field_long_long("wait_time_max_ms", WAIT_TIME_MAX_US.get() / 1000);
-    ctx.add_info_field_long_long("high_water_mark", mark_field(mark.get()));
-    ctx.add_info_field_long_long("epoch", mark_field(mark.epoch()));
-    // Entries in the reclaim index (see `reclaim.rs`: a key may have an older, stale one) and
-    // the index's memory.
-    let (tracked, bytes) = sweeper::size();
-    ctx.add_info_field_long_long("reclaim_tracked", mark_field(tracked as u64));
-    ctx.add_info_field_long_long("reclaim_index_bytes", mark_field(bytes as u64));
-    add_histogram(ctx, "hold_time_ms", &HOLD_TIME.snapshot(), 1000);
-    add_histogram(ctx, "hold_share_pct", &HOLD_SHARE.snapshot(), 1);
-    add_histogram(ctx, "expired_lifetime_ms", &EXPIRED_LIFETIME.snapshot(), 1000);
-}
-
-/// One distribution as a dict field, `fencedlock_<name>:le_<bound>=..,...,le_inf=..,count=..,
-/// sum=..,max=..,p50=..,p90=..,p99=..`: cumulative counts per bound (Prometheus's `le`), then
-/// the estimates (see `histogram`). Values are divided by `unit` (µs → ms); the sum rounds to
-/// the nearest, the maximum and the percentiles up (so a sub-millisecond hold never shows 0).
-#[allow(deprecated)]
-fn add_histogram<const N: usize>(ctx: &InfoContext, name: &str, h: &Snapshot<N>, unit: Micros) {
-    let field = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-    // SAFETY: copies function pointers Redis filled at module load.
-    let dicts = unsafe { (raw::RedisModule_InfoBeginDictField, raw::RedisModule_InfoEndDictField) };
-    if !matches!(dicts, (Some(_), Some(_))) {
-        return; // a server without dict fields shows the flat counters only
-    }
-    raw::add_info_begin_dict_field(ctx.ctx, name);
-    for (bound, count) in h.bounds.iter().zip(h.cumulative()) {
-        let label = match *bound {
-            u64::MAX => "le_inf".to_string(),
-            b => format!("le_{}", b / unit),
-        };
-        ctx.add_info_field_long_long(&label, field(count));
-    }
-    ctx.add_info_field_long_long("count", field(h.count()));
-    ctx.add_info_field_long_long("sum", field(h.sum.saturating_add(unit / 2) / unit));
-    ctx.add_info_field_long_long("max", field(h.max.div_ceil(unit)));
-    for (label, per_mille) in PERCENTILES {
-        ctx.add_info_field_long_long(label, field(h.percentile(per_mille).div_ceil(unit)));
-    }
-    raw::add_info_end_dict_field(ctx.ctx);
 }

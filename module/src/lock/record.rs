@@ -1,0 +1,375 @@
+//! A lock's state as it travels, in one place: the records (`Record` for a mutex key,
+//! `SemaphoreRecord` for a semaphore key), their RDB layout ([`save`], [`load`]), the `APPLYSEM`
+//! holders' blob, and the parsing of `FENCEDLOCK.APPLY` / `APPLYSEM` arguments. The FFI side
+//! gives the RDB stream (`ffi/datatype.rs`) and sends the records to replicas and the AOF
+//! (`ffi/replication.rs`).
+//!
+//! A record carries the *remaining* lease time, not a deadline: the receiver sets its deadline
+//! from its own clock when it applies the record, so lag and restarts can only lengthen a lease.
+
+use fencedlock_protocol::limits::MAX_FENCE;
+
+use super::terms::{parse_u64, Micros};
+use crate::error::LockError;
+
+/// A lock's state as it travels (see [`Record`] and [`SemaphoreRecord`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Snapshot<'a> {
+    Mutex(Record<'a>),
+    Semaphore(SemaphoreRecord<'a>),
+}
+
+/// A lock's state as it travels: replication, AOF, RDB and `DUMP`.
+///
+/// It carries the *remaining* lease time, not a deadline: the receiver sets its deadline from its
+/// own clock when it applies the record, so lag and restarts can only lengthen a lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record<'a> {
+    pub fence: u64,
+    pub holder: Option<Holding<'a>>,
+}
+
+/// A live lease as it travels in a [`Record`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holding<'a> {
+    pub token: &'a [u8],
+    pub remaining: Micros,
+    pub label: Option<&'a [u8]>,
+}
+
+/// A semaphore key's state as it travels: `FENCEDLOCK.APPLYSEM`, the AOF and the RDB.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SemaphoreRecord<'a> {
+    pub fence: u64,
+    pub permits: u32,
+    pub holders: Vec<PermitHolding<'a>>,
+}
+
+/// One unexpired holder as it travels: its fence and its lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PermitHolding<'a> {
+    pub fence: u64,
+    pub holding: Holding<'a>,
+}
+
+/// The holders as one `APPLYSEM` argument: per holder its fence and remaining µs (8 bytes each,
+/// little-endian), its token's and label's lengths (2 bytes each; 0: no label) and their bytes.
+/// Only the module writes it, and `decode_holders` checks every byte of it.
+pub fn encode_holders(holders: &[PermitHolding<'_>]) -> Vec<u8> {
+    let mut blob = Vec::new();
+    for PermitHolding { fence, holding } in holders {
+        let label = holding.label.unwrap_or_default();
+        blob.extend_from_slice(&fence.to_le_bytes());
+        blob.extend_from_slice(&holding.remaining.to_le_bytes());
+        // Lengths are bounded by MAX_TOKEN_LEN and MAX_LABEL_LEN, far below 2^16.
+        blob.extend_from_slice(&u16::try_from(holding.token.len()).unwrap_or(u16::MAX).to_le_bytes());
+        blob.extend_from_slice(&u16::try_from(label.len()).unwrap_or(u16::MAX).to_le_bytes());
+        blob.extend_from_slice(holding.token);
+        blob.extend_from_slice(label);
+    }
+    blob
+}
+
+/// The holders of an `APPLYSEM` argument; `None` for a truncated or malformed one (the values'
+/// rules are `Semaphore::from_record`'s).
+pub fn decode_holders(mut blob: &[u8]) -> Option<Vec<PermitHolding<'_>>> {
+    fn take<'b>(blob: &mut &'b [u8], n: usize) -> Option<&'b [u8]> {
+        let (head, rest) = (blob.get(..n)?, blob.get(n..)?);
+        *blob = rest;
+        Some(head)
+    }
+    let mut holders = Vec::new();
+    while !blob.is_empty() {
+        let fence = u64::from_le_bytes(take(&mut blob, 8)?.try_into().ok()?);
+        let remaining = u64::from_le_bytes(take(&mut blob, 8)?.try_into().ok()?);
+        let token_len = u16::from_le_bytes(take(&mut blob, 2)?.try_into().ok()?);
+        let label_len = u16::from_le_bytes(take(&mut blob, 2)?.try_into().ok()?);
+        let token = take(&mut blob, usize::from(token_len))?;
+        let label = take(&mut blob, usize::from(label_len))?;
+        let label = (!label.is_empty()).then_some(label);
+        holders.push(PermitHolding { fence, holding: Holding { token, remaining, label } });
+    }
+    Some(holders)
+}
+
+/// The arguments of `FENCEDLOCK.APPLY key high_water fence [token remaining_us [label]]` after
+/// the key.
+pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<(u64, Record<'a>), LockError> {
+    let num = |b: &[u8]| parse_u64(b).filter(|n| *n <= MAX_FENCE).ok_or(LockError::BadRecord);
+    let holding =
+        |token, remaining, label| Ok::<_, LockError>(Holding { token, remaining: num(remaining)?, label });
+    let (high_water, fence, holder) = match args {
+        [hw, fence] => (num(hw)?, num(fence)?, None),
+        [hw, fence, token, remaining] => (num(hw)?, num(fence)?, Some(holding(*token, remaining, None)?)),
+        [hw, fence, token, remaining, label] => {
+            (num(hw)?, num(fence)?, Some(holding(*token, remaining, Some(*label))?))
+        }
+        _ => return Err(LockError::BadRecord),
+    };
+    Ok((high_water, Record { fence, holder }))
+}
+
+/// The arguments of `FENCEDLOCK.APPLYSEM key high_water fence permits holders` after the key.
+pub fn parse_applysem<'a>(args: &[&'a [u8]]) -> Result<(u64, SemaphoreRecord<'a>), LockError> {
+    let num = |b: &[u8]| parse_u64(b).filter(|n| *n <= MAX_FENCE).ok_or(LockError::BadRecord);
+    let [hw, fence, permits, holders] = args else { return Err(LockError::BadRecord) };
+    let permits = u32::try_from(num(permits)?).map_err(|_| LockError::BadRecord)?;
+    let holders = decode_holders(holders).ok_or(LockError::BadRecord)?;
+    Ok((num(hw)?, SemaphoreRecord { fence: num(fence)?, permits, holders }))
+}
+
+/// The on-disk encoding version. Bump it when the layout below changes; a load refuses
+/// versions it does not know instead of guessing. 2 added the label, 3 semaphore keys; older
+/// values still load.
+pub const ENCODING_VERSION: i32 = 3;
+
+/// The versions a load reads (values and the mark's aux data): every layout so far.
+pub const READABLE_VERSIONS: std::ops::RangeInclusive<i32> = 1..=ENCODING_VERSION;
+
+/// The holder tag of a saved value: none, a holder, a holder with a label (encver 2 on), a
+/// semaphore's holders (encver 3 on).
+const NO_HOLDER: u64 = 0;
+const HOLDER: u64 = 1;
+const LABELLED_HOLDER: u64 = 2;
+const SEMAPHORE: u64 = 3;
+
+/// Where a saved value goes (the RDB, `DUMP`): unsigned numbers and byte strings.
+pub trait Sink {
+    fn unsigned(&mut self, v: u64);
+    fn bytes(&mut self, b: &[u8]);
+}
+
+/// Where a saved value comes from; `None` once the input is truncated or unreadable.
+pub trait Source {
+    type Bytes: AsRef<[u8]>;
+    fn unsigned(&mut self) -> Option<u64>;
+    fn bytes(&mut self) -> Option<Self::Bytes>;
+}
+
+/// Saves a value. Layout (encver 3): fence, holder tag ([`NO_HOLDER`], [`HOLDER`],
+/// [`LABELLED_HOLDER`], [`SEMAPHORE`]), and for a holder its token and remaining µs, then its
+/// label if tagged so; for a semaphore its permits and holder count, then per holder its fence,
+/// token, remaining µs and label (empty: none). Encver 1 had only the first two tags, 2 the first
+/// three, so a mutex value is saved exactly as before.
+pub fn save(snapshot: &Snapshot<'_>, out: &mut impl Sink) {
+    match snapshot {
+        Snapshot::Mutex(record) => {
+            out.unsigned(record.fence);
+            match record.holder {
+                None => out.unsigned(NO_HOLDER),
+                Some(Holding { token, remaining, label }) => {
+                    out.unsigned(if label.is_some() { LABELLED_HOLDER } else { HOLDER });
+                    out.bytes(token);
+                    out.unsigned(remaining);
+                    if let Some(label) = label {
+                        out.bytes(label);
+                    }
+                }
+            }
+        }
+        Snapshot::Semaphore(record) => {
+            out.unsigned(record.fence);
+            out.unsigned(SEMAPHORE);
+            out.unsigned(u64::from(record.permits));
+            out.unsigned(record.holders.len() as u64);
+            for PermitHolding { fence, holding } in &record.holders {
+                out.unsigned(*fence);
+                out.bytes(holding.token);
+                out.unsigned(holding.remaining);
+                out.bytes(holding.label.unwrap_or_default());
+            }
+        }
+    }
+}
+
+/// Reads a value saved with encoding `encver` and hands its record to `build` (the record
+/// borrows the input's buffers); `None` for a truncated or malformed value.
+pub fn load<S: Source, T>(
+    input: &mut S,
+    encver: i32,
+    build: impl FnOnce(Snapshot<'_>) -> Option<T>,
+) -> Option<T> {
+    let fence = input.unsigned()?;
+    let (token_buf, label_buf);
+    let holder = match input.unsigned()? {
+        NO_HOLDER => None,
+        tag @ (HOLDER | LABELLED_HOLDER) => {
+            token_buf = input.bytes()?;
+            let remaining = input.unsigned()?;
+            let label = match tag {
+                // Encver 1 had no labels: that tag there is a corrupt value.
+                LABELLED_HOLDER if encver < 2 => return None,
+                LABELLED_HOLDER => {
+                    label_buf = input.bytes()?;
+                    Some(label_buf.as_ref())
+                }
+                _ => None,
+            };
+            Some(Holding { token: token_buf.as_ref(), remaining, label })
+        }
+        SEMAPHORE if encver >= 3 => return load_semaphore(input, fence, build),
+        _ => return None,
+    };
+    build(Snapshot::Mutex(Record { fence, holder }))
+}
+
+/// A semaphore value after its fence and tag (see [`save`]).
+fn load_semaphore<S: Source, T>(
+    input: &mut S,
+    fence: u64,
+    build: impl FnOnce(Snapshot<'_>) -> Option<T>,
+) -> Option<T> {
+    let permits = u32::try_from(input.unsigned()?).ok()?;
+    let count = input.unsigned()?;
+    // A corrupt count must not size an allocation: no more holders than permits are valid.
+    if count > u64::from(permits) {
+        return None;
+    }
+    let mut buffers = Vec::new();
+    for _ in 0..count {
+        let fence = input.unsigned()?;
+        let token = input.bytes()?;
+        let remaining = input.unsigned()?;
+        let label = input.bytes()?;
+        buffers.push((fence, token, remaining, label));
+    }
+    let holders = buffers
+        .iter()
+        .map(|(fence, token, remaining, label)| PermitHolding {
+            fence: *fence,
+            holding: Holding {
+                token: token.as_ref(),
+                remaining: *remaining,
+                label: Some(label.as_ref()).filter(|l| !l.is_empty()),
+            },
+        })
+        .collect();
+    build(Snapshot::Semaphore(SemaphoreRecord { fence, permits, holders }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An RDB stream in memory.
+    #[derive(Default)]
+    struct Tape(std::collections::VecDeque<Result<u64, Vec<u8>>>);
+
+    impl Sink for Tape {
+        fn unsigned(&mut self, v: u64) {
+            self.0.push_back(Ok(v));
+        }
+
+        fn bytes(&mut self, b: &[u8]) {
+            self.0.push_back(Err(b.to_vec()));
+        }
+    }
+
+    impl Source for Tape {
+        type Bytes = Vec<u8>;
+
+        fn unsigned(&mut self) -> Option<u64> {
+            self.0.pop_front()?.ok()
+        }
+
+        fn bytes(&mut self) -> Option<Vec<u8>> {
+            self.0.pop_front()?.err()
+        }
+    }
+
+    fn reloaded(snapshot: &Snapshot<'_>, encver: i32, cut: usize) -> Option<String> {
+        let mut tape = Tape::default();
+        save(snapshot, &mut tape);
+        tape.0.truncate(tape.0.len() - cut);
+        load(&mut tape, encver, |s| Some(format!("{s:?}")))
+    }
+
+    #[test]
+    fn values_round_trip_through_the_rdb_layout_and_truncation_is_refused() {
+        let holding = Holding { token: b"tok", remaining: 250, label: None };
+        let labelled = Holding { label: Some(b"node-a"), ..holding };
+        let snapshots = [
+            Snapshot::Mutex(Record { fence: 3, holder: None }),
+            Snapshot::Mutex(Record { fence: 3, holder: Some(holding) }),
+            Snapshot::Mutex(Record { fence: 3, holder: Some(labelled) }),
+            Snapshot::Semaphore(SemaphoreRecord {
+                fence: 9,
+                permits: 3,
+                holders: vec![
+                    PermitHolding { fence: 8, holding },
+                    PermitHolding { fence: 9, holding: labelled },
+                ],
+            }),
+        ];
+        for snapshot in &snapshots {
+            assert_eq!(reloaded(snapshot, ENCODING_VERSION, 0), Some(format!("{snapshot:?}")));
+            assert_eq!(reloaded(snapshot, ENCODING_VERSION, 1), None, "{snapshot:?}");
+        }
+        // Older encodings had no labels (1) and no semaphores (1, 2).
+        assert_eq!(reloaded(&snapshots[2], 1, 0), None);
+        assert_eq!(reloaded(&snapshots[3], 2, 0), None);
+        assert!(reloaded(&snapshots[1], 1, 0).is_some());
+    }
+
+    #[test]
+    fn holders_round_trip_through_their_blob() {
+        let long = [0xab; fencedlock_protocol::limits::MAX_LABEL_LEN];
+        let holders = [
+            PermitHolding { fence: 3, holding: Holding { token: b"a", remaining: 5, label: None } },
+            PermitHolding {
+                fence: u64::MAX,
+                holding: Holding { token: &[0; 512], remaining: u64::MAX, label: Some(&long) },
+            },
+        ];
+        let blob = encode_holders(&holders);
+        assert_eq!(decode_holders(&blob), Some(holders.to_vec()));
+        assert_eq!(decode_holders(&[]), Some(Vec::new()));
+        for cut in 1..blob.len() {
+            if cut != 21 {
+                assert_eq!(decode_holders(&blob[..cut]), None, "cut at {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn records_parse_with_and_without_a_holder_and_a_label() {
+        assert_eq!(parse_apply(&[b"9", b"3"]), Ok((9, Record { fence: 3, holder: None })));
+        let holding = Holding { token: &b"tok"[..], remaining: 250, label: None };
+        assert_eq!(
+            parse_apply(&[b"9", b"3", b"tok", b"250"]),
+            Ok((9, Record { fence: 3, holder: Some(holding) }))
+        );
+        let labelled = Holding { label: Some(&b"node-a"[..]), ..holding };
+        assert_eq!(
+            parse_apply(&[b"9", b"3", b"tok", b"250", b"node-a"]),
+            Ok((9, Record { fence: 3, holder: Some(labelled) }))
+        );
+        for bad in [
+            &[&b"9"[..]][..],
+            &[b"9", b"x"],
+            &[b"9", b"3", b"tok"],
+            &[b"9", b"3", b"t", b"-1"],
+            &[b"9", b"3", b"t", b"-1", b"l"],
+            &[b"9", b"3", b"t", b"1", b"l", b"x"],
+        ] {
+            assert_eq!(parse_apply(bad), Err(LockError::BadRecord), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn semaphore_records_parse_and_refuse_garbage() {
+        let holders =
+            [PermitHolding { fence: 3, holding: Holding { token: b"t", remaining: 9, label: None } }];
+        let blob = encode_holders(&holders);
+        let parsed = parse_applysem(&[b"9", b"3", b"2", &blob]);
+        assert_eq!(parsed, Ok((9, SemaphoreRecord { fence: 3, permits: 2, holders: holders.to_vec() })));
+        for bad in [
+            &[&b"9"[..], b"3", b"2", &blob[..5]][..],
+            &[b"9", b"3", b"x", &blob],
+            &[b"9", b"3", b"4294967296", &blob],
+            &[b"9", b"3", b"2"],
+        ] {
+            assert_eq!(parse_applysem(bad), Err(LockError::BadRecord));
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! The words every lock kind and its callers share: the clock's unit, what the decisions
+//! answer, and the checks on a request's bytes (a strict decimal, a token's and a label's length). A leaf: it imports nothing of the crate but the
+//! error type.
+
+use fencedlock_protocol::command::{label_len_ok, token_len_ok};
+
+use crate::error::LockError;
+
+/// Microseconds of the server's monotonic clock.
+pub type Micros = u64;
+
+/// What an `ACQUIRE` asks for: who, with which label and permit count, for how long.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ask<'a> {
+    pub token: &'a [u8],
+    /// The request's `LABEL` (checked by the parser): a grant takes it (none without), a
+    /// re-entry with one replaces the lease's, a re-entry without keeps it.
+    pub label: Option<&'a [u8]>,
+    /// The request's `PERMITS` (checked by the parser; 1 is the mutex).
+    pub permits: u32,
+    pub ttl: Micros,
+}
+
+/// When a decision is taken: the server's monotonic clock, and how long the restart grace still
+/// refuses new grants (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moment {
+    pub now: Micros,
+    pub grace_left: Micros,
+}
+
+/// What `ACQUIRE` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// A new lease with a new fence. `took_over` is set when another token's lease had expired
+    /// unreleased: that holder lost its lease, which operators want to count.
+    Granted { fence: u64, took_over: bool },
+    /// The holder asked again (e.g. its reply was lost): same fence, lease restarted.
+    Reentered { fence: u64 },
+    /// Another token holds an unexpired lease.
+    Busy,
+}
+
+/// What `RELEASE` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Released {
+    /// The caller's unexpired lease ended now; `span` is `None` for a lease of unknown grant
+    /// time (see `holder::UNTIMED`).
+    Ended {
+        span: Option<Span>,
+    },
+    /// The caller held the lease but it had already expired: it may have acted too late.
+    Expired,
+    NotOwner,
+}
+
+/// A lease released in time, for the metrics: how long it was held, of how long it was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// Grant to release.
+    pub held: Micros,
+    /// Grant to the deadline it had when released (renewals lengthen it); always above `held`.
+    pub given: Micros,
+}
+
+/// A lease that ended by expiry, observed once (see `Lock::take_expiries`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expired {
+    /// Grant to deadline (renewals included); `None` for a lease of unknown grant time.
+    pub lifetime: Option<Micros>,
+}
+
+/// Checks a token's length. Its content is opaque bytes.
+pub fn check_token(token: &[u8]) -> Result<(), LockError> {
+    token_len_ok(token).then_some(()).ok_or(LockError::BadToken)
+}
+
+/// Checks a label's length. Its content is opaque bytes, and public.
+pub fn check_label(label: &[u8]) -> Result<(), LockError> {
+    label_len_ok(label).then_some(()).ok_or(LockError::BadLabel)
+}
+
+/// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.
+pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
+    if bytes.is_empty() || bytes.len() > 20 {
+        return None;
+    }
+    bytes.iter().try_fold(0u64, |acc, b| {
+        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
+        acc.checked_mul(10)?.checked_add(u64::from(digit))
+    })
+}
