@@ -2,7 +2,8 @@
 //! effect, count and reply. Arity was checked by `ffi::run` against the protocol's shape.
 //! Every error is returned before anything is written.
 
-use crate::args::AcquireOptions;
+use fencedlock_protocol::request::Acquire;
+
 use crate::error::LockError;
 use crate::fence::HighWater;
 use crate::ffi::{clock, int, replication, Call, Reply};
@@ -17,14 +18,16 @@ use crate::{args, blocking, counters, floor};
 /// (MULTI, scripts) it is one attempt. `LABEL` is the lease's public label, `PERMITS` the
 /// key's holder count (see `Lock::acquire_for`).
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
-    let token = args::token(call.arg(2))?;
-    let ttl = args::ttl(call.arg(3), SERVER.max_ttl_ms())?;
-    // The plain form, by far the most common, allocates nothing for its options.
-    let options = match call.argc() {
-        4 => AcquireOptions::default(),
-        _ => args::acquire_options(&call.args_from(4))?,
-    };
-    let ask = Ask { token, label: options.label, permits: options.permits(), ttl };
+    let max_ttl_ms = SERVER.max_ttl_ms();
+    // The plain form, by far the most common, allocates nothing for its arguments.
+    let request = match call.argc() {
+        4 => Acquire::parse(&[call.arg(1), call.arg(2), call.arg(3)], max_ttl_ms),
+        _ => Acquire::parse(&call.args_from(1), max_ttl_ms),
+    }
+    .map_err(|refused| LockError::refused(refused, max_ttl_ms))?;
+    // The parser bounds the ttl so that this cannot overflow.
+    let ttl = request.ttl_ms.saturating_mul(1000);
+    let ask = Ask { token: request.token, label: request.label, permits: request.permits, ttl };
     let now = clock::now();
     if blocking::is_waited(call) {
         // A lease that ended belongs to the head of the queue, not to whoever asks first.
@@ -55,7 +58,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
             }
         }
     };
-    let fence = match (outcome, options.block) {
+    let fence = match (outcome, request.block_ms) {
         (Ok(Acquired::Reentered { fence }), _) => {
             counters::REENTRIES.incr();
             blocking::shortened(call, lock.next_free(now));

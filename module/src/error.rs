@@ -35,6 +35,22 @@ pub enum LockError {
 }
 
 impl LockError {
+    /// A request the protocol's parser refused (`fencedlock_protocol::request`), as the error
+    /// the module replies; `max_ttl_ms` is the bound the parser was given.
+    pub fn refused(kind: ReplyError, max_ttl_ms: u64) -> LockError {
+        match kind {
+            ReplyError::BadTtl => LockError::BadTtl,
+            ReplyError::TtlTooLarge => LockError::TtlTooLarge { max_ms: max_ttl_ms },
+            ReplyError::BadToken => LockError::BadToken,
+            ReplyError::BadTimeout => LockError::BadTimeout,
+            ReplyError::BadLabel => LockError::BadLabel,
+            ReplyError::BadPermits => LockError::BadPermits,
+            ReplyError::Syntax => LockError::Syntax,
+            // The parser refuses nothing else: anything more is a bug of ours.
+            _ => LockError::Internal,
+        }
+    }
+
     /// The reply's kind and the number it carries (0 where it has none).
     fn reply(&self) -> (ReplyError, u64) {
         match *self {
