@@ -61,26 +61,12 @@ pub fn open_confirmed(
         ));
     }
     let nodes = urls.iter().map(|url| node(url)).collect::<Result<Vec<_>, _>>()?;
-    for (i, node) in nodes.iter().enumerate() {
-        if nodes[..i].iter().any(|n| n.name() == node.name()) {
-            return Err(CliError::Usage(format!(
-                "server {} is given twice; Redlock needs independent servers, each once",
-                node.name()
-            )));
-        }
-    }
     let mut builder = LockConfig::builder()
         .ttl(options.ttl)
         .max_wait(options.wait)
         .node_timeout(options.timeout)
         .token_format(TokenFormat::Hex);
     if let Some(confirm) = confirm.filter(|c| c.confirm_replicas > 0) {
-        if nodes.len() > 1 {
-            return Err(CliError::Usage(
-                "--confirm-replicas needs a single --redis server: Redlock's independent servers have no replicas to confirm on"
-                    .into(),
-            ));
-        }
         if confirm.confirm_timeout.is_zero() {
             return Err(CliError::Usage(
                 "--confirm-timeout must be positive with --confirm-replicas (e.g. --confirm-timeout 1s)"
@@ -96,6 +82,7 @@ pub fn open_confirmed(
         )),
         other => CliError::Internal(other.to_string()),
     })?;
+    // The topology's own refusals (a server twice, replica confirmation over several).
     Redlock::new(nodes, config).map_err(|e| CliError::Usage(e.to_string()))
 }
 

@@ -302,7 +302,7 @@ impl LockConfigBuilder {
     /// failover to a confirming replica keeps it. A grant not confirmed within
     /// [`confirm_timeout`](Self::confirm_timeout) is released and reported as
     /// [`Error::NotConfirmed`]. Renewals are not confirmed. For a single server only (not a
-    /// Redis Cluster, not Redlock: [`Error::Config`] at the first acquisition); each
+    /// Redis Cluster, not Redlock: [`Error::Config`] when the locker is built); each
     /// confirmation runs on one of the node's [`max_blocking`](Self::max_blocking)
     /// connections, so that must be at least 1. Default 0 (no confirmation).
     pub fn confirm_replicas(mut self, replicas: usize) -> Self {

@@ -21,7 +21,7 @@
 //!   it. Confirming renewals would hold a dedicated connection per renewal for that.
 //! - A single server only. A Redis Cluster connection sends `WAIT` to every primary, not the
 //!   key's; Redlock's votes would each need their own confirmation, its raise step too. Both
-//!   are refused ([`Error::Config`]) at the first acquisition.
+//!   are refused ([`Error::Config`]) when the locker is built.
 //! - Replication, not disk: `WAITAOF` (Redis 7.2+, Valkey 8+) is not offered. A failover
 //!   promotes a replica that *has* the grant in memory, which is what `WAIT` checks; `WAITAOF`
 //!   would add a restart of that replica before it is promoted, needs appendonly on every
@@ -34,7 +34,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::engine::{self, Engine, Grant};
+use crate::engine::{Engine, Grant};
 use crate::error::Error;
 use crate::node::{Answer, Failure, Node};
 use crate::pool;
@@ -43,19 +43,17 @@ use crate::replicas::Confirm;
 use crate::terms::Terms;
 use crate::token::Token;
 
-/// One non-waiting acquisition round on the engine's single node with `confirm`: ACQUIRE
+/// One non-waiting acquisition round on the engine's single `node` with `confirm`: ACQUIRE
 /// (on `terms`) and WAIT on a dedicated connection; the grant when it was confirmed,
 /// released otherwise.
 pub(crate) async fn attempt(
     engine: &Engine,
+    node: &Node,
     key: &str,
     token: &Token,
     confirm: &Confirm,
     terms: Terms<'_>,
 ) -> Result<Grant, Error> {
-    let [node] = engine.nodes.as_slice() else {
-        return Err(Error::Config(engine::CONFIRM_ON_QUORUM.into()));
-    };
     // Never overtake a release of an earlier round still in flight (see the `trailing` module).
     if engine.release_left_behind(0, key, token).await {
         return Err(node.error("ACQUIRE", Failure::TimedOut));

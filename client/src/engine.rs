@@ -58,29 +58,33 @@ pub(crate) enum Topology {
     Single { confirm: Option<Confirm> },
     /// A majority of N independent masters; `raise`: fenced Redlock's raise step.
     Quorum { raise: bool },
-    /// Options these nodes cannot honour: every acquisition is refused with this
-    /// [`Error::Config`] text, before any request (the constructors that accept them are
-    /// infallible, so the refusal comes with the first acquisition).
-    Refused(&'static str),
 }
 
-/// Why replica confirmation is refused on a Redis Cluster.
-pub(crate) const CONFIRM_ON_CLUSTER: &str =
-    "confirm_replicas is not supported on a Redis Cluster (WAIT would be sent to every primary, not the key's)";
-
-/// Why replica confirmation is refused on a quorum of masters.
-pub(crate) const CONFIRM_ON_QUORUM: &str =
-    "confirm_replicas is for a single server; a Redlock's masters vote without replicas";
-
 impl Topology {
-    /// The topology of `nodes` under `config` and `fencing`.
-    fn of(nodes: &[Node], config: &LockConfig, fencing: Fencing) -> Topology {
+    /// The topology of `nodes` under `config` and `fencing`, or the [`Error::Config`] that
+    /// refuses options these nodes cannot honour, before anything connects.
+    fn of(nodes: &[Node], config: &LockConfig, fencing: Fencing) -> Result<Topology, Error> {
+        let refused = |why: &str| Err(Error::Config(why.into()));
+        for (i, node) in nodes.iter().enumerate() {
+            // One server counted twice would let a minority of real servers make a "majority".
+            if nodes[..i].iter().any(|earlier| earlier.name() == node.name()) {
+                return refused(&format!(
+                    "server {} is given twice; Redlock needs independent servers, each once",
+                    node.name()
+                ));
+            }
+        }
         let confirm = Confirm::configured(config);
         match (nodes, confirm) {
-            ([node], Some(_)) if node.is_cluster() => Topology::Refused(CONFIRM_ON_CLUSTER),
-            ([_], confirm) => Topology::Single { confirm },
-            (_, Some(_)) => Topology::Refused(CONFIRM_ON_QUORUM),
-            (_, None) => Topology::Quorum { raise: fencing == Fencing::Raise },
+            ([], _) => refused("a lock needs at least one server"),
+            ([node], Some(_)) if node.is_cluster() => refused(
+                "replica confirmation is not supported on a Redis Cluster (WAIT would be sent to every primary, not the key's)",
+            ),
+            ([_], confirm) => Ok(Topology::Single { confirm }),
+            (_, Some(_)) => refused(
+                "replica confirmation needs a single server: Redlock's independent masters have no replicas to confirm on",
+            ),
+            (_, None) => Ok(Topology::Quorum { raise: fencing == Fencing::Raise }),
         }
     }
 }
@@ -93,21 +97,22 @@ pub(crate) struct Grant {
 }
 
 impl Engine {
-    /// An engine over `nodes`, each given the configured per-node timeout.
-    pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Arc<Engine> {
+    /// An engine over `nodes`, each given the configured per-node timeout; [`Error::Config`]
+    /// for a topology that cannot honour `config` (see [`Topology::of`]).
+    pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Result<Arc<Engine>, Error> {
         let nodes: Vec<Node> = nodes
             .into_iter()
             .map(|n| n.with_timeout(config.node_timeout()).with_max_blocking(config.max_blocking()))
             .collect();
-        let topology = Topology::of(&nodes, &config, fencing);
-        Arc::new_cyclic(|me| Engine {
+        let topology = Topology::of(&nodes, &config, fencing)?;
+        Ok(Arc::new_cyclic(|me| Engine {
             nodes,
             config,
             fencing,
             topology,
             trailing: Trailing::new(),
             me: me.clone(),
-        })
+        }))
     }
 
     /// The grant of a round sent at `sent` with fence `fence`, as `report` tells it: the
@@ -164,9 +169,6 @@ impl Engine {
         block: Option<Duration>,
         terms: Terms<'_>,
     ) -> Result<Grant, Error> {
-        if let Topology::Refused(why) = self.topology {
-            return Err(Error::Config(why.into()));
-        }
         let ttl = self.config.ttl();
         let request = terms.request(key, token, self.config.ttl_ms());
         let drift = self.config.drift();
@@ -415,5 +417,46 @@ fn yes_no(reply: Result<bool, Failure>) -> Vote {
         Ok(true) => Vote::Confirmed,
         Ok(false) => Vote::Refused,
         Err(failure) => failure.into_vote(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn nodes(urls: &[&str]) -> Vec<Node> {
+        urls.iter().map(|url| Node::new(url).unwrap()).collect()
+    }
+
+    fn topology(nodes: &[Node], confirm: usize, fencing: Fencing) -> Result<Topology, Error> {
+        let config = LockConfig::builder().confirm_replicas(confirm).build().unwrap();
+        Topology::of(nodes, &config, fencing)
+    }
+
+    #[test]
+    fn the_topology_is_decided_once_and_what_cannot_work_is_refused() {
+        let one = nodes(&["redis://127.0.0.1:1"]);
+        let three = nodes(&["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"]);
+        let cluster = [Node::cluster(&["redis://127.0.0.1:1"]).unwrap()];
+        assert!(matches!(topology(&one, 0, Fencing::Raise), Ok(Topology::Single { confirm: None })));
+        assert!(
+            matches!(topology(&one, 2, Fencing::Raise), Ok(Topology::Single { confirm: Some(c) }) if c.replicas() == 2)
+        );
+        assert!(matches!(topology(&cluster, 0, Fencing::Raise), Ok(Topology::Single { confirm: None })));
+        assert!(matches!(topology(&three, 0, Fencing::Raise), Ok(Topology::Quorum { raise: true })));
+        assert!(matches!(topology(&three, 0, Fencing::QuorumMax), Ok(Topology::Quorum { raise: false })));
+        for refused in [
+            topology(&[], 0, Fencing::Raise),
+            topology(&three, 1, Fencing::Raise),
+            topology(&cluster, 1, Fencing::Raise),
+            // The same server twice would be one vote counted as two.
+            topology(
+                &nodes(&["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:1"]),
+                0,
+                Fencing::Raise,
+            ),
+        ] {
+            assert!(matches!(refused, Err(Error::Config(_))), "{refused:?}");
+        }
     }
 }

@@ -280,9 +280,9 @@ async fn attempt(
     block: Option<Duration>,
     terms: Terms<'_>,
 ) -> Result<Grant, Error> {
-    match engine.topology {
-        Topology::Single { confirm: Some(confirm) } => {
-            confirm::attempt(engine, key, token, &confirm, terms).await
+    match (engine.topology, engine.nodes.as_slice()) {
+        (Topology::Single { confirm: Some(confirm) }, [node]) => {
+            confirm::attempt(engine, node, key, token, &confirm, terms).await
         }
         _ => engine.attempt(key, token, block, terms).await,
     }

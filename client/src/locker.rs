@@ -43,24 +43,26 @@ pub struct Locker {
 
 impl Locker {
     /// A locker over `node`, applying `config` (including its per-node timeout).
-    pub fn new(node: Node, config: LockConfig) -> Locker {
-        Locker { engine: Engine::new(vec![node], config, Fencing::QuorumMax) }
+    /// [`Error::Config`] for options the node cannot honour (replica confirmation on a
+    /// Redis Cluster), before anything connects.
+    pub fn new(node: Node, config: LockConfig) -> Result<Locker, Error> {
+        Locker::over(vec![node], config, Fencing::QuorumMax)
     }
 
     /// A locker over a standalone server URL such as `redis://127.0.0.1:6379`.
     /// Nothing connects until the first request.
     pub fn open(url: &str, config: LockConfig) -> Result<Locker, Error> {
-        Ok(Locker::new(Node::new(url)?, config))
+        Locker::new(Node::new(url)?, config)
     }
 
     /// A locker over a Redis Cluster reached through any of `seeds`.
     pub fn open_cluster<S: AsRef<str>>(seeds: &[S], config: LockConfig) -> Result<Locker, Error> {
-        Ok(Locker::new(Node::cluster(seeds)?, config))
+        Locker::new(Node::cluster(seeds)?, config)
     }
 
     /// A locker over `nodes` with `fencing`: what a [`Redlock`](crate::Redlock) is.
-    pub(crate) fn over(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Locker {
-        Locker { engine: Engine::new(nodes, config, fencing) }
+    pub(crate) fn over(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Result<Locker, Error> {
+        Ok(Locker { engine: Engine::new(nodes, config, fencing)? })
     }
 
     /// One attempt: [`Error::Contended`] if another token holds the key. Over several masters,
@@ -243,12 +245,11 @@ impl Redlock {
         Redlock::with_fencing(nodes, config, Fencing::Raise)
     }
 
-    /// A Redlock over `nodes` with an explicit fencing mode.
+    /// A Redlock over `nodes` with an explicit fencing mode. [`Error::Config`] for no nodes,
+    /// a server given twice, or options the masters cannot honour (replica confirmation),
+    /// before anything connects.
     pub fn with_fencing(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Result<Redlock, Error> {
-        if nodes.is_empty() {
-            return Err(Error::Config("Redlock needs at least one node".into()));
-        }
-        Ok(Redlock { locker: Locker::over(nodes, config, fencing) })
+        Ok(Redlock { locker: Locker::over(nodes, config, fencing)? })
     }
 
     /// A Redlock over standalone servers given by URL. Nothing connects yet.

@@ -86,10 +86,8 @@ pub(crate) async fn take_turn(
             confirmed(engine, node, key, token, until, &confirm, terms).await
         }
         ([node], Topology::Single { confirm: None }) => single(engine, node, key, token, until, terms).await,
-        (nodes, Topology::Quorum { .. }) => reserve(engine, nodes, key, token, until, terms).await,
-        (_, Topology::Refused(why)) => Turn::Failed { error: Error::Config(why.into()), may_hold: false },
-        // A topology is decided from the nodes: a single one is never a quorum's.
-        (_, Topology::Single { .. }) => Turn::Poll,
+        // Several nodes are always a quorum (`Topology::of`).
+        (nodes, _) => reserve(engine, nodes, key, token, until, terms).await,
     }
 }
 

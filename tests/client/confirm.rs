@@ -198,18 +198,16 @@ async fn dropping_an_acquisition_mid_confirmation_leaves_no_lease() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn confirmation_is_refused_where_wait_cannot_confirm_the_grant() {
-    // Redlock and a cluster connection: refused before any request is sent (these URLs have
-    // no server behind them, so a request would time out instead).
+    // Redlock and a cluster connection: refused when the lock is built, before anything
+    // connects (these URLs have no server behind them).
     let config = LockConfig::builder().confirm_replicas(1).build().expect("config");
     let urls = ["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"];
-    let redlock = Redlock::open(&urls, config.clone()).expect("redlock");
-    for result in [redlock.try_acquire("k").await, redlock.acquire("k").await] {
-        assert!(matches!(result, Err(Error::Config(_))), "{result:?}");
-    }
-    let cluster = Locker::new(Node::cluster(&["redis://127.0.0.1:1"]).expect("node"), config);
-    for result in [cluster.try_acquire("k").await, cluster.acquire("k").await] {
-        assert!(matches!(result, Err(Error::Config(_))), "{result:?}");
-    }
+    let redlock = Redlock::open(&urls, config.clone());
+    assert!(matches!(redlock, Err(Error::Config(_))), "{redlock:?}");
+    let cluster = Locker::new(Node::cluster(&["redis://127.0.0.1:1"]).expect("node"), config.clone());
+    assert!(matches!(cluster, Err(Error::Config(_))), "{cluster:?}");
+    let cluster = Locker::open_cluster(&["redis://127.0.0.1:1"], config);
+    assert!(matches!(cluster, Err(Error::Config(_))), "{cluster:?}");
     // A primary without replicas cannot confirm: nothing is handed out.
     let alone = Server::start();
     let locker = confirming(&alone, 1, Duration::from_millis(100), Duration::ZERO);

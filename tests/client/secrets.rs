@@ -57,7 +57,7 @@ fn assert_unknown_command(err: &Error) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_locker_on_a_server_without_the_module_never_shows_the_token() {
     let plain = Server::builder().without_module().start();
-    let locker = Locker::new(Node::new(&plain.url()).unwrap(), config(5_000, 1_000));
+    let locker = Locker::new(Node::new(&plain.url()).unwrap(), config(5_000, 1_000)).expect("locker");
     for token in tokens() {
         let acquired = locker.try_acquire_with_token("k", &token).await.unwrap_err();
         assert_error_hides(&acquired, &token);

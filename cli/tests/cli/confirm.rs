@@ -82,7 +82,7 @@ fn confirm_options_are_checked() {
     }
     let three = "redis://127.0.0.1:1,redis://127.0.0.1:2,redis://127.0.0.1:3";
     let out = run(&["acquire", "-k", "k", "--redis", three, "--confirm-replicas", "1"]);
-    assert_one_line_error(&out, USAGE, &["--confirm-replicas needs a single --redis server"]);
+    assert_one_line_error(&out, USAGE, &["replica confirmation needs a single server"]);
     let out = run(&["run", "--help"]);
     assert!(out.stdout.contains("--confirm-replicas <N>"), "{out:?}");
     assert!(out.stdout.contains("[default: 1s]"), "the client's default confirm timeout: {out:?}");
