@@ -25,6 +25,8 @@ Exit codes:
   75       busy: the lock is held by another owner (skipped, or --wait ran out); also a
            server that cannot answer under --on-unavailable skip
   76       lease lost: run terminated the command; renew/release found the lease gone
+  78       TLS: the server's certificate does not verify against --tls-cacert, or the
+           server refused the client certificate
   126/127  run: the command is not executable / not found";
 
 const ROOT_AFTER: &str = "\
@@ -206,6 +208,10 @@ pub struct Global {
     #[arg(long, value_name = "DURATION", global = true, default_value = "500ms", value_parser = duration::parse)]
     pub timeout: Duration,
 
+    /// TLS for rediss:// servers.
+    #[command(flatten)]
+    pub tls: TlsArgs,
+
     /// Machine-readable output: one JSON object per result (on stderr for `run`).
     #[arg(long, global = true)]
     pub json: bool,
@@ -217,6 +223,23 @@ pub struct Global {
     /// More log detail on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// `--tls-cacert`, `--tls-cert`, `--tls-key`: TLS settings for every `rediss://` server.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// PEM file of the certificate authority that signed the servers' certificates (instead
+    /// of the system's). Only with rediss:// URLs.
+    #[arg(long, value_name = "FILE", global = true, env = "FENCEDLOCK_TLS_CACERT")]
+    pub tls_cacert: Option<PathBuf>,
+
+    /// PEM client certificate for mutual TLS (with --tls-key).
+    #[arg(long, value_name = "FILE", global = true, env = "FENCEDLOCK_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert.
+    #[arg(long, value_name = "FILE", global = true, env = "FENCEDLOCK_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// The subcommands.

@@ -66,6 +66,9 @@ enum Failure {
     NotReady,
     /// Out of memory (`OOM`: maxmemory reached with nothing to evict).
     OutOfMemory,
+    /// The TLS handshake failed: the certificates do not match (the client crate's
+    /// `InvalidClientConfig`).
+    Tls,
     /// Anything else.
     Other,
 }
@@ -79,6 +82,7 @@ impl Failure {
             return Failure::Unreachable;
         }
         match (err.kind(), err.code()) {
+            (ErrorKind::InvalidClientConfig, _) => Failure::Tls,
             (ErrorKind::Server(ServerErrorKind::NoPerm), _) => Failure::NoPermission,
             (ErrorKind::AuthenticationFailed, _) | (_, Some("NOAUTH" | "WRONGPASS")) => Failure::Credentials,
             (ErrorKind::Server(ServerErrorKind::ReadOnly), _) => Failure::ReadOnly,
@@ -135,6 +139,7 @@ fn quorum(report: &QuorumReport, ctx: Context<'_>) -> CliError {
             match Failure::of(error) {
                 Failure::NoModule => return no_module(&vote.node),
                 Failure::NoPermission => return no_permission(&vote.node, error, ctx),
+                Failure::Tls => return tls(&vote.node, error),
                 _ => {}
             }
         }
@@ -217,6 +222,7 @@ fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) 
             "the server at {node} refused to authenticate ({text}): put the credentials in the URL, redis://USER:PASSWORD@HOST:PORT"
         )),
         Failure::NoPermission => no_permission(node, source, ctx),
+        Failure::Tls => tls(node, source),
         Failure::ReadOnly => CliError::Unavailable(format!(
             "the server at {node} is a read-only replica; point --redis at the primary"
         )),
@@ -231,6 +237,14 @@ fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) 
         )),
         Failure::Other => CliError::Internal(format!("unexpected reply from {node}: {text}")),
     }
+}
+
+/// The TLS handshake failed: the certificates, not the server's state, must change.
+fn tls(node: &str, source: &RedisError) -> CliError {
+    CliError::Config(format!(
+        "the TLS handshake with {node} failed ({}): pass the CA that signed the server's certificate with --tls-cacert, and for mutual TLS a client certificate it accepts with --tls-cert/--tls-key",
+        error_text(source)
+    ))
 }
 
 fn no_module(node: &str) -> CliError {
@@ -353,6 +367,14 @@ mod tests {
         let slow = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
         assert_eq!(Failure::of(&slow), Failure::TimedOut);
         assert_eq!(exit_code(slow), code::UNAVAILABLE);
+        // The client crate's verdict on a failed TLS handshake.
+        let tls = RedisError::from((
+            ErrorKind::InvalidClientConfig,
+            "TLS handshake failed",
+            "UnknownIssuer".into(),
+        ));
+        assert_eq!(Failure::of(&tls), Failure::Tls);
+        assert_eq!(exit_code(tls), code::CONFIG);
     }
 
     #[test]

@@ -20,6 +20,9 @@ pub mod code {
     pub const BUSY: u8 = 75;
     /// The lease was lost: the command was terminated, or renew/release found it gone.
     pub const LEASE_LOST: u8 = 76;
+    /// The TLS set-up is wrong (`EX_CONFIG`): a server certificate that does not verify, a
+    /// client certificate the server refuses. Not 69: retrying or failing open cannot fix it.
+    pub const CONFIG: u8 = 78;
     /// The command could not be executed (permission denied, not executable).
     pub const NOT_EXECUTABLE: u8 = 126;
     /// The command was not found.
@@ -57,6 +60,9 @@ pub enum CliError {
     /// A local file could not be written.
     #[error("{0}")]
     Io(String),
+    /// The TLS configuration does not match the server's.
+    #[error("{0}")]
+    Config(String),
     /// Anything unexpected.
     #[error("{0}")]
     Internal(String),
@@ -72,6 +78,7 @@ impl CliError {
             CliError::LeaseLost(_) => code::LEASE_LOST,
             CliError::Spawn { code, .. } => *code,
             CliError::Io(_) => code::IO,
+            CliError::Config(_) => code::CONFIG,
             CliError::Internal(_) => code::INTERNAL,
         }
     }
@@ -85,6 +92,7 @@ impl CliError {
             CliError::LeaseLost(_) => "lease_lost",
             CliError::Spawn { .. } => "spawn",
             CliError::Io(_) => "io",
+            CliError::Config(_) => "config",
             CliError::Internal(_) => "internal",
         }
     }

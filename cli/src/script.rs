@@ -15,13 +15,13 @@ use crate::servers::{self, LeaseOptions, NodeStatus};
 use crate::token_io;
 
 fn open(global: &Global, ttl: Duration, wait: Duration) -> Result<Redlock, CliError> {
-    servers::open(&global.redis, LeaseOptions { ttl, wait, timeout: global.timeout })
+    servers::open(global, LeaseOptions { ttl, wait, timeout: global.timeout })
 }
 
 /// Takes a lease and leaves it held (detached) for later `renew` / `release`.
 pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let lock = servers::open_confirmed(
-        &global.redis,
+        global,
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
         Some(&args.confirm),
     )?;

@@ -5,10 +5,12 @@
 
 use std::time::Duration;
 
-use fencedlock::{Error, Lease, LockConfig, Node, Redlock, Semaphore, SemaphoreStatus, TokenFormat, MAX_TTL};
+use fencedlock::{
+    Error, Lease, LockConfig, Node, Redlock, Semaphore, SemaphoreStatus, Tls, TokenFormat, MAX_TTL,
+};
 use futures::future::join_all;
 
-use crate::args::ConfirmArgs;
+use crate::args::{ConfirmArgs, Global, TlsArgs};
 use crate::duration;
 use crate::error::CliError;
 
@@ -42,25 +44,27 @@ pub struct NodeStatus {
     pub status: Result<Option<SemaphoreStatus>, Error>,
 }
 
-/// Checks the URLs and builds the lock over them. Nothing connects yet.
-pub fn open(urls: &[String], options: LeaseOptions) -> Result<Redlock, CliError> {
-    open_confirmed(urls, options, None)
+/// Checks the URLs (`--redis`) and builds the lock over them, with `--tls-*` for rediss://
+/// servers. Nothing connects yet.
+pub fn open(global: &Global, options: LeaseOptions) -> Result<Redlock, CliError> {
+    open_confirmed(global, options, None)
 }
 
 /// [`open`], with each grant confirmed on replicas first when `confirm` asks for any
 /// (`--confirm-replicas`).
 pub fn open_confirmed(
-    urls: &[String],
+    global: &Global,
     options: LeaseOptions,
     confirm: Option<&ConfirmArgs>,
 ) -> Result<Redlock, CliError> {
-    let urls: Vec<&str> = urls.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect();
+    let urls: Vec<&str> = global.redis.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect();
     if urls.is_empty() {
         return Err(CliError::Usage(
             "no server given: pass --redis redis://HOST:PORT or set FENCEDLOCK_REDIS".into(),
         ));
     }
-    let nodes = urls.iter().map(|url| node(url)).collect::<Result<Vec<_>, _>>()?;
+    let tls = tls(&global.tls)?;
+    let nodes = urls.iter().map(|url| node(url, &tls)).collect::<Result<Vec<_>, _>>()?;
     let mut builder = LockConfig::builder()
         .ttl(options.ttl)
         .max_wait(options.wait)
@@ -158,7 +162,16 @@ pub async fn status(lock: &Redlock, key: &str) -> Vec<NodeStatus> {
         .collect()
 }
 
-fn node(url: &str) -> Result<Node, CliError> {
+/// The `--tls-*` files, read.
+fn tls(args: &TlsArgs) -> Result<Tls, CliError> {
+    let client = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
+    Tls::from_files(args.tls_cacert.as_deref(), client).map_err(|e| match e {
+        Error::Config(msg) => CliError::Usage(msg),
+        other => CliError::Internal(other.to_string()),
+    })
+}
+
+fn node(url: &str, tls: &Tls) -> Result<Node, CliError> {
     let known =
         ["redis://", "rediss://", "unix://", "redis+unix://", "valkey+unix://", "valkey://", "valkeys://"];
     if !known.iter().any(|scheme| url.starts_with(scheme)) {
@@ -166,7 +179,7 @@ fn node(url: &str) -> Result<Node, CliError> {
             "bad server URL {url:?}: use redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT/DB)"
         )));
     }
-    Node::new(url).map_err(|e| {
+    Node::with_tls(url, tls).map_err(|e| {
         let detail = match e {
             Error::Config(msg) => msg,
             other => other.to_string(),

@@ -7,6 +7,7 @@ use fencedlock_protocol::limits::DEFAULT_MAX_TTL_MS;
 
 use crate::backoff::Backoff;
 use crate::error::Error;
+use crate::tls::Tls;
 use crate::token::{Token, TokenFormat};
 use crate::validity;
 
@@ -46,6 +47,7 @@ pub struct LockConfig {
     on_unavailable: OnUnavailable,
     confirm_replicas: usize,
     confirm_timeout: Duration,
+    tls: Tls,
 }
 
 /// What [`Locker::acquire_with_policy`](crate::Locker::acquire_with_policy) does when the lock
@@ -85,6 +87,7 @@ impl LockConfig {
             on_unavailable: OnUnavailable::FailClosed,
             confirm_replicas: 0,
             confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
+            tls: Tls::new(),
         }
     }
 
@@ -153,6 +156,11 @@ impl LockConfig {
     /// How long a grant waits for its replica confirmations.
     pub fn confirm_timeout(&self) -> Duration {
         self.confirm_timeout
+    }
+
+    /// TLS settings for the `rediss://` servers opened by URL with this configuration.
+    pub fn tls(&self) -> &Tls {
+        &self.tls
     }
 
     fn validate(&self) -> Result<(), Error> {
@@ -315,6 +323,16 @@ impl LockConfigBuilder {
     /// the lease. Default [`DEFAULT_CONFIRM_TIMEOUT`].
     pub fn confirm_timeout(mut self, timeout: Duration) -> Self {
         self.config.confirm_timeout = timeout;
+        self
+    }
+
+    /// TLS settings (a private certificate authority, a client certificate) for the
+    /// `rediss://` servers that [`Locker::open`](crate::Locker::open),
+    /// [`Locker::open_cluster`](crate::Locker::open_cluster) and
+    /// [`Redlock::open`](crate::Redlock::open) connect to. A plaintext `redis://` URL with
+    /// settings here is refused. Default: the system's authorities, no client certificate.
+    pub fn tls(mut self, tls: Tls) -> Self {
+        self.config.tls = tls;
         self
     }
 

@@ -216,6 +216,7 @@ mod replicas;
 mod round;
 mod semaphore;
 mod terms;
+mod tls;
 mod token;
 mod trailing;
 mod transient;
@@ -242,4 +243,5 @@ pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // server errors apart: callers match on the very `redis` version this crate was built with.
 pub use redis;
 pub use semaphore::Semaphore;
+pub use tls::Tls;
 pub use token::{Token, TokenFormat, TOKEN_BYTES};

@@ -52,12 +52,12 @@ impl Locker {
     /// A locker over a standalone server URL such as `redis://127.0.0.1:6379`.
     /// Nothing connects until the first request.
     pub fn open(url: &str, config: LockConfig) -> Result<Locker, Error> {
-        Locker::new(Node::new(url)?, config)
+        Locker::new(Node::with_tls(url, config.tls())?, config)
     }
 
     /// A locker over a Redis Cluster reached through any of `seeds`.
     pub fn open_cluster<S: AsRef<str>>(seeds: &[S], config: LockConfig) -> Result<Locker, Error> {
-        Locker::new(Node::cluster(seeds)?, config)
+        Locker::new(Node::cluster_with_tls(seeds, config.tls())?, config)
     }
 
     /// A locker over `nodes` with `fencing`: what a [`Redlock`](crate::Redlock) is.
@@ -254,7 +254,8 @@ impl Redlock {
 
     /// A Redlock over standalone servers given by URL. Nothing connects yet.
     pub fn open<S: AsRef<str>>(urls: &[S], config: LockConfig) -> Result<Redlock, Error> {
-        let nodes = urls.iter().map(|u| Node::new(u.as_ref())).collect::<Result<Vec<_>, _>>()?;
+        let nodes =
+            urls.iter().map(|u| Node::with_tls(u.as_ref(), config.tls())).collect::<Result<Vec<_>, _>>()?;
         Redlock::new(nodes, config)
     }
 

@@ -29,6 +29,7 @@ use crate::pool::{self, Pool};
 use crate::quorum::Vote;
 use crate::redact;
 use crate::replicas::Confirm;
+use crate::tls::{self, Tls};
 use crate::token::Token;
 
 /// A lock server (or a Redis Cluster) the client talks to.
@@ -104,10 +105,21 @@ impl Failure {
 }
 
 impl Node {
-    /// A standalone server, e.g. `redis://127.0.0.1:6379`.
+    /// A standalone server, e.g. `redis://127.0.0.1:6379`, or `rediss://…` for TLS trusting
+    /// the system's certificate authorities.
     pub fn new(url: &str) -> Result<Node, Error> {
-        let client =
-            redis::Client::open(url).map_err(|e| Error::Config(format!("bad server URL {url:?}: {e}")))?;
+        Node::with_tls(url, &Tls::new())
+    }
+
+    /// A standalone server over TLS with `tls`'s authority and client certificate; the URL
+    /// must be `rediss://` when `tls` sets either ([`Error::Config`] otherwise).
+    pub fn with_tls(url: &str, tls: &Tls) -> Result<Node, Error> {
+        tls.check_url(url)?;
+        let client = match tls.is_configured() {
+            true => redis::Client::build_with_tls(url, tls.certificates()),
+            false => redis::Client::open(url),
+        }
+        .map_err(|e| Error::Config(format!("bad server URL {url:?}: {e}")))?;
         let name = client.get_connection_info().addr().to_string();
         Ok(Node {
             name,
@@ -123,12 +135,23 @@ impl Node {
     /// A Redis Cluster reached through any of `seeds`; commands are routed by key, and the
     /// cluster connection follows slot moves and failovers by itself.
     pub fn cluster<S: AsRef<str>>(seeds: &[S]) -> Result<Node, Error> {
+        Node::cluster_with_tls(seeds, &Tls::new())
+    }
+
+    /// [`Node::cluster`] over TLS with `tls` (`rediss://` seeds, as for [`Node::with_tls`]).
+    pub fn cluster_with_tls<S: AsRef<str>>(seeds: &[S], tls: &Tls) -> Result<Node, Error> {
         if seeds.is_empty() {
             return Err(Error::Config("a cluster needs at least one seed URL".into()));
         }
         let urls: Vec<&str> = seeds.iter().map(AsRef::as_ref).collect();
-        let client = redis::cluster::ClusterClient::new(urls.clone())
-            .map_err(|e| Error::Config(format!("bad cluster URLs {urls:?}: {e}")))?;
+        for url in &urls {
+            tls.check_url(url)?;
+        }
+        let mut builder = redis::cluster::ClusterClient::builder(urls.clone());
+        if tls.is_configured() {
+            builder = builder.certs(tls.certificates());
+        }
+        let client = builder.build().map_err(|e| Error::Config(format!("bad cluster URLs {urls:?}: {e}")))?;
         Ok(Node {
             name: format!("cluster({})", urls.join(",")),
             transport: Transport::Cluster {
@@ -398,6 +421,7 @@ impl Node {
     /// A request's error as a [`Failure`]: the connect timeout inside `redis` (which fires at
     /// the same moment as ours) is a timeout; anything else is redacted.
     fn failure(&self, e: RedisError, secret: Option<&[u8]>) -> Failure {
+        let e = tls::classify(e);
         if e.is_timeout() {
             Failure::TimedOut
         } else {

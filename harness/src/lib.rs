@@ -44,6 +44,7 @@ mod reshard;
 mod sentinel;
 mod server;
 mod slots;
+mod tls;
 mod wait;
 
 pub use blocking::{acquire_cmd, classify, AcquireReply, BlockedAcquire};
@@ -66,6 +67,7 @@ pub use reshard::SlotMigration;
 pub use sentinel::{Sentinels, DOWN_AFTER, FAILOVER_TIMEOUT, SENTINEL_FAILOVER_LIMIT, SENTINEL_MASTER};
 pub use server::{Server, ServerBuilder, START_TIMEOUT};
 pub use slots::{is_floor_key, key_in_slot, key_slot, FLOOR_KEY_PREFIX, SLOTS};
+pub use tls::{Certs, ClientAuth};
 pub use wait::poll;
 
 /// Re-export so tests use the same `redis` version as the harness.

@@ -22,6 +22,7 @@ use crate::paths::module_path;
 use crate::ports::pick_port;
 use crate::process::{self, STDIO_FILE};
 use crate::reply::parse_info;
+use crate::tls::{Certs, ClientAuth};
 
 /// How long a server may take to answer PING after it is spawned (by default: see
 /// [`ServerBuilder::start_timeout`] for servers that load a large AOF or RDB).
@@ -114,6 +115,20 @@ impl ServerBuilder {
     pub fn cluster_enabled(mut self) -> Self {
         self.cluster = true;
         self.arg("cluster-enabled", "yes").arg("cluster-config-file", "nodes.conf")
+    }
+
+    /// TLS on a second port (the plain port stays, for the harness's own connections),
+    /// with `certs`' server certificate; [`ClientAuth::Required`] asks clients for one signed
+    /// by the test CA. Reach it at [`Server::tls_url`]. Debian's Redis builds have TLS; the
+    /// Valkey wheel the suite downloads does not, so TLS tests pick [`Flavor::Redis`].
+    pub fn tls(self, certs: &Certs, auth: ClientAuth) -> Self {
+        let (cert, key) = certs.server();
+        let path = |p: PathBuf| p.display().to_string();
+        self.arg("tls-port", pick_port(false).to_string())
+            .arg("tls-cert-file", path(cert))
+            .arg("tls-key-file", path(key))
+            .arg("tls-ca-cert-file", path(certs.ca()))
+            .arg("tls-auth-clients", if auth == ClientAuth::Required { "yes" } else { "no" })
     }
 
     /// How long the server may take to answer PING when it starts and on every restart
@@ -230,6 +245,18 @@ impl Server {
     /// `redis://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// `rediss://127.0.0.1:TLS_PORT` of a server started with [`ServerBuilder::tls`].
+    pub fn tls_url(&self) -> String {
+        let port = self
+            .directives
+            .iter()
+            .rev()
+            .find(|d| d.name == "tls-port")
+            .and_then(|d| d.args.first())
+            .unwrap_or_else(|| panic!("server on port {} was not started with TLS", self.port));
+        format!("rediss://127.0.0.1:{port}")
     }
 
     /// `127.0.0.1:PORT`, as `redis-cli --cluster` wants it.

@@ -16,4 +16,5 @@ mod redlock_waiting;
 mod secrets;
 mod semaphore;
 mod single;
+mod tls;
 mod waiting;

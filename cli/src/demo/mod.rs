@@ -120,7 +120,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
         wait: args.ttl * 4 + Duration::from_secs(10),
         timeout: global.timeout,
     };
-    let probe = servers::open(&global.redis, options)?;
+    let probe = servers::open(global, options)?;
     preflight(&probe, &args.key).await?;
 
     let tmp;
@@ -150,7 +150,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
 
     let workers = (1..=WORKERS).map(|i| {
         let race = Arc::clone(&race);
-        let lock = servers::open(&global.redis, options);
+        let lock = servers::open(global, options);
         async move {
             let name = format!("worker-{i}");
             let result = match lock {

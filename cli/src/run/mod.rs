@@ -33,7 +33,7 @@ pub async fn run(
     signals: &mut Signals,
 ) -> Result<u8, CliError> {
     let lock = servers::open_confirmed(
-        &global.redis,
+        global,
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
         Some(&args.confirm),
     )?;

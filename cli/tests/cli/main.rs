@@ -13,3 +13,4 @@ mod policy;
 mod run;
 mod script;
 mod semaphore;
+mod tls;

@@ -23,6 +23,8 @@ pub const BUSY: i32 = 75;
 pub const SKIPPED: i32 = BUSY;
 /// The lease ended before the command or script was done with it.
 pub const LEASE_LOST: i32 = 76;
+/// The TLS certificates do not match the server's (`EX_CONFIG`).
+pub const CONFIG: i32 = 78;
 
 /// Generous upper bound for one CLI invocation: only catches hangs.
 pub const HANG: Duration = Duration::from_secs(30);
@@ -30,9 +32,16 @@ pub const HANG: Duration = Duration::from_secs(30);
 /// The binary under test, with no inherited fencedlock settings.
 pub fn fencedlock() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencedlock"));
-    for var in
-        ["FENCEDLOCK_REDIS", "FENCEDLOCK_TOKEN", "FENCEDLOCK_LOG", "FENCEDLOCK_KEY", "FENCEDLOCK_FENCE"]
-    {
+    for var in [
+        "FENCEDLOCK_REDIS",
+        "FENCEDLOCK_TOKEN",
+        "FENCEDLOCK_LOG",
+        "FENCEDLOCK_KEY",
+        "FENCEDLOCK_FENCE",
+        "FENCEDLOCK_TLS_CACERT",
+        "FENCEDLOCK_TLS_CERT",
+        "FENCEDLOCK_TLS_KEY",
+    ] {
         cmd.env_remove(var);
     }
     cmd.stdin(Stdio::null());
