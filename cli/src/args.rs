@@ -192,14 +192,14 @@ pub struct Cli {
 /// Options accepted by every subcommand.
 #[derive(Debug, Args)]
 pub struct Global {
-    /// Lock server URL. Repeat it (or separate with commas) for fenced Redlock over
+    /// Lock server URL: redis://, rediss:// (TLS) or redis+sentinel://HOST:PORT[,HOST:PORT…]/SERVICE.
+    /// Repeat it (or separate with commas before each scheme) for fenced Redlock over
     /// independent servers.
     #[arg(
         long = "redis",
         value_name = "URL",
         global = true,
         env = "FENCEDLOCK_REDIS",
-        value_delimiter = ',',
         default_value = "redis://127.0.0.1:6379"
     )]
     pub redis: Vec<String>,

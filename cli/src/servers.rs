@@ -57,7 +57,7 @@ pub fn open_confirmed(
     options: LeaseOptions,
     confirm: Option<&ConfirmArgs>,
 ) -> Result<Redlock, CliError> {
-    let urls: Vec<&str> = global.redis.iter().map(|u| u.trim()).filter(|u| !u.is_empty()).collect();
+    let urls: Vec<&str> = global.redis.iter().flat_map(|value| split(value)).collect();
     if urls.is_empty() {
         return Err(CliError::Usage(
             "no server given: pass --redis redis://HOST:PORT or set FENCEDLOCK_REDIS".into(),
@@ -171,10 +171,37 @@ fn tls(args: &TlsArgs) -> Result<Tls, CliError> {
     })
 }
 
+/// The URL schemes `--redis` takes.
+const SCHEMES: [&str; 9] = [
+    "redis://",
+    "rediss://",
+    "redis+sentinel://",
+    "rediss+sentinel://",
+    "unix://",
+    "redis+unix://",
+    "valkey+unix://",
+    "valkey://",
+    "valkeys://",
+];
+
+/// One `--redis` value as server URLs. A comma separates servers only before a scheme: a
+/// Sentinel URL lists its sentinels with commas (`redis+sentinel://a:26379,b:26379/m`).
+fn split(value: &str) -> Vec<&str> {
+    let mut urls = Vec::new();
+    let mut start = 0;
+    for (at, _) in value.match_indices(',') {
+        let next = value[at + 1..].trim_start();
+        if next.is_empty() || SCHEMES.iter().any(|scheme| next.starts_with(scheme)) {
+            urls.push(&value[start..at]);
+            start = at + 1;
+        }
+    }
+    urls.push(&value[start..]);
+    urls.into_iter().map(str::trim).filter(|url| !url.is_empty()).collect()
+}
+
 fn node(url: &str, tls: &Tls) -> Result<Node, CliError> {
-    let known =
-        ["redis://", "rediss://", "unix://", "redis+unix://", "valkey+unix://", "valkey://", "valkeys://"];
-    if !known.iter().any(|scheme| url.starts_with(scheme)) {
+    if !SCHEMES.iter().any(|scheme| url.starts_with(scheme)) {
         return Err(CliError::Usage(format!(
             "bad server URL {url:?}: use redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT/DB)"
         )));
@@ -186,4 +213,20 @@ fn node(url: &str, tls: &Tls) -> Result<Node, CliError> {
         };
         CliError::Usage(format!("{detail}; use redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT/DB)"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_comma_separates_servers_only_before_a_scheme() {
+        assert_eq!(split("redis://a:1,redis://b:2 , rediss://c:3"), ["redis://a:1", "redis://b:2", "rediss://c:3"]);
+        assert_eq!(
+            split("redis+sentinel://s1:26379,s2:26379/m,redis://b:2,redis+sentinel://s3,s4/n"),
+            ["redis+sentinel://s1:26379,s2:26379/m", "redis://b:2", "redis+sentinel://s3,s4/n"]
+        );
+        assert_eq!(split(" redis://a:1, "), ["redis://a:1"]);
+        assert!(split("").is_empty());
+    }
 }

@@ -215,6 +215,7 @@ mod redact;
 mod replicas;
 mod round;
 mod semaphore;
+mod sentinel;
 mod terms;
 mod tls;
 mod token;

@@ -20,7 +20,7 @@ use fencedlock_protocol::command::{RAISE, RELEASE, RENEW, STATUS};
 use fencedlock_protocol::{Acquire, LockStatus, PermitReply, SemaphoreStatus};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
+use redis::{AsyncConnectionConfig, Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
 use tokio::sync::Mutex;
 
 use crate::config::{DEFAULT_MAX_BLOCKING, DEFAULT_NODE_TIMEOUT};
@@ -29,6 +29,7 @@ use crate::pool::{self, Pool};
 use crate::quorum::Vote;
 use crate::redact;
 use crate::replicas::Confirm;
+use crate::sentinel::{self, Primary, SentinelUrl};
 use crate::tls::{self, Tls};
 use crate::token::Token;
 
@@ -45,8 +46,26 @@ pub struct Node {
 }
 
 enum Transport {
-    Standalone { client: Box<redis::Client>, slot: Arc<Mutex<Slot<MultiplexedConnection>>> },
+    Standalone { target: Target, slot: Arc<Mutex<Slot<MultiplexedConnection>>> },
     Cluster { client: Box<redis::cluster::ClusterClient>, slot: Arc<Mutex<Slot<ClusterConnection>>> },
+}
+
+/// Where a standalone node's connections go: a fixed address, or whichever server the
+/// sentinels name as primary at the time of each connect.
+#[derive(Clone)]
+enum Target {
+    Fixed(Box<redis::Client>),
+    Sentinel(Primary),
+}
+
+impl Target {
+    /// A client for the server to connect to now.
+    async fn client(&self) -> Result<redis::Client, RedisError> {
+        match self {
+            Target::Fixed(client) => Ok((**client).clone()),
+            Target::Sentinel(primary) => primary.client().await,
+        }
+    }
 }
 
 /// The cached connection and a generation number, so a task that saw an I/O error on an old
@@ -105,28 +124,31 @@ impl Failure {
 }
 
 impl Node {
-    /// A standalone server, e.g. `redis://127.0.0.1:6379`, or `rediss://…` for TLS trusting
-    /// the system's certificate authorities.
+    /// A standalone server, e.g. `redis://127.0.0.1:6379`, `rediss://…` for TLS trusting the
+    /// system's certificate authorities, or the primary a group of sentinels names,
+    /// `redis+sentinel://host:26379,host:26379/service_name` (see the crate docs, *Deployments*).
     pub fn new(url: &str) -> Result<Node, Error> {
         Node::with_tls(url, &Tls::new())
     }
 
-    /// A standalone server over TLS with `tls`'s authority and client certificate; the URL
-    /// must be `rediss://` when `tls` sets either ([`Error::Config`] otherwise).
+    /// [`Node::new`] with `tls`'s authority and client certificate; the URL must be
+    /// `rediss://` or `rediss+sentinel://` when `tls` sets either ([`Error::Config`] otherwise).
     pub fn with_tls(url: &str, tls: &Tls) -> Result<Node, Error> {
-        tls.check_url(url)?;
-        let client = match tls.is_configured() {
-            true => redis::Client::build_with_tls(url, tls.certificates()),
-            false => redis::Client::open(url),
-        }
-        .map_err(|e| Error::Config(format!("bad server URL {url:?}: {e}")))?;
-        let name = client.get_connection_info().addr().to_string();
+        let (name, target) = if sentinel::is_sentinel_url(url) {
+            let url = SentinelUrl::parse(url)?;
+            (url.name(), Target::Sentinel(Primary::new(&url, tls)?))
+        } else {
+            tls.check_url(url)?;
+            let client = match tls.is_configured() {
+                true => redis::Client::build_with_tls(url, tls.certificates()),
+                false => redis::Client::open(url),
+            }
+            .map_err(|e| Error::Config(format!("bad server URL {url:?}: {e}")))?;
+            (client.get_connection_info().addr().to_string(), Target::Fixed(Box::new(client)))
+        };
         Ok(Node {
             name,
-            transport: Transport::Standalone {
-                client: Box::new(client),
-                slot: Arc::new(Mutex::new(Slot::new())),
-            },
+            transport: Transport::Standalone { target, slot: Arc::new(Mutex::new(Slot::new())) },
             timeout: DEFAULT_NODE_TIMEOUT,
             pool: Pool::new(DEFAULT_MAX_BLOCKING),
         })
@@ -345,8 +367,11 @@ impl Node {
                     return Ok(Answer::Nil);
                 }
                 Err(e) if pool::is_reply(&e) => {
-                    // The server answered: the connection is in step and no waiter is queued.
-                    self.pool.give_back(conn);
+                    // The server answered: the connection is in step and no waiter is queued
+                    // (but one to a demoted primary is of no more use).
+                    if !self.is_demoted(&e) {
+                        self.pool.give_back(conn);
+                    }
                     if block.is_some() && pool::lacks_block(&e) {
                         self.pool.mark_unsupported(&self.name);
                         return Ok(Answer::Unsupported);
@@ -414,8 +439,25 @@ impl Node {
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd, secret: Option<&[u8]>) -> Result<T, Failure> {
         match tokio::time::timeout(self.timeout, self.query_unbounded(cmd)).await {
             Ok(result) => result.map_err(|e| self.failure(e, secret)),
-            Err(_elapsed) => Err(Failure::TimedOut),
+            Err(_elapsed) => {
+                // A silent primary may have been replaced: ask the sentinels on the next request.
+                if self.follows_primary() {
+                    self.drop_connection();
+                }
+                Err(Failure::TimedOut)
+            }
         }
+    }
+
+    /// Whether this node asks sentinels for its server, so a server that stopped being the
+    /// primary (`READONLY`) or stopped answering is worth leaving for the one they name.
+    fn follows_primary(&self) -> bool {
+        matches!(&self.transport, Transport::Standalone { target: Target::Sentinel(_), .. })
+    }
+
+    /// Whether `e` says this node's server is no longer the primary the sentinels name.
+    fn is_demoted(&self, e: &RedisError) -> bool {
+        self.follows_primary() && e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
     }
 
     /// A request's error as a [`Failure`]: the connect timeout inside `redis` (which fires at
@@ -433,13 +475,8 @@ impl Node {
     /// bounds the wait), the connect bounded by the per-node timeout.
     async fn dedicated(&self) -> Result<Dedicated, RedisError> {
         match &self.transport {
-            Transport::Standalone { client, .. } => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(self.timeout))
-                    .set_response_timeout(None);
-                let conn =
-                    bounded(self.timeout, client.get_multiplexed_async_connection_with_config(&config))
-                        .await?;
+            Transport::Standalone { target, .. } => {
+                let conn = bounded(self.timeout, connect(target, self.timeout)).await?;
                 Ok(Dedicated::Standalone(conn))
             }
             Transport::Cluster { client, .. } => {
@@ -460,10 +497,13 @@ impl Node {
                 Conn::Standalone(mut conn, generation) => {
                     let result = cmd.query_async(&mut conn).await;
                     if let Err(e) = &result {
-                        if is_broken(e) {
+                        // A demoted primary refused the command: the one the sentinels name
+                        // now can take it at once.
+                        let demoted = self.is_demoted(e);
+                        if is_broken(e) || demoted {
                             self.forget(generation).await;
                             // Not a reply that broke the protocol: that would break it again.
-                            if !retried && (e.is_io_error() || e.is_connection_dropped()) {
+                            if !retried && (e.is_io_error() || e.is_connection_dropped() || demoted) {
                                 retried = true;
                                 tracing::debug!(node = %self.name, "connection broken; sending once more on a new one");
                                 continue;
@@ -487,18 +527,14 @@ impl Node {
     async fn connection(&self) -> Result<Conn, RedisError> {
         let timeout = self.timeout;
         match &self.transport {
-            Transport::Standalone { client, slot } => {
+            Transport::Standalone { target, slot } => {
                 let mut slot = Arc::clone(slot).lock_owned().await;
                 if let Some(conn) = &slot.conn {
                     return Ok(Conn::Standalone(conn.clone(), slot.generation));
                 }
-                let client = client.clone();
+                let target = target.clone();
                 let connect = tokio::spawn(async move {
-                    let config = AsyncConnectionConfig::new()
-                        .set_connection_timeout(Some(timeout))
-                        .set_response_timeout(None);
-                    let conn = bounded(timeout, client.get_multiplexed_async_connection_with_config(&config))
-                        .await?;
+                    let conn = bounded(timeout, connect(&target, timeout)).await?;
                     slot.generation += 1;
                     slot.conn = Some(conn.clone());
                     Ok(Conn::Standalone(conn, slot.generation))
@@ -517,6 +553,16 @@ impl Node {
                     Ok(Conn::Cluster(conn))
                 });
                 joined(connect.await)
+            }
+        }
+    }
+
+    /// Drops the cached standalone connection, whichever it is, unless a connect is under
+    /// way (that one is new).
+    fn drop_connection(&self) {
+        if let Transport::Standalone { slot, .. } = &self.transport {
+            if let Ok(mut slot) = slot.try_lock() {
+                slot.conn = None;
             }
         }
     }
@@ -545,6 +591,13 @@ fn command(request: &Acquire<'_>) -> Cmd {
         cmd.arg(&word[..]);
     }
     cmd
+}
+
+/// A connection to `target` (the sentinels asked first, for a sentinel-monitored primary)
+/// without a response timeout of its own: every caller bounds its requests.
+async fn connect(target: &Target, timeout: Duration) -> Result<MultiplexedConnection, RedisError> {
+    let config = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(None);
+    target.client().await?.get_multiplexed_async_connection_with_config(&config).await
 }
 
 /// `connect` within `limit`; running out of time is an I/O timeout like the client's own.

@@ -121,6 +121,24 @@ impl Sentinels {
         self.nodes.iter().map(|n| n.port).collect()
     }
 
+    /// `redis+sentinel://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/m`: the primary they monitor,
+    /// as the client and the CLI name it.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.ports().iter().map(|port| format!("127.0.0.1:{port}")).collect();
+        format!("redis+sentinel://{}/{SENTINEL_MASTER}", hosts.join(","))
+    }
+
+    /// `SENTINEL FAILOVER m` on the first Sentinel that accepts it: a planned switchover, the
+    /// primary demoted while it runs. Panics if none accepts it.
+    pub fn failover(&self) {
+        let accepted = self.nodes.iter().any(|node| {
+            node.conn()
+                .and_then(|mut conn| redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<String>(&mut conn))
+                .is_ok()
+        });
+        assert!(accepted, "no Sentinel accepted SENTINEL FAILOVER\n{}", self.log_tails(20));
+    }
+
     /// Wait until every Sentinel knows the other Sentinels and `replicas` replicas of the
     /// primary: before that a failover cannot win a vote or has no replica to promote.
     /// Panics after a bound, with the Sentinels' view and logs.

@@ -15,5 +15,6 @@ mod pause;
 mod reclaim_scale;
 mod returning_primary;
 mod semaphore;
+mod sentinel_client;
 mod silent_minority;
 mod slow_nodes;
