@@ -16,7 +16,7 @@
 use std::ffi::{c_char, c_int, c_long, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use fencedlock_protocol::{ArgKind, Command, SemaphoreStatus};
+use fencedlock_protocol::{Command, SemaphoreStatus};
 use redis_module::{raw, Context};
 
 use crate::error::LockError;
@@ -283,112 +283,6 @@ fn log(level: &CStr, msg: &str) {
         if let Some(log) = raw::RedisModule_Log {
             log(std::ptr::null_mut(), level.as_ptr(), c"%s".as_ptr(), msg.as_ptr());
         }
-    }
-}
-
-/// Registers a command with its single key at position 1 (so Cluster routing, ACL key patterns
-/// and `COMMAND GETKEYS` work), puts it in `acl_category` where supported, and documents it.
-pub fn create_command(
-    ctx: &Context,
-    spec: &Command,
-    handler: raw::RedisModuleCmdFunc,
-    flags: &str,
-    acl_category: Option<&CStr>,
-) -> Result<(), String> {
-    let c_flags = CString::new(flags).map_err(|e| e.to_string())?;
-    let name = spec.name;
-    // SAFETY: called from OnLoad with the module's context; the strings outlive the calls.
-    unsafe {
-        let create = raw::RedisModule_CreateCommand.ok_or("no RedisModule_CreateCommand")?;
-        if create(ctx.ctx, spec.c_name.as_ptr(), handler, c_flags.as_ptr(), 1, 1, 1) != OK {
-            return Err(format!("cannot create command {name} with flags '{flags}'"));
-        }
-        let command = raw::RedisModule_GetCommand
-            .map_or(std::ptr::null_mut(), |get| get(ctx.ctx, spec.c_name.as_ptr()));
-        if command.is_null() {
-            return Err(format!("cannot find command {name} after creating it"));
-        }
-        if let (Some(category), Some(set)) = (acl_category, raw::RedisModule_SetCommandACLCategories) {
-            if set(command, category.as_ptr()) != OK {
-                log_warning(&format!("fencedlock: cannot set ACL category of {name}"));
-            }
-        }
-        set_command_info(command, spec);
-    }
-    Ok(())
-}
-
-/// Adds an ACL category (Redis 7.4+, Valkey 8+), so `+@fencedlock` grants every command at
-/// once. Returns whether the server supports it.
-pub fn add_acl_category(ctx: &Context, name: &CStr) -> bool {
-    // SAFETY: called from OnLoad with the module's context.
-    unsafe { raw::RedisModule_AddACLCategory.is_some_and(|add| add(ctx.ctx, name.as_ptr()) == OK) }
-}
-
-/// Documents a command for `COMMAND DOCS` / `COMMAND INFO` and lets Redis check its arity before
-/// calling us. Best effort: servers without `RedisModule_SetCommandInfo` skip it.
-///
-/// # Safety
-/// `command` is a command this module just created.
-unsafe fn set_command_info(command: *mut raw::RedisModuleCommand, spec: &Command) {
-    // SAFETY: the API pointers are filled by RedisModule_Init and only read afterwards.
-    let Some(set) = (unsafe { raw::RedisModule_SetCommandInfo }) else { return };
-    let version = raw::RedisModuleCommandInfoVersion {
-        version: 1,
-        sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
-        sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
-        sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
-    };
-    // (argument, its option word if it is an option's value, optional)
-    let required = spec.args.iter().map(|a| (a, None, false));
-    let optional = spec.optional.iter().flat_map(|group| group.iter()).map(|a| (a, None, true));
-    let options = spec.options.iter().map(|o| (&o.value, Some(o.word), true));
-    let args: Vec<_> = required.chain(optional).chain(options).collect();
-    let names: Vec<CString> = args.iter().filter_map(|(a, _, _)| CString::new(a.name).ok()).collect();
-    let words: Vec<Option<CString>> =
-        args.iter().map(|(_, w, _)| w.and_then(|w| CString::new(w).ok())).collect();
-    if names.len() != args.len() {
-        return;
-    }
-    let mut docs: Vec<raw::RedisModuleCommandArg> = args
-        .iter()
-        .zip(&names)
-        .zip(&words)
-        .map(|(((arg, _, optional), name), word)| {
-            // SAFETY: the bindgen struct is plain data; all-zero is its C "unset" value.
-            let mut doc: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
-            doc.name = name.as_ptr();
-            (doc.type_, doc.key_spec_index) = match arg.kind {
-                ArgKind::Key => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
-                ArgKind::Text => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, -1),
-                ArgKind::Integer => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, -1),
-            };
-            // An option is documented as Redis documents its own (`SET … PX milliseconds`):
-            // its value, introduced by the word.
-            if let Some(word) = word {
-                doc.token = word.as_ptr();
-            }
-            if *optional {
-                doc.flags = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
-            }
-            doc
-        })
-        .collect();
-    // SAFETY: as above; the zeroed entry terminates the argument array.
-    docs.push(unsafe { std::mem::zeroed() });
-    let Ok(summary) = CString::new(spec.summary) else { return };
-    // SAFETY: as above.
-    let mut info: raw::RedisModuleCommandInfo = unsafe { std::mem::zeroed() };
-    info.version = &version;
-    info.summary = summary.as_ptr();
-    info.complexity = c"O(1)".as_ptr();
-    info.since = c"0.1.0".as_ptr();
-    info.arity = spec.arity();
-    info.args = docs.as_mut_ptr();
-    // SAFETY: `command` is ours (the caller's promise); Redis copies the info during the call and
-    // every pointer in it outlives the call.
-    if unsafe { set(command, &info) } != OK {
-        log_warning(&format!("fencedlock: cannot document {}", spec.name));
     }
 }
 

@@ -49,15 +49,23 @@ mod module {
     use crate::server::{self, SERVER};
     use crate::{blocking, commands, info, sweeper};
 
+    // Above each command: why its key access (`KeyAccess`, the last column) is what it is.
     const COMMANDS: [Registration; 8] = command_table! {
-        command::ACQUIRE => commands::acquire, "write deny-oom fast";
-        command::RENEW => commands::renew, "write fast";
-        command::RELEASE => commands::release, "write fast";
-        command::RAISE => commands::raise, "write fast";
-        command::CAD => commands::cad, "write fast";
-        command::STATUS => commands::status, "readonly fast";
-        command::APPLY => commands::apply, "write deny-script no-monitor no-slowlog";
-        command::APPLYSEM => commands::apply_semaphore, "write deny-script no-monitor no-slowlog";
+        // Replies the fence. Creates the key or takes over an expired lease: an update, not INSERT.
+        command::ACQUIRE => commands::acquire, "write deny-oom fast", RW | ACCESS | UPDATE;
+        // Replies only 1 or 0, as LREM its count: write access alone.
+        command::RENEW => commands::renew, "write fast", RW | UPDATE;
+        // Ends the lease (or hands it to a waiter); the key and its fence stay until reclaim.
+        command::RELEASE => commands::release, "write fast", RW | UPDATE;
+        // Replies the fence it raised; nil, and no key made, where there is none.
+        command::RAISE => commands::raise, "write fast", RW | ACCESS | UPDATE;
+        // Deletes the whole key or nothing and replies 1 or 0, as Valkey's DELIFEQ declares.
+        command::CAD => commands::cad, "write fast", RM | DELETE;
+        // Replies the key's state, changes nothing: a `%R~` user may watch locks.
+        command::STATUS => commands::status, "readonly fast", RO | ACCESS;
+        // Both replace the key's whole value with the primary's record, as RESTORE does.
+        command::APPLY => commands::apply, "write deny-script no-monitor no-slowlog", OW | UPDATE;
+        command::APPLYSEM => commands::apply_semaphore, "write deny-script no-monitor no-slowlog", OW | UPDATE;
     };
 
     fn init(ctx: &Context, _args: &[RedisString]) -> Status {
@@ -82,9 +90,10 @@ mod module {
             any_waiters: || SERVER.waiters() > 0,
             unlinked: blocking::unlinked,
         });
-        let category = ffi::add_acl_category(ctx, command::ACL_CATEGORY_C).then_some(command::ACL_CATEGORY_C);
-        for c in COMMANDS {
-            ffi::create_command(ctx, &c.spec, c.entry, c.flags, category)?;
+        let category =
+            register::add_acl_category(ctx, command::ACL_CATEGORY_C).then_some(command::ACL_CATEGORY_C);
+        for c in &COMMANDS {
+            register::create_command(ctx, c, category)?;
         }
         // Registered here rather than through `redis_module!`, whose config arm needs a string
         // config as well. LoadConfigs applies values from redis.conf or the command line.

@@ -1,12 +1,13 @@
 //! The Redis module against real servers (flavor from `FENCEDLOCK_FLAVOR`): its command
-//! contract, persistence, reclaim of idle keys, replication, hostile input, and ACLs and
-//! secrets.
+//! contract, persistence, reclaim of idle keys, replication, hostile input, ACLs and
+//! secrets, and each command's declared key access.
 
 mod support;
 
 mod blocking;
 mod commands;
 mod hostile_input;
+mod key_specs;
 mod label;
 mod late_handoff;
 mod metrics;

@@ -22,7 +22,7 @@ const PASSWORD: &str = "acl-test-password";
 const LOCK_COMMANDS: &str =
     "+fencedlock.acquire +fencedlock.renew +fencedlock.release +fencedlock.raise +fencedlock.status +fencedlock.cad";
 
-fn setuser(s: &Server, name: &str, rules: &str) -> RedisResult<()> {
+pub(crate) fn setuser(s: &Server, name: &str, rules: &str) -> RedisResult<()> {
     let mut cmd = redis::cmd("ACL");
     cmd.arg("SETUSER").arg(name).arg("reset").arg("on").arg(format!(">{PASSWORD}"));
     for r in rules.split_whitespace() {
@@ -31,7 +31,7 @@ fn setuser(s: &Server, name: &str, rules: &str) -> RedisResult<()> {
     s.query(&cmd)
 }
 
-fn connect_as(s: &Server, user: &str) -> Connection {
+pub(crate) fn connect_as(s: &Server, user: &str) -> Connection {
     let url = format!("redis://{user}:{PASSWORD}@127.0.0.1:{}", s.port());
     let conn = redis::Client::open(url)
         .expect("url")
@@ -41,7 +41,7 @@ fn connect_as(s: &Server, user: &str) -> Connection {
     conn
 }
 
-fn run(conn: &mut Connection, args: &[&str]) -> RedisResult<Value> {
+pub(crate) fn run(conn: &mut Connection, args: &[&str]) -> RedisResult<Value> {
     let mut cmd = redis::Cmd::new();
     for a in args {
         cmd.arg(*a);
@@ -49,7 +49,7 @@ fn run(conn: &mut Connection, args: &[&str]) -> RedisResult<Value> {
     cmd.query(conn)
 }
 
-fn noperm(conn: &mut Connection, args: &[&str]) -> String {
+pub(crate) fn noperm(conn: &mut Connection, args: &[&str]) -> String {
     match run(conn, args) {
         Err(e) => {
             let text = error_text(&e);
@@ -60,7 +60,7 @@ fn noperm(conn: &mut Connection, args: &[&str]) -> String {
     }
 }
 
-fn exists(s: &Server, key: &str) -> bool {
+pub(crate) fn exists(s: &Server, key: &str) -> bool {
     s.cmd::<i64>(&["EXISTS", key]).expect("EXISTS") == 1
 }
 
