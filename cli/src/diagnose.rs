@@ -66,6 +66,9 @@ enum Failure {
     NotReady,
     /// Out of memory (`OOM`: maxmemory reached with nothing to evict).
     OutOfMemory,
+    /// The sentinels name no primary that answers as one (a failover in progress, or a
+    /// service name they do not monitor).
+    NoPrimary,
     /// The TLS handshake failed: the certificates do not match (the client crate's
     /// `InvalidClientConfig`).
     Tls,
@@ -83,6 +86,7 @@ impl Failure {
         }
         match (err.kind(), err.code()) {
             (ErrorKind::InvalidClientConfig, _) => Failure::Tls,
+            (ErrorKind::MasterNameNotFoundBySentinel, _) => Failure::NoPrimary,
             (ErrorKind::Server(ServerErrorKind::NoPerm), _) => Failure::NoPermission,
             (ErrorKind::AuthenticationFailed, _) | (_, Some("NOAUTH" | "WRONGPASS")) => Failure::Credentials,
             (ErrorKind::Server(ServerErrorKind::ReadOnly), _) => Failure::ReadOnly,
@@ -223,6 +227,9 @@ fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) 
         )),
         Failure::NoPermission => no_permission(node, source, ctx),
         Failure::Tls => tls(node, source),
+        Failure::NoPrimary => CliError::Unavailable(format!(
+            "the sentinels of {node} name no primary now ({text}): a failover may be in progress (use --wait), or check the service name in the URL"
+        )),
         Failure::ReadOnly => CliError::Unavailable(format!(
             "the server at {node} is a read-only replica; point --redis at the primary"
         )),
@@ -375,6 +382,10 @@ mod tests {
         ));
         assert_eq!(Failure::of(&tls), Failure::Tls);
         assert_eq!(exit_code(tls), code::CONFIG);
+        let failover =
+            RedisError::from((ErrorKind::MasterNameNotFoundBySentinel, "Master with given name not found"));
+        assert_eq!(Failure::of(&failover), Failure::NoPrimary);
+        assert_eq!(exit_code(failover), code::UNAVAILABLE);
     }
 
     #[test]

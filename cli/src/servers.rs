@@ -221,7 +221,10 @@ mod tests {
 
     #[test]
     fn a_comma_separates_servers_only_before_a_scheme() {
-        assert_eq!(split("redis://a:1,redis://b:2 , rediss://c:3"), ["redis://a:1", "redis://b:2", "rediss://c:3"]);
+        assert_eq!(
+            split("redis://a:1,redis://b:2 , rediss://c:3"),
+            ["redis://a:1", "redis://b:2", "rediss://c:3"]
+        );
         assert_eq!(
             split("redis+sentinel://s1:26379,s2:26379/m,redis://b:2,redis+sentinel://s3,s4/n"),
             ["redis+sentinel://s1:26379,s2:26379/m", "redis://b:2", "redis+sentinel://s3,s4/n"]

@@ -596,7 +596,8 @@ fn command(request: &Acquire<'_>) -> Cmd {
 /// A connection to `target` (the sentinels asked first, for a sentinel-monitored primary)
 /// without a response timeout of its own: every caller bounds its requests.
 async fn connect(target: &Target, timeout: Duration) -> Result<MultiplexedConnection, RedisError> {
-    let config = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(None);
+    let config =
+        AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(None);
     target.client().await?.get_multiplexed_async_connection_with_config(&config).await
 }
 

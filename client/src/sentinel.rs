@@ -65,7 +65,8 @@ impl SentinelUrl {
                 "bad Sentinel URL: {why}; use redis+sentinel://[user:password@]host:port[,host:port…]/service_name[/db]"
             ))
         };
-        let (skip, tls) = scheme(url).ok_or_else(|| bad("the scheme must be redis+sentinel:// or rediss+sentinel://"))?;
+        let (skip, tls) =
+            scheme(url).ok_or_else(|| bad("the scheme must be redis+sentinel:// or rediss+sentinel://"))?;
         let rest = &url[skip..];
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (authority, path) = rest.split_once('/').ok_or_else(|| bad("no service name"))?;
@@ -73,7 +74,12 @@ impl SentinelUrl {
             Some((userinfo, hosts)) => (Some(userinfo), hosts),
             None => (None, authority),
         };
-        let decode = |s: &str| percent_decode_str(s).decode_utf8().map(|s| s.into_owned()).map_err(|_| bad("bad percent-encoding"));
+        let decode = |s: &str| {
+            percent_decode_str(s)
+                .decode_utf8()
+                .map(|s| s.into_owned())
+                .map_err(|_| bad("bad percent-encoding"))
+        };
         let (username, password) = match userinfo {
             None => (None, None),
             Some(userinfo) => {
@@ -82,7 +88,10 @@ impl SentinelUrl {
                 (nonempty(decode(user)?), nonempty(decode(password)?))
             }
         };
-        let sentinels = hosts.split(',').map(|host| host_port(host).ok_or_else(|| bad(&format!("bad sentinel address {host:?}")))).collect::<Result<Vec<_>, _>>()?;
+        let sentinels = hosts
+            .split(',')
+            .map(|host| host_port(host).ok_or_else(|| bad(&format!("bad sentinel address {host:?}"))))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut path = path.split('/');
         let service = decode(path.next().unwrap_or_default())?;
         if service.is_empty() {
@@ -101,10 +110,23 @@ impl SentinelUrl {
             match name {
                 "sentinel_username" => sentinel_username = Some(decode(value)?),
                 "sentinel_password" => sentinel_password = Some(decode(value)?),
-                other => return Err(bad(&format!("unknown option {other:?} (sentinel_username, sentinel_password)"))),
+                other => {
+                    return Err(bad(&format!(
+                        "unknown option {other:?} (sentinel_username, sentinel_password)"
+                    )))
+                }
             }
         }
-        Ok(SentinelUrl { sentinels, service, db, username, password, sentinel_username, sentinel_password, tls })
+        Ok(SentinelUrl {
+            sentinels,
+            service,
+            db,
+            username,
+            password,
+            sentinel_username,
+            sentinel_password,
+            tls,
+        })
     }
 
     /// The node's name in reports and errors: the service and its sentinels, no credentials.
@@ -116,7 +138,9 @@ impl SentinelUrl {
     /// A client that asks these sentinels for the primary, with `tls` for `rediss+sentinel`.
     fn client(&self, tls: &Tls) -> Result<SentinelClient, RedisError> {
         let addrs = self.sentinels.iter().map(|(host, port)| match self.tls {
-            true => ConnectionAddr::TcpTls { host: host.clone(), port: *port, insecure: false, tls_params: None },
+            true => {
+                ConnectionAddr::TcpTls { host: host.clone(), port: *port, insecure: false, tls_params: None }
+            }
             false => ConnectionAddr::Tcp(host.clone(), *port),
         });
         let mut builder = SentinelClientBuilder::new(addrs, &self.service, SentinelServerType::Master)?
@@ -134,7 +158,9 @@ impl SentinelUrl {
             builder = builder.set_client_to_sentinel_password(password);
         }
         if self.tls {
-            builder = builder.set_client_to_redis_tls_mode(TlsMode::Secure).set_client_to_sentinel_tls_mode(TlsMode::Secure);
+            builder = builder
+                .set_client_to_redis_tls_mode(TlsMode::Secure)
+                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
             if tls.is_configured() {
                 builder = builder
                     .set_client_to_redis_certificates(tls.certificates())
@@ -175,7 +201,8 @@ impl Primary {
     pub(crate) fn new(url: &SentinelUrl, tls: &Tls) -> Result<Primary, Error> {
         if tls.is_configured() && !url.tls {
             return Err(Error::Config(
-                "TLS options were given but the Sentinel URL is plaintext: use rediss+sentinel:// for TLS".into(),
+                "TLS options were given but the Sentinel URL is plaintext: use rediss+sentinel:// for TLS"
+                    .into(),
             ));
         }
         let client = url.client(tls).map_err(|e| Error::Config(format!("bad Sentinel URL: {e}")))?;

@@ -5,7 +5,8 @@
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// Transient conditions: I/O errors and timeouts, `TRYAGAIN` (the module's restart grace
-/// among them), `LOADING`, and cluster reconfiguration. Everything else is final.
+/// among them), `LOADING`, cluster reconfiguration, and sentinels that name no usable primary
+/// (a failover in progress). Everything else is final.
 pub(crate) fn is_transient(err: &RedisError) -> bool {
     if err.is_io_error() || err.is_connection_dropped() || err.is_timeout() {
         return true;
@@ -21,6 +22,7 @@ pub(crate) fn is_transient(err: &RedisError) -> bool {
                 | ServerErrorKind::Moved
                 | ServerErrorKind::Ask
         ) | ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::MasterNameNotFoundBySentinel
     )
 }
 

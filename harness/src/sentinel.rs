@@ -133,7 +133,9 @@ impl Sentinels {
     pub fn failover(&self) {
         let accepted = self.nodes.iter().any(|node| {
             node.conn()
-                .and_then(|mut conn| redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<String>(&mut conn))
+                .and_then(|mut conn| {
+                    redis::cmd("SENTINEL").arg("FAILOVER").arg(SENTINEL_MASTER).query::<String>(&mut conn)
+                })
                 .is_ok()
         });
         assert!(accepted, "no Sentinel accepted SENTINEL FAILOVER\n{}", self.log_tails(20));

@@ -42,11 +42,18 @@ fn group() -> (Server, Vec<Server>, Sentinels) {
 
 /// Tries `try_acquire` on fresh keys until one is granted or `limit` runs out: the first grant
 /// after a failover, and how long it took from `since`.
-fn first_grant(rt: &tokio::runtime::Runtime, locker: &Locker, since: Instant, limit: Duration) -> (Lease, Duration) {
+fn first_grant(
+    rt: &tokio::runtime::Runtime,
+    locker: &Locker,
+    since: Instant,
+    limit: Duration,
+) -> (Lease, Duration) {
     for attempt in 0.. {
         match rt.block_on(locker.try_acquire(&format!("sc:after:{attempt}"))) {
             Ok(lease) => return (lease, since.elapsed()),
-            Err(err) => assert!(since.elapsed() < limit, "no grant {limit:?} after the kill; last error: {err}"),
+            Err(err) => {
+                assert!(since.elapsed() < limit, "no grant {limit:?} after the kill; last error: {err}")
+            }
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -85,7 +92,11 @@ fn after_a_kill_the_same_locker_is_granted_by_the_promoted_replica() {
     // Every confirmed lease survived the failover, and its holder renews it there.
     for mut lease in before {
         let status = promoted.lock_status(lease.key());
-        assert!(status.as_ref().is_some_and(|s| s.held && s.fence == lease.fence()), "{}: {status:?}", lease.key());
+        assert!(
+            status.as_ref().is_some_and(|s| s.held && s.fence == lease.fence()),
+            "{}: {status:?}",
+            lease.key()
+        );
         rt.block_on(lease.renew()).expect("renewed on the new primary");
         rt.block_on(lease.release()).expect("released on the new primary");
     }

@@ -13,4 +13,5 @@ mod policy;
 mod run;
 mod script;
 mod semaphore;
+mod sentinel;
 mod tls;
