@@ -204,6 +204,12 @@ pub struct Global {
     )]
     pub redis: Vec<String>,
 
+    /// The --redis URLs are nodes of one Redis Cluster (any of them will do): each key goes to
+    /// its slot's primary, following slot moves. Without it, a cluster node answers MOVED for
+    /// keys it does not own.
+    #[arg(long, global = true, env = "FENCEDLOCK_CLUSTER")]
+    pub cluster: bool,
+
     /// Per-server request timeout (connecting included).
     #[arg(long, value_name = "DURATION", global = true, default_value = "500ms", value_parser = duration::parse)]
     pub timeout: Duration,

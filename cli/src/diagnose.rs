@@ -66,6 +66,8 @@ enum Failure {
     NotReady,
     /// Out of memory (`OOM`: maxmemory reached with nothing to evict).
     OutOfMemory,
+    /// A Redis Cluster node that does not own the key (`MOVED`, `ASK`): `--cluster` is missing.
+    Misrouted,
     /// The sentinels name no primary that answers as one (a failover in progress, or a
     /// service name they do not monitor).
     NoPrimary,
@@ -87,6 +89,7 @@ impl Failure {
         match (err.kind(), err.code()) {
             (ErrorKind::InvalidClientConfig, _) => Failure::Tls,
             (ErrorKind::MasterNameNotFoundBySentinel, _) => Failure::NoPrimary,
+            (ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask), _) => Failure::Misrouted,
             (ErrorKind::Server(ServerErrorKind::NoPerm), _) => Failure::NoPermission,
             (ErrorKind::AuthenticationFailed, _) | (_, Some("NOAUTH" | "WRONGPASS")) => Failure::Credentials,
             (ErrorKind::Server(ServerErrorKind::ReadOnly), _) => Failure::ReadOnly,
@@ -227,6 +230,10 @@ fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) 
         )),
         Failure::NoPermission => no_permission(node, source, ctx),
         Failure::Tls => tls(node, source),
+        Failure::Misrouted => CliError::Usage(format!(
+            "the server at {node} is a Redis Cluster node that does not own {:?} ({text}): pass --cluster, with any node of the cluster as --redis",
+            ctx.key
+        )),
         Failure::NoPrimary => CliError::Unavailable(format!(
             "the sentinels of {node} name no primary now ({text}): a failover may be in progress (use --wait), or check the service name in the URL"
         )),
@@ -244,6 +251,12 @@ fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) 
         )),
         Failure::Other => CliError::Internal(format!("unexpected reply from {node}: {text}")),
     }
+}
+
+/// Whether `err` is a cluster node's `MOVED` or `ASK` seen without `--cluster`: asking again
+/// cannot help.
+pub fn is_misrouted(err: &Error) -> bool {
+    matches!(err, Error::Server { source, .. } if Failure::of(source) == Failure::Misrouted)
 }
 
 /// The TLS handshake failed: the certificates, not the server's state, must change.
@@ -382,6 +395,8 @@ mod tests {
         ));
         assert_eq!(Failure::of(&tls), Failure::Tls);
         assert_eq!(exit_code(tls), code::CONFIG);
+        assert_eq!(Failure::of(&reply("MOVED 15495 127.0.0.1:7002")), Failure::Misrouted);
+        assert_eq!(exit_code(reply("MOVED 15495 127.0.0.1:7002")), code::USAGE);
         let failover =
             RedisError::from((ErrorKind::MasterNameNotFoundBySentinel, "Master with given name not found"));
         assert_eq!(Failure::of(&failover), Failure::NoPrimary);

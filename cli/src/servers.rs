@@ -11,6 +11,7 @@ use fencedlock::{
 use futures::future::join_all;
 
 use crate::args::{ConfirmArgs, Global, TlsArgs};
+use crate::diagnose;
 use crate::duration;
 use crate::error::CliError;
 
@@ -64,7 +65,11 @@ pub fn open_confirmed(
         ));
     }
     let tls = tls(&global.tls)?;
-    let nodes = urls.iter().map(|url| node(url, &tls)).collect::<Result<Vec<_>, _>>()?;
+    let nodes = match global.cluster {
+        // One node that routes every key to its slot's primary; the URLs are its seeds.
+        true => vec![cluster(&urls, &tls)?],
+        false => urls.iter().map(|url| node(url, &tls)).collect::<Result<Vec<_>, _>>()?,
+    };
     let mut builder = LockConfig::builder()
         .ttl(options.ttl)
         .max_wait(options.wait)
@@ -126,7 +131,10 @@ pub async fn acquire(
         None => lock.try_acquire(key).await,
     };
     match first {
-        Err(err) if err.is_retryable() && !lock.config().max_wait().is_zero() => {
+        // A cluster node answering for a key it does not own will answer so again.
+        Err(err)
+            if err.is_retryable() && !diagnose::is_misrouted(&err) && !lock.config().max_wait().is_zero() =>
+        {
             on_wait(&err);
             // The first attempt counts against `--wait` (with silent servers it can take a
             // node timeout); dropping `acquire` at the limit leaves nothing held or queued.
@@ -198,6 +206,17 @@ fn split(value: &str) -> Vec<&str> {
     }
     urls.push(&value[start..]);
     urls.into_iter().map(str::trim).filter(|url| !url.is_empty()).collect()
+}
+
+/// A Redis Cluster reached through `seeds` (`--cluster`).
+fn cluster(seeds: &[&str], tls: &Tls) -> Result<Node, CliError> {
+    if let Some(url) = seeds.iter().find(|url| !url.starts_with("redis://") && !url.starts_with("rediss://"))
+    {
+        return Err(CliError::Usage(format!(
+            "bad cluster node URL {url:?}: --cluster takes redis://HOST:PORT or rediss://HOST:PORT of any cluster node"
+        )));
+    }
+    Node::cluster_with_tls(seeds, tls).map_err(|e| CliError::Usage(e.to_string()))
 }
 
 fn node(url: &str, tls: &Tls) -> Result<Node, CliError> {

@@ -33,5 +33,8 @@ pub(crate) fn is_transient(err: &RedisError) -> bool {
 /// outages: a declared fail-open policy must not turn a misconfiguration into silently
 /// unlocked work.
 pub(crate) fn is_outage(err: &RedisError) -> bool {
-    is_transient(err) || matches!(err.code(), Some("OOM" | "BUSY" | "NOREPLICAS"))
+    // A MOVED or ASK that reaches the caller comes from a cluster node addressed as a single
+    // server: a misconfiguration, which fail-open must not run through.
+    let misrouted = matches!(err.kind(), ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask));
+    (is_transient(err) && !misrouted) || matches!(err.code(), Some("OOM" | "BUSY" | "NOREPLICAS"))
 }

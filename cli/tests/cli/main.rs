@@ -4,6 +4,7 @@
 
 mod support;
 
+mod cluster;
 mod confirm;
 mod deadline;
 mod demo;
