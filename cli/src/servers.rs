@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
-use fencedlock::{
-    Error, Lease, LockConfig, Node, Redlock, Semaphore, SemaphoreStatus, Tls, TokenFormat, MAX_TTL,
-};
+use fencedlock::{Error, Lease, LockConfig, Node, Redlock, Semaphore, SemaphoreStatus, Tls, TokenFormat};
+use fencedlock_protocol::limits::DEFAULT_MAX_TTL_MS;
 use futures::future::join_all;
 
 use crate::args::{ConfirmArgs, Global, TlsArgs};
@@ -86,8 +85,8 @@ pub fn open_confirmed(
     }
     let config = builder.build().map_err(|e| match e {
         Error::Config(msg) => CliError::Usage(format!(
-            "{msg}; use e.g. --ttl 30s (the servers' default limit is {})",
-            duration::format(MAX_TTL)
+            "{msg}; use e.g. --ttl 30s (each server allows up to its fencedlock.max-ttl-ms, {} by default)",
+            duration::format(Duration::from_millis(DEFAULT_MAX_TTL_MS))
         )),
         other => CliError::Internal(other.to_string()),
     })?;

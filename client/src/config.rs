@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencedlock_protocol::limits::DEFAULT_MAX_TTL_MS;
+use fencedlock_protocol::limits::MAX_MAX_TTL_MS;
 
 use crate::backoff::Backoff;
 use crate::error::Error;
@@ -11,10 +11,12 @@ use crate::tls::Tls;
 use crate::token::{Token, TokenFormat};
 use crate::validity;
 
-/// The longest ttl a [`LockConfig`] accepts: the module's default `fencedlock.max-ttl-ms` (one
-/// day). A longer one would be refused by every server with that default, so it is refused
-/// here, before any request.
-pub const MAX_TTL: Duration = Duration::from_millis(DEFAULT_MAX_TTL_MS);
+/// The longest ttl a [`LockConfig`] accepts: the most any server can be configured to allow
+/// (the upper bound of `fencedlock.max-ttl-ms`, about 139 years). The limit that applies is
+/// each server's own `fencedlock.max-ttl-ms` (one day by default): a longer ttl is refused by
+/// the server with [`ReplyError::TtlTooLarge`](crate::ReplyError::TtlTooLarge), which names
+/// the setting, and changes nothing.
+pub const MAX_TTL: Duration = Duration::from_millis(MAX_MAX_TTL_MS);
 
 /// The per-node timeout of a new [`Node`](crate::Node) and of a default [`LockConfig`]:
 /// long enough for a healthy server's answer, short enough that a stopped one costs a Redlock
@@ -373,6 +375,8 @@ mod tests {
         assert!(err(LockConfig::builder().ttl(Duration::ZERO)).contains("ttl"));
         assert!(err(LockConfig::builder().ttl(Duration::from_micros(1500))).contains("whole"));
         assert!(err(LockConfig::builder().ttl(MAX_TTL + MS)).contains("at most"));
+        // No cap at the servers' default day: the limit that applies is each server's.
+        assert!(LockConfig::builder().ttl(Duration::from_secs(2 * 86_400)).build().is_ok());
         assert!(LockConfig::builder().ttl(MAX_TTL).build().is_ok());
         // 2 ms of constant drift leaves nothing in a 2 ms lease.
         assert!(err(LockConfig::builder().ttl(2 * MS)).contains("drift"));

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::{blocking, config, steal};
-use fencedlock::{Error, LockConfig, Locker, LossCause, Token, TokenFormat};
+use fencedlock::{Error, LockConfig, Locker, LossCause, ReplyError, Token, TokenFormat};
 use harness::{epoch_of, wait_released, LockStatus, Server, EPOCH_GAP};
 
 fn locker(server: &Server, ttl_ms: u64) -> Locker {
@@ -265,6 +265,19 @@ async fn server_errors_are_typed_and_not_retried() {
         other => panic!("expected a ttl error, got {other:?}"),
     }
     assert_eq!(server.lock_status("long"), None, "a refused command changes nothing");
+
+    // The limit is the server's: raised above the default day, a two-day lease is granted.
+    let _: () = server.cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "172800000"]).unwrap();
+    let two_days =
+        LockConfig::builder().ttl(Duration::from_secs(2 * 86_400)).build().expect("no client cap at a day");
+    let lease = Locker::open(&server.url(), two_days).unwrap().try_acquire("long").await.expect("granted");
+    assert!(server.lock_status("long").is_some_and(|s| s.remaining > Some(Duration::from_secs(86_400))));
+    assert!(lease.release().await.unwrap());
+    let _: () = server.cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "1000"]).unwrap();
+    match long.acquire("long").await {
+        Err(err) => assert_eq!(err.reply_error(), Some(ReplyError::TtlTooLarge), "{err}"),
+        other => panic!("expected the server's ttl refusal, got {other:?}"),
+    }
 
     // A server that is not listening: I/O error, retryable.
     let nowhere = Locker::open("redis://127.0.0.1:1", config(1_000, 200)).unwrap();

@@ -32,10 +32,27 @@ fn bad_durations_name_the_option_and_the_units() {
 #[test]
 fn out_of_range_ttls_are_refused_before_any_request() {
     // No server listens on the default URL in this test, so a request would say 69.
-    let out = refused(&["run", "-k", "k", "--redis", "redis://127.0.0.1:1", "--ttl", "25h"]);
+    let out = refused(&["run", "-k", "k", "--redis", "redis://127.0.0.1:1", "--ttl", "2000000h"]);
     assert_one_line_error(&out, USAGE, &["at most", "--ttl"]);
     let out = refused(&["run", "-k", "k", "--redis", "redis://127.0.0.1:1", "--ttl", "1ms"]);
     assert_one_line_error(&out, USAGE, &["--ttl"]);
+}
+
+#[test]
+fn the_longest_ttl_is_the_servers_max_ttl_setting() {
+    let server = Server::start();
+    let url = server.url();
+    // The default day: a longer lease is the server's usage error, naming its setting.
+    let out = refused(&["run", "-k", "long", "--redis", &url, "--ttl", "25h"]);
+    assert_one_line_error(&out, USAGE, &["max-ttl-ms"]);
+    assert_eq!(server.lock_status("long"), None, "the refusal changed nothing");
+    // Raised, the same ttl is granted.
+    let _: () = server.cmd(&["CONFIG", "SET", "fencedlock.max-ttl-ms", "172800000"]).unwrap();
+    let out = run(&["acquire", "-k", "long", "--redis", &url, "--ttl", "25h"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(server
+        .lock_status("long")
+        .is_some_and(|s| s.remaining > Some(std::time::Duration::from_secs(86_400))));
 }
 
 #[test]
