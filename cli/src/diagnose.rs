@@ -1,12 +1,13 @@
 //! Turns client errors into one-line messages that tell the operator what to do.
 //!
 //! Errors are told apart by kind, never by their wording: the module's refusals by
-//! [`ReplyError`], the server's own by the `redis` error kind and code.
+//! [`ReplyError`], the server's own and the connection's by the client's [`Cause`], the classification its own
+//! retries and failure policy use, so the exit code and `--on-unavailable` always agree.
 
 use std::time::Duration;
 
-use fencedlock::redis::{ErrorKind, RedisError, ServerErrorKind};
-use fencedlock::{Error, QuorumReport, ReplyError, Vote};
+use fencedlock::redis::RedisError;
+use fencedlock::{Cause, Error, QuorumReport, ReplyError, Vote};
 use fencedlock_protocol::command::{ACL_CATEGORY, ACQUIRE, RAISE, RELEASE, RENEW, STATUS};
 
 use crate::duration;
@@ -46,80 +47,6 @@ pub fn explain(err: &Error, ctx: Context<'_>) -> CliError {
     }
 }
 
-/// Why a server or the connection to it failed a request, when it is not one of the module's
-/// refusals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Failure {
-    /// No answer in time.
-    TimedOut,
-    /// No connection: refused, reset, unresolvable.
-    Unreachable,
-    /// The server does not know the commands: the module is not loaded.
-    NoModule,
-    /// The ACL user may not run the commands or touch the key (`NOPERM`).
-    NoPermission,
-    /// The server wants other credentials (`NOAUTH`, `WRONGPASS`, a failed `AUTH`).
-    Credentials,
-    /// A read-only replica (`READONLY`).
-    ReadOnly,
-    /// Loading its data, or its cluster is reconfiguring (`LOADING`, `TRYAGAIN`, ...).
-    NotReady,
-    /// Out of memory (`OOM`: maxmemory reached with nothing to evict).
-    OutOfMemory,
-    /// A Redis Cluster node that does not own the key (`MOVED`, `ASK`): `--cluster` is missing.
-    Misrouted,
-    /// The sentinels name no primary that answers as one (a failover in progress, or a
-    /// service name they do not monitor).
-    NoPrimary,
-    /// The TLS handshake failed: the certificates do not match (the client crate's
-    /// `InvalidClientConfig`).
-    Tls,
-    /// Anything else.
-    Other,
-}
-
-impl Failure {
-    fn of(err: &RedisError) -> Failure {
-        if err.is_timeout() {
-            return Failure::TimedOut;
-        }
-        if err.is_io_error() || err.is_connection_refusal() || err.is_connection_dropped() {
-            return Failure::Unreachable;
-        }
-        match (err.kind(), err.code()) {
-            (ErrorKind::InvalidClientConfig, _) => Failure::Tls,
-            (ErrorKind::MasterNameNotFoundBySentinel, _) => Failure::NoPrimary,
-            (ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask), _) => Failure::Misrouted,
-            (ErrorKind::Server(ServerErrorKind::NoPerm), _) => Failure::NoPermission,
-            (ErrorKind::AuthenticationFailed, _) | (_, Some("NOAUTH" | "WRONGPASS")) => Failure::Credentials,
-            (ErrorKind::Server(ServerErrorKind::ReadOnly), _) => Failure::ReadOnly,
-            (
-                ErrorKind::Server(
-                    ServerErrorKind::BusyLoading
-                    | ServerErrorKind::TryAgain
-                    | ServerErrorKind::ClusterDown
-                    | ServerErrorKind::MasterDown,
-                ),
-                _,
-            ) => Failure::NotReady,
-            // `OOM` has no kind of its own in the `redis` crate; its code is the contract.
-            (_, Some("OOM")) => Failure::OutOfMemory,
-            (ErrorKind::Server(ServerErrorKind::ResponseError), _) if is_unknown_command(err) => {
-                Failure::NoModule
-            }
-            _ => Failure::Other,
-        }
-    }
-}
-
-/// Redis and Valkey give an unknown command no error code of its own: it is a plain `ERR`
-/// whose text starts this way (and clients have relied on that for years).
-fn is_unknown_command(err: &RedisError) -> bool {
-    err.detail().is_some_and(|detail| {
-        ["unknown command", "unknown subcommand"].iter().any(|start| detail.starts_with(start))
-    })
-}
-
 fn busy(ctx: Context<'_>) -> CliError {
     if ctx.waited.is_zero() {
         CliError::Busy(format!(
@@ -143,10 +70,10 @@ fn quorum(report: &QuorumReport, ctx: Context<'_>) -> CliError {
     // worth naming on its own.
     for vote in &report.votes {
         if let Vote::Failed { error } = &vote.vote {
-            match Failure::of(error) {
-                Failure::NoModule => return no_module(&vote.node),
-                Failure::NoPermission => return no_permission(&vote.node, error, ctx),
-                Failure::Tls => return tls(&vote.node, error),
+            match Cause::of(error) {
+                Cause::NoModule => return no_module(&vote.node),
+                Cause::NoPermission => return no_permission(&vote.node, error, ctx),
+                Cause::Tls => return tls(&vote.node, error),
                 _ => {}
             }
         }
@@ -177,7 +104,7 @@ pub fn votes(report: &QuorumReport) -> String {
 /// sent them.
 pub fn vote(vote: &Vote) -> String {
     match vote {
-        Vote::Failed { error } if Failure::of(error) == Failure::NoModule => {
+        Vote::Failed { error } if Cause::of(error) == Cause::NoModule => {
             "fencedlock module not loaded".into()
         }
         Vote::Failed { error } => format!("failed ({})", error_text(error)),
@@ -217,46 +144,47 @@ fn module_refusal(node: &str, refusal: ReplyError, source: &RedisError, ctx: Con
 /// `BUSY`, ...) still exits as unavailable, so `--on-unavailable` and the exit code agree.
 fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) -> CliError {
     let text = error_text(source);
-    match Failure::of(source) {
-        Failure::NoModule => no_module(node),
-        Failure::Unreachable => CliError::Unavailable(format!(
+    match Cause::of(source) {
+        Cause::NoModule => no_module(node),
+        Cause::Unreachable => CliError::Unavailable(format!(
             "cannot reach the server at {node} ({text}): start it, or fix --redis / FENCEDLOCK_REDIS"
         )),
-        Failure::TimedOut => CliError::Unavailable(format!(
+        Cause::TimedOut => CliError::Unavailable(format!(
             "no answer from {node} ({text}): check that the server is up and not paused, or raise --timeout"
         )),
-        Failure::Credentials => CliError::Unavailable(format!(
+        Cause::Credentials => CliError::Unavailable(format!(
             "the server at {node} refused to authenticate ({text}): put the credentials in the URL, redis://USER:PASSWORD@HOST:PORT"
         )),
-        Failure::NoPermission => no_permission(node, source, ctx),
-        Failure::Tls => tls(node, source),
-        Failure::Misrouted => CliError::Usage(format!(
+        Cause::NoPermission => no_permission(node, source, ctx),
+        Cause::Tls => tls(node, source),
+        Cause::Misrouted => CliError::Usage(format!(
             "the server at {node} is a Redis Cluster node that does not own {:?} ({text}): pass --cluster, with any node of the cluster as --redis",
             ctx.key
         )),
-        Failure::NoPrimary => CliError::Unavailable(format!(
+        Cause::NoPrimary => CliError::Unavailable(format!(
             "the sentinels of {node} name no primary now ({text}): a failover may be in progress (use --wait), or check the service name in the URL"
         )),
-        Failure::ReadOnly => CliError::Unavailable(format!(
+        Cause::ReadOnly => CliError::Unavailable(format!(
             "the server at {node} is a read-only replica; point --redis at the primary"
         )),
-        Failure::NotReady => CliError::Unavailable(format!(
+        Cause::NotReady => CliError::Unavailable(format!(
             "the server at {node} is not ready ({text}); try again shortly or use --wait"
         )),
-        Failure::OutOfMemory => CliError::Unavailable(format!(
+        Cause::OutOfMemory => CliError::Unavailable(format!(
             "the server at {node} is out of memory ({text}): raise its maxmemory or free memory"
         )),
-        Failure::Other if unavailable => CliError::Unavailable(format!(
+        // BUSY, NOREPLICAS and what the client may add: its verdict decides.
+        _ if unavailable => CliError::Unavailable(format!(
             "the server at {node} cannot grant leases now ({text}); try again shortly or use --wait"
         )),
-        Failure::Other => CliError::Internal(format!("unexpected reply from {node}: {text}")),
+        _ => CliError::Internal(format!("unexpected reply from {node}: {text}")),
     }
 }
 
 /// Whether `err` is a cluster node's `MOVED` or `ASK` seen without `--cluster`: asking again
 /// cannot help.
 pub fn is_misrouted(err: &Error) -> bool {
-    matches!(err, Error::Server { source, .. } if Failure::of(source) == Failure::Misrouted)
+    matches!(err, Error::Server { source, .. } if Cause::of(source) == Cause::Misrouted)
 }
 
 /// The TLS handshake failed: the certificates, not the server's state, must change.
@@ -302,6 +230,7 @@ mod tests {
 
     use super::*;
     use crate::error::code;
+    use fencedlock::redis::ErrorKind;
 
     const CTX: Context<'static> = Context { key: "k", waited: Duration::ZERO };
 
@@ -350,42 +279,27 @@ mod tests {
     }
 
     #[test]
-    fn the_servers_own_refusals_are_told_apart_by_kind_and_code() {
-        for (line, failure, exit) in [
-            (
-                "NOPERM User app has no permissions to run the 'x' command",
-                Failure::NoPermission,
-                code::UNAVAILABLE,
-            ),
-            ("NOPERM No permissions to access a key", Failure::NoPermission, code::UNAVAILABLE),
-            ("NOAUTH Authentication required.", Failure::Credentials, code::UNAVAILABLE),
-            ("WRONGPASS invalid username-password pair", Failure::Credentials, code::UNAVAILABLE),
-            ("READONLY You can't write against a read only replica.", Failure::ReadOnly, code::UNAVAILABLE),
-            ("LOADING Redis is loading the dataset in memory", Failure::NotReady, code::UNAVAILABLE),
-            ("CLUSTERDOWN The cluster is down", Failure::NotReady, code::UNAVAILABLE),
-            ("TRYAGAIN Multiple keys request during rehashing of slot", Failure::NotReady, code::UNAVAILABLE),
-            (
-                "ERR unknown command 'x', with args beginning with: <redacted>",
-                Failure::NoModule,
-                code::UNAVAILABLE,
-            ),
-            ("ERR Protocol error", Failure::Other, code::INTERNAL),
-            (
-                "OOM command not allowed when used memory > 'maxmemory'.",
-                Failure::OutOfMemory,
-                code::UNAVAILABLE,
-            ),
+    fn each_cause_of_a_server_failure_has_its_exit_code() {
+        for (line, exit) in [
+            ("NOPERM User app has no permissions to run the 'x' command", code::UNAVAILABLE),
+            ("NOPERM No permissions to access a key", code::UNAVAILABLE),
+            ("NOAUTH Authentication required.", code::UNAVAILABLE),
+            ("WRONGPASS invalid username-password pair", code::UNAVAILABLE),
+            ("READONLY You can't write against a read only replica.", code::UNAVAILABLE),
+            ("LOADING Redis is loading the dataset in memory", code::UNAVAILABLE),
+            ("CLUSTERDOWN The cluster is down", code::UNAVAILABLE),
+            ("TRYAGAIN Multiple keys request during rehashing of slot", code::UNAVAILABLE),
+            ("ERR unknown command 'x', with args beginning with: <redacted>", code::UNAVAILABLE),
+            ("ERR Protocol error", code::INTERNAL),
+            ("OOM command not allowed when used memory > 'maxmemory'.", code::UNAVAILABLE),
         ] {
-            assert_eq!(Failure::of(&reply(line)), failure, "{line}");
             assert_eq!(exit_code(reply(line)), exit, "{line}");
         }
         let auth = RedisError::from((ErrorKind::AuthenticationFailed, "Password authentication failed"));
-        assert_eq!(Failure::of(&auth), Failure::Credentials);
+        assert_eq!(exit_code(auth), code::UNAVAILABLE);
         let refused = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
-        assert_eq!(Failure::of(&refused), Failure::Unreachable);
         assert_eq!(exit_code(refused), code::UNAVAILABLE);
         let slow = RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut));
-        assert_eq!(Failure::of(&slow), Failure::TimedOut);
         assert_eq!(exit_code(slow), code::UNAVAILABLE);
         // The client crate's verdict on a failed TLS handshake.
         let tls = RedisError::from((
@@ -393,13 +307,10 @@ mod tests {
             "TLS handshake failed",
             "UnknownIssuer".into(),
         ));
-        assert_eq!(Failure::of(&tls), Failure::Tls);
         assert_eq!(exit_code(tls), code::CONFIG);
-        assert_eq!(Failure::of(&reply("MOVED 15495 127.0.0.1:7002")), Failure::Misrouted);
         assert_eq!(exit_code(reply("MOVED 15495 127.0.0.1:7002")), code::USAGE);
         let failover =
             RedisError::from((ErrorKind::MasterNameNotFoundBySentinel, "Master with given name not found"));
-        assert_eq!(Failure::of(&failover), Failure::NoPrimary);
         assert_eq!(exit_code(failover), code::UNAVAILABLE);
     }
 

@@ -34,10 +34,10 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::cause;
 use crate::engine::{Engine, Grant};
 use crate::error::Error;
 use crate::node::{Answer, Failure, Node};
-use crate::pool;
 use crate::quorum::Phase;
 use crate::replicas::Confirm;
 use crate::terms::Terms;
@@ -90,7 +90,7 @@ pub(crate) async fn attempt(
         }
         // An error reply: the server answered, nothing was granted. Anything else (no answer,
         // a broken connection) leaves a grant possible: the guard releases it.
-        Err(Failure::Redis(e)) if pool::is_reply(&e) => {
+        Err(Failure::Redis(e)) if cause::answered(&e) => {
             guard.disarm();
             Err(node.error("ACQUIRE", Failure::Redis(e)))
         }

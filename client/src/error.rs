@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use fencedlock_protocol::{ReplyError, StatusError};
 
+use crate::cause::Cause;
 use crate::quorum::QuorumReport;
-use crate::transient::{is_outage, is_transient};
 
 /// Everything that can go wrong when taking, keeping or giving back a lease.
 ///
@@ -131,7 +131,7 @@ impl Error {
         match self {
             Error::Contended { .. } | Error::Timeout { .. } | Error::NotConfirmed { .. } => true,
             Error::QuorumNotReached(report) => report.could_still_succeed(),
-            Error::Server { source, .. } => is_transient(source),
+            Error::Server { source, .. } => Cause::of(source).is_retryable(),
             Error::LeaseLost { .. } | Error::BadReply { .. } | Error::Config(_) | Error::Semaphore { .. } => {
                 false
             }
@@ -148,7 +148,7 @@ impl Error {
             Error::Timeout { .. } | Error::NotConfirmed { .. } => true,
             // A key that moved away while we waited is answered: retry where it lives now.
             Error::Server { .. } if self.reply_error() == Some(ReplyError::WaitInterrupted) => false,
-            Error::Server { source, .. } => is_outage(source),
+            Error::Server { source, .. } => Cause::of(source).is_outage(),
             // No majority because nodes did not answer, and none that did said another owner
             // holds it. Any refusal counts, not only a majority of them: a round ends as soon
             // as a majority is out of reach, without waiting for the rest, so whether a
@@ -174,6 +174,17 @@ impl Error {
             Error::Server { source, .. } => {
                 ReplyError::classify(source.code()?, source.detail().unwrap_or_default())
             }
+            _ => None,
+        }
+    }
+
+    /// What went wrong with the server or the connection to it, for a timeout or a server
+    /// error ([`Cause::of`] its source); `None` for every other error. The retry and
+    /// unavailability verdicts above are this cause's.
+    pub fn cause(&self) -> Option<Cause> {
+        match self {
+            Error::Timeout { .. } => Some(Cause::TimedOut),
+            Error::Server { source, .. } => Some(Cause::of(source)),
             _ => None,
         }
     }

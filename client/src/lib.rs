@@ -197,6 +197,7 @@
 #![warn(missing_docs)]
 
 mod backoff;
+mod cause;
 mod config;
 mod confirm;
 mod election;
@@ -220,11 +221,11 @@ mod terms;
 mod tls;
 mod token;
 mod trailing;
-mod transient;
 mod validity;
 mod waiting;
 
 pub use backoff::Backoff;
+pub use cause::Cause;
 pub use config::{
     LockConfig, LockConfigBuilder, OnUnavailable, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_MAX_BLOCKING,
     DEFAULT_NODE_TIMEOUT, MAX_TTL,

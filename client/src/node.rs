@@ -20,9 +20,10 @@ use fencedlock_protocol::command::{RAISE, RELEASE, RENEW, STATUS};
 use fencedlock_protocol::{Acquire, LockStatus, PermitReply, SemaphoreStatus};
 use redis::aio::MultiplexedConnection;
 use redis::cluster_async::ClusterConnection;
-use redis::{AsyncConnectionConfig, Cmd, ErrorKind, FromRedisValue, RedisError, ServerErrorKind};
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
 use tokio::sync::Mutex;
 
+use crate::cause::{self, Cause};
 use crate::config::{DEFAULT_MAX_BLOCKING, DEFAULT_NODE_TIMEOUT};
 use crate::error::Error;
 use crate::pool::{self, Pool};
@@ -351,7 +352,7 @@ impl Node {
                     // close it.
                     let in_step = match &acked {
                         None | Some(Ok(_)) => true,
-                        Some(Err(Failure::Redis(e))) => pool::is_reply(e),
+                        Some(Err(Failure::Redis(e))) => cause::answered(e),
                         Some(Err(Failure::TimedOut)) => false,
                     };
                     if in_step {
@@ -366,7 +367,7 @@ impl Node {
                     self.pool.give_back(conn);
                     return Ok(Answer::Nil);
                 }
-                Err(e) if pool::is_reply(&e) => {
+                Err(e) if cause::answered(&e) => {
                     // The server answered: the connection is in step and no waiter is queued
                     // (but one to a demoted primary is of no more use).
                     if !self.is_demoted(&e) {
@@ -378,7 +379,7 @@ impl Node {
                     }
                     return Err(Failure::Redis(redact::error(e, Some(request.token))));
                 }
-                Err(e) if reused && is_broken(&e) => {
+                Err(e) if reused && cause::breaks_connection(&e) => {
                     tracing::debug!(node = %self.name, "idle waiting connection was closed; opening another");
                 }
                 Err(e) => return Err(self.failure(e, Some(request.token))),
@@ -457,7 +458,7 @@ impl Node {
 
     /// Whether `e` says this node's server is no longer the primary the sentinels name.
     fn is_demoted(&self, e: &RedisError) -> bool {
-        self.follows_primary() && e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+        self.follows_primary() && Cause::of(e) == Cause::ReadOnly
     }
 
     /// A request's error as a [`Failure`]: the connect timeout inside `redis` (which fires at
@@ -500,7 +501,7 @@ impl Node {
                         // A demoted primary refused the command: the one the sentinels name
                         // now can take it at once.
                         let demoted = self.is_demoted(e);
-                        if is_broken(e) || demoted {
+                        if cause::breaks_connection(e) || demoted {
                             self.forget(generation).await;
                             // Not a reply that broke the protocol: that would break it again.
                             if !retried && (e.is_io_error() || e.is_connection_dropped() || demoted) {
@@ -663,11 +664,6 @@ impl FromRedisValue for StatusReply {
             label => Ok(StatusReply::Lock(head, label.map(Vec::<u8>::from_redis_value).transpose()?)),
         }
     }
-}
-
-/// Errors after which the multiplexed connection cannot be trusted any more.
-fn is_broken(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_unrecoverable_error()
 }
 
 #[cfg(test)]

@@ -43,12 +43,6 @@ pub(crate) fn lacks_block(err: &RedisError) -> bool {
         && err.detail().is_some_and(|d| d.starts_with(ARITY_ERROR))
 }
 
-/// Whether `err` is an error reply of the server (the connection worked and is in step), as
-/// opposed to an I/O, protocol or client-side failure after which the connection is unusable.
-pub(crate) fn is_reply(err: &RedisError) -> bool {
-    matches!(err.kind(), ErrorKind::Server(_) | ErrorKind::Extension)
-}
-
 /// The `BLOCK` argument for a wait of `left`: whole milliseconds rounded *up* (so the server
 /// never answers nil before the caller's deadline), at least 1 (`0` would mean "no limit"),
 /// at most [`MAX_BLOCK_MS`] (a longer wait asks again when that runs out).
@@ -209,15 +203,6 @@ mod tests {
         }
         let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
         assert!(!lacks_block(&io));
-    }
-
-    #[test]
-    fn replies_are_told_from_broken_connections() {
-        assert!(is_reply(&replied("ERR wrong number of arguments for 'x' command")));
-        assert!(is_reply(&replied("WRONGTYPE Operation against a key holding the wrong kind of value")));
-        assert!(is_reply(&replied("TRYAGAIN fencedlock restart grace: new grants are refused")));
-        assert!(!is_reply(&RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset))));
-        assert!(!is_reply(&RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))));
     }
 
     #[test]

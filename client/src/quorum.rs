@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::transient::is_transient;
+use crate::cause::Cause;
 
 /// The majority of `nodes`: `nodes / 2 + 1`.
 ///
@@ -78,7 +78,7 @@ impl Vote {
     pub(crate) fn is_outage(&self) -> bool {
         match self {
             Vote::TimedOut => true,
-            Vote::Failed { error } => crate::transient::is_outage(error),
+            Vote::Failed { error } => Cause::of(error).is_outage(),
             _ => false,
         }
     }
@@ -86,7 +86,7 @@ impl Vote {
     /// Whether the failure can never turn into a yes by retrying (e.g. `WRONGTYPE`, unknown command).
     pub(crate) fn is_permanent_failure(&self) -> bool {
         match self {
-            Vote::Failed { error } => !is_transient(error),
+            Vote::Failed { error } => !Cause::of(error).is_retryable(),
             _ => false,
         }
     }

@@ -157,7 +157,7 @@ mod tests {
             assert!(clean.to_string().contains("<token>"), "{clean}");
         }
         let retry = error(reply_error(b"-TRYAGAIN s3cr3t  line\r\n"), Some(token.as_bytes()));
-        assert!(crate::transient::is_transient(&retry), "still retryable: {retry}");
+        assert!(crate::cause::Cause::of(&retry).is_retryable(), "still retryable: {retry}");
     }
 
     #[test]

@@ -40,11 +40,11 @@ use std::time::{Duration, Instant};
 
 use fencedlock_protocol::ReplyError;
 
+use crate::cause;
 use crate::confirm::{self, Unconfirmed};
 use crate::engine::{Engine, Grant, Topology};
 use crate::error::Error;
 use crate::node::{Answer, Failure, Node};
-use crate::pool;
 use crate::replicas::Confirm;
 use crate::terms::Terms;
 use crate::token::Token;
@@ -231,7 +231,7 @@ async fn watched(
             match node.ping().await {
                 // Any answer, an error reply included (an ACL without PING), is a sign of life.
                 Ok(()) => {}
-                Err(Failure::Redis(e)) if pool::is_reply(&e) => {}
+                Err(Failure::Redis(e)) if cause::answered(&e) => {}
                 Err(failure) => return failure,
             }
             tokio::time::sleep(WATCH_EVERY).await;
@@ -248,7 +248,7 @@ async fn watched(
 fn failed(node: &Node, failure: Failure) -> Turn {
     // An error reply means the server answered, so nothing was granted; anything else
     // (no answer, a broken connection) leaves that open.
-    let may_hold = !matches!(&failure, Failure::Redis(e) if pool::is_reply(e));
+    let may_hold = !matches!(&failure, Failure::Redis(e) if cause::answered(e));
     let error = node.error("ACQUIRE", failure);
     if error.reply_error() == Some(ReplyError::WaitInterrupted) {
         return Turn::Again;
