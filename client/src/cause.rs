@@ -133,11 +133,11 @@ pub(crate) fn breaks_connection(err: &RedisError) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// `err` as it arrives from a server that replied `line`.
-    fn replied(line: &str) -> RedisError {
+    pub(crate) fn replied(line: &str) -> RedisError {
         match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
             Ok(redis::Value::ServerError(e)) => e.into(),
             other => panic!("not an error reply: {other:?}"),

@@ -178,14 +178,7 @@ impl Support {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// `err` as it arrives from a server that replied `line`.
-    fn replied(line: &str) -> RedisError {
-        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
-            Ok(redis::Value::ServerError(e)) => e.into(),
-            other => panic!("not an error reply: {other:?}"),
-        }
-    }
+    use crate::cause::tests::replied;
 
     #[test]
     fn only_the_servers_arity_refusal_means_no_block() {

@@ -37,23 +37,7 @@ impl Certs {
     pub fn try_generate() -> Result<Certs> {
         let certs = Certs { dir: tempfile::Builder::new().prefix("fencedlock-tls-").tempdir()? };
         for ca in ["ca", "other-ca"] {
-            certs.openssl(&[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &format!("{ca}.key"),
-                "-out",
-                &format!("{ca}.pem"),
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN=fencedlock test {ca}"),
-            ])?;
+            certs.new_key(ca, &["-x509", "-days", "2"])?;
         }
         certs.leaf(
             "server",
@@ -65,23 +49,21 @@ impl Certs {
         Ok(certs)
     }
 
+    /// A new P-256 key `name.key` and, with `-x509` in `extra`, a self-signed certificate
+    /// `name.pem`; otherwise a signing request `name.csr`.
+    fn new_key(&self, name: &str, extra: &[&str]) -> Result<()> {
+        let (key, subject) = (format!("{name}.key"), format!("/CN=fencedlock test {name}"));
+        let out = if extra.contains(&"-x509") { format!("{name}.pem") } else { format!("{name}.csr") };
+        let mut args = vec!["req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+        args.extend(["-keyout", &key, "-out", &out, "-subj", &subject]);
+        args.extend(extra);
+        self.openssl(&args)
+    }
+
     /// A key and a certificate `name.key`/`name.pem` signed by `ca`, with `extensions`.
     fn leaf(&self, name: &str, ca: &str, extensions: &str) -> Result<()> {
         std::fs::write(self.dir.path().join(format!("{name}.ext")), extensions)?;
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
-            &format!("{name}.key"),
-            "-out",
-            &format!("{name}.csr"),
-            "-subj",
-            &format!("/CN=fencedlock test {name}"),
-        ])?;
+        self.new_key(name, &[])?;
         self.openssl(&[
             "x509",
             "-req",
