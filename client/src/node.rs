@@ -48,7 +48,42 @@ pub struct Node {
 
 enum Transport {
     Standalone { target: Target, slot: Arc<Mutex<Slot<MultiplexedConnection>>> },
-    Cluster { client: Box<redis::cluster::ClusterClient>, slot: Arc<Mutex<Slot<ClusterConnection>>> },
+    Cluster { target: Box<ClusterTarget>, slot: Arc<Mutex<Slot<ClusterConnection>>> },
+}
+
+/// A cluster's client, and for `rediss://` seeds a standalone client of the first seed.
+///
+/// The cluster client reports a refused TLS handshake only as text inside an I/O error,
+/// which would read as an outage; one standalone connect to a seed recovers the typed
+/// error, so a cluster that does not trust us (or that we do not trust) is a configuration
+/// error as a single server is.
+#[derive(Clone)]
+struct ClusterTarget {
+    client: redis::cluster::ClusterClient,
+    tls_seed: Option<redis::Client>,
+}
+
+impl ClusterTarget {
+    /// A cluster connection within `timeout`; a failure that a seed's handshake explains is
+    /// that handshake's error.
+    async fn connect(&self, timeout: Duration) -> Result<ClusterConnection, RedisError> {
+        let err = match bounded(timeout, self.client.get_async_connection()).await {
+            Ok(conn) => return Ok(conn),
+            Err(err) => err,
+        };
+        if let (Some(seed), true) = (&self.tls_seed, err.is_io_error()) {
+            let config = AsyncConnectionConfig::new().set_connection_timeout(Some(timeout));
+            if let Err(probe) =
+                bounded(timeout, seed.get_multiplexed_async_connection_with_config(&config)).await
+            {
+                let probe = tls::classify(probe);
+                if probe.kind() == redis::ErrorKind::InvalidClientConfig {
+                    return Err(probe);
+                }
+            }
+        }
+        Err(err)
+    }
 }
 
 /// Where a standalone node's connections go: a fixed address, or whichever server the
@@ -175,10 +210,15 @@ impl Node {
             builder = builder.certs(tls.certificates());
         }
         let client = builder.build().map_err(|e| Error::Config(format!("bad cluster URLs {urls:?}: {e}")))?;
+        let tls_seed = match urls[0] {
+            seed if !tls::is_tls_url(seed) => None,
+            seed if tls.is_configured() => redis::Client::build_with_tls(seed, tls.certificates()).ok(),
+            seed => redis::Client::open(seed).ok(),
+        };
         Ok(Node {
             name: format!("cluster({})", urls.join(",")),
             transport: Transport::Cluster {
-                client: Box::new(client),
+                target: Box::new(ClusterTarget { client, tls_seed }),
                 slot: Arc::new(Mutex::new(Slot::new())),
             },
             timeout: DEFAULT_NODE_TIMEOUT,
@@ -480,9 +520,7 @@ impl Node {
                 let conn = bounded(self.timeout, connect(target, self.timeout)).await?;
                 Ok(Dedicated::Standalone(conn))
             }
-            Transport::Cluster { client, .. } => {
-                Ok(Dedicated::Cluster(bounded(self.timeout, client.get_async_connection()).await?))
-            }
+            Transport::Cluster { target, .. } => Ok(Dedicated::Cluster(target.connect(self.timeout).await?)),
         }
     }
 
@@ -542,14 +580,14 @@ impl Node {
                 });
                 joined(connect.await)
             }
-            Transport::Cluster { client, slot } => {
+            Transport::Cluster { target, slot } => {
                 let mut slot = Arc::clone(slot).lock_owned().await;
                 if let Some(conn) = &slot.conn {
                     return Ok(Conn::Cluster(conn.clone()));
                 }
-                let client = client.clone();
+                let target = target.clone();
                 let connect = tokio::spawn(async move {
-                    let conn = bounded(timeout, client.get_async_connection()).await?;
+                    let conn = target.connect(timeout).await?;
                     slot.conn = Some(conn.clone());
                     Ok(Conn::Cluster(conn))
                 });

@@ -106,7 +106,7 @@ impl std::fmt::Debug for Tls {
 }
 
 /// Whether `url` asks for TLS.
-fn is_tls_url(url: &str) -> bool {
+pub(crate) fn is_tls_url(url: &str) -> bool {
     url.trim_start().get(..9).is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
 }
 

@@ -1,11 +1,13 @@
 //! A small Redis Cluster of harness servers, created with `redis-cli --cluster create`.
 
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use crate::flavor::Flavor;
 use crate::paths::redis_cli;
 use crate::server::{Server, ServerBuilder};
+use crate::tls::{Certs, ClientAuth};
 use crate::wait::poll;
 
 /// How long the cluster may take to agree on `cluster_state:ok` everywhere.
@@ -17,11 +19,13 @@ pub struct ClusterBuilder {
     masters: usize,
     replicas_per_master: usize,
     node: ServerBuilder,
+    /// The CA to create the cluster with over TLS, for a cluster built with [`ClusterBuilder::tls`].
+    tls_ca: Option<PathBuf>,
 }
 
 impl Default for ClusterBuilder {
     fn default() -> Self {
-        ClusterBuilder { masters: 3, replicas_per_master: 0, node: ServerBuilder::new() }
+        ClusterBuilder { masters: 3, replicas_per_master: 0, node: ServerBuilder::new(), tls_ca: None }
     }
 }
 
@@ -49,6 +53,26 @@ impl ClusterBuilder {
         self
     }
 
+    /// Every node also on TLS with `certs`' server certificate, the cluster bus and
+    /// replication included (`tls-cluster yes`), so TLS clients are sent to TLS ports; reach
+    /// it at [`Cluster::tls_urls`]. Redis flavor only (see [`ServerBuilder::tls`]).
+    ///
+    /// Under `tls-cluster yes` the bus listens at the TLS port + 10000, so the cluster is
+    /// created over the TLS ports: created over the plaintext ones, its nodes would look for
+    /// each other's buses where none listens. The bus always asks the connecting node for a
+    /// certificate (whatever `tls-auth-clients` says), so nodes present the test client's.
+    pub fn tls(mut self, certs: &Certs) -> Self {
+        self.tls_ca = Some(certs.ca());
+        let (cert, key) = certs.client();
+        self.flavor(Flavor::Redis).node(|b| {
+            b.tls(certs, ClientAuth::None)
+                .arg("tls-cluster", "yes")
+                .arg("tls-replication", "yes")
+                .arg("tls-client-cert-file", cert.display().to_string())
+                .arg("tls-client-key-file", key.display().to_string())
+        })
+    }
+
     /// Customise every node (config directives, module args), e.g.
     /// `.node(|b| b.arg("cluster-node-timeout", "2000"))`.
     pub fn node(mut self, f: impl FnOnce(ServerBuilder) -> ServerBuilder) -> Self {
@@ -62,10 +86,15 @@ impl ClusterBuilder {
         let total = self.masters * (1 + self.replicas_per_master);
         let node = self.node.cluster_enabled().arg("cluster-node-timeout", "3000");
         let nodes: Vec<Server> = (0..total).map(|_| node.clone().start()).collect();
-        let mut create = Command::new(redis_cli());
+        // Bounded: nodes that cannot reach each other's buses leave redis-cli waiting forever.
+        let mut create = Command::new("timeout");
+        create.arg(CLUSTER_TIMEOUT.as_secs().to_string()).arg(redis_cli());
+        if let Some(ca) = &self.tls_ca {
+            create.arg("--tls").arg("--cacert").arg(ca);
+        }
         create.arg("--cluster").arg("create");
         for n in &nodes {
-            create.arg(n.addr());
+            create.arg(if self.tls_ca.is_some() { n.tls_addr() } else { n.addr() });
         }
         create.arg("--cluster-replicas").arg(self.replicas_per_master.to_string()).arg("--cluster-yes");
         let out = create.output().unwrap_or_else(|e| panic!("run redis-cli --cluster create: {e}"));
@@ -107,6 +136,11 @@ impl Cluster {
     /// `redis://` URLs of every node: the seed list for a cluster client.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(Server::url).collect()
+    }
+
+    /// `rediss://` URLs of every node of a cluster built with [`ClusterBuilder::tls`].
+    pub fn tls_urls(&self) -> Vec<String> {
+        self.nodes.iter().map(Server::tls_url).collect()
     }
 
     /// Wait until every running node reports `cluster_state:ok`, all slots assigned and

@@ -49,6 +49,9 @@ pub struct ServerBuilder {
     directives: Vec<Directive>,
     module: ModuleChoice,
     cluster: bool,
+    /// Listen for TLS too, on a port picked at each start (so a cloned builder, as a
+    /// cluster's, gives every node its own).
+    tls_port: bool,
     start_timeout: Duration,
 }
 
@@ -66,6 +69,7 @@ impl Default for ServerBuilder {
             directives: Vec::new(),
             module: ModuleChoice::Built,
             cluster: false,
+            tls_port: false,
             start_timeout: START_TIMEOUT,
         }
     }
@@ -121,11 +125,11 @@ impl ServerBuilder {
     /// with `certs`' server certificate; [`ClientAuth::Required`] asks clients for one signed
     /// by the test CA. Reach it at [`Server::tls_url`]. Debian's Redis builds have TLS; the
     /// Valkey wheel the suite downloads does not, so TLS tests pick [`Flavor::Redis`].
-    pub fn tls(self, certs: &Certs, auth: ClientAuth) -> Self {
+    pub fn tls(mut self, certs: &Certs, auth: ClientAuth) -> Self {
         let (cert, key) = certs.server();
         let path = |p: PathBuf| p.display().to_string();
-        self.arg("tls-port", pick_port(false).to_string())
-            .arg("tls-cert-file", path(cert))
+        self.tls_port = true;
+        self.arg("tls-cert-file", path(cert))
             .arg("tls-key-file", path(key))
             .arg("tls-ca-cert-file", path(certs.ca()))
             .arg("tls-auth-clients", if auth == ClientAuth::Required { "yes" } else { "no" })
@@ -152,11 +156,16 @@ impl ServerBuilder {
             ModuleChoice::None => None,
         };
         let dir = tempfile::Builder::new().prefix(&format!("fencedlock-{}-", self.flavor)).tempdir()?;
+        let mut directives = self.directives;
+        if self.tls_port {
+            // A cluster node's bus follows its TLS port under `tls-cluster yes`.
+            directives.push(Directive::new("tls-port", [pick_port(self.cluster).to_string()]));
+        }
         let mut server = Server {
             flavor: self.flavor,
             binary,
             module,
-            directives: self.directives,
+            directives,
             port: pick_port(self.cluster),
             dir,
             child: None,
@@ -249,6 +258,11 @@ impl Server {
 
     /// `rediss://127.0.0.1:TLS_PORT` of a server started with [`ServerBuilder::tls`].
     pub fn tls_url(&self) -> String {
+        format!("rediss://{}", self.tls_addr())
+    }
+
+    /// `127.0.0.1:TLS_PORT` of a server started with [`ServerBuilder::tls`].
+    pub fn tls_addr(&self) -> String {
         let port = self
             .directives
             .iter()
@@ -256,7 +270,7 @@ impl Server {
             .find(|d| d.name == "tls-port")
             .and_then(|d| d.args.first())
             .unwrap_or_else(|| panic!("server on port {} was not started with TLS", self.port));
-        format!("rediss://127.0.0.1:{port}")
+        format!("127.0.0.1:{port}")
     }
 
     /// `127.0.0.1:PORT`, as `redis-cli --cluster` wants it.

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use fencedlock::redis::ErrorKind;
 use fencedlock::{Error, LockConfig, Locker, Redlock, Tls};
-use harness::{Certs, ClientAuth, Flavor, Server};
+use harness::{Certs, ClientAuth, Cluster, Flavor, Server};
 
 /// A TLS server of the flavor that has TLS in the suite (see [`harness::ServerBuilder::tls`]).
 fn tls_server(certs: &Certs, auth: ClientAuth) -> Server {
@@ -136,4 +136,24 @@ async fn tls_options_with_a_plaintext_url_are_refused_before_connecting() {
     }
     let missing = Tls::from_files(Some(&certs.dir().join("absent.pem")), None);
     assert!(matches!(missing, Err(Error::Config(_))), "{missing:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_tls_routes_every_key_to_its_slots_primary() {
+    let certs = Certs::generate();
+    let cluster = Cluster::builder().tls(&certs).start();
+    let locker = Locker::open_cluster(&cluster.tls_urls(), config(&certs.ca(), None)).expect("locker");
+    let mut owners = std::collections::HashSet::new();
+    for i in 0..12 {
+        let key = format!("tls:cluster:{i}");
+        let lease = locker.try_acquire(&key).await.unwrap_or_else(|e| panic!("{key}: {e}"));
+        let owner = cluster.slot_owner(cluster.key_slot(&key));
+        assert!(cluster.nodes()[owner].lock_held(&key), "{key} held on its slot's primary");
+        owners.insert(owner);
+        lease.release().await.expect("released");
+    }
+    assert_eq!(owners.len(), 3, "keys on every primary");
+    let wrong_ca =
+        Locker::open_cluster(&cluster.tls_urls(), config(&certs.other_ca(), None)).expect("locker");
+    assert_handshake_refused("a cluster with another CA", &wrong_ca).await;
 }

@@ -47,7 +47,8 @@ fn invalid_input_exits_64() {
     for args in [
         vec!["plan", "--ttl", "0s"],
         vec!["plan", "--ttl", "30s", "--renew-every", "0s"],
-        vec!["plan", "--ttl", "25h"],
+        // Above the largest fencedlock.max-ttl-ms any server can be set to (2^42 ms).
+        vec!["plan", "--ttl", "1300000h"],
         vec!["plan", "--ttl", "30"],
         vec!["plan", "--pause", "soon"],
     ] {
