@@ -1,9 +1,11 @@
 //! One lock server: a lazily opened, reused connection and the `FENCEDLOCK.*` commands, named
 //! and shaped by the protocol crate.
 //!
-//! A [`Node`] is either a standalone server (one multiplexed connection shared by every task,
-//! replaced after an I/O error so a restarted server is picked up again) or a Redis Cluster
-//! (a `redis::cluster_async` connection that routes every command by its key). Every request
+//! A [`Node`] is either a standalone server (one `redis::aio::ConnectionManager` shared by
+//! every task, which reconnects by itself after an I/O error so a restarted server is picked
+//! up again; for a sentinel-monitored primary it is replaced by one to the primary the
+//! sentinels name) or a Redis Cluster (a `redis::cluster_async` connection that routes every
+//! command by its key and follows slots and failovers by itself). Every request
 //! is bounded by the per-node timeout, connecting included, so a stopped server costs at most
 //! that long. Every error is passed through [`redact::error`] here, before anything else sees
 //! it, so no error can carry a lease token.
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use fencedlock_protocol::command::{RAISE, RELEASE, RENEW, STATUS};
 use fencedlock_protocol::{Acquire, LockStatus, PermitReply, SemaphoreStatus};
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
 use tokio::sync::Mutex;
@@ -47,7 +49,7 @@ pub struct Node {
 }
 
 enum Transport {
-    Standalone { target: Target, slot: Arc<Mutex<Slot<MultiplexedConnection>>> },
+    Standalone { target: Target, slot: Arc<Mutex<Slot<ConnectionManager>>> },
     Cluster { target: Box<ClusterTarget>, slot: Arc<Mutex<Slot<ClusterConnection>>> },
 }
 
@@ -104,8 +106,8 @@ impl Target {
     }
 }
 
-/// The cached connection and a generation number, so a task that saw an I/O error on an old
-/// connection does not throw away the fresh one another task just opened.
+/// The cached connection and a generation number, so a task that saw an old sentinel-named
+/// primary fail does not throw away the connection to the new one another task just opened.
 struct Slot<C> {
     conn: Option<C>,
     generation: u64,
@@ -118,7 +120,7 @@ impl<C> Slot<C> {
 }
 
 enum Conn {
-    Standalone(MultiplexedConnection, u64),
+    Standalone(ConnectionManager, u64),
     Cluster(ClusterConnection),
 }
 
@@ -539,14 +541,16 @@ impl Node {
                         // A demoted primary refused the command: the one the sentinels name
                         // now can take it at once.
                         let demoted = self.is_demoted(e);
-                        if cause::breaks_connection(e) || demoted {
+                        // The manager reconnects to a fixed address by itself; a failed
+                        // sentinel-named primary is worth asking the sentinels about again.
+                        if demoted || (self.follows_primary() && cause::breaks_connection(e)) {
                             self.forget(generation).await;
-                            // Not a reply that broke the protocol: that would break it again.
-                            if !retried && (e.is_io_error() || e.is_connection_dropped() || demoted) {
-                                retried = true;
-                                tracing::debug!(node = %self.name, "connection broken; sending once more on a new one");
-                                continue;
-                            }
+                        }
+                        // Not a reply that broke the protocol: that would break it again.
+                        if !retried && (e.is_io_error() || e.is_connection_dropped() || demoted) {
+                            retried = true;
+                            tracing::debug!(node = %self.name, "connection broken; sending once more on a new one");
+                            continue;
                         }
                     }
                     return result;
@@ -573,7 +577,7 @@ impl Node {
                 }
                 let target = target.clone();
                 let connect = tokio::spawn(async move {
-                    let conn = bounded(timeout, connect(&target, timeout)).await?;
+                    let conn = bounded(timeout, manage(&target, timeout)).await?;
                     slot.generation += 1;
                     slot.conn = Some(conn.clone());
                     Ok(Conn::Standalone(conn, slot.generation))
@@ -606,7 +610,8 @@ impl Node {
         }
     }
 
-    /// Drops a broken standalone connection so the next request reconnects.
+    /// Drops the connection to a primary that failed or was demoted, so the next request asks
+    /// the sentinels again.
     async fn forget(&self, generation: u64) {
         if let Transport::Standalone { slot, .. } = &self.transport {
             let mut slot = slot.lock().await;
@@ -638,6 +643,20 @@ async fn connect(target: &Target, timeout: Duration) -> Result<MultiplexedConnec
     let config =
         AsyncConnectionConfig::new().set_connection_timeout(Some(timeout)).set_response_timeout(None);
     target.client().await?.get_multiplexed_async_connection_with_config(&config).await
+}
+
+/// The shared connection to `target`, connected before it is returned (a connection left
+/// to connect lazily would make progress only while some request polls it, and a Redlock
+/// round decided without this node drops its request). Its reconnects after an I/O error
+/// start at once in the background, one attempt each (every request is bounded by the node
+/// timeout, and the next request after a failed attempt starts another), and it has no
+/// response timeout of its own: every caller bounds its requests.
+async fn manage(target: &Target, timeout: Duration) -> Result<ConnectionManager, RedisError> {
+    let config = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(timeout))
+        .set_response_timeout(None)
+        .set_number_of_retries(0);
+    ConnectionManager::new_with_config(target.client().await?, config).await
 }
 
 /// `connect` within `limit`; running out of time is an I/O timeout like the client's own.

@@ -22,6 +22,7 @@ use crate::ports::pick_port;
 use crate::process::{self, STDIO_FILE};
 use crate::reply::parse_info;
 use crate::server::{Server, START_TIMEOUT};
+use crate::tls::Certs;
 use crate::wait::poll;
 
 /// The name the Sentinels monitor the primary under (`sentinel monitor m …`).
@@ -50,7 +51,10 @@ const LOG_FILE: &str = "sentinel.log";
 
 /// One Sentinel process.
 struct Sentinel {
+    /// The plaintext port, for the harness's own requests.
     port: u16,
+    /// With TLS, the port clients reach it on over TLS.
+    tls_port: Option<u16>,
     /// Its config (rewritten by Sentinel) and log; removed on drop.
     dir: TempDir,
     child: Option<Child>,
@@ -108,10 +112,24 @@ impl Sentinels {
 
     /// Start three Sentinels of `flavor` monitoring the primary on 127.0.0.1:`primary_port`.
     pub fn try_start(flavor: Flavor, primary_port: u16) -> Result<Sentinels> {
+        Self::try_start_with(flavor, primary_port, None)
+    }
+
+    /// Three Sentinels that serve clients over TLS too (with `certs`' server certificate,
+    /// client certificates not asked for) and monitor `primary` over TLS, on its TLS port
+    /// (`tls-replication yes`, which the primary and its replicas need as well, so every
+    /// address the Sentinels hand out is a TLS port). Reach them at [`Sentinels::tls_url`];
+    /// their plaintext ports stay for the harness's own requests.
+    pub fn start_tls(primary: &Server, certs: &Certs) -> Sentinels {
+        Self::try_start_with(primary.flavor(), primary.tls_port(), Some(certs))
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn try_start_with(flavor: Flavor, primary_port: u16, tls: Option<&Certs>) -> Result<Sentinels> {
         let binary = flavor.try_server_binary()?;
         let mut nodes = Vec::with_capacity(SENTINELS);
         for _ in 0..SENTINELS {
-            nodes.push(start_one(&binary, flavor, primary_port)?);
+            nodes.push(start_one(&binary, flavor, primary_port, tls)?);
         }
         Ok(Sentinels { nodes })
     }
@@ -126,6 +144,16 @@ impl Sentinels {
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self.ports().iter().map(|port| format!("127.0.0.1:{port}")).collect();
         format!("redis+sentinel://{}/{SENTINEL_MASTER}", hosts.join(","))
+    }
+
+    /// `rediss+sentinel://127.0.0.1:T1,…/m` of Sentinels started with [`Sentinels::start_tls`].
+    pub fn tls_url(&self) -> String {
+        let hosts: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.tls_port.expect("Sentinels started with TLS")))
+            .collect();
+        format!("rediss+sentinel://{}/{SENTINEL_MASTER}", hosts.join(","))
     }
 
     /// `SENTINEL FAILOVER m` on the first Sentinel that accepts it: a planned switchover, the
@@ -211,12 +239,13 @@ impl Sentinels {
     }
 }
 
-fn start_one(binary: &Path, flavor: Flavor, primary_port: u16) -> Result<Sentinel> {
+fn start_one(binary: &Path, flavor: Flavor, primary_port: u16, tls: Option<&Certs>) -> Result<Sentinel> {
     let mut dir = tempfile::Builder::new().prefix(&format!("fencedlock-sentinel-{flavor}-")).tempdir()?;
     let mut last = None;
     for _ in 0..PORT_TRIES {
-        let mut node = Sentinel { port: pick_port(false), dir, child: None };
-        match spawn_and_wait(&mut node, binary, primary_port) {
+        let tls_port = tls.map(|_| pick_port(false));
+        let mut node = Sentinel { port: pick_port(false), tls_port, dir, child: None };
+        match spawn_and_wait(&mut node, binary, primary_port, tls) {
             Ok(()) => return Ok(node),
             Err(e) => {
                 let busy = node.log_tail(30).contains("Address already in use");
@@ -235,9 +264,10 @@ fn start_one(binary: &Path, flavor: Flavor, primary_port: u16) -> Result<Sentine
 }
 
 /// The config of one Sentinel: written fresh, then Sentinel's to rewrite.
-fn render(port: u16, dir: &Path, primary_port: u16) -> String {
+fn render(node: &Sentinel, primary_port: u16, tls: Option<&Certs>) -> String {
+    let (port, dir) = (node.port, node.dir.path());
     let path = |name: &str| quote(&dir.join(name).to_string_lossy());
-    [
+    let mut lines = vec![
         format!("port {port}"),
         "bind 127.0.0.1".to_string(),
         "daemonize no".to_string(),
@@ -249,15 +279,26 @@ fn render(port: u16, dir: &Path, primary_port: u16) -> String {
         format!("sentinel failover-timeout {SENTINEL_MASTER} {}", FAILOVER_TIMEOUT.as_millis()),
         // Re-point every replica at once after a promotion, not one by one.
         format!("sentinel parallel-syncs {SENTINEL_MASTER} {SENTINELS}"),
-    ]
-    .join("\n")
-        + "\n"
+    ];
+    if let (Some(certs), Some(tls_port)) = (tls, node.tls_port) {
+        let file = |p: std::path::PathBuf| quote(&p.to_string_lossy());
+        let (cert, key) = certs.server();
+        lines.extend([
+            format!("tls-port {tls_port}"),
+            format!("tls-cert-file {}", file(cert)),
+            format!("tls-key-file {}", file(key)),
+            format!("tls-ca-cert-file {}", file(certs.ca())),
+            "tls-auth-clients no".to_string(),
+            "tls-replication yes".to_string(),
+        ]);
+    }
+    lines.join("\n") + "\n"
 }
 
-fn spawn_and_wait(node: &mut Sentinel, binary: &Path, primary_port: u16) -> Result<()> {
+fn spawn_and_wait(node: &mut Sentinel, binary: &Path, primary_port: u16, tls: Option<&Certs>) -> Result<()> {
     let dir = node.dir.path().to_path_buf();
     let conf = dir.join(CONF_FILE);
-    fs::write(&conf, render(node.port, &dir, primary_port))?;
+    fs::write(&conf, render(node, primary_port, tls))?;
     let child = process::spawn(binary, &[conf.as_os_str(), OsStr::new("--sentinel")], &dir)?;
     node.child = Some(child);
     let deadline = Instant::now() + START_TIMEOUT;
@@ -327,7 +368,9 @@ mod tests {
 
     #[test]
     fn the_config_monitors_the_primary_with_a_quorum_of_two_and_short_timeouts() {
-        let conf = render(12001, Path::new("/d"), 12000);
+        let node =
+            Sentinel { port: 12001, tls_port: None, dir: tempfile::tempdir().expect("dir"), child: None };
+        let conf = render(&node, 12000, None);
         assert!(conf.contains("port 12001\n"), "{conf}");
         assert!(conf.contains("bind 127.0.0.1\n"), "{conf}");
         assert!(conf.contains("sentinel monitor m 127.0.0.1 12000 2\n"), "{conf}");
@@ -336,5 +379,26 @@ mod tests {
         let monitor = conf.find("sentinel monitor").expect("monitor line");
         let down = conf.find("sentinel down-after").expect("down-after line");
         assert!(monitor < down, "a master's settings must follow its monitor line: {conf}");
+    }
+
+    #[test]
+    fn a_tls_sentinel_serves_tls_and_monitors_over_it() {
+        let certs = Certs::generate();
+        let node = Sentinel {
+            port: 12001,
+            tls_port: Some(12002),
+            dir: tempfile::tempdir().expect("dir"),
+            child: None,
+        };
+        let conf = render(&node, 12000, Some(&certs));
+        for line in ["port 12001\n", "tls-port 12002\n", "tls-replication yes\n", "tls-auth-clients no\n"] {
+            assert!(conf.contains(line), "{line:?} in {conf}");
+        }
+        assert!(
+            conf.contains(&format!("tls-ca-cert-file {}", quote(&certs.ca().to_string_lossy()))),
+            "{conf}"
+        );
+        let plain = render(&node, 12000, None);
+        assert!(!plain.contains("tls-"), "{plain}");
     }
 }

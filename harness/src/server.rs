@@ -263,14 +263,18 @@ impl Server {
 
     /// `127.0.0.1:TLS_PORT` of a server started with [`ServerBuilder::tls`].
     pub fn tls_addr(&self) -> String {
-        let port = self
-            .directives
+        format!("127.0.0.1:{}", self.tls_port())
+    }
+
+    /// The TLS port of a server started with [`ServerBuilder::tls`]; panics for another.
+    pub fn tls_port(&self) -> u16 {
+        self.directives
             .iter()
             .rev()
             .find(|d| d.name == "tls-port")
             .and_then(|d| d.args.first())
-            .unwrap_or_else(|| panic!("server on port {} was not started with TLS", self.port));
-        format!("127.0.0.1:{port}")
+            .and_then(|port| port.parse().ok())
+            .unwrap_or_else(|| panic!("server on port {} was not started with TLS", self.port))
     }
 
     /// `127.0.0.1:PORT`, as `redis-cli --cluster` wants it.

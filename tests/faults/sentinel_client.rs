@@ -2,26 +2,33 @@
 //! killed, the same process is granted leases by the promoted replica within seconds, with
 //! fences above every earlier one; a grant confirmed by a replica before the failover is still
 //! held, and renewed, on the new primary; a planned switchover (the primary demoted while it
-//! runs) is followed without an error.
+//! runs) is followed without an error; `rediss+sentinel://` reaches TLS sentinels and a TLS
+//! primary, and follows a kill there too.
 
 use std::time::{Duration, Instant};
 
-use fencedlock::{Lease, LockConfig, Locker, Redlock};
-use harness::{wait_replica_online, Sentinels, Server, SENTINEL_FAILOVER_LIMIT};
+use fencedlock::redis::ErrorKind;
+use fencedlock::{Error, Lease, LockConfig, Locker, Redlock, Tls};
+use harness::{
+    poll, wait_replica_online, Certs, ClientAuth, Flavor, Sentinels, Server, ServerBuilder,
+    SENTINEL_FAILOVER_LIMIT, SYNC_TIMEOUT,
+};
 
 use crate::support::runtime;
 
 const TTL: Duration = Duration::from_secs(30);
 
 fn config(confirm: usize) -> LockConfig {
+    builder(confirm).build().expect("config")
+}
+
+fn builder(confirm: usize) -> fencedlock::LockConfigBuilder {
     LockConfig::builder()
         .ttl(TTL)
         .node_timeout(Duration::from_millis(500))
         .max_wait(Duration::ZERO)
         .confirm_replicas(confirm)
         .confirm_timeout(Duration::from_millis(1000))
-        .build()
-        .expect("config")
 }
 
 /// A primary with two replicas (AOF, so a restart loses nothing) and three Sentinels that
@@ -134,5 +141,64 @@ fn a_redlock_master_may_be_a_sentinel_group() {
     let urls = [sentinels.url(), plain[0].url(), plain[1].url()];
     let redlock = Redlock::open(&urls, config(0)).expect("a Redlock with a Sentinel master");
     let lease = rt.block_on(redlock.try_acquire("rl:s")).expect("a majority");
+    rt.block_on(lease.release()).expect("released");
+}
+
+/// A server of the flavor with TLS in the suite, reached over TLS and replicating over it
+/// (so the addresses the sentinels learn are TLS ports), with AOF.
+fn tls_server(certs: &Certs) -> ServerBuilder {
+    Server::builder()
+        .flavor(Flavor::Redis)
+        .tls(certs, ClientAuth::None)
+        .arg("tls-replication", "yes")
+        .arg("appendonly", "yes")
+}
+
+#[test]
+fn tls_sentinels_name_a_tls_primary_and_are_followed_across_a_kill() {
+    let rt = runtime();
+    let certs = Certs::generate();
+    let mut primary = tls_server(&certs).start();
+    let replicas: Vec<Server> = (0..2)
+        .map(|_| {
+            let replica = tls_server(&certs)
+                .args("replicaof", ["127.0.0.1".into(), primary.tls_port().to_string()])
+                .start();
+            poll("a TLS replica's link up", SYNC_TIMEOUT, || {
+                replica.info_field("replication", "master_link_status").as_deref() == Some("up")
+            });
+            replica
+        })
+        .collect();
+    let sentinels = Sentinels::start_tls(&primary, &certs);
+    sentinels.wait_ready(2);
+    let trusting = |ca: &std::path::Path| {
+        let tls = Tls::from_files(Some(ca), None).expect("certificate files");
+        Locker::open(&sentinels.tls_url(), builder(0).tls(tls).build().expect("config")).expect("URL")
+    };
+
+    // Sentinels whose certificate does not verify: a configuration error, never an outage.
+    let err = rt.block_on(trusting(&certs.other_ca()).try_acquire("st:k")).expect_err("untrusted");
+    match &err {
+        Error::Server { source, .. } => assert_eq!(source.kind(), ErrorKind::InvalidClientConfig, "{err}"),
+        other => panic!("expected a TLS configuration error, got {other:?}"),
+    }
+    assert!(!err.is_unavailable(), "{err}");
+
+    let locker = trusting(&certs.ca());
+    let before = rt.block_on(locker.try_acquire("st:before")).expect("granted over TLS");
+    assert!(primary.lock_held("st:before"), "granted by the primary the sentinels name");
+
+    let killed = Instant::now();
+    primary.kill9();
+    let (lease, took) = first_grant(&rt, &locker, killed, SENTINEL_FAILOVER_LIMIT);
+    eprintln!("TLS: kill -9 to the first grant by the promoted replica: {took:?}");
+    // Sentinel's CLIENT KILL on the nodes it reconfigured closed the harness's connections.
+    let granted_by_a_replica = replicas.iter().any(|r| {
+        let _ = r.cmd::<String>(&["PING"]);
+        r.lock_held(lease.key())
+    });
+    assert!(granted_by_a_replica, "granted by a promoted replica, reached over TLS");
+    assert!(lease.fence() > before.fence(), "fences keep rising: {} after {}", lease.fence(), before.fence());
     rt.block_on(lease.release()).expect("released");
 }
