@@ -9,40 +9,49 @@ use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
 use fencedlock::{DEFAULT_CONFIRM_TIMEOUT, MAX_PERMITS};
 
 use crate::duration;
+use crate::error::code::BUSY as BUSY_EXIT;
 
 /// The exit codes, as `--help` shows them.
 pub const EXIT_CODES: &str = "\
 Exit codes:
-  0        success (run: the command exited 0)
+  0        success (run: the command exited 0; demo: the invariant held)
   1-255    run: the command's own exit code; 128+N if it died from signal N
-  64       usage: bad option, duration, URL or token file
-  65       demo: invariant violated (the double send that --no-fence and --stale-first show)
+  64       usage: bad option, duration, URL or token file; ttl out of range; key of another
+           type; --permits out of range, with several servers, or another count than the key's
+  65       demo: invariant violated (the double send --no-fence and --stale-first show)
   69       unavailable: server unreachable, timing out, loading, out of memory or in its
-           restart grace, grant not confirmed by replicas, no majority (--on-unavailable
-           decides these); module not loaded, commands or key not permitted (ACL)
+           restart grace; grant not confirmed by --confirm-replicas; no majority (these are
+           what --on-unavailable decides); module not loaded; commands or key denied by ACL;
+           wrong password or user (give them in the URL: redis://USER:PASSWORD@HOST:PORT)
   70       internal: unexpected server reply
-  74       the token file could not be written
-  75       busy: the lock is held by another owner (skipped, or --wait ran out); also a
-           server that cannot answer under --on-unavailable skip
+  74       the token file could not be written (the lease is given back at once), or stdout
+           (completions, man)
+  75       busy: another owner holds the lock (skipped, or --wait ran out; run
+           --conflict-exit-code N picks another code); a server that cannot answer under
+           --on-unavailable skip
   76       lease lost: run terminated the command; renew/release found the lease gone
-  78       TLS: the server's certificate does not verify against --tls-cacert, or the
-           server refused the client certificate
+  78       TLS: the server's certificate does not verify against --tls-cacert, or the server
+           refused the client certificate. Not 69: no retry or --on-unavailable policy can
+           fix a certificate
   126/127  run: the command is not executable / not found";
 
 const ROOT_AFTER: &str = "\
 Examples:
-  fencedlock run --key nightly-report --ttl 30s -- ./report.sh
+  fencedlock run nightly-report --ttl 30s -- ./report.sh
+  fencedlock run nightly-report -c './report.sh > /var/log/report.log'
   fencedlock run --key backup --ttl 5m --wait 1m --redis redis://lock1:6379 -- backup.sh
   fencedlock run --key sync --redis redis://a:6379,redis://b:6379,redis://c:6379 -- sync.sh
-  fencedlock status --key nightly-report --json
+  fencedlock status nightly-report --json
   fencedlock plan --ttl 30s --renew-every 10s --pause 45s
-  fencedlock demo
 
 One --redis (or FENCEDLOCK_REDIS) is a single-server lease; several are fenced Redlock
 (a majority must grant, and the fence still increases across grants).
 Log detail: -v / -vv / -vvv, or FENCEDLOCK_LOG=debug.";
 
 const RUN_AFTER: &str = "\
+KEY comes first, as with flock, `etcdctl lock` and `consul lock` (--key KEY works too). Unlike
+them, a busy lock is skipped at once (exit 75, or --conflict-exit-code N) unless --wait says
+how long to wait: one cron line on many hosts runs the job on one of them.
 The command gets FENCEDLOCK_KEY, FENCEDLOCK_FENCE and FENCEDLOCK_TTL_MS in its environment;
 send FENCEDLOCK_FENCE with every write and have the resource refuse lower fences.
 The lease is renewed every ttl/3 while the command runs. If a renewal fails, the command
@@ -50,6 +59,8 @@ The lease is renewed every ttl/3 while the command runs. If a renewal fails, the
 validity (as last renewed, by fencedlock's clock) ends, whichever comes first, and fencedlock
 exits 76: the command never outlives its lease. A command that needs a long graceful shutdown
 needs a longer --ttl: a failed renewal leaves it about 2/3 of the ttl (see `fencedlock plan`).
+With --min-hold, fencedlock itself stays running after the command exits, renewing the lease
+until the hold ends, then releases it and exits with the command's code.
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command; the
 lease is released when it exits. When stdin is not a terminal (cron, systemd) the command
 runs in its own process group so that a lost lease stops all of it.
@@ -57,17 +68,19 @@ runs in its own process group so that a lost lease stops all of it.
 Examples:
   # crontab on every host: one of them runs the report, the others exit 75 quietly;
   # --min-hold keeps the lock for 1m so a host whose clock lags cannot run it again
-  */5 * * * * fencedlock run -q --key report --ttl 2m --min-hold 1m -- /opt/report.sh
+  */5 * * * * fencedlock run -q report --ttl 2m --min-hold 1m -- /opt/report.sh
   # wait up to a minute for the previous run to finish
-  fencedlock run --key migrate --ttl 30s --wait 1m -- ./migrate.sh
+  fencedlock run migrate --ttl 30s --wait 1m -- ./migrate.sh
   # fenced Redlock over three independent servers
-  fencedlock run --key sync --ttl 30s --redis redis://a:6379,redis://b:6379,redis://c:6379 -- ./sync.sh
-  # use the fence in a shell script
-  fencedlock run --key k --ttl 10s -- sh -c 'psql -c \"UPDATE jobs SET fence=$FENCEDLOCK_FENCE WHERE fence <= $FENCEDLOCK_FENCE\"'
+  fencedlock run sync --ttl 30s --redis redis://a:6379,redis://b:6379,redis://c:6379 -- ./sync.sh
+  # use the fence in a shell string (run by sh -c)
+  fencedlock run k --ttl 10s -c 'psql -c \"UPDATE jobs SET fence=$FENCEDLOCK_FENCE WHERE fence <= $FENCEDLOCK_FENCE\"'
+  # a skipped run is no failure for this cron job (flock -E 0)
+  fencedlock run report -E 0 -- ./report.sh
   # a cache warm-up whose duplicate is harmless: run it even when the lock server is down
-  fencedlock run --key warm --ttl 1m --on-unavailable run -- ./warm-cache.sh
+  fencedlock run warm --ttl 1m --on-unavailable run -- ./warm-cache.sh
   # at most 3 exports at once across all hosts; each gets its own FENCEDLOCK_FENCE
-  fencedlock run --permits 3 --key nightly-export --wait 10m -- ./export.sh
+  fencedlock run nightly-export --permits 3 --wait 10m -- ./export.sh
 ";
 
 /// `--on-unavailable`, with the lesson's guidance: decide in advance, by what a duplicate run
@@ -124,8 +137,8 @@ With several servers, one line per server, then the majority's view. A semaphore
 (`run --permits N`) shows its permits and one line per holder: fence, time left, label.
 
 Examples:
-  fencedlock status --key deploy
-  fencedlock status --key deploy --json";
+  fencedlock status deploy
+  fencedlock status deploy --json";
 
 const PLAN_AFTER: &str = "\
 The worker freezes just as a renewal falls due, the worst moment (the lesson's trade-off):
@@ -271,24 +284,87 @@ pub enum Command {
     #[command(after_help = PLAN_AFTER)]
     Plan(PlanArgs),
     /// The billing demo: why only a fence checked by the resource stops a paused worker.
-    #[command(after_help = format!("{DEMO_AFTER}\n\n{EXIT_CODES}"))]
+    /// Only in builds with the `demo` feature (it brings SQLite).
+    #[command(after_help = format!("{DEMO_AFTER}\n\n{EXIT_CODES}"), hide = cfg!(not(feature = "demo")))]
     Demo(DemoArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
+    #[command(after_help = COMPLETIONS_AFTER)]
+    Completions(CompletionsArgs),
+    /// Print the manual page (roff) to stdout: fencedlock(1), or a subcommand's.
+    #[command(after_help = MAN_AFTER)]
+    Man(ManArgs),
+}
+
+const COMPLETIONS_AFTER: &str = "\
+Examples:
+  fencedlock completions bash > ~/.local/share/bash-completion/completions/fencedlock
+  fencedlock completions zsh > \"${fpath[1]}/_fencedlock\"
+  fencedlock completions fish > ~/.config/fish/completions/fencedlock.fish";
+
+const MAN_AFTER: &str = "\
+Examples:
+  fencedlock man | man -l -
+  fencedlock man > /usr/local/share/man/man1/fencedlock.1
+  fencedlock man run > /usr/local/share/man/man1/fencedlock-run.1";
+
+/// `fencedlock completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `fencedlock man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// A subcommand's page (fencedlock-run(1), ...) instead of fencedlock(1).
+    #[arg(value_name = "SUBCOMMAND")]
+    pub subcommand: Option<String>,
+}
+
+/// The lock key, as flock, `etcdctl lock` and `consul lock` take theirs: first and positional;
+/// `--key` / `-k` (the older spelling) is accepted as well, one or the other.
+#[derive(Debug, Args)]
+#[group(id = "lock_key", required = true, multiple = false)]
+pub struct KeyArg {
+    /// The lock key (one job, one key); or give it as --key KEY.
+    #[arg(value_name = "KEY")]
+    positional: Option<String>,
+    /// The lock key, as an option.
+    #[arg(long = "key", short = 'k', value_name = "KEY")]
+    flag: Option<String>,
+}
+
+impl KeyArg {
+    /// The key, whichever way it was given (clap's group makes it exactly one).
+    pub fn name(&self) -> &str {
+        self.positional.as_deref().or(self.flag.as_deref()).unwrap_or_default()
+    }
 }
 
 /// `fencedlock run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The lock key (one job, one key).
-    #[arg(long, short)]
-    pub key: String,
-    /// Lease time; renewed every ttl/3 while the command runs (500ms, 30s, 5m, 1h).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
+    /// The lock key.
+    #[command(flatten)]
+    pub key: KeyArg,
+    /// Lease time; renewed every ttl/3 while the command runs (500ms, 30s, 5m, 1h, 1d).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
     /// If the lock is busy, wait up to this long instead of skipping: in the server's queue,
     /// handed the lock as the holder releases it (polling with jittered backoff where the
-    /// server's module is too old to wait).
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
+    /// server's module is too old to wait). flock's -w; a unit is required (-w 10s).
+    #[arg(long, short = 'w', value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
     pub wait: Duration,
+    /// Do not wait for a busy lock: skip at once (the default; flock's -n, for scripts that
+    /// spell it out).
+    #[arg(long, short = 'n', conflicts_with = "wait")]
+    pub nonblock: bool,
+    /// Exit with N instead of 75 when the lock is busy (skipped, or --wait ran out), as
+    /// flock's -E: e.g. 0 for a cron job whose skip is no failure.
+    #[arg(long, short = 'E', value_name = "N", default_value_t = BUSY_EXIT)]
+    pub conflict_exit_code: u8,
     /// After SIGTERM on a lost lease, wait this long before SIGKILL.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse)]
     pub kill_grace: Duration,
@@ -306,19 +382,33 @@ pub struct RunArgs {
     /// Permits.
     #[command(flatten)]
     pub permits: PermitsArg,
+    /// Run this string with `sh -c` instead of a command after `--` (flock's -c), for
+    /// pipes, redirections and $FENCEDLOCK_FENCE expansions.
+    #[arg(short = 'c', long = "command", value_name = "STRING", conflicts_with = "argv")]
+    pub shell: Option<OsString>,
     /// The command and its arguments, after `--`.
-    #[arg(last = true, required = true, num_args = 1.., value_name = "COMMAND")]
+    #[arg(id = "argv", last = true, required_unless_present = "shell", num_args = 1.., value_name = "COMMAND")]
     pub command: Vec<OsString>,
+}
+
+impl RunArgs {
+    /// The program and its arguments: those after `--`, or `sh -c STRING` for `-c`.
+    pub fn argv(&self) -> Vec<OsString> {
+        match &self.shell {
+            Some(script) => vec!["sh".into(), "-c".into(), script.clone()],
+            None => self.command.clone(),
+        }
+    }
 }
 
 /// `fencedlock acquire`.
 #[derive(Debug, Args)]
 pub struct AcquireArgs {
     /// The lock key.
-    #[arg(long, short)]
-    pub key: String,
-    /// Lease time (500ms, 30s, 5m, 1h).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
+    #[command(flatten)]
+    pub key: KeyArg,
+    /// Lease time (500ms, 30s, 5m, 1h, 1d).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
     /// If the lock is busy, wait up to this long instead of failing with 75 (in the server's
     /// queue, like `run --wait`).
@@ -397,7 +487,7 @@ fn default_confirm_timeout() -> &'static str {
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// Lease time.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
     /// Renewal interval (default: what `run` uses, ttl/3).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
@@ -423,10 +513,10 @@ pub struct TokenSource {
 #[derive(Debug, Args)]
 pub struct RenewArgs {
     /// The lock key.
-    #[arg(long, short)]
-    pub key: String,
-    /// New lease time, counted from now (500ms, 30s, 5m, 1h).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse)]
+    #[command(flatten)]
+    pub key: KeyArg,
+    /// New lease time, counted from now (500ms, 30s, 5m, 1h, 1d).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
     /// The lease's token.
     #[command(flatten)]
@@ -437,8 +527,8 @@ pub struct RenewArgs {
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
     /// The lock key.
-    #[arg(long, short)]
-    pub key: String,
+    #[command(flatten)]
+    pub key: KeyArg,
     /// The lease's token.
     #[command(flatten)]
     pub token: TokenSource,
@@ -448,18 +538,19 @@ pub struct ReleaseArgs {
 #[derive(Debug, Args)]
 pub struct StatusArgs {
     /// The lock key.
-    #[arg(long, short)]
-    pub key: String,
+    #[command(flatten)]
+    pub key: KeyArg,
 }
 
 /// `fencedlock demo`.
 #[derive(Debug, Args)]
+#[cfg_attr(not(feature = "demo"), allow(dead_code))]
 pub struct DemoArgs {
     /// The invoice lock's key.
     #[arg(long, short, default_value = "invoice:inv_72")]
     pub key: String,
     /// Each worker's lease time; the stalled worker pauses longer than this.
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
     /// Run the same race without the fence check in the UPDATE, and watch the double send.
     #[arg(long)]

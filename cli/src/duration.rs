@@ -1,13 +1,14 @@
-//! Human durations on the command line (`500ms`, `30s`, `5m`, `1h`, `1m30s`), so an operator
-//! never has to guess whether a bare number means seconds or milliseconds.
+//! Human durations on the command line (`500ms`, `30s`, `5m`, `1h`, `1d`, `1m30s`), so an
+//! operator never has to guess whether a bare number means seconds or milliseconds.
 
 use std::time::Duration;
 
-/// Parses `500ms`, `30s`, `1.5s`, `5m`, `1h`, `1m30s`, or `0`. A bare number other than `0`
-/// is refused: it is the classic source of "30 ms instead of 30 s" mistakes.
+/// Parses `500ms`, `30s`, `1.5s`, `5m`, `1h`, `1d`, `1m30s`, or `0`. A bare number other than
+/// `0` is refused: it is the classic source of "30 ms instead of 30 s" mistakes.
 pub fn parse(text: &str) -> Result<Duration, String> {
     let s = text.trim();
-    let usage = || format!("invalid duration {text:?}: use a number with a unit, e.g. 500ms, 30s, 5m or 1h");
+    let usage =
+        || format!("invalid duration {text:?}: use a number with a unit, e.g. 500ms, 30s, 5m, 1h or 1d");
     if s.is_empty() {
         return Err(usage());
     }
@@ -16,7 +17,9 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     }
     if s.chars().all(|c| c.is_ascii_digit() || c == '.') {
         return Err(format!(
-            "invalid duration {text:?}: it has no unit; write {s}s or {s}ms (units: ms, s, m, h)"
+            "invalid duration {text:?}: it has no unit, and tools disagree on what a bare number \
+             means (flock -w and etcdctl --ttl count seconds, others milliseconds); write {s}s \
+             or {s}ms (units: ms, s, m, h, d)"
         ));
     }
     let mut total = Duration::ZERO;
@@ -32,6 +35,7 @@ pub fn parse(text: &str) -> Result<Duration, String> {
             "s" => 1.0,
             "m" => 60.0,
             "h" => 3600.0,
+            "d" => 86_400.0,
             _ => return Err(usage()),
         };
         let part = Duration::try_from_secs_f64(value * scale).map_err(|_| usage())?;
@@ -43,6 +47,18 @@ pub fn parse(text: &str) -> Result<Duration, String> {
         return Err(format!("invalid duration {text:?}: use whole milliseconds"));
     }
     Ok(total)
+}
+
+/// [`parse`] for a lease time, which must be at least 1 ms: a zero ttl would be a lease that
+/// has expired before it is granted, and saying so beats the client's "got 0ns".
+pub fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let ttl = parse(text)?;
+    if ttl.is_zero() {
+        return Err(format!(
+            "invalid duration {text:?}: a lease of 0 expires as it is granted; give it at least 1ms"
+        ));
+    }
+    Ok(ttl)
 }
 
 /// A short human rendering: `500ms`, `30s`, `1.5s`, `5m`, `1h`, `2m5s`.
@@ -85,6 +101,8 @@ mod tests {
         assert_eq!(parse("1.5s").unwrap(), 1500 * MS);
         assert_eq!(parse("5m").unwrap(), Duration::from_secs(300));
         assert_eq!(parse("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse("1d").unwrap(), Duration::from_secs(86_400));
+        assert_eq!(parse("1d12h").unwrap(), Duration::from_secs(129_600));
         assert_eq!(parse("1m30s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse("0").unwrap(), Duration::ZERO);
         assert_eq!(parse("0s").unwrap(), Duration::ZERO);
@@ -93,11 +111,21 @@ mod tests {
 
     #[test]
     fn refuses_what_would_be_guessed() {
-        for bad in ["", "30", "1.5", "30x", "s", "ms", "-1s", "1d", "30 s", "1..5s", "0.0001s", "1e3s"] {
+        for bad in ["", "30", "1.5", "30x", "s", "ms", "-1s", "1w", "30 s", "1..5s", "0.0001s", "1e3s"] {
             let err = parse(bad).unwrap_err();
             assert!(err.contains("invalid duration"), "{bad:?}: {err}");
         }
         assert!(parse("30").unwrap_err().contains("30s"));
+        assert!(parse("30").unwrap_err().contains("seconds"), "says why a unit is needed");
+    }
+
+    #[test]
+    fn a_zero_ttl_says_what_it_would_mean() {
+        for zero in ["0", "0s", "0ms"] {
+            let err = parse_ttl(zero).unwrap_err();
+            assert!(err.contains("at least 1ms") && !err.contains("0ns"), "{zero:?}: {err}");
+        }
+        assert_eq!(parse_ttl("1ms").unwrap(), MS);
     }
 
     #[test]

@@ -1,14 +1,16 @@
 //! `fencedlock`: run a command under a distributed lease with a fencing token (cron
-//! coordination), script-level acquire / renew / release / status, lease sizing (`plan`), and
-//! the billing demo.
+//! coordination), script-level acquire / renew / release / status, lease sizing (`plan`), shell
+//! completions and the manual page, and (with the `demo` feature) the billing demo.
 //!
 //! Owns the command line: options, exit codes, messages, the child process. Takes every lease
 //! through the `fencedlock` client crate and must not talk to the lock servers on its own, nor
 //! match server error text (errors are classified by kind, see `diagnose`).
 
 mod args;
+#[cfg(feature = "demo")]
 mod demo;
 mod diagnose;
+mod docs;
 mod duration;
 mod error;
 mod logging;
@@ -69,7 +71,14 @@ async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
         Command::Release(args) => script::release(args, global, out).await,
         Command::Status(args) => script::status(args, global, out).await,
         Command::Plan(args) => plan::run(args, out),
+        #[cfg(feature = "demo")]
         Command::Demo(args) => demo::run(args, global, out).await,
+        #[cfg(not(feature = "demo"))]
+        Command::Demo(_) => Err(CliError::Usage(
+            "this fencedlock was built without the billing demo (it brings SQLite); run it from a checkout: cargo run -p fencedlock-cli --features demo -- demo".into(),
+        )),
+        Command::Completions(args) => docs::completions(args),
+        Command::Man(args) => docs::man(args),
     }
 }
 
@@ -95,12 +104,26 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     let parser = <Cli as clap::CommandFactory>::command();
     let subcommand =
         std::env::args().skip(1).find(|a| parser.get_subcommands().any(|sub| sub.get_name() == a));
-    let help = match subcommand {
+    let help = match &subcommand {
         Some(sub) => format!("fencedlock {sub} --help"),
         None => "fencedlock --help".to_string(),
     };
     let json = std::env::args().any(|a| a == "--json");
-    let err = CliError::Usage(format!("{line} (see `{help}`)"));
+    let hint = if subcommand.as_deref() == Some("run") && !names_a_command() {
+        "; the command goes after `--` (fencedlock run KEY -- CMD ARGS...), or is a shell string in -c 'CMD'"
+    } else {
+        ""
+    };
+    let err = CliError::Usage(format!("{line}{hint} (see `{help}`)"));
     Output { json, quiet: false }.error(&err);
     ExitCode::from(code::USAGE)
+}
+
+/// Whether `run`'s command line has its command: a `--` or a `-c` string. Without either, a
+/// flock or etcdctl habit (`run KEY CMD ARGS`) is the likeliest cause of the parse error.
+fn names_a_command() -> bool {
+    std::env::args_os().skip(1).any(|a| {
+        let a = a.to_string_lossy();
+        a == "--" || a == "-c" || a.starts_with("--command") || (a.starts_with("-c") && !a.starts_with("--"))
+    })
 }

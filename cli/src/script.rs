@@ -25,30 +25,29 @@ pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
         Some(&args.confirm),
     )?;
-    let ctx = Context { key: &args.key, waited: args.wait };
+    let ctx = Context { key: args.key.name(), waited: args.wait };
     // With no --wait (max_wait zero) this is a single attempt.
-    let acquired = match servers::semaphore(&lock, &args.key, args.permits.count)? {
+    let acquired = match servers::semaphore(&lock, args.key.name(), args.permits.count)? {
         Some(semaphore) => semaphore.acquire().await,
-        None => lock.acquire(&args.key).await,
+        None => lock.acquire(args.key.name()).await,
     };
     let lease = match acquired {
         Ok(lease) => lease,
         Err(e) if e.is_unavailable() && args.on_unavailable == AcquireOnUnavailable::Skip => {
-            return Ok(crate::run::skip_unavailable(&args.key, &diagnose::explain(&e, ctx), out));
+            return Ok(crate::run::skip_unavailable(args.key.name(), &diagnose::explain(&e, ctx), out));
         }
         Err(e) => return Err(diagnose::explain(&e, ctx)),
     };
     crate::run::warn_about_minority(&lease, out);
     let fence = lease.fence();
     let valid_ms = lease.remaining().as_millis() as u64;
-    let mut record =
-        json!({ "key": args.key, "fence": fence, "ttl_ms": lock.config().ttl_ms(), "valid_ms": valid_ms });
+    let mut record = json!({ "key": args.key.name(), "fence": fence, "ttl_ms": lock.config().ttl_ms(), "valid_ms": valid_ms });
     let token = lease.detach();
     let text = match &args.token_file {
         Some(path) => {
             if let Err(err) = token_io::write(path, &token) {
                 // Nobody could ever release it: give it back now rather than block the key.
-                let _ = lock.release_token(&args.key, &token).await;
+                let _ = lock.release_token(args.key.name(), &token).await;
                 return Err(err);
             }
             record["token_file"] = json!(path);
@@ -69,17 +68,17 @@ pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result
 pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let token = token_io::read(&args.token)?;
     let lock = open(global, args.ttl, Duration::ZERO)?;
-    let ctx = Context { key: &args.key, waited: Duration::ZERO };
-    let held = lock.renew_token(&args.key, &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
+    let ctx = Context { key: args.key.name(), waited: Duration::ZERO };
+    let held = lock.renew_token(args.key.name(), &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
     if !held {
         return Err(CliError::LeaseLost(format!(
             "the lease on {:?} is no longer held by this token (it expired or was taken over); acquire a new one",
-            args.key
+            args.key.name()
         )));
     }
     out.result(
-        &format!("renewed {:?} for {}", args.key, duration::format(args.ttl)),
-        json!({ "key": args.key, "renewed": true, "ttl_ms": lock.config().ttl_ms() }),
+        &format!("renewed {:?} for {}", args.key.name(), duration::format(args.ttl)),
+        json!({ "key": args.key.name(), "renewed": true, "ttl_ms": lock.config().ttl_ms() }),
     );
     Ok(code::OK)
 }
@@ -88,28 +87,31 @@ pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8,
 pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let token = token_io::read(&args.token)?;
     let lock = open(global, Duration::from_secs(1), Duration::ZERO)?;
-    let ctx = Context { key: &args.key, waited: Duration::ZERO };
-    let held = lock.release_token(&args.key, &token).await;
+    let ctx = Context { key: args.key.name(), waited: Duration::ZERO };
+    let held = lock.release_token(args.key.name(), &token).await;
     servers::settle(&lock).await;
     let held = held.map_err(|e| diagnose::explain(&e, ctx))?;
     if !held {
         return Err(CliError::LeaseLost(format!(
             "the lease on {:?} was no longer held by this token (it expired or was taken over before the release)",
-            args.key
+            args.key.name()
         )));
     }
     if let Some(path) = &args.token.token_file {
         let _ = std::fs::remove_file(path);
     }
-    out.result(&format!("released {:?}", args.key), json!({ "key": args.key, "released": true }));
+    out.result(
+        &format!("released {:?}", args.key.name()),
+        json!({ "key": args.key.name(), "released": true }),
+    );
     Ok(code::OK)
 }
 
 /// Shows the key's state on every server, and the majority's view.
 pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u8, CliError> {
     let lock = open(global, Duration::from_secs(1), Duration::ZERO)?;
-    let ctx = Context { key: &args.key, waited: Duration::ZERO };
-    let answers = servers::status(&lock, &args.key).await;
+    let ctx = Context { key: args.key.name(), waited: Duration::ZERO };
+    let answers = servers::status(&lock, args.key.name()).await;
     let quorum = lock.quorum();
     let mut lines = Vec::new();
     let mut per_server = Vec::new();
@@ -157,8 +159,13 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     // A semaphore lives on one server (`--permits` refuses several): shown holder by holder.
     if let [NodeStatus { status: Ok(Some(semaphore)), .. }] = answers.as_slice() {
         if semaphore.permits > 1 {
-            let text = format!("{}  {}", args.key, describe_semaphore(semaphore));
-            out.result(&text, semaphore_json(semaphore, json!({ "key": args.key })));
+            let text = format!("{}  {}", args.key.name(), describe_semaphore(semaphore));
+            // The lock's fields too, so a reader of either kind of key finds the same ones:
+            // held until the last holder's lease ends; a semaphore has no one label.
+            let last = semaphore.holders.iter().map(|h| h.remaining.as_millis() as u64).max();
+            let fields =
+                json!({ "key": args.key.name(), "pttl_ms": last, "label": null, "servers": per_server });
+            out.result(&text, semaphore_json(semaphore, fields));
             return Ok(code::OK);
         }
     }
@@ -172,14 +179,14 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
         labels.iter().find(|l| held && labels.iter().filter(|other| other == l).count() >= quorum).cloned();
     let summary = describe(fence, held, pttl, label.as_deref());
     let text = if answers.len() == 1 {
-        format!("{}  {summary}", args.key)
+        format!("{}  {summary}", args.key.name())
     } else {
-        format!("{}\n{}  {summary} (majority of {})", lines.join("\n"), args.key, answers.len())
+        format!("{}\n{}  {summary} (majority of {})", lines.join("\n"), args.key.name(), answers.len())
     };
     out.result(
         &text,
         json!({
-            "key": args.key, "fence": fence, "held": held, "pttl_ms": pttl, "label": label,
+            "key": args.key.name(), "fence": fence, "held": held, "pttl_ms": pttl, "label": label,
             "servers": per_server
         }),
     );
@@ -232,7 +239,11 @@ fn describe_lease(fence: u64, held: bool, pttl: Option<u64>) -> String {
             format!("fence {fence}  held  {} left", duration::format(Duration::from_millis(ms)))
         }
         (true, None) => format!("fence {fence}  held"),
-        (false, _) if fence == 0 => "fence 0  free  (never locked)".to_string(),
+        // STATUS answers nil both for a key never locked and for one reclaimed after its
+        // lease ended: only "no record" is known, and the next fence is above every earlier one.
+        (false, _) if fence == 0 => {
+            "fence 0  free  (no record: never locked, or reclaimed after its lease ended; the next fence still exceeds every earlier one)".to_string()
+        }
         (false, _) => format!("fence {fence}  free"),
     }
 }

@@ -103,11 +103,18 @@ pub fn semaphore(lock: &Redlock, key: &str, permits: u32) -> Result<Option<Semap
     }
     let Some(locker) = lock.as_locker() else {
         let servers = lock.nodes().len();
-        let holders = servers * permits as usize / lock.quorum();
-        return Err(CliError::Usage(format!(
-            "--permits {permits} needs a single --redis server: each of the {servers} independent servers would grant its own {permits} permits and a majority of {} suffices, so up to {holders} holders could run at once",
-            lock.quorum()
-        )));
+        let quorum = lock.quorum();
+        let holders = servers * permits as usize / quorum;
+        // The overrun is real only where the majority is small against the servers (3 and
+        // up); with 2 servers the refusal is the design's, not a count that would go wrong.
+        let why = if holders > permits as usize {
+            format!(
+                "each of the {servers} independent servers would grant its own {permits} permits and a majority of {quorum} suffices, so up to {holders} holders could run at once"
+            )
+        } else {
+            format!("a semaphore is kept on one server, not across {servers} independent ones")
+        };
+        return Err(CliError::Usage(format!("--permits {permits} needs a single --redis server: {why}")));
     };
     Semaphore::new(locker, key, permits).map(Some).map_err(|e| CliError::Usage(e.to_string()))
 }

@@ -37,11 +37,11 @@ pub async fn run(
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
         Some(&args.confirm),
     )?;
-    let semaphore = servers::semaphore(&lock, &args.key, args.permits.count)?;
-    let ctx = Context { key: &args.key, waited: args.wait };
+    let semaphore = servers::semaphore(&lock, args.key.name(), args.permits.count)?;
+    let ctx = Context { key: args.key.name(), waited: args.wait };
 
-    let acquire = servers::acquire(&lock, &args.key, semaphore.as_ref(), |err| {
-        tracing::info!(key = %args.key, error = %err, "lock busy, waiting up to {}", duration::format(args.wait));
+    let acquire = servers::acquire(&lock, args.key.name(), semaphore.as_ref(), |err| {
+        tracing::info!(key = %args.key.name(), error = %err, "lock busy, waiting up to {}", duration::format(args.wait));
     });
     let lease = tokio::select! {
         lease = acquire => lease,
@@ -57,18 +57,19 @@ pub async fn run(
             let err = diagnose::explain(&err, ctx);
             if let CliError::Busy(msg) = &err {
                 // Skipping is the normal outcome on all but one host: a notice, not an error.
+                let exit = args.conflict_exit_code;
                 out.record(
                     Some(msg),
-                    json!({ "outcome": "skipped", "key": args.key, "exit_code": code::BUSY, "message": msg }),
+                    json!({ "outcome": "skipped", "key": args.key.name(), "exit_code": exit, "message": msg }),
                 );
-                return Ok(code::BUSY);
+                return Ok(exit);
             }
             if !unavailable {
                 return Err(err);
             }
             return match args.on_unavailable {
                 OnUnavailable::Fail => Err(err),
-                OnUnavailable::Skip => Ok(skip_unavailable(&args.key, &err, out)),
+                OnUnavailable::Skip => Ok(skip_unavailable(args.key.name(), &err, out)),
                 OnUnavailable::Run => run_unlocked(args, &err, out, signals).await,
             };
         }
@@ -77,12 +78,12 @@ pub async fn run(
     let granted_at = Instant::now();
     let fence = lease.fence();
     warn_about_minority(&lease, out);
-    tracing::info!(key = %args.key, fence, servers = %servers::describe(&lock), valid = ?lease.remaining(), "lease acquired");
+    tracing::info!(key = %args.key.name(), fence, servers = %servers::describe(&lock), valid = ?lease.remaining(), "lease acquired");
     // A terminal's Ctrl-C reaches the whole foreground group anyway, and an interactive
     // command must stay in it to read the terminal; under cron it gets a group of its own.
     let own_group = !std::io::stdin().is_terminal();
-    let env = LeaseEnv { key: &args.key, fence, ttl_ms: lock.config().ttl_ms() };
-    let mut job = match Job::spawn(&args.command, Some(env), own_group) {
+    let env = LeaseEnv { key: args.key.name(), fence, ttl_ms: lock.config().ttl_ms() };
+    let mut job = match Job::spawn(&args.argv(), Some(env), own_group) {
         Ok(job) => job,
         Err(err) => {
             if let Err(e) = lease.release().await {
@@ -99,10 +100,10 @@ pub async fn run(
             hold(&kept, granted_at + args.min_hold, signals).await;
             release(&lock, kept, out).await;
             let exit = exit_code(status);
-            tracing::info!(key = %args.key, fence, exit, "command finished, lease released");
+            tracing::info!(key = %args.key.name(), fence, exit, "command finished, lease released");
             out.record(
                 None,
-                json!({ "outcome": "completed", "key": args.key, "fence": fence, "exit_code": exit }),
+                json!({ "outcome": "completed", "key": args.key.name(), "fence": fence, "exit_code": exit }),
             );
             Ok(exit)
         }
@@ -110,13 +111,13 @@ pub async fn run(
             release(&lock, kept, out).await;
             let msg = format!(
                 "the command was terminated because the lease on {:?} (fence {fence}) was lost ({reason}); {}",
-                args.key,
+                args.key.name(),
                 describe_status(status)
             );
             if out.json {
                 out.record(
                     None,
-                    json!({ "outcome": "lease_lost", "key": args.key, "fence": fence,
+                    json!({ "outcome": "lease_lost", "key": args.key.name(), "fence": fence,
                             "exit_code": code::LEASE_LOST, "message": msg }),
                 );
                 return Ok(code::LEASE_LOST);
@@ -152,11 +153,11 @@ async fn run_unlocked(
 ) -> Result<u8, CliError> {
     out.warning(&format!(
         "running the command WITHOUT the lock on {:?} (--on-unavailable run; FENCEDLOCK_FENCE is not set): {}",
-        args.key,
+        args.key.name(),
         err.one_line()
     ));
     let own_group = !std::io::stdin().is_terminal();
-    let mut job = Job::spawn(&args.command, None, own_group)?;
+    let mut job = Job::spawn(&args.argv(), None, own_group)?;
     let status = loop {
         tokio::select! {
             biased;
@@ -172,7 +173,7 @@ async fn run_unlocked(
         CliError::Internal(format!("lost track of the command: {e}"))
     })?;
     let exit = exit_code(status);
-    out.record(None, json!({ "outcome": "unlocked", "key": args.key, "exit_code": exit }));
+    out.record(None, json!({ "outcome": "unlocked", "key": args.key.name(), "exit_code": exit }));
     Ok(exit)
 }
 
@@ -218,7 +219,7 @@ async fn supervise(
                 return match status {
                     Ok(status) => {
                         if lost.is_cancelled() {
-                            out.warning(&format!("the lease on {:?} was lost shortly before the command exited", args.key));
+                            out.warning(&format!("the lease on {:?} was lost shortly before the command exited", args.key.name()));
                         }
                         Supervised::Exited(status)
                     }
@@ -246,7 +247,7 @@ async fn supervise(
                 };
                 out.warning(&format!(
                     "lease on {:?} (fence {}) lost: {reason}; sending SIGTERM to the command, SIGKILL {when}",
-                    args.key,
+                    args.key.name(),
                     kept.fence(),
                 ));
                 let status = terminate(job, kill_at, signals).await;
