@@ -223,6 +223,11 @@ pub struct Global {
     #[arg(long, global = true, env = "FENCEDLOCK_CLUSTER")]
     pub cluster: bool,
 
+    /// Which engine serves the leases: the module where a server has it and the Functions
+    /// library elsewhere (auto, loading the library if missing or older), or only one of them.
+    #[arg(long, value_enum, global = true, env = "FENCEDLOCK_ENGINE", default_value_t = EngineArg::Auto)]
+    pub engine: EngineArg,
+
     /// Per-server request timeout (connecting included).
     #[arg(long, value_name = "DURATION", global = true, default_value = "500ms", value_parser = duration::parse)]
     pub timeout: Duration,
@@ -242,6 +247,29 @@ pub struct Global {
     /// More log detail on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// `--engine`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// The module where it is loaded, else the Functions library.
+    Auto,
+    /// Only the module (`FENCEDLOCK.*` commands).
+    Module,
+    /// Only the Functions library (`FCALL fencedlock_*`).
+    Functions,
+}
+
+impl EngineArg {
+    /// As the client's option.
+    pub fn choice(self) -> fencedlock::EngineChoice {
+        use fencedlock::{Engine, EngineChoice};
+        match self {
+            EngineArg::Auto => EngineChoice::Auto,
+            EngineArg::Module => EngineChoice::Only(Engine::Module),
+            EngineArg::Functions => EngineChoice::Only(Engine::Functions),
+        }
+    }
 }
 
 /// `--tls-cacert`, `--tls-cert`, `--tls-key`: TLS settings for every `rediss://` server.
@@ -287,6 +315,9 @@ pub enum Command {
     /// Only in builds with the `demo` feature (it brings SQLite).
     #[command(after_help = format!("{DEMO_AFTER}\n\n{EXIT_CODES}"), hide = cfg!(not(feature = "demo")))]
     Demo(DemoArgs),
+    /// Print the Functions library, the engine for servers that cannot load the module:
+    /// `fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE`.
+    Functions,
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(after_help = COMPLETIONS_AFTER)]
     Completions(CompletionsArgs),

@@ -74,6 +74,7 @@ fn quorum(report: &QuorumReport, ctx: Context<'_>) -> CliError {
                 Cause::NoModule => return no_module(&vote.node),
                 Cause::NoPermission => return no_permission(&vote.node, error, ctx),
                 Cause::Tls => return tls(&vote.node, error),
+                Cause::NoEngine => return no_engine(&vote.node, error),
                 _ => {}
             }
         }
@@ -157,6 +158,7 @@ fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) 
         )),
         Cause::NoPermission => no_permission(node, source, ctx),
         Cause::Tls => tls(node, source),
+        Cause::NoEngine => no_engine(node, source),
         Cause::Misrouted => CliError::Usage(format!(
             "the server at {node} is a Redis Cluster node that does not own {:?} ({text}): pass --cluster, with any node of the cluster as --redis",
             ctx.key
@@ -195,9 +197,14 @@ fn tls(node: &str, source: &RedisError) -> CliError {
     ))
 }
 
+/// Neither the module nor the Functions library: the client's error already says both ways out.
+fn no_engine(node: &str, source: &RedisError) -> CliError {
+    CliError::Config(format!("{node}: {}", source.detail().unwrap_or_default()))
+}
+
 fn no_module(node: &str) -> CliError {
     CliError::Unavailable(format!(
-        "the server at {node} does not have the fencedlock module loaded: add `loadmodule /path/to/libfencedlock_module.so` to its configuration file, or pass `--loadmodule /path/to/libfencedlock_module.so` when starting it"
+        "the server at {node} does not have the fencedlock module loaded: add `loadmodule /path/to/libfencedlock_module.so` to its configuration file, or pass `--loadmodule /path/to/libfencedlock_module.so` when starting it; or leave out --engine module, and the Functions library serves leases where the module cannot be loaded"
     ))
 }
 

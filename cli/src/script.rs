@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencedlock::{PermitStatus, Redlock, SemaphoreStatus};
+use fencedlock::{Engine, PermitStatus, Redlock, SemaphoreStatus};
 use serde_json::json;
 
 use crate::args::{AcquireArgs, AcquireOnUnavailable, Global, ReleaseArgs, RenewArgs, StatusArgs};
@@ -121,12 +121,14 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     let mut answered = 0;
     let mut first_error = None;
     for answer in &answers {
+        let engine = answer.engine.map(Engine::as_str);
         match &answer.status {
             Ok(Some(semaphore)) if semaphore.permits > 1 => {
                 answered += 1;
                 fences.push(semaphore.fence);
                 lines.push(format!("{}  {}", answer.server, describe_semaphore(semaphore)));
-                per_server.push(semaphore_json(semaphore, json!({ "server": answer.server })));
+                per_server
+                    .push(semaphore_json(semaphore, json!({ "server": answer.server, "engine": engine })));
             }
             Ok(state) => {
                 answered += 1;
@@ -142,13 +144,16 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
                 }
                 lines.push(format!("{}  {}", answer.server, describe(fence, held, pttl, label.as_deref())));
                 per_server.push(json!({
-                    "server": answer.server, "fence": fence, "held": held, "pttl_ms": pttl, "label": label
+                    "server": answer.server, "engine": engine, "fence": fence, "held": held, "pttl_ms": pttl,
+                    "label": label
                 }));
             }
             Err(err) => {
                 let explained = diagnose::explain(err, ctx);
                 lines.push(format!("{}  error: {}", answer.server, explained.one_line()));
-                per_server.push(json!({ "server": answer.server, "error": explained.one_line() }));
+                per_server.push(
+                    json!({ "server": answer.server, "engine": engine, "error": explained.one_line() }),
+                );
                 first_error.get_or_insert(explained);
             }
         }

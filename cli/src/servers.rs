@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use fencedlock::{Error, Lease, LockConfig, Node, Redlock, Semaphore, SemaphoreStatus, Tls, TokenFormat};
+use fencedlock::{
+    Engine, Error, Lease, LockConfig, Node, Redlock, Semaphore, SemaphoreStatus, Tls, TokenFormat,
+};
 use fencedlock_protocol::limits::DEFAULT_MAX_TTL_MS;
 use futures::future::join_all;
 
@@ -42,6 +44,8 @@ pub struct NodeStatus {
     pub server: String,
     /// Its answer, a lock key as one permit: `None` for a key without lock state.
     pub status: Result<Option<SemaphoreStatus>, Error>,
+    /// The engine it answered with (`None` if it could not be found out).
+    pub engine: Option<Engine>,
 }
 
 /// Checks the URLs (`--redis`) and builds the lock over them, with `--tls-*` for rediss://
@@ -73,6 +77,7 @@ pub fn open_confirmed(
         .ttl(options.ttl)
         .max_wait(options.wait)
         .node_timeout(options.timeout)
+        .engine(global.engine.choice())
         .token_format(TokenFormat::Hex);
     if let Some(confirm) = confirm.filter(|c| c.confirm_replicas > 0) {
         if confirm.confirm_timeout.is_zero() {
@@ -172,7 +177,7 @@ pub async fn status(lock: &Redlock, key: &str) -> Vec<NodeStatus> {
     nodes
         .iter()
         .zip(answers)
-        .map(|(node, status)| NodeStatus { server: node.name().to_owned(), status })
+        .map(|(node, status)| NodeStatus { server: node.name().to_owned(), status, engine: node.engine() })
         .collect()
 }
 

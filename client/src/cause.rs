@@ -43,6 +43,9 @@ pub enum Cause {
     Credentials,
     /// The TLS handshake failed: the certificates do not match.
     Tls,
+    /// Neither engine: no module, and the Functions library could not be loaded (the client's
+    /// own error, code [`NO_ENGINE`]).
+    NoEngine,
     /// Anything else: the module's own refusals ([`crate::ReplyError`]), `WRONGTYPE`, a
     /// broken reply.
     Other,
@@ -55,6 +58,7 @@ impl Cause {
             return Cause::TimedOut;
         }
         match (err.kind(), err.code()) {
+            (_, Some(NO_ENGINE)) => Cause::NoEngine,
             // The verdict of `tls::classify` on a failed handshake.
             (ErrorKind::InvalidClientConfig, _) => Cause::Tls,
             (ErrorKind::MasterNameNotFoundBySentinel, _) => Cause::NoPrimary,
@@ -113,6 +117,10 @@ impl Cause {
         }
     }
 }
+
+/// The code of the client's error for a server with neither engine. No server sends it; it
+/// is made by the node, so it is told apart by code like the servers' own errors.
+pub(crate) const NO_ENGINE: &str = "NOENGINE";
 
 /// Redis and Valkey give an unknown command no error code of its own (see the module docs).
 fn is_unknown_command(err: &RedisError) -> bool {
@@ -179,6 +187,7 @@ pub(crate) mod tests {
                 Cause::Tls,
             ),
             (RedisError::from((ErrorKind::MasterNameNotFoundBySentinel, "none")), Cause::NoPrimary),
+            (redis::make_extension_error(NO_ENGINE.into(), Some("no module".into())), Cause::NoEngine),
             (replied("ERR ttl exceeds fencedlock.max-ttl-ms (1000)"), Cause::Other),
             (replied("WRONGTYPE Operation against a key holding the wrong kind of value"), Cause::Other),
         ] {

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use fencedlock_protocol::limits::MAX_MAX_TTL_MS;
 
+use crate::backend::EngineChoice;
 use crate::backoff::Backoff;
 use crate::error::Error;
 use crate::tls::Tls;
@@ -50,6 +51,7 @@ pub struct LockConfig {
     confirm_replicas: usize,
     confirm_timeout: Duration,
     tls: Tls,
+    engine: EngineChoice,
 }
 
 /// What [`Locker::acquire_with_policy`](crate::Locker::acquire_with_policy) does when the lock
@@ -90,6 +92,7 @@ impl LockConfig {
             confirm_replicas: 0,
             confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
             tls: Tls::new(),
+            engine: EngineChoice::Auto,
         }
     }
 
@@ -117,6 +120,11 @@ impl LockConfig {
     /// Delays between acquisition attempts.
     pub fn backoff(&self) -> Backoff {
         self.backoff
+    }
+
+    /// Which engine the servers are asked to serve leases with.
+    pub fn engine(&self) -> EngineChoice {
+        self.engine
     }
 
     /// How long one node may take to answer one request (connecting included).
@@ -305,6 +313,15 @@ impl LockConfigBuilder {
     /// What to do when the lock service cannot answer. Default [`OnUnavailable::FailClosed`].
     pub fn on_unavailable(mut self, policy: OnUnavailable) -> Self {
         self.config.on_unavailable = policy;
+        self
+    }
+
+    /// Which engine serves the leases: [`EngineChoice::Auto`] (the default) uses the module
+    /// where a server has it and the Functions library elsewhere, loading the library when it
+    /// is missing or older; [`EngineChoice::Only`] insists on one (a server without the module
+    /// then fails, or the module is never used).
+    pub fn engine(mut self, choice: EngineChoice) -> Self {
+        self.config.engine = choice;
         self
     }
 

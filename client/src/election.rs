@@ -141,7 +141,7 @@ impl Election {
     pub async fn campaign(&self, label: impl Into<Vec<u8>>) -> Result<Leadership, Error> {
         let label = label.into();
         check_label(&label)?;
-        let engine = self.locker.engine();
+        let engine = self.locker.shared_engine();
         // One token for every window: ACQUIRE is idempotent for its holder.
         let token = engine.config.new_token();
         let window = engine.config.max_wait().max(MIN_CAMPAIGN_WINDOW);

@@ -102,7 +102,11 @@ impl Engine {
     pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Result<Arc<Engine>, Error> {
         let nodes: Vec<Node> = nodes
             .into_iter()
-            .map(|n| n.with_timeout(config.node_timeout()).with_max_blocking(config.max_blocking()))
+            .map(|n| {
+                n.with_timeout(config.node_timeout())
+                    .with_max_blocking(config.max_blocking())
+                    .with_engine(config.engine())
+            })
             .collect();
         let topology = Topology::of(&nodes, &config, fencing)?;
         Ok(Arc::new_cyclic(|me| Engine {

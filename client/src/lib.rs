@@ -196,6 +196,7 @@
 
 #![warn(missing_docs)]
 
+mod backend;
 mod backoff;
 mod cause;
 mod config;
@@ -224,6 +225,7 @@ mod trailing;
 mod validity;
 mod waiting;
 
+pub use backend::{Engine, EngineChoice};
 pub use backoff::Backoff;
 pub use cause::Cause;
 pub use config::{

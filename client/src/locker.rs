@@ -6,6 +6,7 @@ use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
 
+use crate::backend::Engine as ServerEngine;
 use crate::config::LockConfig;
 use crate::engine::Engine;
 use crate::error::Error;
@@ -169,6 +170,13 @@ impl Locker {
         &self.engine.nodes
     }
 
+    /// The engine the server serves leases with (over several masters: the first's; each
+    /// master's is [`Node::engine`] of [`nodes`](Self::nodes)), once a request has found it
+    /// out; `None` before that. See [`Node::detect_engine`] to ask at once.
+    pub fn engine(&self) -> Option<ServerEngine> {
+        self.node().engine()
+    }
+
     /// Votes needed for a grant: `N / 2 + 1` (1 for one server).
     pub fn quorum(&self) -> usize {
         self.engine.quorum()
@@ -185,7 +193,7 @@ impl Locker {
     }
 
     /// The shared engine, for the election and the semaphore built on this locker.
-    pub(crate) fn engine(&self) -> &Arc<Engine> {
+    pub(crate) fn shared_engine(&self) -> &Arc<Engine> {
         &self.engine
     }
 }

@@ -18,13 +18,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::{RAISE, RELEASE, RENEW, STATUS};
-use fencedlock_protocol::{Acquire, LockStatus, PermitReply, SemaphoreStatus};
+use fencedlock_protocol::command::{ACQUIRE, RAISE, RELEASE, RENEW, STATUS};
+use fencedlock_protocol::{functions, Acquire, LockStatus, PermitReply, SemaphoreStatus};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OnceCell};
 
+use crate::backend::{Engine, EngineChoice};
 use crate::cause::{self, Cause};
 use crate::config::{DEFAULT_MAX_BLOCKING, DEFAULT_NODE_TIMEOUT};
 use crate::error::Error;
@@ -46,6 +47,9 @@ pub struct Node {
     timeout: Duration,
     /// Dedicated connections for requests that wait on the server.
     pool: Pool<Dedicated>,
+    /// Which engine to use, and the one found on the server by the first request.
+    choice: EngineChoice,
+    engine: Arc<OnceCell<Engine>>,
 }
 
 enum Transport {
@@ -189,6 +193,8 @@ impl Node {
             transport: Transport::Standalone { target, slot: Arc::new(Mutex::new(Slot::new())) },
             timeout: DEFAULT_NODE_TIMEOUT,
             pool: Pool::new(DEFAULT_MAX_BLOCKING),
+            choice: EngineChoice::Auto,
+            engine: Arc::new(OnceCell::new()),
         })
     }
 
@@ -225,6 +231,8 @@ impl Node {
             },
             timeout: DEFAULT_NODE_TIMEOUT,
             pool: Pool::new(DEFAULT_MAX_BLOCKING),
+            choice: EngineChoice::Auto,
+            engine: Arc::new(OnceCell::new()),
         })
     }
 
@@ -242,9 +250,84 @@ impl Node {
         self
     }
 
-    /// Whether a request should wait on this node rather than poll it (see [`Pool::may_block`]).
+    /// The same node with `choice` of engine (lockers apply their configured
+    /// [`engine`](crate::LockConfigBuilder::engine)).
+    pub(crate) fn with_engine(mut self, choice: EngineChoice) -> Node {
+        self.choice = choice;
+        self
+    }
+
+    /// Whether a request should wait on this node rather than poll it (see [`Pool::may_block`]);
+    /// never on the Functions engine, since a script cannot wait.
     pub(crate) fn may_block(&self) -> bool {
-        self.pool.may_block()
+        self.pool.may_block() && self.engine() != Some(Engine::Functions)
+    }
+
+    /// The engine this server serves leases with, once a request has found it out (`None`
+    /// before that).
+    pub fn engine(&self) -> Option<Engine> {
+        self.engine.get().copied()
+    }
+
+    /// The engine this server serves leases with, asking the server if no request has yet
+    /// (and loading the Functions library where the module is missing and the library is
+    /// missing or older than this client's).
+    pub async fn detect_engine(&self) -> Result<Engine, Error> {
+        self.engine_now().await.map_err(|f| self.error("engine detection", f))
+    }
+
+    async fn engine_now(&self) -> Result<Engine, Failure> {
+        self.engine.get_or_try_init(|| self.detect()).await.copied()
+    }
+
+    /// The module where `COMMAND INFO` knows its `ACQUIRE` (or where a server that hides
+    /// `COMMAND` has no library loaded), else the Functions library, made current.
+    async fn detect(&self) -> Result<Engine, Failure> {
+        let module = match self.choice {
+            EngineChoice::Only(Engine::Module) => return Ok(Engine::Module),
+            EngineChoice::Only(Engine::Functions) => false,
+            EngineChoice::Auto => {
+                let mut info = redis::cmd("COMMAND");
+                info.arg("INFO").arg(ACQUIRE.name);
+                match self.query::<Vec<redis::Value>>(&info, None).await {
+                    Ok(entries) => entries.iter().any(|entry| !matches!(entry, redis::Value::Nil)),
+                    Err(Failure::Redis(e)) if cause::answered(&e) => self.library_version().await?.is_none(),
+                    Err(failure) => return Err(failure),
+                }
+            }
+        };
+        if module {
+            return Ok(Engine::Module);
+        }
+        self.load_library().await?;
+        tracing::info!(node = %self.name, engine = %Engine::Functions, "no fencedlock module on this server: using the Functions library");
+        Ok(Engine::Functions)
+    }
+
+    /// The version of the Functions library the server has, `None` if it has none.
+    async fn library_version(&self) -> Result<Option<u64>, Failure> {
+        let mut version = redis::cmd("FCALL_RO");
+        version.arg(functions::VERSION_FUNCTION).arg(0);
+        match self.query::<u64>(&version, None).await {
+            Ok(version) => Ok(Some(version)),
+            Err(Failure::Redis(e)) if cause::answered(&e) => Ok(None),
+            Err(failure) => Err(failure),
+        }
+    }
+
+    /// Loads this client's library unless the server has it or a newer one. A server that
+    /// refuses `FUNCTION LOAD` has no engine at all: a configuration error naming both ways out.
+    async fn load_library(&self) -> Result<(), Failure> {
+        if self.library_version().await?.is_some_and(|v| v >= functions::VERSION) {
+            return Ok(());
+        }
+        let mut load = redis::cmd("FUNCTION");
+        load.arg("LOAD").arg("REPLACE").arg(functions::LIBRARY);
+        match self.query::<redis::Value>(&load, None).await {
+            Ok(_) => Ok(()),
+            Err(Failure::Redis(e)) if cause::answered(&e) => Err(Failure::Redis(no_engine(&e))),
+            Err(failure) => Err(failure),
+        }
     }
 
     /// The node's pool of waiting connections, for what Redlock remembers about it.
@@ -294,8 +377,8 @@ impl Node {
     }
 
     async fn any_status(&self, key: &str) -> Result<Option<Status>, Error> {
-        let mut cmd = redis::cmd(STATUS.name);
-        cmd.arg(key);
+        let engine = self.engine_now().await.map_err(|f| self.error("STATUS", f))?;
+        let cmd = engine.command(&STATUS, key.as_bytes(), |_| {});
         let reply: Option<StatusReply> = self.query(&cmd, None).await.map_err(|f| self.error("STATUS", f))?;
         self.decode_status(reply)
     }
@@ -335,15 +418,16 @@ impl Node {
         until: Option<Instant>,
         confirm: Option<&Confirm>,
     ) -> Result<Answer, Failure> {
+        let engine = self.engine_now().await?;
         match (until, confirm) {
             (None, None) => {
-                let fence: Option<u64> = self.query(&command(&request), Some(request.token)).await?;
+                let fence: Option<u64> = self.query(&command(engine, &request), Some(request.token)).await?;
                 Ok(fence.map_or(Answer::Nil, |fence| Answer::Granted { fence, acked: None }))
             }
-            (Some(_), _) if !self.pool.may_block() => Ok(Answer::Unsupported),
+            (Some(_), _) if !self.may_block() => Ok(Answer::Unsupported),
             (until, confirm) => {
                 let checkout_until = until.unwrap_or_else(|| Instant::now() + self.timeout);
-                self.acquire_dedicated(request, until, checkout_until, confirm).await
+                self.acquire_dedicated(engine, request, until, checkout_until, confirm).await
             }
         }
     }
@@ -354,6 +438,7 @@ impl Node {
     /// so the server forgets a waiter and a WAIT alike.
     async fn acquire_dedicated(
         &self,
+        engine: Engine,
         request: Acquire<'_>,
         block: Option<Instant>,
         checkout_until: Instant,
@@ -372,7 +457,7 @@ impl Node {
                 None => self.dedicated().await.map_err(|e| self.failure(e, Some(request.token)))?,
             };
             let block_ms = block.map(|until| pool::block_ms(until.saturating_duration_since(Instant::now())));
-            let cmd = command(&Acquire { block_ms, ..request });
+            let cmd = command(engine, &Acquire { block_ms, ..request });
             let answer =
                 block_ms.map_or(self.timeout, |ms| Duration::from_millis(ms).saturating_add(self.timeout));
             let reply: Result<Option<u64>, RedisError> =
@@ -449,23 +534,26 @@ impl Node {
 
     /// `FENCEDLOCK.RENEW`: whether we still held the lease (it now runs `ttl_ms` from now).
     pub(crate) async fn renew(&self, key: &str, token: &Token, ttl_ms: u64) -> Result<bool, Failure> {
-        let mut cmd = redis::cmd(RENEW.name);
-        cmd.arg(key).arg(token.as_bytes()).arg(ttl_ms);
+        let cmd = self.engine_now().await?.command(&RENEW, key.as_bytes(), |cmd| {
+            cmd.arg(token.as_bytes()).arg(ttl_ms);
+        });
         self.query::<i64>(&cmd, Some(token.as_bytes())).await.map(|n| n == 1)
     }
 
     /// `FENCEDLOCK.RELEASE`: whether we held the lease and it ended now.
     pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Failure> {
-        let mut cmd = redis::cmd(RELEASE.name);
-        cmd.arg(key).arg(token.as_bytes());
+        let cmd = self.engine_now().await?.command(&RELEASE, key.as_bytes(), |cmd| {
+            cmd.arg(token.as_bytes());
+        });
         self.query::<i64>(&cmd, Some(token.as_bytes())).await.map(|n| n == 1)
     }
 
     /// `FENCEDLOCK.RAISE`: the key's fence after raising it to at least `fence`, or `None`
     /// when our token no longer holds the lease there.
     pub(crate) async fn raise(&self, key: &str, token: &Token, fence: u64) -> Result<Option<u64>, Failure> {
-        let mut cmd = redis::cmd(RAISE.name);
-        cmd.arg(key).arg(token.as_bytes()).arg(fence);
+        let cmd = self.engine_now().await?.command(&RAISE, key.as_bytes(), |cmd| {
+            cmd.arg(token.as_bytes()).arg(fence);
+        });
         self.query(&cmd, Some(token.as_bytes())).await
     }
 
@@ -628,13 +716,26 @@ impl std::fmt::Debug for Node {
     }
 }
 
-/// `request` as a command, word for word as the protocol builds it.
-fn command(request: &Acquire<'_>) -> Cmd {
-    let mut cmd = Cmd::new();
-    for word in request.words() {
-        cmd.arg(&word[..]);
-    }
-    cmd
+/// `request` as a command of `engine`, word for word as the protocol builds it (the name
+/// and the key replaced by the engine's form of them).
+fn command(engine: Engine, request: &Acquire<'_>) -> Cmd {
+    engine.command(&ACQUIRE, request.key, |cmd| {
+        for word in request.words().iter().skip(2) {
+            cmd.arg(&word[..]);
+        }
+    })
+}
+
+/// The error of a server with neither engine: no module, and the library not loaded (`FUNCTION LOAD` denied, or failed).
+fn no_engine(refusal: &RedisError) -> RedisError {
+    redis::make_extension_error(
+        cause::NO_ENGINE.to_owned(),
+        Some(format!(
+            "the fencedlock module is not loaded and the Functions library could not be loaded ({refusal}); load the module \
+             (--loadmodule …/libfencedlock_module.so), or have an administrator load the Functions library \
+             (fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE)"
+        )),
+    )
 }
 
 /// A connection to `target` (the sentinels asked first, for a sentinel-monitored primary)
@@ -816,11 +917,11 @@ pub(crate) mod tests {
     fn permits_are_sent_only_above_one() {
         use fencedlock_protocol::command::{ACQUIRE, LABEL, PERMITS};
         let plain = Acquire::mutex(b"k", b"t", 500);
-        let mutex = words(&command(&plain));
+        let mutex = words(&command(Engine::Module, &plain));
         assert_eq!(mutex, [ACQUIRE.name, "k", "t", "500"]);
-        let one = words(&command(&Acquire { label: None, permits: 1, ..plain }));
+        let one = words(&command(Engine::Module, &Acquire { label: None, permits: 1, ..plain }));
         assert_eq!(one, mutex, "PERMITS 1 is the mutex: the request stays byte for byte the same");
-        let labelled = words(&command(&Acquire { label: Some(b"w"), permits: 3, ..plain }));
+        let labelled = words(&command(Engine::Module, &Acquire { label: Some(b"w"), permits: 3, ..plain }));
         assert_eq!(labelled, [ACQUIRE.name, "k", "t", "500", LABEL, "w", PERMITS, "3"]);
     }
 }

@@ -98,7 +98,7 @@ impl Semaphore {
     /// One attempt at a permit: [`Error::Contended`] while all permits are held (or others
     /// wait for one: nobody barges).
     pub async fn try_acquire(&self) -> Result<Lease, Error> {
-        let engine = self.locker.engine();
+        let engine = self.locker.shared_engine();
         Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::Once, self.terms()).await
     }
 
@@ -108,7 +108,7 @@ impl Semaphore {
     /// at once, not waited out. Cancel-safe: dropping the future leaves no permit and no
     /// queued waiter behind.
     pub async fn acquire(&self) -> Result<Lease, Error> {
-        let engine = self.locker.engine();
+        let engine = self.locker.shared_engine();
         Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::UntilMaxWait, self.terms())
             .await
     }
@@ -116,7 +116,7 @@ impl Semaphore {
     /// [`acquire`](Self::acquire) under the locker's declared failure policy, as
     /// [`Locker::acquire_with_policy`]: busy permits are never "unlocked".
     pub async fn acquire_with_policy(&self) -> Result<Acquisition, Error> {
-        policy::acquire(self.locker.engine(), &self.key, self.terms()).await
+        policy::acquire(self.locker.shared_engine(), &self.key, self.terms()).await
     }
 
     /// The key's permits and unexpired holders (each one's fence, time left and label; never

@@ -11,9 +11,7 @@
 //! A floor is raised with headroom ([`floor_for`]): one write covers the next `EPOCH_GAP`
 //! fences, so grants rarely pay for it.
 
-use std::sync::OnceLock;
-
-use fencedlock_protocol::cluster::{key_slot, FLOOR_KEY_PREFIX, SLOTS};
+use fencedlock_protocol::cluster::{key_slot, slot_tag, FLOOR_KEY_PREFIX, SLOTS};
 use fencedlock_protocol::limits::{EPOCH_GAP, MAX_FENCE};
 
 /// Names of floor keys start with this; they are never reclaimed.
@@ -24,25 +22,9 @@ pub fn slot(key: &[u8]) -> usize {
     usize::from(key_slot(key))
 }
 
-/// The name of the floor key of slot `of`. Each slot's tag is the smallest decimal number that hashes
-/// to it, found once (about 160,000 checksums, a few milliseconds).
+/// The name of the floor key of slot `of`, tagged with the protocol's tag of that slot.
 pub fn floor_key(of: usize) -> Vec<u8> {
-    static TAGS: OnceLock<Vec<u32>> = OnceLock::new();
-    let tags = TAGS.get_or_init(|| {
-        let mut tags = vec![u32::MAX; usize::from(SLOTS)];
-        let mut missing = SLOTS;
-        let mut n = 0u32;
-        while missing > 0 {
-            let tag = &mut tags[slot(n.to_string().as_bytes())];
-            if *tag == u32::MAX {
-                *tag = n;
-                missing -= 1;
-            }
-            n += 1;
-        }
-        tags
-    });
-    let tag = tags[of % usize::from(SLOTS)];
+    let tag = slot_tag(u16::try_from(of % usize::from(SLOTS)).unwrap_or(0));
     let mut name = FLOOR_PREFIX.to_vec();
     name.extend_from_slice(tag.to_string().as_bytes());
     name.push(b'}');

@@ -36,6 +36,28 @@ pub fn key_slot(key: &[u8]) -> u16 {
     crc16(tag.unwrap_or(key)) % SLOTS
 }
 
+/// The hash tag that maps a key to slot `of` (taken modulo [`SLOTS`]): the smallest decimal
+/// number that hashes there, found once (about 160,000 checksums, a few milliseconds). Floor
+/// keys (the module's and the Functions library's) are named with it.
+pub fn slot_tag(of: u16) -> u32 {
+    static TAGS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    let tags = TAGS.get_or_init(|| {
+        let mut tags = vec![u32::MAX; usize::from(SLOTS)];
+        let mut missing = SLOTS;
+        let mut n = 0u32;
+        while missing > 0 {
+            let tag = &mut tags[usize::from(key_slot(n.to_string().as_bytes()))];
+            if *tag == u32::MAX {
+                *tag = n;
+                missing -= 1;
+            }
+            n += 1;
+        }
+        tags
+    });
+    tags[usize::from(of % SLOTS)]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -50,5 +72,12 @@ mod tests {
         assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
         assert_ne!(key_slot(b"foo{}{bar}"), key_slot(b"bar"), "an empty tag hashes the whole key");
         assert_eq!(key_slot(b"foo{{bar}}zap"), key_slot(b"{bar"));
+    }
+
+    #[test]
+    fn every_slot_tag_hashes_to_its_slot() {
+        for slot in 0..SLOTS {
+            assert_eq!(key_slot(slot_tag(slot).to_string().as_bytes()), slot);
+        }
     }
 }

@@ -4,7 +4,8 @@
 //! them and decode the replies. Each fact lives here and nowhere else: a command's name and
 //! arguments ([`command`]), a request that one type both builds and parses ([`Acquire`]), the
 //! limits both sides check ([`limits`]), the configs ([`config`]), the keys the module writes
-//! itself ([`cluster`]), the `STATUS` reply shapes ([`LockStatus`], [`SemaphoreStatus`]) and
+//! itself ([`cluster`]), the Functions library that serves the same commands without the
+//! module ([`functions`]), the `STATUS` reply shapes ([`LockStatus`], [`SemaphoreStatus`]) and
 //! the error replies ([`ReplyError`]).
 //!
 //! This crate must stay free of dependencies and I/O: the module (a `cdylib` loaded into
@@ -17,6 +18,7 @@ pub mod command;
 pub mod config;
 pub mod epoch;
 mod error;
+pub mod functions;
 pub mod limits;
 pub mod request;
 mod status;

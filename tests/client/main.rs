@@ -8,6 +8,7 @@ mod cluster;
 mod confirm;
 mod election;
 mod fenced_stress;
+mod functions;
 mod keepalive;
 mod metrics;
 mod policy;

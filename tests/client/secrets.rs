@@ -2,10 +2,24 @@
 //! the module echoes the arguments of the command it does not know (token included), and
 //! those errors stay typed (kind, code, retry classification).
 
-use crate::support::config;
-use fencedlock::{Error, Locker, Node, Redlock, Token, TokenFormat, Vote};
+use std::time::Duration;
+
+use fencedlock::{Engine, EngineChoice, Error, LockConfig, Locker, Node, Redlock, Token, TokenFormat, Vote};
 use fencedlock_protocol::command::{ACQUIRE, RELEASE};
 use harness::Server;
+
+/// The support crate's config, but on the module only: a server without it must answer
+/// "unknown command" (with the token echoed), not be served by the Functions library.
+fn config(ttl_ms: u64, node_timeout_ms: u64) -> LockConfig {
+    LockConfig::builder()
+        .ttl(Duration::from_millis(ttl_ms))
+        .node_timeout(Duration::from_millis(node_timeout_ms))
+        .backoff(Duration::from_millis(5), Duration::from_millis(50))
+        .max_wait(Duration::from_secs(5))
+        .engine(EngineChoice::Only(Engine::Module))
+        .build()
+        .expect("valid test config")
+}
 
 /// Tokens of every shape a caller may use: hex as the CLI makes them, printable text, text
 /// with line breaks (Redis turns them into spaces when it echoes), and raw random bytes.

@@ -105,7 +105,8 @@ fn an_unreachable_server_is_named_with_what_to_do() {
 fn a_server_without_the_module_says_to_load_it() {
     let plain = Server::builder().without_module().start();
     let url = plain.url();
-    let out = refused(&["run", "-k", "k", "--redis", &url]);
+    // Only the module asked for (without --engine, the Functions library would serve it).
+    let out = refused(&["run", "-k", "k", "--engine", "module", "--redis", &url]);
     assert_one_line_error(&out, UNAVAILABLE, &["does not have the fencedlock module", "loadmodule"]);
     let mut subcommands = vec![
         vec!["status", "-k", "k", "--redis", &url],
@@ -116,7 +117,8 @@ fn a_server_without_the_module_says_to_load_it() {
     if cfg!(feature = "demo") {
         subcommands.push(vec!["demo", "--redis", &url]);
     }
-    for args in subcommands {
+    for mut args in subcommands {
+        args.extend(["--engine", "module"]);
         let out = run(&args);
         assert_one_line_error(&out, UNAVAILABLE, &["does not have the fencedlock module"]);
         assert!(!out.stderr.contains("abc"), "tokens are never echoed: {out:?}");

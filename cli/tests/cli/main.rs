@@ -12,6 +12,7 @@ mod deadline;
 #[cfg(feature = "demo")]
 mod demo;
 mod errors;
+mod functions;
 mod habits;
 mod plan;
 mod policy;

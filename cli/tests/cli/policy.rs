@@ -157,7 +157,7 @@ fn a_misconfiguration_fails_whatever_the_policy() {
     let server = Server::start();
     let _: () = server.cmd(&["SET", "job", "not a lock"]).unwrap();
     for policy in ["skip", "run"] {
-        let (out, ran) = run_with(policy, &plain.url(), &[]);
+        let (out, ran) = run_with(policy, &plain.url(), &["--engine", "module"]);
         assert_one_line_error(&out, UNAVAILABLE, &["does not have the fencedlock module"]);
         assert_eq!(ran, None, "{policy}: {out:?}");
         let (out, ran) = run_with(policy, &server.url(), &[]);

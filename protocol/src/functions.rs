@@ -1,0 +1,173 @@
+//! The module-less engine: the `fencedlock` Redis Functions library (`functions.lua`), for
+//! servers that cannot load modules. Its functions take the commands' arguments after the
+//! key and give the commands' replies and error texts; they live here because they are the
+//! same wire contract.
+//!
+//! `FCALL fencedlock_acquire 2 key floor token ttl_ms …`: `floor` is [`floor_key`] of the
+//! key, the one key of the key's slot that keeps the slot's highest fence (a script may touch
+//! only the keys it is given, and a lock key of any name must find its floor in its own slot).
+//! With numkeys 1 the call still works, but fences then rise only while the key lives (and the
+//! key is never expired by the library). See `functions.lua` for the rest.
+
+use crate::cluster::{key_slot, slot_tag};
+use crate::command::{Command, ACQUIRE, CAD, RAISE, RELEASE, RENEW, STATUS};
+
+/// The library's source, for `FUNCTION LOAD REPLACE` (its first line names the library).
+pub const LIBRARY: &str = include_str!("functions.lua");
+
+/// The library's name in `FUNCTION LIST`.
+pub const NAME: &str = "fencedlock";
+
+/// The library's version, replied by [`VERSION_FUNCTION`]: a client loads the library when
+/// the server's is missing or older. Raise it with every change to `functions.lua`.
+pub const VERSION: u64 = 1;
+
+/// The function that replies the loaded library's [`VERSION`] (read-only, like `_status`).
+pub const VERSION_FUNCTION: &str = "fencedlock_version";
+
+/// Names of the Functions library's floor keys start with this, followed by the slot's tag
+/// and `}`. Not the module's prefix: a server that later loads the module must not find a
+/// hash where it keeps its own floor values.
+pub const FLOOR_KEY_PREFIX: &str = "fencedlock:fn-floor:{";
+
+/// The largest fence the library issues: Lua numbers are doubles, exact only up to 2^53.
+/// Beyond it (or a `RAISE` above it) the reply is the module's `FencesExhausted`.
+pub const MAX_SAFE_FENCE: u64 = (1 << 53) - 1;
+
+/// How many fences one millisecond of wall clock is worth when the library starts a new epoch
+/// (a restart, a promotion, a slot's new owner): the module counts per microsecond, which
+/// would leave the doubles' exact range; one grant per µs per slot is still far above what a
+/// script can do. `MAX_SAFE_FENCE / 1024` ms after 1970 is the year 2248.
+pub const FENCES_PER_MILLISECOND: u64 = 1024;
+
+/// The function that serves `command`, `None` for the module's internal commands.
+pub fn function(command: &Command) -> Option<&'static str> {
+    [
+        (ACQUIRE, "fencedlock_acquire"),
+        (RENEW, "fencedlock_renew"),
+        (RELEASE, "fencedlock_release"),
+        (RAISE, "fencedlock_raise"),
+        (CAD, "fencedlock_cad"),
+        (STATUS, "fencedlock_status"),
+    ]
+    .into_iter()
+    .find(|(served, _)| served.name == command.name)
+    .map(|(_, name)| name)
+}
+
+/// Whether `command` takes the floor key as its second key (the commands that may grant or
+/// change a fence, or a key's expiry); `CAD` and `STATUS` take the lock key alone.
+pub fn takes_floor(command: &Command) -> bool {
+    !matches!(function(command), None | Some("fencedlock_cad" | "fencedlock_status"))
+}
+
+/// The floor key of `key`'s slot: `fencedlock:fn-floor:{tag}`, with the slot's tag
+/// ([`slot_tag`]), so it hashes to the same slot as `key` on any Redis Cluster (and is one of
+/// at most 16,384 keys elsewhere).
+pub fn floor_key(key: &[u8]) -> Vec<u8> {
+    let mut name = FLOOR_KEY_PREFIX.as_bytes().to_vec();
+    name.extend_from_slice(slot_tag(key_slot(key)).to_string().as_bytes());
+    name.push(b'}');
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::command::ALL;
+    use crate::epoch::FENCES_PER_MICROSECOND;
+    use crate::limits::{
+        DEFAULT_MAX_TTL_MS, DEFAULT_RECLAIM_AFTER_MS, EPOCH_GAP, MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN,
+        MAX_PERMITS, MAX_TOKEN_LEN,
+    };
+    use crate::ReplyError;
+
+    /// `local NAME = value` must be in the Lua source.
+    fn has_local(name: &str, value: impl std::fmt::Display) {
+        let line = format!("\nlocal {name} = {value}\n");
+        assert!(LIBRARY.contains(&line), "functions.lua lacks {line:?}");
+    }
+
+    #[test]
+    fn the_source_names_the_library_and_its_version() {
+        assert!(LIBRARY.starts_with(&format!("#!lua name={NAME}\n")));
+        has_local("VERSION", VERSION);
+    }
+
+    #[test]
+    fn the_lua_constants_are_the_protocols() {
+        has_local("MAX_TOKEN_LEN", MAX_TOKEN_LEN);
+        has_local("MAX_LABEL_LEN", MAX_LABEL_LEN);
+        has_local("MAX_PERMITS", MAX_PERMITS);
+        // The library cannot read configs: its ttl bound and retention are the defaults.
+        has_local("MAX_TTL_MS", DEFAULT_MAX_TTL_MS);
+        has_local("RETENTION_MS", DEFAULT_RECLAIM_AFTER_MS);
+        has_local("MAX_BLOCK_MS", MAX_BLOCK_MS);
+        has_local("MAX_FENCE", MAX_FENCE);
+        has_local("MAX_SAFE_FENCE", MAX_SAFE_FENCE);
+        has_local("FENCES_PER_MS", FENCES_PER_MILLISECOND);
+        has_local("EPOCH_GAP", EPOCH_GAP);
+        has_local("FLOOR_PREFIX", format!("'{FLOOR_KEY_PREFIX}'"));
+        assert_eq!(FENCES_PER_MILLISECOND, FENCES_PER_MICROSECOND, "the same rate, per ms");
+        // Every fence an epoch can start at now and for two centuries is exact in a double.
+        let year_2200_ms = 7_258_118_400_000u64;
+        assert!(year_2200_ms * FENCES_PER_MILLISECOND + EPOCH_GAP < MAX_SAFE_FENCE);
+        const { assert!(MAX_BLOCK_MS < MAX_SAFE_FENCE && DEFAULT_MAX_TTL_MS * 1000 < MAX_SAFE_FENCE) };
+    }
+
+    #[test]
+    fn the_lua_error_texts_are_the_protocols() {
+        for kind in [
+            ReplyError::BadTtl,
+            ReplyError::BadToken,
+            ReplyError::BadFence,
+            ReplyError::BadTimeout,
+            ReplyError::BadLabel,
+            ReplyError::BadPermits,
+            ReplyError::Syntax,
+            ReplyError::FencesExhausted,
+            ReplyError::WrongType,
+        ] {
+            let text = format!("'{}'", kind.message(0));
+            assert!(LIBRARY.contains(&text), "functions.lua lacks {kind:?}: {text}");
+        }
+        let too_large = format!("'{}'", ReplyError::TtlTooLarge.message(DEFAULT_MAX_TTL_MS));
+        assert!(LIBRARY.contains(&too_large), "{too_large}");
+        // The count goes between the two halves.
+        let marker = 987_654_321;
+        let mismatch = ReplyError::PermitsMismatch.message(marker);
+        let (head, tail) = mismatch.split_once(&marker.to_string()).expect("the count is in the text");
+        assert!(LIBRARY.contains(&format!("{{'{head}', '{tail}'}}")), "{mismatch}");
+    }
+
+    #[test]
+    fn every_command_of_the_contract_has_a_registered_function() {
+        let mut served = 0;
+        for command in ALL {
+            let Some(name) = function(&command) else { continue };
+            served += 1;
+            assert_eq!(name, format!("fencedlock_{}", command.name["FENCEDLOCK.".len()..].to_lowercase()));
+            let registered = [
+                format!("register_function('{name}'"),
+                format!("{name} = "),
+                format!("function_name = '{name}'"),
+            ];
+            assert!(registered.iter().any(|r| LIBRARY.contains(r)), "{name} is not registered");
+            let arity = format!("arity('{}')", command.name.to_lowercase());
+            assert!(LIBRARY.contains(&arity), "{name} does not check its arity as {arity}");
+        }
+        assert_eq!(served, 6);
+        assert!(LIBRARY.contains(&format!("function_name = '{VERSION_FUNCTION}'")));
+        assert!(takes_floor(&ACQUIRE) && takes_floor(&RAISE) && !takes_floor(&STATUS) && !takes_floor(&CAD));
+    }
+
+    #[test]
+    fn a_floor_key_is_in_its_keys_slot() {
+        for key in [&b"invoice:inv_72"[..], b"", b"{user1}.lock", b"a{b", b"\xff\x00"] {
+            let floor = floor_key(key);
+            assert!(floor.starts_with(FLOOR_KEY_PREFIX.as_bytes()));
+            assert_eq!(key_slot(&floor), key_slot(key), "{}", String::from_utf8_lossy(&floor));
+        }
+        assert_ne!(FLOOR_KEY_PREFIX, crate::cluster::FLOOR_KEY_PREFIX);
+    }
+}

@@ -1,0 +1,130 @@
+//! The client on servers without the module: the Functions engine is detected, the library
+//! loaded when missing, leases, waiting (by polling), renewals, releases and semaphores work as
+//! with the module, fences rise across a deleted lock key, and a server that has neither
+//! engine and refuses `FUNCTION LOAD` is a configuration error naming both ways out.
+
+use std::time::Duration;
+
+use fencedlock::{Cause, Engine, EngineChoice, Error, LockConfig, Locker, Semaphore, TokenFormat};
+use fencedlock_protocol::functions;
+use harness::Server;
+
+use crate::support::config;
+
+fn module_less() -> Server {
+    Server::builder().without_module().start()
+}
+
+/// The server's library version, `None` without one.
+fn library_version(server: &Server) -> Option<u64> {
+    server.cmd::<u64>(&["FCALL_RO", functions::VERSION_FUNCTION, "0"]).ok()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_the_module_gets_the_library_and_serves_leases() {
+    let server = module_less();
+    assert_eq!(library_version(&server), None, "a fresh server has no library");
+    let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    assert_eq!(locker.engine(), None, "not known before the first request");
+
+    let lease = locker.try_acquire("fn:k").await.expect("granted by the library");
+    assert_eq!(locker.engine(), Some(Engine::Functions));
+    assert_eq!(library_version(&server), Some(functions::VERSION), "the client loaded it");
+    assert!(lease.fence() > 0);
+    match locker.try_acquire("fn:k").await {
+        Err(Error::Contended { key }) => assert_eq!(key, "fn:k"),
+        other => panic!("expected Contended, got {other:?}"),
+    }
+    let status = locker.node().status("fn:k").await.expect("status").expect("lock state");
+    assert!(status.held && status.fence == lease.fence(), "{status:?}");
+
+    // A waiter polls (a script cannot wait) and is granted after the release, with a higher fence.
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.acquire("fn:k").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let first = lease.fence();
+    lease.release().await.expect("released");
+    let next = waiter.await.expect("task").expect("granted after the release");
+    assert!(next.fence() > first, "{} after {first}", next.fence());
+    let mut next = next;
+    next.renew().await.expect("renewed");
+
+    // The lock key deleted: the floor keeps the fence from repeating.
+    let last = next.fence();
+    next.release().await.expect("released");
+    let _: i64 = server.cmd(&["DEL", "fn:k"]).expect("DEL");
+    let after = locker.try_acquire("fn:k").await.expect("granted");
+    assert!(after.fence() > last, "{} after the deleted key's {last}", after.fence());
+    after.release().await.expect("released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn semaphores_run_on_the_library() {
+    let server = module_less();
+    let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    let semaphore = Semaphore::new(locker, "fn:sem", 2).expect("semaphore");
+    let a = semaphore.try_acquire().await.expect("first permit");
+    let b = semaphore.try_acquire().await.expect("second permit");
+    assert!(b.fence() > a.fence());
+    assert!(semaphore.try_acquire().await.is_err(), "a third holder is refused");
+    a.release().await.expect("released");
+    let c = semaphore.try_acquire().await.expect("a freed permit");
+    assert!(c.fence() > b.fence());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_module_is_preferred_where_it_is_loaded_and_either_engine_can_be_forced() {
+    let with_module = Server::start();
+    let locker = Locker::open(&with_module.url(), config(5_000, 500)).expect("locker");
+    let _lease = locker.try_acquire("e:k").await.expect("granted");
+    assert_eq!(locker.engine(), Some(Engine::Module));
+    assert_eq!(library_version(&with_module), None, "no library loaded beside the module");
+
+    let forced = |choice| {
+        let config =
+            LockConfig::builder().ttl(Duration::from_secs(5)).engine(choice).build().expect("config");
+        Locker::open(&with_module.url(), config).expect("locker")
+    };
+    let functions = forced(EngineChoice::Only(Engine::Functions));
+    let _lease = functions.try_acquire("e:fn").await.expect("granted by the library beside the module");
+    assert_eq!(functions.engine(), Some(Engine::Functions));
+    let module_view = with_module.cmd::<fencedlock::redis::Value>(&["FENCEDLOCK.STATUS", "e:fn"]);
+    assert!(module_view.is_err_and(|e| e.code() == Some("WRONGTYPE")), "the library's key, not the module's");
+
+    let module_less = module_less();
+    // Hex tokens: the server's "unknown command" echoes the token, and the redis crate cannot
+    // parse an error text that is not UTF-8 (it reports a parse error instead).
+    let config = LockConfig::builder()
+        .engine(EngineChoice::Only(Engine::Module))
+        .token_format(TokenFormat::Hex)
+        .build()
+        .expect("config");
+    let module_only = Locker::open(&module_less.url(), config).expect("locker");
+    let err = module_only.try_acquire("e:k").await.expect_err("no module there");
+    assert!(err.to_string().contains("unknown command"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn neither_engine_is_a_configuration_error_naming_both_ways_out() {
+    let server = module_less();
+    let _: String = server
+        .cmd(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-function"])
+        .expect("ACL SETUSER");
+    let url = format!("redis://app:pw@127.0.0.1:{}", server.port());
+    let locker = Locker::open(&url, config(5_000, 500)).expect("locker");
+    let err = locker.try_acquire("k").await.expect_err("no engine");
+    match &err {
+        Error::Server { source, .. } => assert_eq!(Cause::of(source), Cause::NoEngine, "{err}"),
+        other => panic!("expected a configuration error, got {other:?}"),
+    }
+    assert!(!err.is_unavailable() && !err.is_retryable(), "{err}");
+    let text = err.to_string();
+    assert!(text.contains("--loadmodule") && text.contains("FUNCTION LOAD REPLACE"), "{text}");
+
+    // Once an administrator loads the library, the same user runs on it.
+    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", functions::LIBRARY]).expect("loaded");
+    let locker = Locker::open(&url, config(5_000, 500)).expect("locker");
+    let _lease = locker.try_acquire("k").await.expect("granted by the loaded library");
+}
