@@ -13,7 +13,8 @@ pub enum Engine {
     /// table, waiting on the server (`BLOCK`).
     Module,
     /// The `fencedlock` Functions library (`FCALL fencedlock_*`): the same replies, leases on
-    /// the server's wall clock, and waiting by polling in the client (see the README's
+    /// the server's wall clock, and waiting in the client between attempts, woken by a
+    /// release (`BLPOP` on the key's wake-up list) or the holder's expiry (see the README's
     /// guarantees table, functions column).
     Functions,
 }
@@ -29,12 +30,19 @@ impl Engine {
 
     /// The request for `command` on `key`; `rest` appends the arguments after the key. The
     /// Functions form also names the key's floor key where the function takes it, so fences
-    /// survive the deletion or expiry of the lock key.
+    /// survive the deletion or expiry of the lock key, and a release the key's wake-up list,
+    /// so waiters are woken by it.
     pub(crate) fn command(self, command: &Command, key: &[u8], rest: impl FnOnce(&mut Cmd)) -> Cmd {
         let mut cmd = match (self, functions::function(command)) {
             (Engine::Functions, Some(function)) => {
                 let mut cmd = redis::cmd("FCALL");
-                if functions::takes_floor(command) {
+                if functions::takes_wake(command) {
+                    cmd.arg(function)
+                        .arg(3)
+                        .arg(key)
+                        .arg(functions::floor_key(key))
+                        .arg(functions::wake_key(key));
+                } else if functions::takes_floor(command) {
                     cmd.arg(function).arg(2).arg(key).arg(functions::floor_key(key));
                 } else {
                     cmd.arg(function).arg(1).arg(key);
@@ -72,7 +80,7 @@ pub enum EngineChoice {
 mod tests {
     use super::*;
     use crate::node::tests::words;
-    use fencedlock_protocol::command::{RENEW, STATUS};
+    use fencedlock_protocol::command::{RELEASE, RENEW, STATUS};
 
     #[test]
     fn each_engine_names_the_command_its_own_way() {
@@ -89,5 +97,10 @@ mod tests {
         );
         let status = words(&Engine::Functions.command(&STATUS, b"k", |_| {}));
         assert_eq!(status, ["FCALL", "fencedlock_status", "1", "k"]);
+        let wake = String::from_utf8(functions::wake_key(b"k")).expect("ascii");
+        let release = words(&Engine::Functions.command(&RELEASE, b"k", |c| {
+            c.arg("t");
+        }));
+        assert_eq!(release, ["FCALL", "fencedlock_release", "3", "k", floor.as_str(), wake.as_str(), "t"]);
     }
 }

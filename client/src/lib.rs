@@ -224,6 +224,7 @@ mod token;
 mod trailing;
 mod validity;
 mod waiting;
+mod wake;
 
 pub use backend::{Engine, EngineChoice};
 pub use backoff::Backoff;

@@ -36,6 +36,7 @@ use crate::replicas::Confirm;
 use crate::sentinel::{self, Primary, SentinelUrl};
 use crate::tls::{self, Tls};
 use crate::token::Token;
+use crate::wake;
 
 /// A lock server (or a Redis Cluster) the client talks to.
 ///
@@ -257,10 +258,11 @@ impl Node {
         self
     }
 
-    /// Whether a request should wait on this node rather than poll it (see [`Pool::may_block`]);
-    /// never on the Functions engine, since a script cannot wait.
+    /// Whether a request should wait on this node rather than poll it (see [`Pool::may_block`]).
+    /// On the Functions engine it waits in the client, woken by releases (see the `wake`
+    /// module), on a pooled connection all the same.
     pub(crate) fn may_block(&self) -> bool {
-        self.pool.may_block() && self.engine() != Some(Engine::Functions)
+        self.pool.may_block()
     }
 
     /// The engine this server serves leases with, once a request has found it out (`None`
@@ -456,16 +458,20 @@ impl Node {
                 Some(conn) => conn,
                 None => self.dedicated().await.map_err(|e| self.failure(e, Some(request.token)))?,
             };
-            let block_ms = block.map(|until| pool::block_ms(until.saturating_duration_since(Instant::now())));
-            let cmd = command(engine, &Acquire { block_ms, ..request });
-            let answer =
-                block_ms.map_or(self.timeout, |ms| Duration::from_millis(ms).saturating_add(self.timeout));
-            let reply: Result<Option<u64>, RedisError> =
-                match tokio::time::timeout(answer, conn.query(&cmd)).await {
-                    Ok(reply) => reply,
-                    // Dropping the connection closes it: the server forgets the waiter.
-                    Err(_elapsed) => return Err(Failure::TimedOut),
-                };
+            let reply = match (engine, block) {
+                (Engine::Functions, Some(until)) => self.woken(&mut conn, request, until).await,
+                _ => {
+                    let block_ms =
+                        block.map(|until| pool::block_ms(until.saturating_duration_since(Instant::now())));
+                    let cmd = command(engine, &Acquire { block_ms, ..request });
+                    let answer = block_ms
+                        .map_or(self.timeout, |ms| Duration::from_millis(ms).saturating_add(self.timeout));
+                    tokio::time::timeout(answer, conn.query(&cmd)).await.ok()
+                }
+            };
+            // No answer in time: dropping the connection closes it, so the server forgets the
+            // waiter.
+            let Some(reply) = reply else { return Err(Failure::TimedOut) };
             match reply {
                 Ok(Some(fence)) => {
                     if block.is_some() {
@@ -510,6 +516,43 @@ impl Node {
                     tracing::debug!(node = %self.name, "idle waiting connection was closed; opening another");
                 }
                 Err(e) => return Err(self.failure(e, Some(request.token))),
+            }
+        }
+    }
+
+    /// Waiting for `request` until `until` on the Functions engine (see the `wake` module):
+    /// attempts on `conn`, each refused one followed by a `BLPOP` on the key's wake-up list
+    /// for as long as `STATUS` shows the holders' leases to last. `None`: a request got no
+    /// answer within its bound.
+    async fn woken(
+        &self,
+        conn: &mut Dedicated,
+        request: Acquire<'_>,
+        until: Instant,
+    ) -> Option<Result<Option<u64>, RedisError>> {
+        let attempt = command(Engine::Functions, &Acquire { block_ms: None, ..request });
+        let status = Engine::Functions.command(&STATUS, request.key, |_| {});
+        loop {
+            match tokio::time::timeout(self.timeout, conn.query::<Option<u64>>(&attempt)).await.ok()? {
+                Ok(None) => {}
+                done => return Some(done),
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Some(Ok(None));
+            }
+            let reply =
+                tokio::time::timeout(self.timeout, conn.query::<Option<StatusReply>>(&status)).await.ok()?;
+            let held_for = match reply.map(|reply| self.decode_status(reply)) {
+                Ok(Ok(status)) => status.map_or(Duration::ZERO, |status| status.held_for()),
+                Ok(Err(_broken)) => Duration::ZERO,
+                Err(e) => return Some(Err(e)),
+            };
+            let nap = wake::nap(held_for, left);
+            let blpop = wake::blpop(request.key, nap);
+            let woken = conn.query::<redis::Value>(&blpop);
+            if let Err(e) = tokio::time::timeout(nap.saturating_add(self.timeout), woken).await.ok()? {
+                return Some(Err(e));
             }
         }
     }
@@ -790,6 +833,20 @@ impl Dedicated {
 enum Status {
     Lock(LockStatus),
     Semaphore(SemaphoreStatus),
+}
+
+impl Status {
+    /// How long until a new holder fits by the leases' expiry alone: zero for a free key
+    /// or a semaphore with a free permit, else the time left on the lease that ends first.
+    fn held_for(&self) -> Duration {
+        match self {
+            Status::Lock(status) => status.remaining.unwrap_or_default(),
+            Status::Semaphore(status) if status.holders.len() < status.permits as usize => Duration::ZERO,
+            Status::Semaphore(status) => {
+                status.holders.iter().map(|holder| holder.remaining).min().unwrap_or_default()
+            }
+        }
+    }
 }
 
 /// A `STATUS` reply taken apart. A mutex key: its three integers, then its label (a fourth

@@ -4,7 +4,7 @@
 --
 --   FCALL fencedlock_acquire 2 key floor token ttl_ms [LABEL l] [PERMITS n] [BLOCK ms]
 --   FCALL fencedlock_renew   2 key floor token ttl_ms
---   FCALL fencedlock_release 2 key floor token
+--   FCALL fencedlock_release 3 key floor wake token
 --   FCALL fencedlock_raise   2 key floor token fence
 --   FCALL fencedlock_cad     1 key value
 --   FCALL fencedlock_status  1 key
@@ -16,14 +16,19 @@
 -- after its lease ended. Without it (numkeys 1, e.g. typed in redis-cli) fences rise only
 -- while the key lives, and the key is never expired by the library.
 --
+-- `wake` (fencedlock_protocol::functions::wake_key) is the key's wake-up list: a release that
+-- frees a lease pushes one element onto it (at most `permits` are kept, for WAKE_TTL_MS), and
+-- waiters BLPOP on it between attempts, so the server wakes the longest-blocked one instead
+-- of everyone polling. Release takes it as an optional third key.
+--
 -- Leases run on the server's wall clock (TIME): a script has no monotonic clock. BLOCK is
 -- checked and then ignored: a script cannot block, so a busy key is one refused attempt (nil),
--- as the module does inside MULTI and scripts; the client does the waiting.
+-- as the module does inside MULTI and scripts; the client does the waiting (on `wake`).
 --
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 1
+local VERSION = 2
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
@@ -36,6 +41,8 @@ local RETENTION_MS = 600000
 local FENCES_PER_MS = 1024
 local EPOCH_GAP = 4294967296
 local FLOOR_PREFIX = 'fencedlock:fn-floor:{'
+local WAKE_PREFIX = 'fencedlock:fn-wake:{'
+local WAKE_TTL_MS = 10000
 
 local E_BAD_TTL = 'ERR ttl must be a positive integer number of milliseconds'
 local E_TTL_TOO_LARGE = 'ERR ttl exceeds fencedlock.max-ttl-ms (86400000)'
@@ -48,7 +55,7 @@ local E_SYNTAX = 'ERR syntax error: the options are BLOCK timeout_ms, LABEL labe
 local E_PERMITS_MISMATCH = {'ERR permits mismatch: the key is held with PERMITS ', '; ask with the same count (it changes only while nobody holds the key)'}
 local E_FENCES_EXHAUSTED = 'ERR fence space exhausted: no fence above 9223372036854775807 can be issued'
 local E_WRONG_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
-local E_KEYS = 'ERR fencedlock: pass the lock key and, optionally, the floor key of its slot (fencedlock:fn-floor:{tag}) as the keys'
+local E_KEYS = 'ERR fencedlock: pass the lock key and, optionally, the floor key of its slot (fencedlock:fn-floor:{tag}) and its wake-up list (fencedlock:fn-wake:{tag}:key) as the keys'
 
 local function fail(text)
   return redis.error_reply(text)
@@ -98,13 +105,19 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- The lock key (and its floor, when given): nil and the error reply when the keys are wrong.
+local function starts(s, prefix)
+  return s ~= nil and string.sub(s, 1, #prefix) == prefix
+end
+
+-- The lock key, its floor and its wake-up list (each when given): the error reply as the
+-- fourth value when the keys are wrong.
 local function keys_of(keys)
-  local floor = keys[2]
-  if #keys < 1 or #keys > 2 or (floor ~= nil and string.sub(floor, 1, #FLOOR_PREFIX) ~= FLOOR_PREFIX) then
-    return nil, nil, E_KEYS
+  local floor, wake = keys[2], keys[3]
+  if #keys < 1 or #keys > 3 or (floor ~= nil and not starts(floor, FLOOR_PREFIX))
+    or (wake ~= nil and not starts(wake, WAKE_PREFIX)) then
+    return nil, nil, nil, E_KEYS
   end
-  return keys[1], floor
+  return keys[1], floor, wake
 end
 
 -- The lock key's state: { fence, permits, holders = { {fence, token, deadline_us, label or
@@ -209,7 +222,7 @@ local function acquire(keys, args)
   if #args < 2 or (#args - 2) % 2 ~= 0 or (#args - 2) / 2 > 3 then
     return arity('fencedlock.acquire')
   end
-  local key, floor, bad = keys_of(keys)
+  local key, floor, _, bad = keys_of(keys)
   if bad then return fail(bad) end
   local token = args[1]
   if not check_token(token) then return fail(E_BAD_TOKEN) end
@@ -265,7 +278,7 @@ end
 
 local function renew(keys, args)
   if #args ~= 2 then return arity('fencedlock.renew') end
-  local key, floor, bad = keys_of(keys)
+  local key, floor, _, bad = keys_of(keys)
   if bad then return fail(bad) end
   if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
   local ttl, bad_ttl = parse_ttl(args[2])
@@ -283,7 +296,7 @@ end
 
 local function release(keys, args)
   if #args ~= 1 then return arity('fencedlock.release') end
-  local key, floor, bad = keys_of(keys)
+  local key, floor, wake, bad = keys_of(keys)
   if bad then return fail(bad) end
   if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
   local lock, wrong = load(key)
@@ -294,12 +307,19 @@ local function release(keys, args)
   if not mine or now >= mine[3] then return 0 end
   table.remove(lock.holders, at)
   store(key, floor, lock, now)
+  if wake then
+    -- One wake-up per freed permit, for the longest-blocked waiter; the list never holds
+    -- more than the key's permits, and a wake-up nobody took goes after WAKE_TTL_MS.
+    redis.call('RPUSH', wake, '1')
+    redis.call('LTRIM', wake, -lock.permits, -1)
+    redis.call('PEXPIRE', wake, WAKE_TTL_MS)
+  end
   return 1
 end
 
 local function raise(keys, args)
   if #args ~= 2 then return arity('fencedlock.raise') end
-  local key, floor, bad = keys_of(keys)
+  local key, floor, _, bad = keys_of(keys)
   if bad then return fail(bad) end
   if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
   local fence = parse_u64(args[2])

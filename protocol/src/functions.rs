@@ -20,7 +20,7 @@ pub const NAME: &str = "fencedlock";
 
 /// The library's version, replied by [`VERSION_FUNCTION`]: a client loads the library when
 /// the server's is missing or older. Raise it with every change to `functions.lua`.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 
 /// The function that replies the loaded library's [`VERSION`] (read-only, like `_status`).
 pub const VERSION_FUNCTION: &str = "fencedlock_version";
@@ -29,6 +29,15 @@ pub const VERSION_FUNCTION: &str = "fencedlock_version";
 /// and `}`. Not the module's prefix: a server that later loads the module must not find a
 /// hash where it keeps its own floor values.
 pub const FLOOR_KEY_PREFIX: &str = "fencedlock:fn-floor:{";
+
+/// Names of the wake-up lists start with this, followed by the slot's tag, `}:` and the lock
+/// key: one list per lock key, in its slot. A release pushes onto it, and a waiter `BLPOP`s
+/// on it between attempts, so it is woken by the release instead of polling for it.
+pub const WAKE_KEY_PREFIX: &str = "fencedlock:fn-wake:{";
+
+/// How long a wake-up nobody took stays in its list. A waiter between its refused attempt and
+/// its `BLPOP` must still find it; one found later only costs a spurious attempt.
+pub const WAKE_TTL_MS: u64 = 10_000;
 
 /// The largest fence the library issues: Lua numbers are doubles, exact only up to 2^53.
 /// Beyond it (or a `RAISE` above it) the reply is the module's `FencesExhausted`.
@@ -59,6 +68,22 @@ pub fn function(command: &Command) -> Option<&'static str> {
 /// change a fence, or a key's expiry); `CAD` and `STATUS` take the lock key alone.
 pub fn takes_floor(command: &Command) -> bool {
     !matches!(function(command), None | Some("fencedlock_cad" | "fencedlock_status"))
+}
+
+/// Whether `command` takes the wake-up list as its third key: `RELEASE`, the one function that
+/// frees a lease early (an expiry runs no script, so waiters also time their `BLPOP` to the
+/// holder's lease).
+pub fn takes_wake(command: &Command) -> bool {
+    function(command) == Some("fencedlock_release")
+}
+
+/// The wake-up list of `key`: `fencedlock:fn-wake:{tag}:key`, in `key`'s slot.
+pub fn wake_key(key: &[u8]) -> Vec<u8> {
+    let mut name = WAKE_KEY_PREFIX.as_bytes().to_vec();
+    name.extend_from_slice(slot_tag(key_slot(key)).to_string().as_bytes());
+    name.extend_from_slice(b"}:");
+    name.extend_from_slice(key);
+    name
 }
 
 /// The floor key of `key`'s slot: `fencedlock:fn-floor:{tag}`, with the slot's tag
@@ -108,6 +133,8 @@ mod tests {
         has_local("FENCES_PER_MS", FENCES_PER_MILLISECOND);
         has_local("EPOCH_GAP", EPOCH_GAP);
         has_local("FLOOR_PREFIX", format!("'{FLOOR_KEY_PREFIX}'"));
+        has_local("WAKE_PREFIX", format!("'{WAKE_KEY_PREFIX}'"));
+        has_local("WAKE_TTL_MS", WAKE_TTL_MS);
         assert_eq!(FENCES_PER_MILLISECOND, FENCES_PER_MICROSECOND, "the same rate, per ms");
         // Every fence an epoch can start at now and for two centuries is exact in a double.
         let year_2200_ms = 7_258_118_400_000u64;
@@ -159,6 +186,7 @@ mod tests {
         assert_eq!(served, 6);
         assert!(LIBRARY.contains(&format!("function_name = '{VERSION_FUNCTION}'")));
         assert!(takes_floor(&ACQUIRE) && takes_floor(&RAISE) && !takes_floor(&STATUS) && !takes_floor(&CAD));
+        assert!(takes_wake(&RELEASE) && !takes_wake(&ACQUIRE) && !takes_wake(&RENEW));
     }
 
     #[test]
@@ -167,7 +195,11 @@ mod tests {
             let floor = floor_key(key);
             assert!(floor.starts_with(FLOOR_KEY_PREFIX.as_bytes()));
             assert_eq!(key_slot(&floor), key_slot(key), "{}", String::from_utf8_lossy(&floor));
+            let wake = wake_key(key);
+            assert!(wake.starts_with(WAKE_KEY_PREFIX.as_bytes()) && wake.ends_with(key));
+            assert_eq!(key_slot(&wake), key_slot(key), "{}", String::from_utf8_lossy(&wake));
         }
         assert_ne!(FLOOR_KEY_PREFIX, crate::cluster::FLOOR_KEY_PREFIX);
+        assert_ne!(wake_key(b"a"), wake_key(b"b"), "one list per lock key");
     }
 }

@@ -1,5 +1,5 @@
 //! The client on servers without the module: the Functions engine is detected, the library
-//! loaded when missing, leases, waiting (by polling), renewals, releases and semaphores work as
+//! loaded when missing, leases, waiting (woken by releases and expiries), renewals, releases and semaphores work as
 //! with the module, fences rise across a deleted lock key, and a server that has neither
 //! engine and refuses `FUNCTION LOAD` is a configuration error naming both ways out.
 
@@ -38,7 +38,7 @@ async fn a_server_without_the_module_gets_the_library_and_serves_leases() {
     let status = locker.node().status("fn:k").await.expect("status").expect("lock state");
     assert!(status.held && status.fence == lease.fence(), "{status:?}");
 
-    // A waiter polls (a script cannot wait) and is granted after the release, with a higher fence.
+    // A waiter (woken by the release: a script cannot wait) is granted after it, with a higher fence.
     let waiter = tokio::spawn({
         let locker = locker.clone();
         async move { locker.acquire("fn:k").await }
@@ -127,4 +127,73 @@ async fn neither_engine_is_a_configuration_error_naming_both_ways_out() {
     let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", functions::LIBRARY]).expect("loaded");
     let locker = Locker::open(&url, config(5_000, 500)).expect("locker");
     let _lease = locker.try_acquire("k").await.expect("granted by the loaded library");
+}
+
+/// How often the server ran `command` since the last `CONFIG RESETSTAT`.
+fn calls(server: &Server, command: &str) -> u64 {
+    let field = server.info_field("commandstats", &format!("cmdstat_{command}")).unwrap_or_default();
+    field
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("calls="))
+        .map_or(0, |n| n.parse().expect("a count of calls"))
+}
+
+/// Waits until `n` clients are blocked on the server (in `BLPOP` on a wake-up list).
+async fn wait_blocked(server: &Server, n: u64) {
+    for _ in 0..500 {
+        let blocked = server.info_field("clients", "blocked_clients").unwrap_or_default();
+        if blocked.parse::<u64>().ok() == Some(n) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("{n} clients never blocked on the wake-up list");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_by_releases_in_arrival_order_and_by_expiry_without_polling() {
+    let server = module_less();
+    let locker = Locker::open(&server.url(), config(60_000, 500)).expect("locker");
+    let holder = locker.try_acquire("w:k").await.expect("granted");
+
+    // Three waiters, each blocked before the next arrives; each releases soon after its grant.
+    let (granted, mut grants) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    for i in 0..3u64 {
+        let (locker, granted) = (locker.clone(), granted.clone());
+        tasks.push(tokio::spawn(async move {
+            let lease = locker.acquire("w:k").await.expect("granted after the holders before");
+            granted.send((i, lease.fence())).expect("the test listens");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            lease.release().await.expect("released");
+        }));
+        wait_blocked(&server, i + 1).await;
+    }
+    let _: String = server.cmd(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+    let mut last = holder.fence();
+    holder.release().await.expect("released");
+    for expected in 0..3 {
+        let (i, fence) = grants.recv().await.expect("a grant");
+        assert_eq!(i, expected, "woken in arrival order");
+        assert!(fence > last, "{fence} after {last}");
+        last = fence;
+    }
+    for task in tasks {
+        task.await.expect("waiter");
+    }
+    // Four releases and one granted attempt per waiter; polling (every 5-50 ms here) would have
+    // asked many times while each waiter held the key for 100 ms.
+    let fcalls = calls(&server, "fcall");
+    assert!(fcalls <= 10, "{fcalls} FCALLs: the waiters polled instead of being woken");
+
+    // A holder that never releases: the waiter sleeps in BLPOP until the lease's end.
+    let short = Locker::open(&server.url(), config(1_000, 500)).expect("locker");
+    let expiring = short.try_acquire("w:expiring").await.expect("granted");
+    let fence = expiring.fence();
+    std::mem::forget(expiring);
+    let _: String = server.cmd(&["CONFIG", "RESETSTAT"]).expect("RESETSTAT");
+    let next = locker.acquire("w:expiring").await.expect("granted after the expiry");
+    assert!(next.fence() > fence);
+    let (fcalls, blpops) = (calls(&server, "fcall"), calls(&server, "blpop"));
+    assert!(fcalls <= 4 && blpops <= 2, "{fcalls} FCALLs, {blpops} BLPOPs over a 1 s lease");
 }
