@@ -176,9 +176,15 @@ local function find(holders, token)
 end
 
 -- This server process: it changes on every restart and differs between a primary and the
--- replica promoted in its place, so a new one starts a new epoch.
+-- replica promoted in its place, so a new one starts a new epoch. A user whose ACL denies
+-- INFO gets no epochs: fences then rise from the floor alone, which a restart from the AOF
+-- keeps, but grants a failed primary made and its replica never saw can repeat.
 local function run_id()
-  return string.match(redis.call('INFO', 'server'), 'run_id:(%w+)')
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then
+    return 'no-info'
+  end
+  return string.match(info, 'run_id:(%w+)') or 'no-info'
 end
 
 -- The fence of a new grant on a key whose last fence is `key_fence`, kept in the floor (or in

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fencedlock::{Cause, Engine, EngineChoice, Error, LockConfig, Locker, Semaphore, TokenFormat};
+use fencedlock::{Cause, Engine, EngineChoice, Error, LockConfig, Locker, Redlock, Semaphore, TokenFormat};
 use fencedlock_protocol::functions;
 use harness::Server;
 
@@ -196,4 +196,54 @@ async fn waiters_are_woken_by_releases_in_arrival_order_and_by_expiry_without_po
     assert!(next.fence() > fence);
     let (fcalls, blpops) = (calls(&server, "fcall"), calls(&server, "blpop"));
     assert!(fcalls <= 4 && blpops <= 2, "{fcalls} FCALLs, {blpops} BLPOPs over a 1 s lease");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redlock_waits_on_the_designated_node_of_module_less_masters() {
+    let servers: Vec<Server> = (0..3).map(|_| module_less()).collect();
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let redlock = Redlock::open(&urls, config(60_000, 500)).expect("redlock");
+    let holder = redlock.try_acquire("rl:k").await.expect("granted by a majority");
+    let waiter = tokio::spawn({
+        let redlock = redlock.clone();
+        async move { redlock.acquire("rl:k").await }
+    });
+    // The waiter blocks on one node's wake-up list, the same for every contender.
+    let blocked = || {
+        servers
+            .iter()
+            .map(|s| s.info_field("clients", "blocked_clients").unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let mut seen = blocked();
+    for _ in 0..300 {
+        if seen.iter().filter(|b| *b == "1").count() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        seen = blocked();
+    }
+    assert_eq!(seen.iter().filter(|b| *b == "1").count(), 1, "blocked clients per node: {seen:?}");
+    holder.release().await.expect("released");
+    let next = waiter.await.expect("task").expect("granted after the release");
+    next.release().await.expect("released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_without_info_gets_rising_fences_from_the_floor() {
+    let server = module_less();
+    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", functions::LIBRARY]).expect("loaded");
+    let _: String = server
+        .cmd(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-info", "-function"])
+        .expect("ACL SETUSER");
+    let url = format!("redis://app:pw@127.0.0.1:{}", server.port());
+    let locker = Locker::open(&url, config(5_000, 500)).expect("locker");
+    let mut last = 0;
+    for round in 0..3 {
+        let lease = locker.try_acquire("noinfo:k").await.expect("granted without INFO");
+        assert!(lease.fence() > last, "round {round}: {} after {last}", lease.fence());
+        last = lease.fence();
+        lease.release().await.expect("released");
+        let _: i64 = server.cmd(&["DEL", "noinfo:k"]).expect("DEL");
+    }
 }
