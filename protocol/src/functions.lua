@@ -63,7 +63,7 @@ end
 
 -- The server's own arity error, as the module's commands get it.
 local function arity(command)
-  return fail("ERR wrong number of arguments for '" .. command .. "' command")
+  return fail("ERR wrong number of arguments for '" .. string.upper(command) .. "' command")
 end
 
 -- A strict unsigned decimal as the module reads one: 1 to 20 ASCII digits, no sign, no
@@ -329,7 +329,7 @@ local function raise(keys, args)
   if bad then return fail(bad) end
   if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
   local fence = parse_u64(args[2])
-  if fence == nil or fence < 1 or fence > MAX_FENCE then return fail(E_BAD_FENCE) end
+  if fence == nil or fence < 1 or string.rep('0', 20 - #args[2]) .. args[2] > '09223372036854775807' then return fail(E_BAD_FENCE) end
   local lock, wrong = load(key)
   if wrong then return fail(wrong) end
   if not lock or lock.permits ~= 1 then return false end
@@ -360,7 +360,7 @@ local function cad(keys, args)
 end
 
 local function status(keys, args)
-  if #args ~= 0 then return arity('fencedlock.status') end
+  if #args ~= 0 or #keys == 0 then return arity('fencedlock.status') end
   if #keys ~= 1 then return fail(E_KEYS) end
   local lock, wrong = load(keys[1])
   if wrong then return fail(wrong) end
