@@ -252,12 +252,15 @@ pub struct Global {
 /// `--engine`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum EngineArg {
-    /// The module where it is loaded, else the Functions library.
+    /// The module where it is loaded, else the Functions library (as a script where
+    /// `FUNCTION` is denied).
     Auto,
     /// Only the module (`FENCEDLOCK.*` commands).
     Module,
     /// Only the Functions library (`FCALL fencedlock_*`).
     Functions,
+    /// Only the Functions library's source as a script (`EVALSHA`), where `FUNCTION` is denied.
+    Script,
 }
 
 impl EngineArg {
@@ -268,8 +271,19 @@ impl EngineArg {
             EngineArg::Auto => EngineChoice::Auto,
             EngineArg::Module => EngineChoice::Only(Engine::Module),
             EngineArg::Functions => EngineChoice::Only(Engine::Functions),
+            EngineArg::Script => EngineChoice::Only(Engine::Script),
         }
     }
+}
+
+/// `fencedlock functions`.
+#[derive(Debug, Args)]
+pub struct FunctionsArgs {
+    /// Print it as a script instead, for servers that deny FUNCTION:
+    /// `fencedlock functions --script | redis-cli -x SCRIPT LOAD`, then
+    /// `EVALSHA sha numkeys key… fencedlock_acquire token ttl_ms …` (the function's name first).
+    #[arg(long)]
+    pub script: bool,
 }
 
 /// `--tls-cacert`, `--tls-cert`, `--tls-key`: TLS settings for every `rediss://` server.
@@ -317,7 +331,7 @@ pub enum Command {
     Demo(DemoArgs),
     /// Print the Functions library, the engine for servers that cannot load the module:
     /// `fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE`.
-    Functions,
+    Functions(FunctionsArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(after_help = COMPLETIONS_AFTER)]
     Completions(CompletionsArgs),

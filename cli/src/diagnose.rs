@@ -197,7 +197,8 @@ fn tls(node: &str, source: &RedisError) -> CliError {
     ))
 }
 
-/// Neither the module nor the Functions library: the client's error already says both ways out.
+/// Neither the module nor the Functions library (nor its script): the client's error already
+/// says the ways out.
 fn no_engine(node: &str, source: &RedisError) -> CliError {
     CliError::Config(format!("{node}: {}", source.detail().unwrap_or_default()))
 }

@@ -77,8 +77,9 @@ async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
         Command::Demo(_) => Err(CliError::Usage(
             "this fencedlock was built without the billing demo (it brings SQLite); run it from a checkout: cargo run -p fencedlock-cli --features demo -- demo".into(),
         )),
-        Command::Functions => {
-            print!("{}", fencedlock_protocol::functions::LIBRARY);
+        Command::Functions(args) => {
+            use fencedlock_protocol::functions;
+            print!("{}", if args.script { functions::eval_script() } else { functions::LIBRARY });
             Ok(code::OK)
         }
         Command::Completions(args) => docs::completions(args),

@@ -1,10 +1,17 @@
 //! Which engine serves the `FENCEDLOCK.*` contract on a server: the module, or the Functions
-//! library for servers that cannot load modules (managed services). Detected per server on the
-//! first request, or forced by [`LockConfigBuilder::engine`](crate::LockConfigBuilder::engine).
+//! library for servers that cannot load modules (managed services), or the same library run
+//! as a script where `FUNCTION` is denied too. Detected per server on the first request, or
+//! forced by [`LockConfigBuilder::engine`](crate::LockConfigBuilder::engine).
+
+use std::sync::LazyLock;
 
 use fencedlock_protocol::command::Command;
 use fencedlock_protocol::functions;
-use redis::Cmd;
+use redis::{Cmd, ErrorKind, RedisError};
+
+/// The SHA1 of [`functions::eval_script`], by which `EVALSHA` names it.
+static SCRIPT_SHA: LazyLock<String> =
+    LazyLock::new(|| redis::Script::new(functions::eval_script()).get_hash().to_owned());
 
 /// The engine a server runs the lease commands with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -17,15 +24,26 @@ pub enum Engine {
     /// release (`BLPOP` on the key's wake-up list) or the holder's expiry (see the README's
     /// guarantees table, functions column).
     Functions,
+    /// The Functions library's source run as a script (`EVALSHA`), for servers that deny
+    /// `FUNCTION`: the Functions engine's replies and guarantees, the script loaded again
+    /// whenever the server's script cache lost it (a restart, a failover, `SCRIPT FLUSH`).
+    Script,
 }
 
 impl Engine {
-    /// The name used in reports and `status --json`: `module` or `functions`.
+    /// The name used in reports and `status --json`: `module`, `functions` or `script`.
     pub fn as_str(self) -> &'static str {
         match self {
             Engine::Module => "module",
             Engine::Functions => "functions",
+            Engine::Script => "script",
         }
+    }
+
+    /// Whether the server can wait (`BLOCK`); elsewhere the client waits between attempts,
+    /// woken by releases (see the `wake` module).
+    pub(crate) fn blocks(self) -> bool {
+        self == Engine::Module
     }
 
     /// The request for `command` on `key`; `rest` appends the arguments after the key. The
@@ -34,18 +52,22 @@ impl Engine {
     /// so waiters are woken by it.
     pub(crate) fn command(self, command: &Command, key: &[u8], rest: impl FnOnce(&mut Cmd)) -> Cmd {
         let mut cmd = match (self, functions::function(command)) {
-            (Engine::Functions, Some(function)) => {
-                let mut cmd = redis::cmd("FCALL");
-                if functions::takes_wake(command) {
-                    cmd.arg(function)
-                        .arg(3)
-                        .arg(key)
-                        .arg(functions::floor_key(key))
-                        .arg(functions::wake_key(key));
+            (Engine::Functions | Engine::Script, Some(function)) => {
+                let keys = if functions::takes_wake(command) {
+                    vec![functions::floor_key(key), functions::wake_key(key)]
                 } else if functions::takes_floor(command) {
-                    cmd.arg(function).arg(2).arg(key).arg(functions::floor_key(key));
+                    vec![functions::floor_key(key)]
                 } else {
-                    cmd.arg(function).arg(1).arg(key);
+                    Vec::new()
+                };
+                // FCALL names the function before the keys; the script takes it as ARGV[1].
+                let mut cmd = match self {
+                    Engine::Script => redis::cmd("EVALSHA").arg(SCRIPT_SHA.as_str()).take(),
+                    _ => redis::cmd("FCALL").arg(function).take(),
+                };
+                cmd.arg(1 + keys.len()).arg(key).arg(keys);
+                if self == Engine::Script {
+                    cmd.arg(function);
                 }
                 cmd
             }
@@ -58,6 +80,17 @@ impl Engine {
         rest(&mut cmd);
         cmd
     }
+}
+
+/// `SCRIPT LOAD` of the Script engine's script, answered with the SHA1 its requests name.
+pub(crate) fn script_load() -> Cmd {
+    redis::cmd("SCRIPT").arg("LOAD").arg(functions::eval_script()).take()
+}
+
+/// Whether `err` says the server's script cache lacks the script (`NOSCRIPT`): nothing ran,
+/// so the request may follow a [`script_load`] at once.
+pub(crate) fn lacks_script(err: &RedisError) -> bool {
+    err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
 impl std::fmt::Display for Engine {

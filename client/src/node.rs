@@ -25,7 +25,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::backend::{Engine, EngineChoice};
+use crate::backend::{self, Engine, EngineChoice};
 use crate::cause::{self, Cause};
 use crate::config::{DEFAULT_MAX_BLOCKING, DEFAULT_NODE_TIMEOUT};
 use crate::error::Error;
@@ -283,10 +283,15 @@ impl Node {
     }
 
     /// The module where `COMMAND INFO` knows its `ACQUIRE` (or where a server that hides
-    /// `COMMAND` has no library loaded), else the Functions library, made current.
+    /// `COMMAND` has no library loaded), else the Functions library, made current, else (the
+    /// server denies `FUNCTION LOAD`) the library's script.
     async fn detect(&self) -> Result<Engine, Failure> {
         let module = match self.choice {
             EngineChoice::Only(Engine::Module) => return Ok(Engine::Module),
+            EngineChoice::Only(Engine::Script) => {
+                self.load_script().await.map_err(|refusal| self.no_engine(refusal))?;
+                return Ok(Engine::Script);
+            }
             EngineChoice::Only(Engine::Functions) => false,
             EngineChoice::Auto => {
                 let mut info = redis::cmd("COMMAND");
@@ -301,9 +306,31 @@ impl Node {
         if module {
             return Ok(Engine::Module);
         }
-        self.load_library().await?;
-        tracing::info!(node = %self.name, engine = %Engine::Functions, "no fencedlock module on this server: using the Functions library");
-        Ok(Engine::Functions)
+        let engine = match self.load_library().await {
+            Ok(()) => Engine::Functions,
+            Err(Failure::Redis(e)) if cause::answered(&e) && self.choice == EngineChoice::Auto => {
+                tracing::debug!(node = %self.name, refusal = %e, "the server refused the Functions library; trying it as a script");
+                self.load_script().await.map_err(|refusal| self.no_engine(refusal))?;
+                Engine::Script
+            }
+            Err(refusal) => return Err(self.no_engine(refusal)),
+        };
+        tracing::info!(node = %self.name, %engine, "no fencedlock module on this server: using the Functions library");
+        Ok(engine)
+    }
+
+    /// `refusal` of the last engine tried, as the error of a server without any engine (one
+    /// that answered; an unanswered request stays what it was).
+    fn no_engine(&self, refusal: Failure) -> Failure {
+        match refusal {
+            Failure::Redis(e) if cause::answered(&e) => Failure::Redis(no_engine(&e)),
+            failure => failure,
+        }
+    }
+
+    /// `SCRIPT LOAD` of the library's script (the Script engine).
+    async fn load_script(&self) -> Result<(), Failure> {
+        self.query::<String>(&backend::script_load(), None).await.map(drop)
     }
 
     /// The version of the Functions library the server has, `None` if it has none.
@@ -317,19 +344,14 @@ impl Node {
         }
     }
 
-    /// Loads this client's library unless the server has it or a newer one. A server that
-    /// refuses `FUNCTION LOAD` has no engine at all: a configuration error naming both ways out.
+    /// Loads this client's library unless the server has it or a newer one.
     async fn load_library(&self) -> Result<(), Failure> {
         if self.library_version().await?.is_some_and(|v| v >= functions::VERSION) {
             return Ok(());
         }
         let mut load = redis::cmd("FUNCTION");
         load.arg("LOAD").arg("REPLACE").arg(functions::LIBRARY);
-        match self.query::<redis::Value>(&load, None).await {
-            Ok(_) => Ok(()),
-            Err(Failure::Redis(e)) if cause::answered(&e) => Err(Failure::Redis(no_engine(&e))),
-            Err(failure) => Err(failure),
-        }
+        self.query::<redis::Value>(&load, None).await.map(drop)
     }
 
     /// The node's pool of waiting connections, for what Redlock remembers about it.
@@ -459,7 +481,9 @@ impl Node {
                 None => self.dedicated().await.map_err(|e| self.failure(e, Some(request.token)))?,
             };
             let reply = match (engine, block) {
-                (Engine::Functions, Some(until)) => self.woken(&mut conn, request, until).await,
+                (engine, Some(until)) if !engine.blocks() => {
+                    self.woken(engine, &mut conn, request, until).await
+                }
                 _ => {
                     let block_ms =
                         block.map(|until| pool::block_ms(until.saturating_duration_since(Instant::now())));
@@ -520,18 +544,20 @@ impl Node {
         }
     }
 
-    /// Waiting for `request` until `until` on the Functions engine (see the `wake` module):
+    /// Waiting for `request` until `until` on an engine that cannot block (the Functions
+    /// library, as a library or as a script; see the `wake` module):
     /// attempts on `conn`, each refused one followed by a `BLPOP` on the key's wake-up list
     /// for as long as `STATUS` shows the holders' leases to last. `None`: a request got no
     /// answer within its bound.
     async fn woken(
         &self,
+        engine: Engine,
         conn: &mut Dedicated,
         request: Acquire<'_>,
         until: Instant,
     ) -> Option<Result<Option<u64>, RedisError>> {
-        let attempt = command(Engine::Functions, &Acquire { block_ms: None, ..request });
-        let status = Engine::Functions.command(&STATUS, request.key, |_| {});
+        let attempt = command(engine, &Acquire { block_ms: None, ..request });
+        let status = engine.command(&STATUS, request.key, |_| {});
         loop {
             match tokio::time::timeout(self.timeout, conn.query::<Option<u64>>(&attempt)).await.ok()? {
                 Ok(None) => {}
@@ -662,7 +688,20 @@ impl Node {
     /// fresh one. Every command is safe to repeat for its token (ACQUIRE re-enters, RENEW and
     /// RAISE are idempotent); only a RELEASE whose first copy was processed before the
     /// connection broke answers 0 the second time.
+    ///
+    /// A Script engine request that finds the server's script cache without the script (a
+    /// restart, a failover) loads it and is sent once more.
     async fn query_unbounded<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
+        match self.query_connected(cmd).await {
+            Err(e) if backend::lacks_script(&e) => {
+                self.query_connected::<String>(&backend::script_load()).await?;
+                self.query_connected(cmd).await
+            }
+            result => result,
+        }
+    }
+
+    async fn query_connected<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
         let mut retried = false;
         loop {
             match self.connection().await? {
@@ -769,14 +808,16 @@ fn command(engine: Engine, request: &Acquire<'_>) -> Cmd {
     })
 }
 
-/// The error of a server with neither engine: no module, and the library not loaded (`FUNCTION LOAD` denied, or failed).
+/// The error of a server without an engine: no module, and the library neither loaded
+/// (`FUNCTION LOAD` denied, or failed) nor runnable as a script (`SCRIPT LOAD` denied).
 fn no_engine(refusal: &RedisError) -> RedisError {
     redis::make_extension_error(
         cause::NO_ENGINE.to_owned(),
         Some(format!(
             "the fencedlock module is not loaded and the Functions library could not be loaded ({refusal}); load the module \
              (--loadmodule …/libfencedlock_module.so), or have an administrator load the Functions library \
-             (fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE)"
+             (fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE), or allow this user FUNCTION LOAD or SCRIPT LOAD \
+             and EVALSHA"
         )),
     )
 }
@@ -820,7 +861,19 @@ fn joined(result: Result<Result<Conn, RedisError>, tokio::task::JoinError>) -> R
 }
 
 impl Dedicated {
+    /// `cmd`, sent once more after loading the Script engine's script if the server's cache
+    /// lacks it.
     async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, RedisError> {
+        match self.query_once(cmd).await {
+            Err(e) if backend::lacks_script(&e) => {
+                self.query_once::<String>(&backend::script_load()).await?;
+                self.query_once(cmd).await
+            }
+            result => result,
+        }
+    }
+
+    async fn query_once<T: FromRedisValue>(&mut self, cmd: &Cmd) -> Result<T, RedisError> {
         match self {
             Dedicated::Standalone(conn) => cmd.query_async(conn).await,
             Dedicated::Cluster(conn) => cmd.query_async(conn).await,

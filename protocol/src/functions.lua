@@ -55,6 +55,7 @@ local E_SYNTAX = 'ERR syntax error: the options are BLOCK timeout_ms, LABEL labe
 local E_PERMITS_MISMATCH = {'ERR permits mismatch: the key is held with PERMITS ', '; ask with the same count (it changes only while nobody holds the key)'}
 local E_FENCES_EXHAUSTED = 'ERR fence space exhausted: no fence above 9223372036854775807 can be issued'
 local E_WRONG_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local E_SCRIPT_FUNCTION = 'ERR fencedlock: as a script, the first argument names the function (fencedlock_acquire, _renew, _release, _raise, _cad, _status or _version)'
 local E_KEYS = 'ERR fencedlock: pass the lock key and, optionally, the floor key of its slot (fencedlock:fn-floor:{tag}) and its wake-up list (fencedlock:fn-wake:{tag}:key) as the keys'
 
 local function fail(text)
@@ -385,6 +386,22 @@ end
 
 local function version()
   return VERSION
+end
+
+-- The same source as a script, for servers that deny FUNCTION (fencedlock_protocol::functions::
+-- eval_script: this file without its first line): `EVALSHA sha numkeys keys... function args...`,
+-- ARGV[1] naming the function. Only a library load has `redis.register_function`.
+if redis.register_function == nil then
+  local handlers = {
+    fencedlock_acquire = acquire, fencedlock_renew = renew, fencedlock_release = release,
+    fencedlock_raise = raise, fencedlock_cad = cad, fencedlock_status = status,
+    fencedlock_version = version,
+  }
+  local handler = handlers[ARGV[1]]
+  if handler == nil then
+    return fail(E_SCRIPT_FUNCTION)
+  end
+  return handler(KEYS, { unpack(ARGV, 2) })
 end
 
 -- Renewing, raising and ending a lease must work when the server is out of memory, as the

@@ -15,6 +15,13 @@ use crate::command::{Command, ACQUIRE, CAD, RAISE, RELEASE, RENEW, STATUS};
 /// The library's source, for `FUNCTION LOAD REPLACE` (its first line names the library).
 pub const LIBRARY: &str = include_str!("functions.lua");
 
+/// The library as a script, for servers that deny `FUNCTION` but allow `EVALSHA`: the same
+/// source without its `#!lua name=…` line (which `EVAL` refuses), called as
+/// `EVALSHA sha numkeys keys… function args…` with the function's name as the first argument.
+pub fn eval_script() -> &'static str {
+    LIBRARY.split_once('\n').map_or(LIBRARY, |(_, body)| body)
+}
+
 /// The library's name in `FUNCTION LIST`.
 pub const NAME: &str = "fencedlock";
 
@@ -117,6 +124,15 @@ mod tests {
     fn the_source_names_the_library_and_its_version() {
         assert!(LIBRARY.starts_with(&format!("#!lua name={NAME}\n")));
         has_local("VERSION", VERSION);
+        assert!(!eval_script().starts_with("#!") && LIBRARY.ends_with(eval_script()));
+        for command in crate::command::ALL {
+            if let Some(name) = function(&command) {
+                assert!(
+                    LIBRARY.contains(&format!("{name} = {}", &name["fencedlock_".len()..])),
+                    "{name} as a script"
+                );
+            }
+        }
     }
 
     #[test]
@@ -174,11 +190,7 @@ mod tests {
             let Some(name) = function(&command) else { continue };
             served += 1;
             assert_eq!(name, format!("fencedlock_{}", command.name["FENCEDLOCK.".len()..].to_lowercase()));
-            let registered = [
-                format!("register_function('{name}'"),
-                format!("{name} = "),
-                format!("function_name = '{name}'"),
-            ];
+            let registered = [format!("register_function('{name}'"), format!("function_name = '{name}'")];
             assert!(registered.iter().any(|r| LIBRARY.contains(r)), "{name} is not registered");
             let arity = format!("arity('{}')", command.name.to_lowercase());
             assert!(LIBRARY.contains(&arity), "{name} does not check its arity as {arity}");

@@ -108,11 +108,11 @@ async fn the_module_is_preferred_where_it_is_loaded_and_either_engine_can_be_for
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn neither_engine_is_a_configuration_error_naming_both_ways_out() {
-    let server = module_less();
-    let _: String = server
-        .cmd(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-function"])
-        .expect("ACL SETUSER");
-    let url = format!("redis://app:pw@127.0.0.1:{}", server.port());
+    // A managed service whose default user may not run FUNCTION (nor MODULE, CONFIG, DEBUG),
+    // nor load scripts (SCRIPT LOAD: the library as a script).
+    let server = Server::builder().deny_functions().start();
+    let _: String = server.admin_cmd(&["ACL", "SETUSER", "default", "-script"]).expect("ACL SETUSER");
+    let url = server.url();
     let locker = Locker::open(&url, config(5_000, 500)).expect("locker");
     let err = locker.try_acquire("k").await.expect_err("no engine");
     match &err {
@@ -124,7 +124,7 @@ async fn neither_engine_is_a_configuration_error_naming_both_ways_out() {
     assert!(text.contains("--loadmodule") && text.contains("FUNCTION LOAD REPLACE"), "{text}");
 
     // Once an administrator loads the library, the same user runs on it.
-    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", functions::LIBRARY]).expect("loaded");
+    let _: String = server.admin_cmd(&["FUNCTION", "LOAD", "REPLACE", functions::LIBRARY]).expect("loaded");
     let locker = Locker::open(&url, config(5_000, 500)).expect("locker");
     let _lease = locker.try_acquire("k").await.expect("granted by the loaded library");
 }
@@ -246,4 +246,51 @@ async fn a_user_without_info_gets_rising_fences_from_the_floor() {
         lease.release().await.expect("released");
         let _: i64 = server.cmd(&["DEL", "noinfo:k"]).expect("DEL");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_denied_function_runs_the_library_as_a_script() {
+    let server = module_less();
+    let _: String = server
+        .cmd(&["ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro"])
+        .expect("ACL SETUSER");
+    let url = format!("redis://app:pw@127.0.0.1:{}", server.port());
+    let locker = Locker::open(&url, config(60_000, 500)).expect("locker");
+    let first = locker.try_acquire("script:k").await.expect("granted by the script");
+    assert_eq!(locker.engine(), Some(Engine::Script));
+    assert_eq!(library_version(&server), None, "no library was loaded");
+
+    // Waiting works as on the library: woken by the release, with a higher fence.
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.acquire("script:k").await }
+    });
+    wait_blocked(&server, 1).await;
+    let fence = first.fence();
+    first.release().await.expect("released");
+    let next = waiter.await.expect("task").expect("granted after the release");
+    assert!(next.fence() > fence);
+
+    // The script cache emptied (as by a restart or a failover): the client loads it again,
+    // on the shared connection (RENEW) and on a waiting one alike.
+    let _: String = server.cmd(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+    let mut next = next;
+    next.renew().await.expect("renewed after the flush");
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.acquire("script:k").await }
+    });
+    wait_blocked(&server, 1).await;
+    let _: String = server.cmd(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
+    let fence = next.fence();
+    next.release().await.expect("released");
+    let last = waiter.await.expect("task").expect("granted after the release");
+    assert!(last.fence() > fence);
+
+    // The floor holds across a deleted key here too.
+    let fence = last.fence();
+    last.release().await.expect("released");
+    let _: i64 = server.cmd(&["DEL", "script:k"]).expect("DEL");
+    let after = locker.try_acquire("script:k").await.expect("granted");
+    assert!(after.fence() > fence);
 }
