@@ -14,7 +14,7 @@ impl Server {
     /// `CONFIG GET name`: the value; panics if the server knows no such config.
     pub fn config_get(&self, name: &str) -> String {
         let pair: Vec<String> = self
-            .cmd(&["CONFIG", "GET", name])
+            .admin_cmd(&["CONFIG", "GET", name])
             .unwrap_or_else(|e| panic!("CONFIG GET {name} on {}: {}", self.addr(), error_text(&e)));
         match pair.as_slice() {
             [n, value] if n.eq_ignore_ascii_case(name) => value.clone(),
@@ -31,7 +31,7 @@ impl Server {
 
     /// `CONFIG SET name value`: `Err` with the server's refusal.
     pub fn try_config_set(&self, name: &str, value: &str) -> redis::RedisResult<()> {
-        self.cmd(&["CONFIG", "SET", name, value])
+        self.admin_cmd(&["CONFIG", "SET", name, value])
     }
 
     /// `DBSIZE` of the selected database (0 on the cached connection).

@@ -65,7 +65,7 @@ pub use replication::{wait_replica_online, SYNC_TIMEOUT};
 pub use reply::{error_text, parse_info};
 pub use reshard::SlotMigration;
 pub use sentinel::{Sentinels, DOWN_AFTER, FAILOVER_TIMEOUT, SENTINEL_FAILOVER_LIMIT, SENTINEL_MASTER};
-pub use server::{Server, ServerBuilder, START_TIMEOUT};
+pub use server::{Server, ServerBuilder, ADMIN_USER, START_TIMEOUT};
 pub use slots::{is_floor_key, key_in_slot, key_slot, FLOOR_KEY_PREFIX, SLOTS};
 pub use tls::{Certs, ClientAuth};
 pub use wait::poll;

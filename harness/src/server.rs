@@ -53,7 +53,29 @@ pub struct ServerBuilder {
     /// cluster's, gives every node its own).
     tls_port: bool,
     start_timeout: Duration,
+    access: Access,
 }
+
+/// Who may run what on the server: everything for everyone (the harness default), or the
+/// default user restricted as a managed service restricts it, beside a full-rights
+/// [`ADMIN_USER`] the harness itself uses for `CONFIG` and `DEBUG`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Full,
+    Managed { deny_functions: bool },
+}
+
+/// The full-rights user of a [`ServerBuilder::managed`] server: the harness's own `CONFIG`
+/// and `DEBUG` calls ([`Server::config_get`], [`Server::digest`], ...) go through it, since
+/// the default user may not run them there.
+pub const ADMIN_USER: &str = "harness";
+/// [`ADMIN_USER`]'s password (loopback-only test servers; not a secret).
+const ADMIN_PASSWORD: &str = "harness-admin";
+
+/// The command rules of a managed service's default user: everything but `MODULE`, `CONFIG`
+/// and `DEBUG` (ElastiCache and MemoryDB rename or refuse exactly these; Memorystore allows
+/// fewer, but `FUNCTION`, `FCALL` and `EVAL` are among what it allows).
+const MANAGED_RULES: [&str; 3] = ["-module", "-config", "-debug"];
 
 #[derive(Debug, Clone)]
 enum ModuleChoice {
@@ -71,6 +93,7 @@ impl Default for ServerBuilder {
             cluster: false,
             tls_port: false,
             start_timeout: START_TIMEOUT,
+            access: Access::Full,
         }
     }
 }
@@ -107,6 +130,28 @@ impl ServerBuilder {
     /// Start a plain server without the module (harness self-tests, comparisons).
     pub fn without_module(mut self) -> Self {
         self.module = ModuleChoice::None;
+        self
+    }
+
+    /// As a managed service: no module, the default user may not run MODULE, CONFIG or DEBUG
+    /// (`user default on nopass ~* &* +@all -module -config -debug`), so a test sees what a
+    /// client sees on ElastiCache, MemoryDB and the like. `FUNCTION LOAD` and `FCALL` stay
+    /// allowed (see [`ServerBuilder::deny_functions`]). The harness's own `CONFIG` / `DEBUG`
+    /// helpers keep working through the full-rights [`ADMIN_USER`].
+    pub fn managed(mut self) -> Self {
+        self.module = ModuleChoice::None;
+        if self.access == Access::Full {
+            self.access = Access::Managed { deny_functions: false };
+        }
+        self
+    }
+
+    /// [`ServerBuilder::managed`], and the default user may not run `FUNCTION` either (no
+    /// `FUNCTION LOAD`, `LIST`, ...; `FCALL` stays): a service whose administrator must load
+    /// the library.
+    pub fn deny_functions(mut self) -> Self {
+        self = self.managed();
+        self.access = Access::Managed { deny_functions: true };
         self
     }
 
@@ -157,6 +202,7 @@ impl ServerBuilder {
         };
         let dir = tempfile::Builder::new().prefix(&format!("fencedlock-{}-", self.flavor)).tempdir()?;
         let mut directives = self.directives;
+        directives.extend(self.access.directives());
         if self.tls_port {
             // A cluster node's bus follows its TLS port under `tls-cluster yes`.
             directives.push(Directive::new("tls-port", [pick_port(self.cluster).to_string()]));
@@ -171,6 +217,7 @@ impl ServerBuilder {
             child: None,
             conn: Mutex::new(None),
             start_timeout: self.start_timeout,
+            access: self.access,
         };
         for attempt in 1..=PORT_TRIES {
             match server.spawn_and_wait() {
@@ -201,6 +248,25 @@ pub struct Server {
     conn: Mutex<Option<redis::Connection>>,
     /// How long a start or restart may take to answer PING.
     start_timeout: Duration,
+    /// Whether the default user is restricted ([`ServerBuilder::managed`]).
+    access: Access,
+}
+
+impl Access {
+    /// The `user` directives: none for full access (the default user as Redis makes it).
+    fn directives(self) -> Vec<Directive> {
+        let Access::Managed { deny_functions } = self else { return Vec::new() };
+        let mut default = vec!["default", "on", "nopass", "~*", "&*", "+@all"];
+        default.extend(MANAGED_RULES);
+        if deny_functions {
+            default.push("-function");
+        }
+        let admin_password = format!(">{ADMIN_PASSWORD}");
+        vec![
+            Directive::new("user", default),
+            Directive::new("user", [ADMIN_USER, "on", admin_password.as_str(), "~*", "&*", "+@all"]),
+        ]
+    }
 }
 
 impl std::fmt::Debug for Server {
@@ -238,6 +304,7 @@ impl Server {
             Some(p) => ModuleChoice::Path(p.clone()),
             None => ModuleChoice::None,
         };
+        b.access = self.access;
         b
     }
 
@@ -295,6 +362,45 @@ impl Server {
     /// A `redis::Client` for this server.
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).unwrap_or_else(|e| panic!("bad url {}: {e}", self.url()))
+    }
+
+    /// Whether the default user is restricted as on a managed service
+    /// ([`ServerBuilder::managed`]).
+    pub fn is_managed(&self) -> bool {
+        self.access != Access::Full
+    }
+
+    /// `redis://` URL of a user with every right: [`ADMIN_USER`] on a managed server, the
+    /// default user elsewhere.
+    pub fn admin_url(&self) -> String {
+        match self.access {
+            Access::Full => self.url(),
+            Access::Managed { .. } => {
+                format!("redis://{ADMIN_USER}:{ADMIN_PASSWORD}@127.0.0.1:{}", self.port)
+            }
+        }
+    }
+
+    /// Run a command with every right: on the cached connection, or on a managed server on a
+    /// new connection of [`ADMIN_USER`] (the harness's `CONFIG` and `DEBUG` helpers use it).
+    pub fn admin_query<T: FromRedisValue>(&self, cmd: &redis::Cmd) -> redis::RedisResult<T> {
+        if self.access == Access::Full {
+            return self.query(cmd);
+        }
+        let client = redis::Client::open(self.admin_url())?;
+        let mut conn = client.get_connection_with_timeout(Duration::from_secs(5))?;
+        conn.set_read_timeout(Some(IO_TIMEOUT))?;
+        conn.set_write_timeout(Some(IO_TIMEOUT))?;
+        cmd.query(&mut conn)
+    }
+
+    /// [`Server::admin_query`] of a command given as arguments.
+    pub fn admin_cmd<T: FromRedisValue>(&self, args: &[impl ToRedisArgs]) -> redis::RedisResult<T> {
+        let mut cmd = redis::Cmd::new();
+        for a in args {
+            cmd.arg(a);
+        }
+        self.admin_query(&cmd)
     }
 
     /// A new blocking connection (30 s read/write timeouts so a hang fails the test).
