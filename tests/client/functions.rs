@@ -294,3 +294,16 @@ async fn a_user_denied_function_runs_the_library_as_a_script() {
     let after = locker.try_acquire("script:k").await.expect("granted");
     assert!(after.fence() > fence);
 }
+
+/// Not held on this engine (the README's guarantees table says so): the library keeps its
+/// holders in the lock key's hash, so whoever may read the key reads the tokens, while the
+/// module's value shows no token to any command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_readable_by_whoever_may_read_the_lock_key() {
+    let server = module_less();
+    let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    let lease = locker.try_acquire("secret:k").await.expect("granted");
+    let holders: Vec<u8> = server.cmd(&["HGET", "secret:k", "holders"]).expect("HGET");
+    let token = lease.token().as_bytes();
+    assert!(holders.windows(token.len()).any(|w| w == token), "the token is in the hash");
+}
