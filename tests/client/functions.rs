@@ -307,3 +307,44 @@ async fn tokens_are_readable_by_whoever_may_read_the_lock_key() {
     let token = lease.token().as_bytes();
     assert!(holders.windows(token.len()).any(|w| w == token), "the token is in the hash");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_confirmed_grants_and_waits_run_on_the_library() {
+    let primary = module_less();
+    let replica = primary.start_replica();
+    let config = |replicas| {
+        LockConfig::builder()
+            .ttl(Duration::from_secs(10))
+            .node_timeout(Duration::from_millis(500))
+            .max_wait(Duration::from_secs(5))
+            .confirm_replicas(replicas)
+            .confirm_timeout(Duration::from_millis(500))
+            .build()
+            .expect("config")
+    };
+    let locker = Locker::open(&primary.url(), config(1)).expect("locker");
+    let lease = locker.try_acquire("confirm:k").await.expect("confirmed by the replica");
+    assert_eq!(locker.engine(), Some(Engine::Functions));
+    let seen = replica.cmd::<Option<u64>>(&["HGET", "confirm:k", "fence"]).expect("HGET");
+    assert_eq!(seen, Some(lease.fence()), "the replica has the grant");
+
+    // A waiter woken by the release is confirmed too.
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.acquire("confirm:k").await }
+    });
+    wait_blocked(&primary, 1).await;
+    let fence = lease.fence();
+    lease.release().await.expect("released");
+    let next = waiter.await.expect("task").expect("granted and confirmed");
+    assert!(next.fence() > fence);
+    let seen = replica.cmd::<Option<u64>>(&["HGET", "confirm:k", "fence"]).expect("HGET");
+    assert_eq!(seen, Some(next.fence()));
+
+    // Two confirmations from one replica cannot be had: refused, and nothing is left held.
+    let greedy = Locker::open(&primary.url(), config(2)).expect("locker");
+    let err = greedy.try_acquire("confirm:other").await.expect_err("only one replica");
+    assert!(matches!(err, Error::NotConfirmed { wanted: 2, confirmed: 1, .. }), "{err:?}");
+    let status = locker.node().status("confirm:other").await.expect("status");
+    assert!(status.as_ref().is_none_or(|s| !s.held), "{status:?}");
+}
