@@ -431,7 +431,18 @@ fn cad() -> Vec<Case> {
 /// Every command on a string and on a list key.
 fn wrong_types() -> Vec<Case> {
     let mut cases = Vec::new();
-    for (kind, setup) in [("string", raw(&["SET", KEY, "x"])), ("list", raw(&["RPUSH", KEY, "x"]))] {
+    let kinds = [
+        ("string", raw(&["SET", KEY, "x"])),
+        ("list", raw(&["RPUSH", KEY, "x"])),
+        ("hash", raw(&["HSET", KEY, "f", "v"])),
+        ("set", raw(&["SADD", KEY, "x"])),
+        ("zset", raw(&["ZADD", KEY, "1", "x"])),
+        ("stream", raw(&["XADD", KEY, "*", "f", "v"])),
+        // An application's hash that happens to have the library's `fence` field. (One with
+        // `fence` and `holders` fields is read as a lock by the library: reported, not listed.)
+        ("hash-with-a-fence-field", raw(&["HSET", KEY, "fence", "5"])),
+    ];
+    for (kind, setup) in kinds {
         cases.push(Case::new(
             format!("wrongtype:{kind}"),
             vec![

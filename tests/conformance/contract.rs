@@ -6,14 +6,17 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-use fencedlock_protocol::functions::LIBRARY;
+use fencedlock_protocol::functions::{self, LIBRARY};
 use fencedlock_protocol::ReplyError;
 use harness::redis::{self, Value};
 use harness::{error_text, Server};
 
 use crate::cases;
 use crate::differences::{self, Expected};
-use crate::engines::{functions_request, managed_with_library, module_request, send, Fences, Outcome, Side};
+use crate::engines::{
+    library_request, managed_with_library, managed_with_script, module_request, send, Fences, Library,
+    Outcome, Side,
+};
 use crate::table::{Arg, Case, Step};
 
 /// A step on which the engines disagreed.
@@ -22,6 +25,8 @@ pub struct Disagreement {
     pub case: String,
     pub step: usize,
     pub request: String,
+    /// `functions` or `script`.
+    pub library: &'static str,
     pub module: Outcome,
     pub functions: Outcome,
 }
@@ -30,12 +35,13 @@ impl std::fmt::Display for Disagreement {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} step {}: {}\n    module:    {:?}{}\n    functions: {:?}{}",
+            "{} step {}: {}\n    module:    {:?}{}\n    {:<10} {:?}{}",
             self.case,
             self.step,
             self.request,
             self.module.reply,
             waited(&self.module),
+            format!("{}:", self.library),
             self.functions.reply,
             waited(&self.functions),
         )
@@ -83,7 +89,7 @@ fn shown(command: &str, args: &[Vec<u8>]) -> String {
 }
 
 /// Runs one case on both servers; the steps where they disagree.
-pub fn run_case(module: &Server, functions: &Server, case: &Case) -> Vec<Disagreement> {
+pub fn run_case(module: &Server, functions: &Server, library: &Library, case: &Case) -> Vec<Disagreement> {
     let mut fences = [Fences::default(), Fences::default()];
     let mut out = Vec::new();
     for (i, step) in case.steps.iter().enumerate() {
@@ -111,7 +117,7 @@ pub fn run_case(module: &Server, functions: &Server, case: &Case) -> Vec<Disagre
                             request = shown(command.name, &resolved);
                             module_request(command, &case.key, *keys, &resolved)
                         }
-                        Side::Functions => functions_request(command, &case.key, *keys, &resolved),
+                        Side::Functions => library_request(library, command, &case.key, *keys, &resolved),
                     };
                     replies.push(send(server, &cmd, command, &mut fences[slot], *timed));
                 }
@@ -132,6 +138,7 @@ pub fn run_case(module: &Server, functions: &Server, case: &Case) -> Vec<Disagre
                         case: case.name.clone(),
                         step: i,
                         request: format!("{request} ({keys:?})"),
+                        library: library.name(),
                         module: module_reply,
                         functions: functions_reply,
                     });
@@ -147,13 +154,14 @@ pub fn run_case(module: &Server, functions: &Server, case: &Case) -> Vec<Disagre
 pub fn compare(
     module: &Server,
     functions: &Server,
+    library: &Library,
     cases: &[Case],
 ) -> (Vec<Disagreement>, Vec<&'static str>, Vec<&'static str>) {
     let expected = differences::all();
     let mut unexpected = Vec::new();
     let mut seen = BTreeSet::new();
     for case in cases {
-        for d in run_case(module, functions, case) {
+        for d in run_case(module, functions, library, case) {
             match expected.iter().find(|e: &&Expected| e.case == d.case && e.step == d.step) {
                 Some(e) if (e.matches)(&d.module, &d.functions) => {
                     seen.insert(e.case);
@@ -175,8 +183,9 @@ fn report(unexpected: &[Disagreement]) -> String {
     unexpected.iter().map(|d| format!("  {d}\n")).collect()
 }
 
-#[test]
-fn every_contract_case_gets_the_modules_reply_from_the_library() {
+/// Runs the whole table against `managed` served by `library`; fails with every unexpected
+/// difference.
+fn run_table(managed: &Server, library: &Library) {
     let started = Instant::now();
     let cases = cases::all();
     let names: BTreeSet<&str> = cases.iter().map(|c| c.name.as_str()).collect();
@@ -184,12 +193,12 @@ fn every_contract_case_gets_the_modules_reply_from_the_library() {
     print!("{}", differences::describe());
 
     let module = Server::start();
-    let functions = managed_with_library(LIBRARY);
-    let (unexpected, seen, missing) = compare(&module, &functions, &cases);
+    let (unexpected, seen, missing) = compare(&module, managed, library, &cases);
     let steps: usize = cases.iter().map(|c| c.steps.len()).sum();
     println!(
-        "{} cases, {steps} steps on {} {:?}: {} unexpected, expected seen {seen:?}, in {:?}",
+        "{} cases, {steps} steps, module vs {} on {} {:?}: {} unexpected, expected seen {seen:?}, in {:?}",
         cases.len(),
+        library.name(),
         module.flavor(),
         module.version(),
         unexpected.len(),
@@ -201,6 +210,19 @@ fn every_contract_case_gets_the_modules_reply_from_the_library() {
         unexpected.len(),
         report(&unexpected)
     );
+}
+
+#[test]
+fn every_contract_case_gets_the_modules_reply_from_the_library() {
+    run_table(&managed_with_library(LIBRARY), &Library::Functions);
+}
+
+/// The same library source as a script (`EVALSHA`), on a server whose default user may not
+/// run `FUNCTION`: the fallback must answer as the library does.
+#[test]
+fn every_contract_case_gets_the_modules_reply_from_the_script() {
+    let (managed, library) = managed_with_script(functions::eval_script());
+    run_table(&managed, &library);
 }
 
 /// The comparison can fail: a library whose ttl error text lost one word is caught, on the
@@ -217,7 +239,7 @@ fn a_library_with_one_broken_error_text_is_caught() {
     let functions = managed_with_library(&broken);
     let cases: Vec<Case> = cases::all().into_iter().filter(|c| c.name.starts_with("ttl:bad-0")).collect();
     assert!(!cases.is_empty());
-    let (unexpected, _, _) = compare(&module, &functions, &cases);
+    let (unexpected, _, _) = compare(&module, &functions, &Library::Functions, &cases);
     let text = report(&unexpected);
     assert!(!unexpected.is_empty(), "a broken error text went unnoticed");
     assert!(text.contains(&good) && text.contains(&broken_text), "{text}");

@@ -68,12 +68,57 @@ pub fn module_request(command: &Command, key: &[u8], keys: Keys, args: &[Vec<u8>
     cmd
 }
 
-/// The Functions request, by the protocol's mapping: `FCALL fencedlock_x 2 key floor args…`
-/// (3 keys with the wake-up list for RELEASE), or numkeys 1 (or 0) as asked.
-pub fn functions_request(command: &Command, key: &[u8], keys: Keys, args: &[Vec<u8>]) -> redis::Cmd {
+/// How the managed side serves the contract: the library through `FCALL`, or the same source
+/// as a script through `EVALSHA` (the fallback where `FUNCTION` is denied).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Library {
+    Functions,
+    /// The script's SHA1, as `SCRIPT LOAD` replied it.
+    Script(String),
+}
+
+impl Library {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Library::Functions => "functions",
+            Library::Script(_) => "script",
+        }
+    }
+}
+
+/// A managed server whose default user may not run `FUNCTION` either, with the library's
+/// script loaded by that user (`SCRIPT LOAD`).
+pub fn managed_with_script(source: &str) -> (Server, Library) {
+    let server = Server::builder().deny_functions().start();
+    let sha: String = server
+        .cmd(&["SCRIPT", "LOAD", source])
+        .unwrap_or_else(|e| panic!("SCRIPT LOAD by the default user: {}", error_text(&e)));
+    (server, Library::Script(sha))
+}
+
+/// The managed side's request, by the protocol's mapping: `FCALL fencedlock_x 2 key floor
+/// args…` (3 keys with the wake-up list for RELEASE), or numkeys 1 (or 0) as asked; as a
+/// script, `EVALSHA sha <the same keys> fencedlock_x args…`.
+pub fn library_request(
+    library: &Library,
+    command: &Command,
+    key: &[u8],
+    keys: Keys,
+    args: &[Vec<u8>],
+) -> redis::Cmd {
     let function = functions::function(command).unwrap_or_else(|| panic!("{} has no function", command.name));
-    let mut cmd = redis::cmd("FCALL");
-    cmd.arg(function);
+    let mut cmd = match library {
+        Library::Functions => {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(function);
+            cmd
+        }
+        Library::Script(sha) => {
+            let mut cmd = redis::cmd("EVALSHA");
+            cmd.arg(sha);
+            cmd
+        }
+    };
     match keys {
         Keys::WithFloor if functions::takes_wake(command) => {
             cmd.arg(3).arg(key).arg(functions::floor_key(key)).arg(functions::wake_key(key));
@@ -87,6 +132,9 @@ pub fn functions_request(command: &Command, key: &[u8], keys: Keys, args: &[Vec<
         Keys::None => {
             cmd.arg(0);
         }
+    }
+    if matches!(library, Library::Script(_)) {
+        cmd.arg(function);
     }
     for a in args {
         cmd.arg(&a[..]);
