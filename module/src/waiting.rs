@@ -15,8 +15,12 @@
 //! timeout and the grant one decision, so no server can answer both or neither (Redis 7.0 drops
 //! the reply of a client answered and timed out in the same event-loop pass).
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+mod queue;
+
+use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
+
+use queue::{KeyQueue, Seq};
 
 use crate::error::LockError;
 use crate::fence::HighWater;
@@ -105,19 +109,12 @@ impl<H> Served<H> {
     }
 }
 
-#[derive(Debug)]
-struct Queue<H> {
-    waiters: VecDeque<Waiter<H>>,
-    /// The wake-up filed for this key in `Queues::due`, if any.
-    wake: Option<Micros>,
-}
-
 /// Every key's queue, where each waiter waits, and when each key must be looked at next.
 #[derive(Debug)]
 pub struct Queues<H> {
-    queues: HashMap<KeyId, Queue<H>>,
-    /// The key each waiter waits on, so a timeout or disconnect finds its queue.
-    keys: HashMap<H, KeyId>,
+    queues: HashMap<KeyId, KeyQueue<H>>,
+    /// The key each waiter waits on and its place there, so a timeout or disconnect finds it.
+    keys: HashMap<H, (KeyId, Seq)>,
     /// Wake-ups, earliest first: a holder's deadline, or "now" after the key was deleted.
     due: BTreeSet<(Micros, KeyId)>,
 }
@@ -151,13 +148,9 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     /// Queues `waiter` at the tail of `key`'s queue, with a wake-up at its deadline. The caller
     /// files a wake-up at the holder's deadline with [`Queues::wake`].
     pub fn push(&mut self, key: KeyId, waiter: Waiter<H>) {
-        let deadline = waiter.deadline;
-        self.keys.insert(waiter.handle, key.clone());
-        self.queues
-            .entry(key.clone())
-            .or_insert_with(|| Queue { waiters: VecDeque::new(), wake: None })
-            .waiters
-            .push_back(waiter);
+        let (deadline, handle) = (waiter.deadline, waiter.handle);
+        let seq = self.queues.entry(key.clone()).or_default().push(waiter);
+        self.keys.insert(handle, (key.clone(), seq));
         if let Some(at) = deadline {
             self.wake(&key, at);
         }
@@ -167,14 +160,14 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     /// [`Answer::TimedOut`], oldest first, and files a wake-up at the next deadline.
     pub fn expire(&mut self, key: &KeyId, now: Micros) -> Vec<Served<H>> {
         let Some(queue) = self.queues.get_mut(key) else { return Vec::new() };
-        let mut expired = Vec::new();
-        if queue.waiters.iter().any(|w| w.timed_out(now)) {
-            let (gone, kept): (Vec<_>, Vec<_>) = queue.waiters.drain(..).partition(|w| w.timed_out(now));
-            queue.waiters = kept.into();
-            expired = gone.into_iter().map(|waiter| Served { waiter, answer: Answer::TimedOut }).collect();
-        }
-        let next = queue.waiters.iter().filter_map(|w| w.deadline).min();
-        let empty = queue.waiters.is_empty();
+        let expired: Vec<_> = queue
+            .take_expired(now)
+            .into_iter()
+            .map(|waiter| Served { waiter, answer: Answer::TimedOut })
+            .collect();
+        debug_assert!(expired.iter().all(|s| s.waiter.timed_out(now)));
+        let next = queue.next_deadline();
+        let empty = queue.is_empty();
         if empty {
             self.drop_queue(key);
         } else if let Some(at) = next {
@@ -186,11 +179,10 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     /// Takes a waiter out of its queue (it timed out or disconnected); `None` if it no longer
     /// waits (it was already served).
     pub fn remove(&mut self, handle: H) -> Option<(KeyId, Waiter<H>)> {
-        let key = self.keys.remove(&handle)?;
+        let (key, seq) = self.keys.remove(&handle)?;
         let queue = self.queues.get_mut(&key)?;
-        let at = queue.waiters.iter().position(|w| w.handle == handle)?;
-        let waiter = queue.waiters.remove(at)?;
-        if queue.waiters.is_empty() {
+        let waiter = queue.remove(seq)?;
+        if queue.is_empty() {
             self.drop_queue(&key);
         }
         Some((key, waiter))
@@ -246,38 +238,35 @@ impl<H: Copy + Eq + Hash> Queues<H> {
         let mut served = self.expire(key, now);
         let Some(queue) = self.queues.get_mut(key) else { return served };
         while lock.has_room(now) {
-            let Some(head) = queue.waiters.pop_front() else { break };
+            // The head is decided in place and taken off only once it is answered.
+            let Some(head) = queue.head() else { break };
             let answer = match head.acquire(lock, mark, now, grace_left) {
                 Ok(Acquired::Granted { fence, took_over }) => Answer::Granted { fence, took_over },
                 Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
                 // There is room, so this cannot be; keep the head rather than lose it.
-                Ok(Acquired::Busy) => {
-                    queue.waiters.push_front(head);
-                    break;
-                }
+                Ok(Acquired::Busy) => break,
                 // During the restart grace nobody may be granted: the queue waits for its end.
                 Err(LockError::RestartGrace { .. }) => {
-                    queue.waiters.push_front(head);
                     self.wake(key, now.saturating_add(grace_left));
                     return self.answered(served);
                 }
                 // This head disagrees with the holders on the count; the next may not.
                 Err(e @ LockError::PermitsMismatch { .. }) => {
-                    served.push(Served { waiter: head, answer: Answer::Failed(e) });
+                    served
+                        .extend(queue.pop_head().map(|waiter| Served { waiter, answer: Answer::Failed(e) }));
                     continue;
                 }
                 // The same error would meet every waiter (no fences left, the wrong type): answer
                 // them all rather than keep them waiting for nothing.
                 Err(e) => {
-                    queue.waiters.push_front(head);
                     let mut served = self.answered(served);
                     let failed = self.take_all(key).into_iter();
                     served.extend(failed.map(|waiter| Served { waiter, answer: Answer::Failed(e.clone()) }));
                     return served;
                 }
             };
-            let (same, rest): (Vec<_>, Vec<_>) = queue.waiters.drain(..).partition(|w| w.token == head.token);
-            queue.waiters = rest.into();
+            let Some(head) = queue.pop_head() else { break };
+            let same = queue.take_token(&head.token);
             served.push(Served { waiter: head, answer });
             for waiter in same {
                 let answer = match waiter.acquire(lock, mark, now, 0) {
@@ -289,7 +278,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
                 served.push(Served { waiter, answer });
             }
         }
-        if self.queues.get(key).is_some_and(|q| !q.waiters.is_empty()) {
+        if self.queues.get(key).is_some_and(|q| !q.is_empty()) {
             if let Some(frees_at) = lock.next_free(now) {
                 self.wake(key, frees_at);
             }
@@ -310,7 +299,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
     /// Empties `key`'s queue (e.g. its key left this cluster node), oldest first.
     pub fn take_all(&mut self, key: &KeyId) -> Vec<Waiter<H>> {
         let Some(queue) = self.queues.get_mut(key) else { return Vec::new() };
-        let waiters: Vec<_> = queue.waiters.drain(..).collect();
+        let waiters = queue.drain();
         for w in &waiters {
             self.keys.remove(&w.handle);
         }
@@ -330,6 +319,7 @@ impl<H: Copy + Eq + Hash> Queues<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::VecDeque;
 
     const MS: Micros = 1000;
 
@@ -660,7 +650,90 @@ mod tests {
         assert!(lock.held_by(b"holder", 21 * MS));
     }
 
+    /// The rules of serving a mutex's queue, written as plainly as possible (every step a scan
+    /// of the whole list), for the indexed queues to be compared with.
+    #[derive(Default)]
+    struct Model {
+        waiters: Vec<(u32, Box<[u8]>, Option<Micros>)>,
+    }
+
+    impl Model {
+        /// Served after a release at `now`: the timed out oldest first, then the first one left
+        /// granted and every later one with its token re-entering.
+        fn serve(&mut self, now: Micros) -> Vec<(u32, bool)> {
+            let timed_out = |d: &Option<Micros>| d.is_some_and(|at| at <= now);
+            let mut out: Vec<(u32, bool)> =
+                self.waiters.iter().filter(|w| timed_out(&w.2)).map(|w| (w.0, false)).collect();
+            self.waiters.retain(|w| !timed_out(&w.2));
+            if !self.waiters.is_empty() {
+                let token = self.waiters[0].1.clone();
+                out.extend(self.waiters.iter().filter(|w| w.1 == token).map(|w| (w.0, true)));
+                self.waiters.retain(|w| w.1 != token);
+            }
+            out
+        }
+    }
+
     proptest::proptest! {
+        /// Pushes (a few tokens, so that some wait twice; some deadlines), removals, expiries and
+        /// handoffs in any order serve exactly whom the plain rules serve, in the same order, and
+        /// the next wake-up is the earliest deadline left.
+        #[test]
+        fn indexed_queues_serve_as_the_plain_rules_do(
+            ops in proptest::collection::vec((0u8..5, 0u8..4, proptest::option::of(1u64..40), 0usize..16), 1..80)
+        ) {
+            let (mut lock, mut mark) = (Lock::new(), HighWater::default());
+            let mut q: Queues<u32> = Queues::new();
+            let mut model = Model::default();
+            let mut holder: Option<Box<[u8]>> = None;
+            let mut next = 0u32;
+            let mut now = 0;
+            for (op, token, timeout, pick) in ops {
+                now += MS;
+                match op {
+                    0 | 1 => {
+                        next += 1;
+                        let token = format!("t{token}");
+                        let w = Waiter { deadline: timeout.map(|t| now + t * MS), ..waiter(next, &token, now) };
+                        model.waiters.push((next, token.as_bytes().into(), w.deadline));
+                        q.push(key("k"), w);
+                    }
+                    2 => {
+                        if !model.waiters.is_empty() {
+                            let h = model.waiters.remove(pick % model.waiters.len()).0;
+                            proptest::prop_assert_eq!(q.remove(h).map(|(_, w)| w.handle), Some(h));
+                        }
+                    }
+                    3 => {
+                        let expired: Vec<u32> = q.expire(&key("k"), now).iter().map(|s| s.waiter.handle).collect();
+                        let mut kept = Vec::new();
+                        let mut gone = Vec::new();
+                        for w in model.waiters.drain(..) {
+                            if w.2.is_some_and(|at| at <= now) { gone.push(w.0) } else { kept.push(w) }
+                        }
+                        model.waiters = kept;
+                        proptest::prop_assert_eq!(expired, gone);
+                    }
+                    _ => {
+                        // Whoever holds lets go: the queue is served as the model says.
+                        // (Leases last 100 ms, longer than the run: only a release ends one.)
+                        if let Some(t) = holder.take() {
+                            let ended = matches!(lock.release(&t, now), crate::lock::Released::Ended { .. });
+                            proptest::prop_assert!(ended, "the holder's release ends the lease");
+                        }
+                        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now, grace_left: 0 });
+                        holder = served.iter().find(|s| s.answer.holds()).map(|s| s.waiter.token.clone());
+                        let served: Vec<(u32, bool)> = served.iter().map(|s| (s.waiter.handle, s.answer.holds())).collect();
+                        proptest::prop_assert_eq!(served, model.serve(now));
+                    }
+                }
+                proptest::prop_assert_eq!(q.len(), model.waiters.len());
+                let earliest = model.waiters.iter().filter_map(|w| w.2).min();
+                let filed = q.queues.get(&key("k")).and_then(|kq| kq.next_deadline());
+                proptest::prop_assert_eq!(filed, earliest);
+            }
+        }
+
         /// Whatever leaves the queues in whatever order, grants follow arrival order among the
         /// waiters still queued, no handle is served twice or after it left, and the waiter
         /// count stays exact.
