@@ -7,6 +7,7 @@
 //! deleted or reclaimed before they moved.
 
 mod floors;
+mod functions;
 mod semaphore;
 mod waiting;
 

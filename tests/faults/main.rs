@@ -9,6 +9,7 @@ mod crash;
 mod election;
 mod epochs;
 mod failover;
+mod functions;
 mod handoff;
 mod memory;
 mod pause;
