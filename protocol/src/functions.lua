@@ -28,7 +28,7 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 2
+local VERSION = 3
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
@@ -43,6 +43,9 @@ local EPOCH_GAP = 4294967296
 local FLOOR_PREFIX = 'fencedlock:fn-floor:{'
 local WAKE_PREFIX = 'fencedlock:fn-wake:{'
 local WAKE_TTL_MS = 10000
+-- The `kind` field of every lock key the library writes: a hash of an application's that
+-- happens to have `fence` or `holders` fields is WRONGTYPE, as any other value is.
+local KIND = 'fencedlock'
 
 local E_BAD_TTL = 'ERR ttl must be a positive integer number of milliseconds'
 local E_TTL_TOO_LARGE = 'ERR ttl exceeds fencedlock.max-ttl-ms (86400000)'
@@ -125,26 +128,36 @@ end
 -- false}, ... } } in grant order (expired holders included until the next grant); nil for a
 -- missing key; nil and the error reply for a key that is not a lock.
 local function load(key)
-  local got = redis.pcall('HMGET', key, 'fence', 'permits', 'holders')
+  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders')
   if type(got) == 'table' and got.err then
     return nil, E_WRONG_TYPE
   end
-  if not got[1] and not got[2] and not got[3] then
+  if not got[1] and not got[2] and not got[3] and not got[4] then
     if redis.call('EXISTS', key) == 1 then
       return nil, E_WRONG_TYPE
     end
     return nil
   end
-  local fence = tonumber(got[1])
-  if fence == nil or got[3] == false then
+  -- Version 1 wrote no `kind`: its keys are known by their state alone.
+  if got[1] and got[1] ~= KIND then
     return nil, E_WRONG_TYPE
   end
-  return { fence = fence, permits = tonumber(got[2]) or 1, holders = cmsgpack.unpack(got[3]) }
+  local fence, permits = tonumber(got[2]), tonumber(got[3])
+  local ok, holders = pcall(cmsgpack.unpack, got[4] or '')
+  if fence == nil or permits == nil or not ok or type(holders) ~= 'table' then
+    return nil, E_WRONG_TYPE
+  end
+  for _, h in ipairs(holders) do
+    if type(h) ~= 'table' or type(h[1]) ~= 'number' or type(h[2]) ~= 'string' or type(h[3]) ~= 'number' then
+      return nil, E_WRONG_TYPE
+    end
+  end
+  return { fence = fence, permits = permits, holders = holders }
 end
 
 -- Writes the state back; with a floor, the key expires RETENTION_MS after its last lease ends.
 local function store(key, floor, lock, now)
-  redis.call('HSET', key, 'fence', int(lock.fence), 'permits', int(lock.permits),
+  redis.call('HSET', key, 'kind', KIND, 'fence', int(lock.fence), 'permits', int(lock.permits),
     'holders', cmsgpack.pack(lock.holders))
   if floor then
     local idle_from = now

@@ -27,7 +27,7 @@ pub const NAME: &str = "fencedlock";
 
 /// The library's version, replied by [`VERSION_FUNCTION`]: a client loads the library when
 /// the server's is missing or older. Raise it with every change to `functions.lua`.
-pub const VERSION: u64 = 2;
+pub const VERSION: u64 = 3;
 
 /// The function that replies the loaded library's [`VERSION`] (read-only, like `_status`).
 pub const VERSION_FUNCTION: &str = "fencedlock_version";

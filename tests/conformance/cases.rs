@@ -438,9 +438,13 @@ fn wrong_types() -> Vec<Case> {
         ("set", raw(&["SADD", KEY, "x"])),
         ("zset", raw(&["ZADD", KEY, "1", "x"])),
         ("stream", raw(&["XADD", KEY, "*", "f", "v"])),
-        // An application's hash that happens to have the library's `fence` field. (One with
-        // `fence` and `holders` fields is read as a lock by the library: reported, not listed.)
+        // Applications' hashes that happen to have the library's field names: a lock's state
+        // is marked by its `kind` field, so neither is read as one.
         ("hash-with-a-fence-field", raw(&["HSET", KEY, "fence", "5"])),
+        (
+            "hash-shaped-like-a-lock",
+            raw(&["HSET", KEY, "fence", "5", "permits", "1", "holders", "not msgpack"]),
+        ),
     ];
     for (kind, setup) in kinds {
         cases.push(Case::new(
