@@ -2,7 +2,7 @@
 """Turns the results of benches/server.py, benches/memory.py and the criterion benches into
 RESULTS.md.
 
-Reads <results>/server.json, <results>/memory.json, <results>/profile.json,
+Reads <results>/server.json, <results>/memory.json, <results>/profile.json, <results>/functions.json,
 <results>/client_paired.json, <results>/contention.json and criterion's
 <target>/criterion/*/*/new/estimates.json. Standard library only.
 """
@@ -321,6 +321,112 @@ def contention_section(c: dict | None, estimates: dict) -> list[str]:
     return out
 
 
+def leases_per_s(rows: dict, acquire: str, release: str, pipeline: int) -> float | None:
+    """Leases (one ACQUIRE + one RELEASE) per second a server does when only leases run: the
+    harmonic combination of the two commands' throughputs."""
+    a, r = rows.get((acquire, pipeline)), rows.get((release, pipeline))
+    if not a or not r:
+        return None
+    return 1 / (1 / a["rps_median"] + 1 / r["rps_median"])
+
+
+def functions_section(f: dict | None) -> list[str]:
+    """The module-less engine (issue 22): benches/functions.py."""
+    out = ["", "## Functions engine (no module): the library vs the module vs `SET NX PX` + `EVALSHA`", ""]
+    if f is None:
+        return out + ["(no Functions results: run benches/functions.py)"]
+    st = f["settings"]
+    rows = {(r["name"], r["pipeline"]): r for r in f["throughput"]}
+    out += [
+        f"One redis-server with the module and the `fencedlock` library (version {st['library_version']}, "
+        "`FUNCTION LOAD REPLACE` of `protocol/src/functions.lua`) side by side, plus one without the module; "
+        f"{st['clients']} clients, {st['rounds']} alternating rounds, requests per run {st['requests']['1']:,} "
+        f"unpipelined / {st['requests']['16']:,} pipelined, {st['keyspace']:,} loaded keys for release and "
+        f"the held-key rows (`benches/functions.py`). The random keys of redis-benchmark all name one floor "
+        f"key (`{st['floor']}`), valid for every key on one server. Ratio = library ÷ other, median of the "
+        "per-round ratios (below 1× = the library slower).",
+        "",
+        "| comparison | unpipelined | pipelined (-P 16) |",
+        "| --- | ---: | ---: |",
+    ]
+    by_label: dict[str, dict[int, float]] = {}
+    for r in f["ratios"]:
+        by_label.setdefault(r["label"], {})[r["pipeline"]] = r["ratio"]
+    for label, by_p in by_label.items():
+        out.append(f"| {label} | {fmt_ratio(by_p.get(1))} | {fmt_ratio(by_p.get(16))} |")
+    out += [
+        "",
+        "| command | server | unpipelined | pipelined | real work (P=1 / P=16) |",
+        "| --- | --- | ---: | ---: | --- |",
+    ]
+    names = []
+    for r in f["throughput"]:
+        if r["name"] not in names:
+            names.append(r["name"])
+    for name in names:
+        a, b = rows[(name, 1)], rows[(name, 16)]
+        work = "" if a["work"] is None else f"{a['work']:.0%} / {b['work']:.0%}"
+        server = "redis, no module" if a["server"] == "bare" else "redis + module"
+        out.append(f"| {name} | {server} | {a['rps_median']:,.0f} | {b['rps_median']:,.0f} | {work} |")
+    fn_release = "FCALL fencedlock_release (holder, wake-up list)"
+    if (fn_release, 1) not in rows:
+        fn_release = "FCALL fencedlock_release (holder)"
+    lease = [
+        (what, leases_per_s(rows, acq, rel, 1), leases_per_s(rows, acq, rel, 16))
+        for what, acq, rel in (
+            ("library", "FCALL fencedlock_acquire (fresh key)", fn_release),
+            ("module", "FENCEDLOCK.ACQUIRE (fresh key)", "FENCEDLOCK.RELEASE (holder)"),
+            ("recipe", "SET NX PX (fresh key)", "EVALSHA compare-and-delete (match)"),
+        )
+    ]
+    out += ["", "Leases per second (a fresh ACQUIRE plus its RELEASE, nothing else running), from the medians above:", ""]
+    out += ["| engine | unpipelined | pipelined |", "| --- | ---: | ---: |"]
+    for what, p1, p16 in lease:
+        out.append(f"| {what} | {'–' if p1 is None else f'{p1:,.0f}'} | {'–' if p16 is None else f'{p16:,.0f}'} |")
+    m = f.get("memory")
+    if not m:
+        return out
+    lib, mod, s = m["library"], m["module"], m["string"]
+    n = m["keys"]
+    out += [
+        "",
+        f"Memory, {n:,} keys of each kind with distinct 32-hex-char tokens, `used_memory` growth per key "
+        "from an empty server: held, released (idle), and after cleanup. The library expires an idle key "
+        f"RETENTION_MS after its lease (`PTTL` of sampled keys after the releases: {lib['idle_pttl_ms_min']:,}–"
+        f"{lib['idle_pttl_ms_max']:,} ms); its cleanup is measured by giving every lock key `PEXPIRE key 1` "
+        "(the same expiry, sooner) and waiting for Redis's expiry; the module's by `CONFIG SET "
+        "fencedlock.reclaim-after-ms 0`, until the keys and then its reclaim index are gone. The "
+        "recipe's release deletes its string.",
+        "",
+        "| bytes per key | library | module | `SET NX PX` string |",
+        "| --- | ---: | ---: | ---: |",
+        f"| held (lease running) | {lib['held_bytes_per_key']:.1f} | {mod['held_bytes_per_key']:.1f} | "
+        f"{s['held_bytes_per_key']:.1f} |",
+    ]
+    if lib.get("idle_with_wake_lists_bytes_per_key") is not None:
+        out.append(
+            f"| released, first {st['wake_ttl_ms'] / 1000:.0f} s (with its wake-up list, {lib['wake_lists']:,} lists) | "
+            f"{lib['idle_with_wake_lists_bytes_per_key']:.1f} | | |"
+        )
+    out += [
+        f"| released (idle) | {lib['idle_bytes_per_key']:.1f} | {mod['idle_bytes_per_key']:.1f} | "
+        f"{s['idle_bytes_per_key']:.1f} (deleted) |",
+        f"| released, floor keys left out | {lib['idle_bytes_per_key_without_floors']:.1f} | | |",
+        f"| after cleanup | {lib['after_cleanup_bytes_per_key']:.1f} (the floor keys) | "
+        f"{mod['after_cleanup_bytes_per_key']:.1f} | |",
+        f"| `MEMORY USAGE` of one idle key | {lib['key_memory_usage_idle']} | {mod['key_memory_usage_idle']} | "
+        f"{s['key_memory_usage_held']} (held) |",
+        "",
+        f"Floor keys: {lib['floor_keys']:,} for {n:,} keys (one per slot used, at most 16,384, never expired: "
+        f"PTTL {lib['floor_pttl']}), {lib['floors_total_bytes'] / 1e6:.2f} MB in all, "
+        f"{lib['floors_total_bytes'] / max(lib['floor_keys'], 1):.0f} B each (`MEMORY USAGE` "
+        f"{lib['floor_memory_usage']}); at 16,384 about {16384 * lib['floors_total_bytes'] / max(lib['floor_keys'], 1) / 1e6:.1f} MB. "
+        f"Idle library / module: {fmt_ratio(m['ratio_idle_library_module'])}; held library / string: "
+        f"{fmt_ratio(m['ratio_held_library_string'])}.",
+    ]
+    return out
+
+
 def criterion_estimates(target: Path) -> dict:
     out = {}
     for f in (target / "criterion").glob("*/*/new/estimates.json"):
@@ -355,6 +461,7 @@ def main() -> None:
     contention = load(results / "contention.json")
     profile = load(results / "profile.json")
     memory = load(results / "memory.json")
+    functions = load(results / "functions.json")
     estimates = criterion_estimates(target)
     load_before = ""
     try:
@@ -380,6 +487,7 @@ def main() -> None:
         lines += instructions_section(profile)
     lines += client_section(paired, estimates)
     lines += contention_section(contention, estimates)
+    lines += functions_section(functions)
     lines.append("")
     Path(opts.out).write_text("\n".join(lines))
     print(f"wrote {opts.out}")
