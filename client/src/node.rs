@@ -556,31 +556,53 @@ impl Node {
         request: Acquire<'_>,
         until: Instant,
     ) -> Option<Result<Option<u64>, RedisError>> {
-        let attempt = command(engine, &Acquire { block_ms: None, ..request });
+        let request = Acquire { block_ms: None, ..request };
+        // The first attempt and the one after a wake-up: most are granted.
+        let attempt = command(engine, &request);
+        // The attempt before a nap names the wake-up list, so the releases until the leases
+        // that refused it end push a wake-up; it follows the STATUS the nap is timed by, so a
+        // lease renewed in between cannot outlast what the refusal asked for.
+        let registering = engine.waiting_command(&ACQUIRE, request.key, |cmd| arguments(&request, cmd));
         let status = engine.command(&STATUS, request.key, |_| {});
+        let mut reply = self.bounded(conn, &attempt).await?;
         loop {
-            match tokio::time::timeout(self.timeout, conn.query::<Option<u64>>(&attempt)).await.ok()? {
-                Ok(None) => {}
-                done => return Some(done),
+            if !matches!(reply, Ok(None)) {
+                return Some(reply);
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return Some(Ok(None));
             }
-            let reply =
-                tokio::time::timeout(self.timeout, conn.query::<Option<StatusReply>>(&status)).await.ok()?;
-            let held_for = match reply.map(|reply| self.decode_status(reply)) {
+            let held_for = match self
+                .bounded::<Option<StatusReply>>(conn, &status)
+                .await?
+                .map(|r| self.decode_status(r))
+            {
                 Ok(Ok(status)) => status.map_or(Duration::ZERO, |status| status.held_for()),
                 Ok(Err(_broken)) => Duration::ZERO,
                 Err(e) => return Some(Err(e)),
             };
+            reply = self.bounded(conn, &registering).await?;
+            if !matches!(reply, Ok(None)) {
+                return Some(reply);
+            }
             let nap = wake::nap(held_for, left);
             let blpop = wake::blpop(request.key, nap);
             let woken = conn.query::<redis::Value>(&blpop);
             if let Err(e) = tokio::time::timeout(nap.saturating_add(self.timeout), woken).await.ok()? {
                 return Some(Err(e));
             }
+            reply = self.bounded(conn, &attempt).await?;
         }
+    }
+
+    /// `cmd` on `conn` within the node timeout; `None` without an answer by then.
+    async fn bounded<T: FromRedisValue>(
+        &self,
+        conn: &mut Dedicated,
+        cmd: &Cmd,
+    ) -> Option<Result<T, RedisError>> {
+        tokio::time::timeout(self.timeout, conn.query(cmd)).await.ok()
     }
 
     /// `confirm`'s WAIT on `conn`, which just carried a grant: how many replicas acknowledged
@@ -801,11 +823,14 @@ impl std::fmt::Debug for Node {
 /// `request` as a command of `engine`, word for word as the protocol builds it (the name
 /// and the key replaced by the engine's form of them).
 fn command(engine: Engine, request: &Acquire<'_>) -> Cmd {
-    engine.command(&ACQUIRE, request.key, |cmd| {
-        for word in request.words().iter().skip(2) {
-            cmd.arg(&word[..]);
-        }
-    })
+    engine.command(&ACQUIRE, request.key, |cmd| arguments(request, cmd))
+}
+
+/// `request`'s words after the command's name and the key.
+fn arguments(request: &Acquire<'_>, cmd: &mut Cmd) {
+    for word in request.words().iter().skip(2) {
+        cmd.arg(&word[..]);
+    }
 }
 
 /// The error of a server without an engine: no module, and the library neither loaded

@@ -3,6 +3,7 @@
 -- servers that cannot load modules (managed services). Same arguments, replies and error texts:
 --
 --   FCALL fencedlock_acquire 2 key floor token ttl_ms [LABEL l] [PERMITS n] [BLOCK ms]
+--                            (3 key floor wake …: a waiter, see below)
 --   FCALL fencedlock_renew   2 key floor token ttl_ms
 --   FCALL fencedlock_release 3 key floor wake token
 --   FCALL fencedlock_raise   2 key floor token fence
@@ -16,10 +17,11 @@
 -- after its lease ended. Without it (numkeys 1, e.g. typed in redis-cli) fences rise only
 -- while the key lives, and the key is never expired by the library.
 --
--- `wake` (fencedlock_protocol::functions::wake_key) is the key's wake-up list: a release that
--- frees a lease pushes one element onto it (at most `permits` are kept, for WAKE_TTL_MS), and
--- waiters BLPOP on it between attempts, so the server wakes the longest-blocked one instead
--- of everyone polling. Release takes it as an optional third key.
+-- `wake` (fencedlock_protocol::functions::wake_key) is the key's wake-up list: waiters BLPOP
+-- on it between attempts, so the server wakes the longest-blocked one instead of everyone
+-- polling. A waiter's ACQUIRE names it: its refusal records (`wake_until`) that releases
+-- until the refusing leases end must wake someone; such a release pushes one element per
+-- freed permit (at most `permits` kept, for WAKE_TTL_MS). Release always names it.
 --
 -- Leases run on the server's wall clock (TIME): a script has no monotonic clock. BLOCK is
 -- checked and then ignored: a script cannot block, so a busy key is one refused attempt (nil),
@@ -28,7 +30,7 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 3
+local VERSION = 4
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
@@ -128,7 +130,7 @@ end
 -- false}, ... } } in grant order (expired holders included until the next grant); nil for a
 -- missing key; nil and the error reply for a key that is not a lock.
 local function load(key)
-  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders')
+  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until')
   if type(got) == 'table' and got.err then
     return nil, E_WRONG_TYPE
   end
@@ -152,7 +154,7 @@ local function load(key)
       return nil, E_WRONG_TYPE
     end
   end
-  return { fence = fence, permits = permits, holders = holders }
+  return { fence = fence, permits = permits, holders = holders, wake_until = tonumber(got[5]) or 0 }
 end
 
 -- Writes the state back; with a floor, the key expires RETENTION_MS after its last lease ends.
@@ -193,12 +195,22 @@ end
 -- replica promoted in its place, so a new one starts a new epoch. A user whose ACL denies
 -- INFO gets no epochs: fences then rise from the floor alone, which a restart from the AOF
 -- keeps, but grants a failed primary made and its replica never saw can repeat.
+--
+-- A library keeps its Lua state between calls until it is loaded again or the server
+-- restarts, so the run id (fixed for the process) is asked for once: INFO costs a third of a
+-- grant. A script (EVALSHA) starts afresh each call and asks every time.
+local this_run
 local function run_id()
+  if this_run then
+    return this_run
+  end
   local info = redis.pcall('INFO', 'server')
-  if type(info) ~= 'string' then
+  local run = type(info) == 'string' and string.match(info, 'run_id:(%w+)')
+  if not run then
     return 'no-info'
   end
-  return string.match(info, 'run_id:(%w+)') or 'no-info'
+  this_run = run
+  return run
 end
 
 -- The fence of a new grant on a key whose last fence is `key_fence`, kept in the floor (or in
@@ -242,7 +254,7 @@ local function acquire(keys, args)
   if #args < 2 or (#args - 2) % 2 ~= 0 or (#args - 2) / 2 > 3 then
     return arity('fencedlock.acquire')
   end
-  local key, floor, _, bad = keys_of(keys)
+  local key, floor, wake, bad = keys_of(keys)
   if bad then return fail(bad) end
   local token = args[1]
   if not check_token(token) then return fail(E_BAD_TOKEN) end
@@ -285,6 +297,17 @@ local function acquire(keys, args)
       return mine[1]
     end
     if #holding >= lock.permits then
+      -- A waiter (it names the wake-up list) asks releases to wake it until the leases it
+      -- was refused for end; after that it asks again by itself.
+      if wake then
+        local until_us = 0
+        for _, h in ipairs(holding) do
+          if h[3] > until_us then until_us = h[3] end
+        end
+        if until_us > lock.wake_until then
+          redis.call('HSET', key, 'wake_until', int(until_us))
+        end
+      end
       return false
     end
   end
@@ -327,9 +350,10 @@ local function release(keys, args)
   if not mine or now >= mine[3] then return 0 end
   table.remove(lock.holders, at)
   store(key, floor, lock, now)
-  if wake then
+  if wake and lock.wake_until > now then
     -- One wake-up per freed permit, for the longest-blocked waiter; the list never holds
-    -- more than the key's permits, and a wake-up nobody took goes after WAKE_TTL_MS.
+    -- more than the key's permits, and a wake-up nobody took goes after WAKE_TTL_MS. Only
+    -- while a waiter asked to be woken: most releases have nobody to wake.
     redis.call('RPUSH', wake, '1')
     redis.call('LTRIM', wake, -lock.permits, -1)
     redis.call('PEXPIRE', wake, WAKE_TTL_MS)

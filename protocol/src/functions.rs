@@ -27,7 +27,7 @@ pub const NAME: &str = "fencedlock";
 
 /// The library's version, replied by [`VERSION_FUNCTION`]: a client loads the library when
 /// the server's is missing or older. Raise it with every change to `functions.lua`.
-pub const VERSION: u64 = 3;
+pub const VERSION: u64 = 4;
 
 /// The function that replies the loaded library's [`VERSION`] (read-only, like `_status`).
 pub const VERSION_FUNCTION: &str = "fencedlock_version";
@@ -77,9 +77,10 @@ pub fn takes_floor(command: &Command) -> bool {
     !matches!(function(command), None | Some("fencedlock_cad" | "fencedlock_status"))
 }
 
-/// Whether `command` takes the wake-up list as its third key: `RELEASE`, the one function that
-/// frees a lease early (an expiry runs no script, so waiters also time their `BLPOP` to the
-/// holder's lease).
+/// Whether `command` always takes the wake-up list as its third key: `RELEASE`, the one
+/// function that frees a lease early (an expiry runs no script, so waiters also time their
+/// `BLPOP` to the holder's lease). `ACQUIRE` takes it from a waiter: its refusal asks the
+/// releases until the refusing leases end to push a wake-up (without one they skip the list).
 pub fn takes_wake(command: &Command) -> bool {
     function(command) == Some("fencedlock_release")
 }
