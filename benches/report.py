@@ -19,6 +19,12 @@ import subprocess
 import time
 from pathlib import Path
 
+import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in benches/
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report_growth import growth_section  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -453,6 +459,7 @@ def main() -> None:
     ap.add_argument("--results", default=None)
     ap.add_argument("--valkey", default=os.environ.get("FENCEDLOCK_VALKEY_SERVER", str(ROOT / ".cache/valkey/valkey-server")))
     ap.add_argument("--out", default=str(ROOT / "benches" / "RESULTS.md"))
+    ap.add_argument("--section", choices=["growth"], help="print only this section (from <results>/growth.json)")
     opts = ap.parse_args()
     target = Path(opts.target)
     results = Path(opts.results) if opts.results else target / "bench-results"
@@ -462,6 +469,10 @@ def main() -> None:
     profile = load(results / "profile.json")
     memory = load(results / "memory.json")
     functions = load(results / "functions.json")
+    growth = load(results / "growth.json")
+    if opts.section == "growth":
+        print("\n".join(growth_section(growth)))
+        return
     estimates = criterion_estimates(target)
     load_before = ""
     try:
@@ -488,6 +499,7 @@ def main() -> None:
     lines += client_section(paired, estimates)
     lines += contention_section(contention, estimates)
     lines += functions_section(functions)
+    lines += growth_section(growth)
     lines.append("")
     Path(opts.out).write_text("\n".join(lines))
     print(f"wrote {opts.out}")
