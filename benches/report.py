@@ -470,8 +470,9 @@ def main() -> None:
     memory = load(results / "memory.json")
     functions = load(results / "functions.json")
     growth = load(results / "growth.json")
+    redlock_scale = load(results / "redlock_scale.json")
     if opts.section == "growth":
-        print("\n".join(growth_section(growth)))
+        print("\n".join(growth_section(growth, redlock_scale)))
         return
     estimates = criterion_estimates(target)
     load_before = ""
@@ -499,7 +500,7 @@ def main() -> None:
     lines += client_section(paired, estimates)
     lines += contention_section(contention, estimates)
     lines += functions_section(functions)
-    lines += growth_section(growth)
+    lines += growth_section(growth, redlock_scale)
     lines.append("")
     Path(opts.out).write_text("\n".join(lines))
     print(f"wrote {opts.out}")

@@ -125,10 +125,35 @@ def keys_rows(rounds: list[dict]) -> list[str]:
     return out
 
 
-def growth_section(g: dict | None) -> list[str]:
+def redlock_rows(r: dict | None) -> list[str]:
+    """`cargo bench --bench redlock_scale`: Redlock over 3/5/7/9 masters vs rslock, paired."""
+    if not r:
+        return []
+    out = [
+        "",
+        "Redlock over more masters (`cargo bench --bench redlock_scale`, paired: alternating ~25 ms blocks, "
+        "median of the per-round time ratios; plain `Redlock`, no raise step, vs `rslock` on the same masters):",
+        "",
+        "| masters | µs per lease: `Redlock` / `rslock` (medians) | time ratio (lower = fencedlock faster) | rounds |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    for m in sorted(r, key=int):
+        ours, theirs = r[m].get("fencedlock_redlock_plain", []), r[m].get("rslock", [])
+        if not ours or not theirs:
+            continue
+        per_round = sorted(a / b for a, b in zip(ours, theirs))
+        med = per_round[len(per_round) // 2]
+        out.append(
+            f"| {m} | {sorted(ours)[len(ours) // 2]:,.0f} / {sorted(theirs)[len(theirs) // 2]:,.0f} | "
+            f"{ratio(med)} | {len(per_round)} |"
+        )
+    return out
+
+
+def growth_section(g: dict | None, redlock: dict | None = None) -> list[str]:
     out = ["", "## How the cost grows (issue 24): waiters on one key, lock keys", ""]
     if g is None:
-        return out + [f"(no growth results: run {COMMAND})"]
+        return out + [f"(no growth results: run {COMMAND})"] + redlock_rows(redlock)
     out += [
         f"`{COMMAND}` on one {g.get('server', 'redis-server')} {g.get('server_version') or ''} "
         f"({g.get('seconds', 0):.0f} s). Waiters: N connections blocked on one key "
@@ -144,4 +169,4 @@ def growth_section(g: dict | None) -> list[str]:
         out += waiters_rows(g["waiters"]) + accounting_rows(g["waiters"])
     if g.get("keys"):
         out += keys_rows(g["keys"])
-    return out
+    return out + redlock_rows(redlock)
