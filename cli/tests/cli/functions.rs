@@ -8,6 +8,20 @@ use std::process::{Command, Stdio};
 
 use crate::support::*;
 
+/// `redis-cli -x ARGS` on `server` with `input` as its last argument: its reply, trimmed.
+fn redis_cli_x(server: &Server, args: &[&str], input: &str) -> String {
+    let mut cli = Command::new(harness::redis_cli())
+        .args(["-p", &server.port().to_string(), "-x"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli");
+    cli.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write");
+    let out = cli.wait_with_output().expect("redis-cli ran");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
 #[test]
 fn functions_prints_the_library_that_redis_cli_loads() {
     let out = run(&["functions"]);
@@ -16,15 +30,7 @@ fn functions_prints_the_library_that_redis_cli_loads() {
     assert_eq!(out.stdout, fencedlock_protocol::functions::LIBRARY);
 
     let server = Server::builder().without_module().start();
-    let mut cli = Command::new(harness::redis_cli())
-        .args(["-p", &server.port().to_string(), "-x", "FUNCTION", "LOAD", "REPLACE"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("redis-cli");
-    cli.stdin.take().expect("stdin").write_all(out.stdout.as_bytes()).expect("write");
-    let loaded = cli.wait_with_output().expect("redis-cli ran");
-    assert_eq!(String::from_utf8_lossy(&loaded.stdout).trim(), "fencedlock");
+    assert_eq!(redis_cli_x(&server, &["FUNCTION", "LOAD", "REPLACE"], &out.stdout), "fencedlock");
     let fence: u64 = server.cmd(&["FCALL", "fencedlock_acquire", "1", "k", "t", "2000"]).expect("FCALL");
     assert!(fence > 0);
 }
@@ -36,15 +42,7 @@ fn functions_script_prints_the_script_that_redis_cli_loads_and_engine_script_run
     assert_eq!(out.stdout, fencedlock_protocol::functions::eval_script());
 
     let server = Server::builder().without_module().start();
-    let mut cli = Command::new(harness::redis_cli())
-        .args(["-p", &server.port().to_string(), "-x", "SCRIPT", "LOAD"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("redis-cli");
-    cli.stdin.take().expect("stdin").write_all(out.stdout.as_bytes()).expect("write");
-    let loaded = cli.wait_with_output().expect("redis-cli ran");
-    let sha = String::from_utf8_lossy(&loaded.stdout).trim().to_owned();
+    let sha = redis_cli_x(&server, &["SCRIPT", "LOAD"], &out.stdout);
     let fence: u64 =
         server.cmd(&["EVALSHA", &sha, "1", "k", "fencedlock_acquire", "t", "2000"]).expect("EVALSHA");
     assert!(fence > 0);
