@@ -5,9 +5,12 @@
 
 use std::time::Duration;
 
-use fencedlock::{Cause, Engine, EngineChoice, Error, LockConfig, Locker, Redlock, Semaphore, TokenFormat};
+use fencedlock::{
+    Cause, Engine, EngineChoice, Error, Lease, LockConfig, Locker, Redlock, Semaphore, TokenFormat,
+};
 use fencedlock_protocol::functions;
 use harness::Server;
+use tokio::task::JoinHandle;
 
 use crate::support::config;
 
@@ -150,6 +153,29 @@ async fn wait_blocked(server: &Server, n: u64) {
     panic!("{n} clients never blocked on the wake-up list");
 }
 
+/// A task acquiring `key` with `locker`, returned once it is blocked on `server`'s wake-up list.
+async fn blocked_waiter(
+    locker: &Locker,
+    server: &Server,
+    key: &'static str,
+) -> JoinHandle<Result<Lease, Error>> {
+    let waiter = tokio::spawn({
+        let locker = locker.clone();
+        async move { locker.acquire(key).await }
+    });
+    wait_blocked(server, 1).await;
+    waiter
+}
+
+/// Releases `lease` and gives the lease `waiter` is granted then, with a higher fence.
+async fn hand_over(lease: Lease, waiter: JoinHandle<Result<Lease, Error>>) -> Lease {
+    let fence = lease.fence();
+    lease.release().await.expect("released");
+    let next = waiter.await.expect("task").expect("granted after the release");
+    assert!(next.fence() > fence, "{} after {fence}", next.fence());
+    next
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_woken_by_releases_in_arrival_order_and_by_expiry_without_polling() {
     let server = module_less();
@@ -269,31 +295,17 @@ async fn a_user_denied_function_runs_the_library_as_a_script() {
     assert_eq!(library_version(&server), None, "no library was loaded");
 
     // Waiting works as on the library: woken by the release, with a higher fence.
-    let waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move { locker.acquire("script:k").await }
-    });
-    wait_blocked(&server, 1).await;
-    let fence = first.fence();
-    first.release().await.expect("released");
-    let next = waiter.await.expect("task").expect("granted after the release");
-    assert!(next.fence() > fence);
+    let waiter = blocked_waiter(&locker, &server, "script:k").await;
+    let next = hand_over(first, waiter).await;
 
     // The script cache emptied (as by a restart or a failover): the client loads it again,
     // on the shared connection (RENEW) and on a waiting one alike.
     let _: String = server.cmd(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
     let mut next = next;
     next.renew().await.expect("renewed after the flush");
-    let waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move { locker.acquire("script:k").await }
-    });
-    wait_blocked(&server, 1).await;
+    let waiter = blocked_waiter(&locker, &server, "script:k").await;
     let _: String = server.cmd(&["SCRIPT", "FLUSH"]).expect("SCRIPT FLUSH");
-    let fence = next.fence();
-    next.release().await.expect("released");
-    let last = waiter.await.expect("task").expect("granted after the release");
-    assert!(last.fence() > fence);
+    let last = hand_over(next, waiter).await;
 
     // The floor holds across a deleted key here too.
     let fence = last.fence();
@@ -337,15 +349,8 @@ async fn replica_confirmed_grants_and_waits_run_on_the_library() {
     assert_eq!(seen, Some(lease.fence()), "the replica has the grant");
 
     // A waiter woken by the release is confirmed too.
-    let waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move { locker.acquire("confirm:k").await }
-    });
-    wait_blocked(&primary, 1).await;
-    let fence = lease.fence();
-    lease.release().await.expect("released");
-    let next = waiter.await.expect("task").expect("granted and confirmed");
-    assert!(next.fence() > fence);
+    let waiter = blocked_waiter(&locker, &primary, "confirm:k").await;
+    let next = hand_over(lease, waiter).await;
     let seen = replica.cmd::<Option<u64>>(&["HGET", "confirm:k", "fence"]).expect("HGET");
     assert_eq!(seen, Some(next.fence()));
 
