@@ -1,12 +1,13 @@
-//! The client on servers without the module: the Functions engine is detected, the library
-//! loaded when missing, leases, waiting (woken by releases and expiries), renewals, releases and semaphores work as
-//! with the module, fences rise across a deleted lock key, and a server that has neither
-//! engine and refuses `FUNCTION LOAD` is a configuration error naming both ways out.
+//! The client on servers without the module: the Functions engine is detected and the library
+//! loaded when missing (or run as a script where `FUNCTION` is denied); leases, waiting (woken
+//! by releases and expiries, not polling), renewals, releases, semaphores, Redlock, fenced
+//! Redlock and replica confirmation work as with the module; fences rise across a deleted lock
+//! key; and a server with no engine at all is a configuration error naming the ways out.
 
 use std::time::Duration;
 
 use fencedlock::{
-    Cause, Engine, EngineChoice, Error, Lease, LockConfig, Locker, Redlock, Semaphore, TokenFormat,
+    Cause, Engine, EngineChoice, Error, Fencing, Lease, LockConfig, Locker, Redlock, Semaphore, TokenFormat,
 };
 use fencedlock_protocol::functions;
 use harness::Server;
@@ -360,4 +361,43 @@ async fn replica_confirmed_grants_and_waits_run_on_the_library() {
     assert!(matches!(err, Error::NotConfirmed { wanted: 2, confirmed: 1, .. }), "{err:?}");
     let status = locker.node().status("confirm:other").await.expect("status");
     assert!(status.as_ref().is_none_or(|s| !s.held), "{status:?}");
+}
+
+/// Fenced Redlock on module-less masters: master A's fence for the key is raised far above the
+/// others', G1 is granted by {A, B}, G2 by {B, C}; the raise step carried A's fence to B, so
+/// G2's fence is above G1's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fenced_redlock_fences_increase_across_majorities_of_module_less_masters() {
+    let servers: Vec<Server> = (0..3).map(|_| module_less()).collect();
+    let (a, c) = (&servers[0], &servers[2]);
+    let _: String = a.cmd(&["FUNCTION", "LOAD", "REPLACE", functions::LIBRARY]).expect("loaded");
+    let floor = functions::floor_key(b"acct");
+    let fence: u64 = a
+        .cmd(&[&b"FCALL"[..], b"fencedlock_acquire", b"2", b"acct", &floor, b"pump", b"60000"])
+        .expect("acquire");
+    let high = (fence + (1 << 40)).to_string();
+    let raised: u64 = a
+        .cmd(&[&b"FCALL"[..], b"fencedlock_raise", b"2", b"acct", &floor, b"pump", high.as_bytes()])
+        .expect("raise");
+    let released: i64 =
+        a.cmd(&[&b"FCALL"[..], b"fencedlock_release", b"2", b"acct", &floor, b"pump"]).expect("release");
+    assert_eq!(released, 1);
+
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let redlock = Redlock::open(&urls, config(5_000, 200)).expect("redlock");
+    assert_eq!(redlock.fencing(), Fencing::Raise);
+    c.pause();
+    let g1 = redlock.try_acquire("acct").await;
+    c.resume();
+    let g1 = g1.expect("G1 from A and B");
+    let f1 = g1.fence();
+    assert!(f1 > raised, "G1 carries A's raised fence: {f1} after {raised}");
+    g1.release().await.expect("released");
+
+    a.pause();
+    let g2 = redlock.try_acquire("acct").await;
+    a.resume();
+    let g2 = g2.expect("G2 from B and C");
+    assert!(g2.fence() > f1, "the raise step makes G2's fence {} exceed G1's {f1}", g2.fence());
+    g2.release().await.expect("released");
 }
