@@ -401,3 +401,25 @@ async fn fenced_redlock_fences_increase_across_majorities_of_module_less_masters
     assert!(g2.fence() > f1, "the raise step makes G2's fence {} exceed G1's {f1}", g2.fence());
     g2.release().await.expect("released");
 }
+
+/// The library's own refusals (its keys, and as a script its first argument): clear errors
+/// that create nothing.
+#[test]
+fn the_librarys_own_refusals_are_clear_errors_that_change_nothing() {
+    let server = module_less();
+    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", functions::LIBRARY]).expect("loaded");
+    let sha: String = server.cmd(&["SCRIPT", "LOAD", functions::eval_script()]).expect("SCRIPT LOAD");
+    let (floor, wake) = (functions::floor_key(b"k"), functions::wake_key(b"k"));
+    let refused = |words: &[&[u8]], text: &str| {
+        let err = server.cmd::<fencedlock::redis::Value>(words).expect_err("refused");
+        assert!(err.to_string().contains(text), "{err}");
+    };
+    let keys = "pass the lock key and, optionally, the floor key of its slot";
+    refused(&[b"FCALL", b"fencedlock_acquire", b"2", b"k", b"not-a-floor", b"t", b"1000"], keys);
+    refused(&[b"FCALL", b"fencedlock_release", b"3", b"k", &floor, b"not-a-wake-list", b"t"], keys);
+    refused(&[b"FCALL", b"fencedlock_acquire", b"4", b"k", &floor, &wake, b"x", b"t", b"1000"], keys);
+    let function = "as a script, the first argument names the function";
+    refused(&[b"EVALSHA", sha.as_bytes(), b"1", b"k", b"fencedlock_nope", b"t"], function);
+    refused(&[b"EVALSHA", sha.as_bytes(), b"1", b"k"], function);
+    assert_eq!(server.cmd::<i64>(&["DBSIZE"]).expect("DBSIZE"), 0, "nothing was written");
+}
