@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use fencedlock_protocol::command::Command;
+use fencedlock_protocol::command::{Command, ACQUIRE};
 use fencedlock_protocol::functions;
 use redis::{Cmd, ErrorKind, RedisError};
 
@@ -54,17 +54,17 @@ impl Engine {
         self.request(command, key, false, rest)
     }
 
-    /// [`Engine::command`] as a waiter sends it: the Functions form names the key's wake-up
-    /// list, so a refusal asks the releases to come to wake the waiter (most releases have
-    /// nobody to wake, and skip the list).
-    pub(crate) fn waiting_command(self, command: &Command, key: &[u8], rest: impl FnOnce(&mut Cmd)) -> Cmd {
-        self.request(command, key, true, rest)
+    /// `ACQUIRE` as a waiter sends it: the Functions form names the key's wake-up list, so a
+    /// refusal asks the releases to come to wake the waiter (most releases have nobody to
+    /// wake, and skip the list).
+    pub(crate) fn waiting_acquire(self, key: &[u8], rest: impl FnOnce(&mut Cmd)) -> Cmd {
+        self.request(&ACQUIRE, key, true, rest)
     }
 
     fn request(self, command: &Command, key: &[u8], waiting: bool, rest: impl FnOnce(&mut Cmd)) -> Cmd {
         let mut cmd = match (self, functions::function(command)) {
             (Engine::Functions | Engine::Script, Some(function)) => {
-                let wakes = functions::takes_wake(command) || (waiting && functions::takes_floor(command));
+                let wakes = waiting || functions::takes_wake(command);
                 let keys = if wakes {
                     vec![functions::floor_key(key), functions::wake_key(key)]
                 } else if functions::takes_floor(command) {
@@ -125,7 +125,7 @@ pub enum EngineChoice {
 mod tests {
     use super::*;
     use crate::node::tests::words;
-    use fencedlock_protocol::command::{ACQUIRE, RELEASE, RENEW, STATUS};
+    use fencedlock_protocol::command::{RELEASE, RENEW, STATUS};
 
     #[test]
     fn each_engine_names_the_command_its_own_way() {
@@ -147,14 +147,14 @@ mod tests {
             c.arg("t");
         }));
         assert_eq!(release, ["FCALL", "fencedlock_release", "3", "k", floor.as_str(), wake.as_str(), "t"]);
-        let waiting = words(&Engine::Functions.waiting_command(&ACQUIRE, b"k", |c| {
+        let waiting = words(&Engine::Functions.waiting_acquire(b"k", |c| {
             c.arg("t").arg(5);
         }));
         assert_eq!(
             waiting,
             ["FCALL", "fencedlock_acquire", "3", "k", floor.as_str(), wake.as_str(), "t", "5"]
         );
-        let module = words(&Engine::Module.waiting_command(&ACQUIRE, b"k", |c| {
+        let module = words(&Engine::Module.waiting_acquire(b"k", |c| {
             c.arg("t").arg(5);
         }));
         assert_eq!(module, ["FENCEDLOCK.ACQUIRE", "k", "t", "5"]);

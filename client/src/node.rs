@@ -562,7 +562,7 @@ impl Node {
         // The attempt before a nap names the wake-up list, so the releases until the leases
         // that refused it end push a wake-up; it follows the STATUS the nap is timed by, so a
         // lease renewed in between cannot outlast what the refusal asked for.
-        let registering = engine.waiting_command(&ACQUIRE, request.key, |cmd| arguments(&request, cmd));
+        let registering = engine.waiting_acquire(request.key, |cmd| arguments(&request, cmd));
         let status = engine.command(&STATUS, request.key, |_| {});
         let mut reply = self.bounded(conn, &attempt).await?;
         loop {

@@ -11,7 +11,6 @@
 //!   lease can be granted to somebody else, and `fencedlock.restart-grace-ms` closes that gap.
 
 use std::fs;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::support::*;
@@ -115,21 +114,12 @@ fn kill9_under_load_with_appendfsync_everysec_never_repeats_a_fence() {
 // Power loss with appendfsync everysec: the AOF loses its tail
 // ---------------------------------------------------------------------------------------
 
-const AOF_DIR: &str = "appendonlydir";
 /// Leases granted after the "last fsync". With a grace: short, so a grace longer than them
 /// is a short wait. Without: long, so they are certainly unexpired when the restarted server
 /// is asked about them, however slowly it restarts.
 const LOST_TTL_MS: u64 = 1_500;
 const LOST_LONG_TTL_MS: u64 = 20_000;
 const LOST_KEYS: usize = 5;
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).expect("create backup dir");
-    for entry in fs::read_dir(from).unwrap_or_else(|e| panic!("read {from:?}: {e}")) {
-        let entry = entry.expect("dir entry");
-        fs::copy(entry.path(), to.join(entry.file_name())).expect("copy AOF file");
-    }
-}
 
 /// A primary's AOF directory as an OS crash would leave it: what was on disk at the moment
 /// the copy was taken (the server is frozen meanwhile, so the copy is consistent).

@@ -21,6 +21,19 @@ use tokio::task::JoinHandle;
 /// Upper bound of requests per task, so a load never runs unbounded.
 const MAX_OPS_PER_TASK: usize = 50_000;
 
+/// The directory of a server's AOF files (Redis 7's multi-part AOF), under its data directory.
+pub const AOF_DIR: &str = "appendonlydir";
+
+/// Copies the files of directory `from` into `to` (created): an AOF as it stood at a moment,
+/// to bring back as what a power loss left.
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create the copy's dir");
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("read {from:?}: {e}")) {
+        let entry = entry.expect("dir entry");
+        std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy an AOF file");
+    }
+}
+
 /// A multi-threaded runtime for the load; the test's own thread stays free to kill, pause
 /// and restart servers while the tasks run.
 pub fn runtime() -> tokio::runtime::Runtime {

@@ -10,7 +10,6 @@
 //!   a lost lease is granted to somebody else at once: the library has no restart grace.
 
 use std::fs;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +18,7 @@ use fencedlock::{Error, Locker};
 use harness::Server;
 
 use super::*;
-use crate::support::runtime;
+use crate::support::{copy_dir, runtime, AOF_DIR};
 
 const CYCLES: usize = 3;
 const LOAD_TASKS: usize = 3;
@@ -155,17 +154,8 @@ fn kill9_and_restarts_from_an_always_fsynced_aof_keep_leases_and_never_repeat_a_
 // Power loss with appendfsync everysec: the AOF loses its tail
 // ---------------------------------------------------------------------------------------
 
-const AOF_DIR: &str = "appendonlydir";
 const LOST: usize = 4;
 const LOST_TTL_MS: u64 = 20_000;
-
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).expect("create the copy's dir");
-    for entry in fs::read_dir(from).unwrap_or_else(|e| panic!("read {from:?}: {e}")) {
-        let entry = entry.expect("dir entry");
-        fs::copy(entry.path(), to.join(entry.file_name())).expect("copy an AOF file");
-    }
-}
 
 #[test]
 fn a_power_loss_of_the_aof_tail_regrants_lost_leases_at_once_without_repeating_their_fences() {
