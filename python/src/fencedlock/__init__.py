@@ -1,0 +1,48 @@
+"""Redis locks with fencing tokens that never repeat, over the redis-py client you have.
+
+Every lease carries a **fence**, larger for every later grant on the same key, even across
+``DEL``, restarts and failovers. Send it with each write and have the resource refuse fences
+lower than the highest it has seen (``UPDATE … SET last_fence = :fence WHERE … AND last_fence
+<= :fence``): a holder paused past its lease then cannot overwrite its successor's work.
+
+Synchronous API here; the same over ``redis.asyncio`` in :mod:`fencedlock.asyncio`.
+"""
+
+from ._wire import Engine, LockStatus, PermitStatus, SemaphoreStatus
+from .errors import (
+    BadReply,
+    Cause,
+    FencedLockError,
+    InvalidArgument,
+    LeaseLost,
+    NoEngine,
+    NotAcquired,
+    PermitsMismatch,
+    ReplyError,
+    ServerError,
+    Unavailable,
+    WrongType,
+)
+from .lease import Lease
+from .locker import Locker
+
+__all__ = [
+    "BadReply",
+    "Cause",
+    "Engine",
+    "FencedLockError",
+    "InvalidArgument",
+    "Lease",
+    "LeaseLost",
+    "Locker",
+    "LockStatus",
+    "NoEngine",
+    "NotAcquired",
+    "PermitStatus",
+    "PermitsMismatch",
+    "ReplyError",
+    "SemaphoreStatus",
+    "ServerError",
+    "Unavailable",
+    "WrongType",
+]

@@ -1,0 +1,255 @@
+"""One lock server behind the user's redis-py client: its engine, detected once, and every
+request bounded by the per-server timeout on a connection of the client's own pool.
+
+Requests go on pooled connections one at a time, so a request that waits on the server
+(``ACQUIRE … BLOCK``, a ``BLPOP`` on a wake-up list) holds its own connection and never stalls
+another request. A request without an answer in time closes its connection (the server then
+forgets a waiter) and is an :class:`~fencedlock.Unavailable` of cause ``TIMED_OUT``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import redis
+import redis.exceptions as rexc
+
+from . import _contract, _wire
+from ._keys import wake_key
+from ._wire import Args, Engine
+from .errors import Cause, FencedLockError, NoEngine, Unavailable, translate
+
+MIN_NAP = 0.005
+"""The shortest wait between two attempts of a waiter on the Functions engine."""
+
+
+def describe(pool: Any) -> str:
+    """A server's name for errors: ``host:port``, a socket path, or a Sentinel service."""
+    service = getattr(pool, "service_name", None)
+    if service:
+        return f"sentinel:{service}"
+    kwargs = getattr(pool, "connection_kwargs", {})
+    if "path" in kwargs:
+        return f"unix:{kwargs['path']}"
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def checkout(pool: Any) -> Callable[[], Any]:
+    """The pool's ``get_connection``: without arguments where it allows that (redis-py 5.3+
+    warns about them), with a command name where it needs one (4.x)."""
+    params = list(inspect.signature(pool.get_connection).parameters.values())
+    if params and params[0].default is inspect.Parameter.empty and params[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        return lambda: pool.get_connection("FENCEDLOCK")
+    return lambda: pool.get_connection()  # type: ignore[no-any-return]
+
+
+def blpop_timeout(nap: float) -> str:
+    """``BLPOP``'s timeout for a nap: whole ms rounded up, never 0 (which means forever),
+    as decimal seconds."""
+    ms = max(math.ceil(nap * 1000), 1)
+    return f"{ms // 1000}.{ms % 1000:03d}"
+
+
+def nap(held_for: float, left: float) -> float:
+    """How long a refused waiter stays in ``BLPOP``: until the holders' leases end (one ms
+    past STATUS's whole ms), at least MIN_NAP, never past the wait."""
+    return min(max(held_for + 0.001, MIN_NAP), left)
+
+
+class Server:
+    """One server: the user's client, its engine, and bounded requests."""
+
+    def __init__(self, client: redis.Redis, *, timeout: float, engine: Optional[Engine]) -> None:
+        self._pool = client.connection_pool
+        self._get = checkout(self._pool)
+        self.name = describe(self._pool)
+        self.timeout = timeout
+        self._forced = engine
+        self._engine: Optional[Engine] = None
+        self._detecting = threading.Lock()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def call(self, args: Args, *, secret: Optional[bytes] = None, timeout: Optional[float] = None) -> Any:
+        """``args`` on a pooled connection, answered within ``timeout`` (the server's timeout
+        by default). A connection found broken (a server restarted since) is replaced and the
+        request sent once more: every request is safe to repeat for its token."""
+        for attempt in (1, 2):
+            conn = self._connection(secret)
+            try:
+                return self._exchange(conn, args, timeout or self.timeout, secret)
+            except rexc.ConnectionError as exc:
+                conn.disconnect()
+                if attempt == 2 or isinstance(exc, rexc.AuthenticationError):
+                    raise translate(exc, self.name, secret) from None
+            finally:
+                self._pool.release(conn)
+        raise AssertionError("unreachable")
+
+    def _connection(self, secret: Optional[bytes]) -> Any:
+        try:
+            return self._get()
+        except (rexc.RedisError, OSError) as exc:
+            raise translate(exc, self.name, secret) from None
+
+    def _exchange(self, conn: Any, args: Args, timeout: float, secret: Optional[bytes]) -> Any:
+        """One request and its reply on ``conn``; the script loaded once more if the server's
+        cache lost it (a restart, a failover, ``SCRIPT FLUSH``). Error replies and timeouts are
+        the package's errors; a broken connection is left to the caller (redis-py's
+        ``ConnectionError``). The connection is closed unless it is in step."""
+        try:
+            try:
+                return self._roundtrip(conn, args, timeout)
+            except rexc.NoScriptError:
+                self._roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), timeout)
+                return self._roundtrip(conn, args, timeout)
+        except rexc.ConnectionError:
+            raise
+        except rexc.ResponseError as exc:
+            raise translate(exc, self.name, secret) from None
+        except (rexc.RedisError, OSError) as exc:
+            conn.disconnect()
+            raise translate(exc, self.name, secret) from None
+        except BaseException:
+            # Interrupted mid-request (KeyboardInterrupt): the reply would land in the next
+            # request's place, and a waiter must leave the server's queue.
+            conn.disconnect()
+            raise
+
+    @staticmethod
+    def _roundtrip(conn: Any, args: Args, timeout: float) -> Any:
+        conn.send_command(*args)
+        if not conn.can_read(timeout=timeout):
+            conn.disconnect()
+            raise rexc.TimeoutError(f"no answer within {timeout:.3f} s")
+        return conn.read_response()
+
+    # -- engine --------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Optional[Engine]:
+        return self._engine
+
+    def detect(self) -> Engine:
+        """The engine, asked of the server by the first caller (once per server)."""
+        engine = self._engine
+        if engine is not None:
+            return engine
+        with self._detecting:
+            if self._engine is None:
+                self._engine = self._detect()
+            return self._engine
+
+    def _detect(self) -> Engine:
+        forced = self._forced
+        if forced is Engine.MODULE:
+            return Engine.MODULE
+        if forced is Engine.SCRIPT:
+            self._load_script()
+            return Engine.SCRIPT
+        if forced is None:
+            try:
+                entries = self.call(("COMMAND", "INFO", _contract.ACQUIRE))
+                module = any(entry is not None for entry in entries or [])
+            except Unavailable:
+                raise
+            except FencedLockError:
+                # A server that hides COMMAND runs the module unless it has the library.
+                module = self._library_version() is None
+            if module:
+                return Engine.MODULE
+        try:
+            self._load_library()
+            return Engine.FUNCTIONS
+        except Unavailable:
+            raise
+        except FencedLockError as refusal:
+            if forced is Engine.FUNCTIONS:
+                raise self._no_engine(refusal) from None
+        self._load_script()
+        return Engine.SCRIPT
+
+    def _library_version(self) -> Optional[int]:
+        try:
+            version = self.call(("FCALL_RO", _contract.VERSION_FUNCTION, 0))
+        except Unavailable:
+            raise
+        except FencedLockError:
+            return None
+        return version if isinstance(version, int) else None
+
+    def _load_library(self) -> None:
+        """Loads this package's library unless the server has it or a newer one."""
+        version = self._library_version()
+        if version is None or version < _contract.LIBRARY_VERSION:
+            self.call(("FUNCTION", "LOAD", "REPLACE", _wire.LIBRARY))
+
+    def _load_script(self) -> None:
+        try:
+            self.call(("SCRIPT", "LOAD", _wire.SCRIPT))
+        except Unavailable:
+            raise
+        except FencedLockError as refusal:
+            raise self._no_engine(refusal) from None
+
+    def _no_engine(self, refusal: FencedLockError) -> NoEngine:
+        return NoEngine(
+            f"{self.name}: the fencedlock module is not loaded and the Functions library could not be loaded "
+            f"({refusal}); load the module (--loadmodule …/libfencedlock_module.so), or have an administrator load "
+            "the library (fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE), or allow this user "
+            "FUNCTION LOAD or SCRIPT LOAD and EVALSHA",
+            cause=Cause.NO_ENGINE,
+        )
+
+    # -- waiting -------------------------------------------------------------------------
+
+    def wait(self, attempt: Args, registering: Args, status: Args, key: bytes, until: float, secret: bytes) -> Any:
+        """An ``ACQUIRE`` that waits until the monotonic instant ``until``, on a connection
+        of its own: on the module ``attempt`` carries ``BLOCK`` (the server's FIFO queue);
+        on the library, refused attempts are followed by a ``BLPOP`` on the key's wake-up
+        list for as long as ``STATUS`` shows the holders' leases to last. The reply: a fence
+        or nil. Without an answer in time: :class:`Unavailable` (the caller must release, the
+        server may have granted at that instant)."""
+        conn = self._connection(secret)
+        try:
+            if self.detect() is Engine.MODULE:
+                return self._exchange(conn, attempt, max(until - time.monotonic(), 0) + self.timeout, secret)
+            return self._woken(conn, attempt, registering, status, key, until, secret)
+        except rexc.ConnectionError as exc:
+            conn.disconnect()
+            raise translate(exc, self.name, secret) from None
+        finally:
+            self._pool.release(conn)
+
+    def _woken(
+        self, conn: Any, attempt: Args, registering: Args, status: Args, key: bytes, until: float, secret: bytes
+    ) -> Any:
+        reply = self._exchange(conn, attempt, self.timeout, secret)
+        while reply is None:
+            left = until - time.monotonic()
+            if left <= 0:
+                return None
+            try:
+                held_for = _wire.held_for(_wire.decode_status(self._exchange(conn, status, self.timeout, secret)))
+            except FencedLockError as exc:
+                if exc.cause is not None and exc.cause.is_outage:
+                    raise
+                held_for = 0.0
+            # This attempt names the wake-up list, so releases until the refusing leases end
+            # push a wake-up; it follows the STATUS the nap is timed by.
+            reply = self._exchange(conn, registering, self.timeout, secret)
+            if reply is not None:
+                return reply
+            pause = nap(held_for, left)
+            blpop = ("BLPOP", wake_key(key), blpop_timeout(pause))
+            self._exchange(conn, blpop, pause + self.timeout, secret)
+            reply = self._exchange(conn, attempt, self.timeout, secret)
+        return reply
+

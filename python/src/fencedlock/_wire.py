@@ -1,0 +1,207 @@
+"""Requests and replies as values, without I/O: the words each engine sends for each
+command, and the ``STATUS`` reply decoded with every rule of its shape."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import importlib.resources
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+from . import _contract, _keys
+from .errors import BadReply
+
+Args = Tuple[Union[str, bytes, int], ...]
+
+
+class Engine(enum.Enum):
+    """What serves the lease commands on a server."""
+
+    MODULE = "module"
+    """The ``fencedlock`` module: every guarantee, waiting in the server's FIFO queue."""
+    FUNCTIONS = "functions"
+    """The ``fencedlock`` Functions library (``FCALL``): leases on the server's wall clock,
+    waiting woken by releases through the key's wake-up list."""
+    SCRIPT = "script"
+    """The library's source as a script (``EVALSHA``), where ``FUNCTION`` is denied."""
+
+
+def library_source() -> str:
+    """The Functions library, a byte-for-byte copy of ``protocol/src/functions.lua``."""
+    return importlib.resources.files(__package__).joinpath("functions.lua").read_text("utf-8")
+
+
+LIBRARY = library_source()
+# The source without its `#!lua name=…` line, which EVAL refuses; called by SHA1.
+SCRIPT = LIBRARY.split("\n", 1)[1]
+SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
+
+
+def command(engine: Engine, name: str, key: bytes, rest: Sequence[Union[str, bytes, int]], waiting: bool = False) -> Args:
+    """The words of ``name`` on ``key`` with arguments ``rest`` as ``engine`` takes them: the
+    library's form names the key's floor key where the function takes it, and the wake-up
+    list on a release and on a waiter's ``ACQUIRE``."""
+    if engine is Engine.MODULE:
+        return (name, key, *rest)
+    function = _contract.FUNCTIONS[name]
+    keys: List[bytes] = [key]
+    if waiting or name in _contract.TAKES_WAKE:
+        keys += [_keys.floor_key(key), _keys.wake_key(key)]
+    elif name in _contract.TAKES_FLOOR:
+        keys.append(_keys.floor_key(key))
+    if engine is Engine.SCRIPT:
+        return ("EVALSHA", SCRIPT_SHA, len(keys), *keys, function, *rest)
+    return ("FCALL", function, len(keys), *keys, *rest)
+
+
+def acquire(
+    engine: Engine,
+    key: bytes,
+    token: bytes,
+    ttl_ms: int,
+    *,
+    label: Optional[bytes] = None,
+    permits: int = 1,
+    block_ms: Optional[int] = None,
+    waiting: bool = False,
+) -> Args:
+    """``ACQUIRE key token ttl_ms [LABEL l] [PERMITS n] [BLOCK ms]`` as the protocol's
+    ``Acquire::words`` builds it: ``PERMITS`` only above 1, ``BLOCK`` last."""
+    rest: List[Union[str, bytes, int]] = [token, ttl_ms]
+    if label is not None:
+        rest += [_contract.LABEL, label]
+    if permits > 1:
+        rest += [_contract.PERMITS, permits]
+    if block_ms is not None:
+        rest += [_contract.BLOCK, block_ms]
+    return command(engine, _contract.ACQUIRE, key, rest, waiting)
+
+
+def fence_of(reply: Any) -> Optional[int]:
+    """An ``ACQUIRE``/``RAISE`` reply: the fence, or ``None`` for nil."""
+    if reply is None:
+        return None
+    if isinstance(reply, int) and not isinstance(reply, bool) and 1 <= reply <= _contract.MAX_FENCE:
+        return reply
+    raise BadReply(f"a fence or nil was expected, not {type(reply).__name__}")
+
+
+def flag_of(reply: Any) -> bool:
+    """A ``RENEW``/``RELEASE`` reply: 1 or 0."""
+    if reply in (0, 1) and isinstance(reply, int):
+        return reply == 1
+    raise BadReply(f"1 or 0 was expected, not {reply!r}")
+
+
+@dataclass(frozen=True)
+class LockStatus:
+    """What ``STATUS`` says about a lock key; never the token."""
+
+    fence: int
+    """The key's last fence; the next grant's is higher."""
+    held: bool
+    remaining: Optional[float]
+    """Seconds left on the lease by the server's clock, while held."""
+    label: Optional[bytes]
+    """The holder's public label, if it has one."""
+
+
+@dataclass(frozen=True)
+class PermitStatus:
+    """One unexpired holder of a semaphore key."""
+
+    fence: int
+    remaining: float
+    label: Optional[bytes]
+
+
+@dataclass(frozen=True)
+class SemaphoreStatus:
+    """What ``STATUS`` says about a semaphore key: its permits and unexpired holders, oldest
+    grant first; never a token."""
+
+    fence: int
+    permits: int
+    holders: Tuple[PermitStatus, ...]
+
+    @property
+    def free(self) -> int:
+        return max(self.permits - len(self.holders), 0)
+
+
+Status = Union[LockStatus, SemaphoreStatus]
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise BadReply(f"STATUS replied {value!r} where an integer goes")
+
+
+def _label(value: Any) -> Optional[bytes]:
+    if value is None:
+        return None
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    if not isinstance(raw, bytes) or not 1 <= len(raw) <= _contract.MAX_LABEL_LEN:
+        raise BadReply("a label has 1 to MAX_LABEL_LEN bytes")
+    return raw
+
+
+def decode_status(reply: Any) -> Optional[Status]:
+    """A ``STATUS`` reply, checking the rules of ``LockStatus::decode`` and
+    ``SemaphoreStatus::decode``; :class:`BadReply` for a reply that breaks them."""
+    if reply is None:
+        return None
+    if not isinstance(reply, list) or len(reply) not in (3, 4):
+        raise BadReply(f"STATUS must reply 3 or 4 elements, not {reply!r}")
+    fence, second, third = (_int(v) for v in reply[:3])
+    if fence < 1:
+        raise BadReply("the fence must be positive")
+    fourth = reply[3] if len(reply) == 4 else None
+    if isinstance(fourth, list):
+        return _semaphore(fence, second, third, fourth)
+    label = _label(fourth)
+    if second == 1:
+        if third < 0:
+            raise BadReply("a held lease has a pttl")
+        return LockStatus(fence, True, third / 1000, label)
+    if second != 0:
+        raise BadReply("held must be 0 or 1")
+    if label is not None:
+        raise BadReply("only a held lease has a label")
+    if third != -1:
+        raise BadReply("a free lock has pttl -1")
+    return LockStatus(fence, False, None, None)
+
+
+def _semaphore(fence: int, count: int, permits: int, entries: List[Any]) -> SemaphoreStatus:
+    if not 1 <= permits <= _contract.MAX_PERMITS:
+        raise BadReply("permits must be 1 to MAX_PERMITS")
+    if count != len(entries) or count > permits:
+        raise BadReply("the holder count must match the entries and fit the permits")
+    holders = []
+    previous = 0
+    for entry in entries:
+        if not isinstance(entry, list) or len(entry) != 3:
+            raise BadReply("a holder is [fence, pttl_ms, label]")
+        holder_fence, pttl = _int(entry[0]), _int(entry[1])
+        if not previous < holder_fence <= fence:
+            raise BadReply("holders' fences increase, up to the key's")
+        if pttl < 0:
+            raise BadReply("a holder has a pttl")
+        holders.append(PermitStatus(holder_fence, pttl / 1000, _label(entry[2])))
+        previous = holder_fence
+    return SemaphoreStatus(fence, permits, tuple(holders))
+
+
+def held_for(status: Optional[Status]) -> float:
+    """Seconds until a new holder fits by the leases' expiry alone: zero for a free key or a
+    semaphore with a free permit, else the time left on the lease that ends first."""
+    if status is None:
+        return 0.0
+    if isinstance(status, LockStatus):
+        return status.remaining or 0.0
+    if len(status.holders) < status.permits:
+        return 0.0
+    return min((h.remaining for h in status.holders), default=0.0)

@@ -1,0 +1,205 @@
+"""A held lease, and its keep-alive thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from types import TracebackType
+from typing import Callable, Optional, Protocol, Type
+
+from . import _terms
+from .errors import FencedLockError, LeaseLost
+
+log = logging.getLogger("fencedlock")
+
+
+class Authority(Protocol):
+    """Who granted a lease and renews and ends it: one server, or a Redlock majority."""
+
+    def renew(self, key: bytes, token: bytes, ttl_ms: int, timeout: Optional[float]) -> Optional[float]:
+        """The new validity deadline (monotonic), or ``None`` when the token no longer holds
+        the key; ``timeout`` bounds the request (the keep-alive's: the lease's validity)."""
+
+    def release(self, key: bytes, token: bytes) -> bool:
+        """Whether the token still held the key, which is free now."""
+
+
+LostCallback = Callable[["Lease"], object]
+
+
+class Lease:
+    """A lease on one key: pass :attr:`fence` to the resource with every write.
+
+    Validity is measured on this process's monotonic clock from *before* the granting request
+    was sent, minus drift. :meth:`ensure_valid` raises :class:`LeaseLost` once it ran out or
+    the keep-alive lost the lease; :attr:`lost` is a ``threading.Event`` set at that moment.
+    As a context manager, the lease is released on exit.
+    """
+
+    def __init__(
+        self,
+        authority: Authority,
+        key: str,
+        raw_key: bytes,
+        token: bytes,
+        fence: int,
+        ttl_ms: int,
+        deadline: float,
+        clock: _terms.Clock,
+        renew_every: Optional[float],
+    ) -> None:
+        self._authority = authority
+        self._key = key
+        self._raw_key = raw_key
+        self._token = token
+        self._fence = fence
+        self._ttl_ms = ttl_ms
+        self._deadline = deadline
+        self._clock = clock
+        self._renew_every = renew_every if renew_every is not None else ttl_ms / 3000
+        self._state = threading.Lock()
+        self._loss: Optional[LeaseLost] = None
+        self._released = False
+        self._stop = threading.Event()
+        self._keeper: Optional[threading.Thread] = None
+        self._on_lost: Optional[LostCallback] = None
+        self.lost = threading.Event()
+        """Set when the lease is known lost (a renewal failed, validity ran out in a
+        renewal, or a release found it gone)."""
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def fence(self) -> int:
+        """Strictly greater than the fence of every earlier grant on this key."""
+        return self._fence
+
+    @property
+    def token(self) -> bytes:
+        """The secret that proves ownership to the server (never logged or shown)."""
+        return self._token
+
+    @property
+    def ttl(self) -> float:
+        return self._ttl_ms / 1000
+
+    @property
+    def valid_until(self) -> float:
+        """The ``time.monotonic()`` instant after which the lease must not be relied on."""
+        return self._deadline
+
+    @property
+    def remaining(self) -> float:
+        """Seconds of validity left; 0 once expired or lost."""
+        if self.lost.is_set():
+            return 0.0
+        return max(self._deadline - time.monotonic(), 0.0)
+
+    def is_valid(self) -> bool:
+        return not self.lost.is_set() and time.monotonic() < self._deadline
+
+    def ensure_valid(self) -> None:
+        """Raises :class:`LeaseLost` once the lease is lost or its validity ran out."""
+        loss = self._loss
+        if loss is not None:
+            raise loss
+        if time.monotonic() >= self._deadline:
+            raise LeaseLost(self._key, "validity expired")
+
+    def renew(self) -> None:
+        """Extends the lease to a full ttl from now (measured from before the request).
+        :class:`LeaseLost` when it ran out or the server no longer holds it; another error
+        (:class:`~fencedlock.Unavailable`) leaves it as it was."""
+        self.ensure_valid()
+        self._renew(None)
+
+    def _renew(self, timeout: Optional[float]) -> None:
+        deadline = self._authority.renew(self._raw_key, self._token, self._ttl_ms, timeout)
+        if deadline is None:
+            self._declare_lost(LeaseLost(self._key, "the server no longer holds our token"))
+            raise self._loss or LeaseLost(self._key, "the server no longer holds our token")
+        self._deadline = deadline
+
+    def release(self) -> bool:
+        """Ends the lease (and its keep-alive). ``True`` if it was still held, ``False`` if it
+        had expired or been taken over. The fence stays: the next grant's is higher."""
+        self._stop_keeper()
+        with self._state:
+            if self._released:
+                return False
+            self._released = True
+        held = self._authority.release(self._raw_key, self._token)
+        if not held:
+            self._declare_lost(LeaseLost(self._key, "it was no longer held at release"), callback=False)
+        return held
+
+    # -- keep-alive ----------------------------------------------------------------------
+
+    def keep_alive(self, on_lost: Optional[LostCallback] = None) -> Lease:
+        """Renews in a daemon thread every renew interval (ttl / 3 by default). The first
+        failed renewal (refused, timed out, or too late for the validity) stops it, sets
+        :attr:`lost` and calls ``on_lost(lease)`` in that thread."""
+        with self._state:
+            self._on_lost = on_lost
+            if self._keeper is None and not self._released:
+                self._keeper = threading.Thread(target=self._keep, name=f"fencedlock-keepalive-{self._key}", daemon=True)
+                self._keeper.start()
+        return self
+
+    def _keep(self) -> None:
+        while True:
+            due = _terms.renewal_due(self._deadline, self._ttl_ms, self._clock, self._renew_every)
+            if self._stop.wait(max(due - time.monotonic(), 0.0)):
+                return
+            left = self._deadline - time.monotonic()
+            try:
+                if left <= 0:
+                    raise LeaseLost(self._key, "validity expired before the renewal")
+                # A renewal that cannot answer before the validity ends is too late.
+                self._renew(left)
+            except FencedLockError as err:
+                if self._stop.is_set():
+                    return
+                if not isinstance(err, LeaseLost):
+                    err = LeaseLost(self._key, f"renewal failed: {err}", cause=err.cause)
+                log.warning("fencedlock: lease on %r (fence %d) lost: %s", self._key, self._fence, err)
+                self._declare_lost(err)
+                return
+
+    def _stop_keeper(self) -> None:
+        self._stop.set()
+        keeper = self._keeper
+        if keeper is not None and keeper is not threading.current_thread():
+            keeper.join()
+
+    def _declare_lost(self, err: LeaseLost, callback: bool = True) -> None:
+        with self._state:
+            if self._loss is None:
+                self._loss = err
+            first = not self.lost.is_set()
+            self.lost.set()
+            on_lost = self._on_lost
+        if first and callback and on_lost is not None:
+            try:
+                on_lost(self)
+            except Exception:
+                log.exception("fencedlock: the on_lost callback of %r raised", self._key)
+
+    # -- context manager -----------------------------------------------------------------
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self, kind: Optional[Type[BaseException]], value: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        try:
+            self.release()
+        except FencedLockError as err:
+            log.warning("fencedlock: release of %r failed; the lease expires after its ttl: %s", self._key, err)
+
+    def __repr__(self) -> str:
+        return f"Lease(key={self._key!r}, fence={self._fence}, remaining={self.remaining:.3f})"

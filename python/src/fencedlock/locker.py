@@ -1,0 +1,208 @@
+"""Leases from one server through the user's own redis-py client."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from typing import Iterator, Optional, Union
+
+import redis
+
+from . import _contract, _keys, _terms, _wire
+from ._server import Server
+from ._wire import Engine, Status
+from .errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
+from .lease import Lease, LostCallback
+
+EngineName = Union[Engine, str, None]
+
+BACKOFF = (0.02, 0.4)
+"""Jittered pause between attempts after an answer-less failure, in seconds (min, max)."""
+
+
+def engine_choice(engine: EngineName) -> Optional[Engine]:
+    if engine is None or engine == "auto":
+        return None
+    try:
+        return Engine(engine)
+    except ValueError:
+        raise InvalidArgument(f"engine is 'auto', 'module', 'functions' or 'script', got {engine!r}") from None
+
+
+class Locker:
+    """Takes leases on keys of one server, over the redis-py client you configured
+    (``redis.Redis``, ``Sentinel(...).master_for(...)``, TLS, unix sockets).
+
+    >>> locker = Locker(redis.Redis())
+    >>> lease = locker.acquire("invoice:inv_72", ttl=30)   # a Lease, or None if held elsewhere
+    >>> with locker.lease("nightly-report", ttl=30, wait=10) as lease:
+    ...     build_report(lease.fence)                        # kept alive; NotAcquired if not granted
+
+    ``ttl`` is the default lease time in seconds; ``timeout`` bounds each request (seconds);
+    ``engine`` is ``"auto"`` (the module where loaded, else the Functions library, loaded when
+    missing or older, else the library as a script) or one of them.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        *,
+        ttl: _terms.Seconds = 30,
+        timeout: _terms.Seconds = 0.5,
+        engine: EngineName = None,
+        drift_factor: float = 0.01,
+        drift: _terms.Seconds = 0.002,
+        renew_every: Optional[_terms.Seconds] = None,
+    ) -> None:
+        if getattr(client, "connection_pool", None) is None:
+            raise InvalidArgument("Locker needs a redis.Redis client (redis.asyncio clients go to fencedlock.asyncio)")
+        self._ttl_ms = _terms.ttl_ms(ttl)
+        request_timeout = _terms.seconds(timeout, "timeout")
+        if request_timeout <= 0:
+            raise InvalidArgument("timeout must be positive")
+        self._clock = _terms.Clock(drift_factor, _terms.seconds(drift, "drift"))
+        self._renew_every = None if renew_every is None else _terms.seconds(renew_every, "renew_every")
+        if self._renew_every is not None and self._renew_every <= 0:
+            raise InvalidArgument("renew_every must be positive")
+        self._server = Server(client, timeout=request_timeout, engine=engine_choice(engine))
+
+    @property
+    def engine(self) -> Optional[Engine]:
+        """The engine serving this server, once a request found it out."""
+        return self._server.engine
+
+    def detect_engine(self) -> Engine:
+        """The engine, asking the server now if no request has yet."""
+        return self._server.detect()
+
+    # -- acquiring -----------------------------------------------------------------------
+
+    def acquire(
+        self,
+        key: str,
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        permits: int = 1,
+        label: Union[str, bytes, None] = None,
+        token: Optional[bytes] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Lease]:
+        """A lease on ``key``, or ``None`` while another owner holds it (after ``wait``
+        seconds of waiting, if given: on the module in the server's FIFO queue, on the
+        Functions engine woken by releases). ``permits=n`` makes the key a semaphore of n
+        holders; ``label`` is public (``STATUS`` shows it); ``token`` re-enters a lease
+        held with that token (same fence, the lease restarted)."""
+        raw_key = _keys.check_key(key)
+        ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
+        wait_s = _terms.wait_seconds(wait)
+        permits = _terms.check_permits(permits)
+        raw_label = _terms.check_label(label)
+        token = _terms.new_token() if token is None else _terms.check_token(token)
+        server = self._server
+        until = time.monotonic() + wait_s
+        while True:
+            engine = server.detect()
+            attempt = _wire.acquire(engine, raw_key, token, ttl_ms, label=raw_label, permits=permits)
+            sent = time.monotonic()
+            try:
+                if wait_s > 0:
+                    fence = self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, until)
+                else:
+                    fence = _wire.fence_of(server.call(attempt, secret=token))
+                break
+            except FencedLockError as err:
+                if not err.is_retryable or time.monotonic() >= until:
+                    raise
+            time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
+        if fence is None:
+            return None
+        lease = Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every)
+        if self._clock.needs_anchor(time.monotonic() - sent, ttl_ms):
+            # A grant handed over after a long wait began at the handoff: measure from a RENEW.
+            try:
+                lease._renew(None)
+            except Unavailable:
+                if not lease.is_valid():
+                    self._release_quietly(raw_key, token)
+                    raise
+        if keep_alive:
+            lease.keep_alive(on_lost)
+        return lease
+
+    def _wait(
+        self, engine: Engine, key: bytes, token: bytes, ttl_ms: int, label: Optional[bytes], permits: int, until: float
+    ) -> Optional[int]:
+        """One waiting request; a grant the server may have made without our hearing of it
+        (no answer, or interrupted) is released before the error goes on."""
+        block_ms = max(1, min(int((until - time.monotonic()) * 1000) + 1, _contract.MAX_BLOCK_MS))
+        attempt = _wire.acquire(
+            engine, key, token, ttl_ms, label=label, permits=permits, block_ms=block_ms if engine is Engine.MODULE else None
+        )
+        registering = _wire.acquire(engine, key, token, ttl_ms, label=label, permits=permits, waiting=True)
+        status = _wire.command(engine, _contract.STATUS, key, ())
+        try:
+            return _wire.fence_of(self._server.wait(attempt, registering, status, key, until, token))
+        except BaseException as err:
+            if not isinstance(err, FencedLockError) or err.cause is not None:
+                self._release_quietly(key, token)
+            raise
+
+    def _release_quietly(self, key: bytes, token: bytes) -> None:
+        try:
+            self.release(key, token)
+        except FencedLockError:
+            pass
+
+    @contextlib.contextmanager
+    def lease(
+        self,
+        key: str,
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        permits: int = 1,
+        label: Union[str, bytes, None] = None,
+        keep_alive: bool = True,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Iterator[Lease]:
+        """``with locker.lease(key, ttl=30, wait=10) as lease:`` runs the body under a
+        (kept-alive) lease and releases it after; raises :class:`NotAcquired` when the lock
+        was not granted, so the body never runs unlocked."""
+        lease = self.acquire(
+            key, ttl, wait=wait, permits=permits, label=label, keep_alive=keep_alive, on_lost=on_lost
+        )
+        if lease is None:
+            raise NotAcquired(key)
+        with lease:
+            yield lease
+
+    # -- the server's view ---------------------------------------------------------------
+
+    def status(self, key: str) -> Optional[Status]:
+        """``STATUS``: a :class:`LockStatus` or a :class:`SemaphoreStatus` (never a token);
+        ``None`` for a key without lock state."""
+        raw_key = _keys.check_key(key)
+        engine = self._server.detect()
+        return _wire.decode_status(self._server.call(_wire.command(engine, _contract.STATUS, raw_key, ())))
+
+    def release_token(self, key: str, token: bytes) -> bool:
+        """Ends the lease ``token`` holds on ``key`` (a token handed over by another process)."""
+        return self.release(_keys.check_key(key), _terms.check_token(token))
+
+    # -- the lease's authority -----------------------------------------------------------
+
+    def renew(self, key: bytes, token: bytes, ttl_ms: int, timeout: Optional[float] = None) -> Optional[float]:
+        engine = self._server.detect()
+        sent = time.monotonic()
+        args = _wire.command(engine, _contract.RENEW, key, (token, ttl_ms))
+        if not _wire.flag_of(self._server.call(args, secret=token, timeout=min(timeout or self._server.timeout, self._server.timeout))):
+            return None
+        return self._clock.deadline(sent, ttl_ms)
+
+    def release(self, key: bytes, token: bytes) -> bool:
+        engine = self._server.detect()
+        args = _wire.command(engine, _contract.RELEASE, key, (token,))
+        return _wire.flag_of(self._server.call(args, secret=token))
