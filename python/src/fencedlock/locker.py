@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import threading
 import time
 from typing import Iterator, Optional, Union
 
@@ -12,7 +13,7 @@ import redis
 from . import _contract, _keys, _terms, _wire
 from ._server import Server
 from ._wire import Engine, Status
-from .errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
+from .errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from .lease import Lease, LostCallback
 
 EngineName = Union[Engine, str, None]
@@ -114,6 +115,9 @@ class Locker:
                     fence = _wire.fence_of(server.call(attempt, secret=token))
                 break
             except FencedLockError as err:
+                if err.cause is Cause.TIMED_OUT:
+                    # The server may grant it when it answers again: give it back then.
+                    self._release_later(raw_key, token)
                 if not err.is_retryable or time.monotonic() >= until:
                     raise
             time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
@@ -149,6 +153,17 @@ class Locker:
             if not isinstance(err, FencedLockError) or err.cause is not None:
                 self._release_quietly(key, token)
             raise
+
+    def _release_later(self, key: bytes, token: bytes) -> None:
+        """Releases in the background, at once and again one timeout later: an ACQUIRE that
+        got no answer may still be granted when its server wakes up."""
+
+        def release() -> None:
+            self._release_quietly(key, token)
+            time.sleep(self._server.timeout)
+            self._release_quietly(key, token)
+
+        threading.Thread(target=release, name="fencedlock-release", daemon=True).start()
 
     def _release_quietly(self, key: bytes, token: bytes) -> None:
         try:
