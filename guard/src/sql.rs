@@ -1,0 +1,180 @@
+//! The statements, built once here for both databases.
+//!
+//! Every statement binds the fence as parameter 1 and the row id as parameter 2, then the
+//! update's own values. The fence check and the write are always the same statement:
+//!
+//! ```text
+//! claim:  UPDATE t SET "last_fence" = $1 WHERE "id" = $2 AND "last_fence" <= $1 RETURNING …
+//! write:  UPDATE t SET …, "last_fence" = $1 WHERE "id" = $2 AND "last_fence" <= $1 [AND …]
+//! ```
+
+use crate::error::Result;
+use crate::ident::quote_list;
+use crate::table::Table;
+use crate::update::{Rendered, Update};
+
+/// Which database a statement is for: its placeholders and its fence column type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// `$1`, `bigint`.
+    Postgres,
+    /// `?1`, `INTEGER` (SQLite's 64-bit signed integer).
+    Sqlite,
+}
+
+impl Dialect {
+    /// The placeholder of the 1-based parameter `n`.
+    pub fn placeholder(self, n: usize) -> String {
+        match self {
+            Dialect::Postgres => format!("${n}"),
+            Dialect::Sqlite => format!("?{n}"),
+        }
+    }
+
+    fn fence_type(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "bigint",
+            Dialect::Sqlite => "INTEGER",
+        }
+    }
+}
+
+/// The parameter every statement binds the fence to.
+const FENCE_PARAM: usize = 1;
+/// The parameter every statement binds the row id to.
+const ID_PARAM: usize = 2;
+/// The first parameter of an update's own values.
+const FIRST_UPDATE_PARAM: usize = 3;
+
+/// `ALTER TABLE t ADD COLUMN "last_fence" bigint NOT NULL DEFAULT 0`.
+pub fn add_fence_column(table: &Table, dialect: Dialect) -> Result<String> {
+    Ok(format!(
+        "ALTER TABLE {} ADD COLUMN {} {} NOT NULL DEFAULT 0",
+        table.quoted_name()?,
+        table.quoted_fence()?,
+        dialect.fence_type()
+    ))
+}
+
+/// The claim: raise the fence where it is not above ours, and return what the holder inherits.
+pub fn claim(table: &Table, dialect: Dialect, returning: &[&str]) -> Result<String> {
+    let fence = table.quoted_fence()?;
+    let returning = if returning.is_empty() { fence.clone() } else { quote_list(returning)? };
+    Ok(format!(
+        "UPDATE {table} SET {fence} = {f} WHERE {id} = {i} AND {fence} <= {f} RETURNING {returning}",
+        table = table.quoted_name()?,
+        id = table.quoted_id()?,
+        f = dialect.placeholder(FENCE_PARAM),
+        i = dialect.placeholder(ID_PARAM),
+    ))
+}
+
+/// A guarded write: the update's assignments plus the fence, where the fence is not above ours
+/// and the precondition holds; and the update's values (parameters 3 on).
+pub fn write<'a, P: ?Sized>(
+    table: &Table,
+    dialect: Dialect,
+    update: &Update<'a, P>,
+    returning: &[&str],
+) -> Result<(String, Vec<&'a P>)> {
+    let Rendered { mut sets, conditions, params } = update.render(dialect, FIRST_UPDATE_PARAM)?;
+    let fence = table.quoted_fence()?;
+    let f = dialect.placeholder(FENCE_PARAM);
+    sets.push(format!("{fence} = {f}"));
+    let mut sql = format!(
+        "UPDATE {} SET {} WHERE {} = {} AND {fence} <= {f}",
+        table.quoted_name()?,
+        sets.join(", "),
+        table.quoted_id()?,
+        dialect.placeholder(ID_PARAM),
+    );
+    for condition in conditions {
+        sql.push_str(" AND ");
+        sql.push_str(&condition);
+    }
+    if !returning.is_empty() {
+        sql.push_str(" RETURNING ");
+        sql.push_str(&quote_list(returning)?);
+    }
+    Ok((sql, params))
+}
+
+/// The row's fence, read after a statement matched no row to tell why (parameter 1: the id).
+pub fn fence_of(table: &Table, dialect: Dialect) -> Result<String> {
+    Ok(format!(
+        "SELECT {} FROM {} WHERE {} = {}",
+        table.quoted_fence()?,
+        table.quoted_name()?,
+        table.quoted_id()?,
+        dialect.placeholder(1)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Update<'a> = crate::update::Update<'a, str>;
+
+    #[test]
+    fn the_claim_raises_the_fence_in_the_statement_that_returns_the_state() {
+        let t = Table::new("invoice_jobs").id_column("job_id");
+        assert_eq!(
+            claim(&t, Dialect::Postgres, &["status"]).unwrap(),
+            r#"UPDATE "invoice_jobs" SET "last_fence" = $1 WHERE "job_id" = $2 AND "last_fence" <= $1 RETURNING "status""#
+        );
+        assert_eq!(
+            claim(&t.clone().schema("b\"x").fence_column("f"), Dialect::Sqlite, &[]).unwrap(),
+            r#"UPDATE "b""x"."invoice_jobs" SET "f" = ?1 WHERE "job_id" = ?2 AND "f" <= ?1 RETURNING "f""#
+        );
+    }
+
+    #[test]
+    fn a_write_adds_the_fence_to_its_assignments_and_its_condition_and_numbers_its_values() {
+        let t = Table::new("payouts").id_column("payout_id");
+        let update = Update::new()
+            .set("state", "SUBMITTED")
+            .set_sql("attempts", r#""attempts" + 1"#)
+            .set("provider_ref", "ref")
+            .when("state", "SUBMITTING")
+            .when_in("kind", &["a", "b"])
+            .when_sql(r#""amount_cents" > 0"#);
+        let (sql, params) = write(&t, Dialect::Postgres, &update, &["state"]).unwrap();
+        assert_eq!(
+            sql,
+            r#"UPDATE "payouts" SET "state" = $3, "attempts" = ("attempts" + 1), "provider_ref" = $4, "last_fence" = $1 WHERE "payout_id" = $2 AND "last_fence" <= $1 AND "state" = $5 AND "kind" IN ($6, $7) AND ("amount_cents" > 0) RETURNING "state""#
+        );
+        assert_eq!(params, vec!["SUBMITTED", "ref", "SUBMITTING", "a", "b"]);
+
+        let (sql, params) = write(&t, Dialect::Sqlite, &Update::new(), &[]).unwrap();
+        assert_eq!(sql, r#"UPDATE "payouts" SET "last_fence" = ?1 WHERE "payout_id" = ?2 AND "last_fence" <= ?1"#);
+        assert!(params.is_empty());
+        let (sql, _) = write(&t, Dialect::Sqlite, &Update::new().when_in("state", &[]), &[]).unwrap();
+        assert!(sql.ends_with(r#"AND "last_fence" <= ?1 AND FALSE"#), "{sql}");
+    }
+
+    #[test]
+    fn the_schema_step_and_the_fence_read() {
+        let t = Table::new("invoice_jobs");
+        assert_eq!(
+            add_fence_column(&t, Dialect::Postgres).unwrap(),
+            r#"ALTER TABLE "invoice_jobs" ADD COLUMN "last_fence" bigint NOT NULL DEFAULT 0"#
+        );
+        assert_eq!(
+            add_fence_column(&t, Dialect::Sqlite).unwrap(),
+            r#"ALTER TABLE "invoice_jobs" ADD COLUMN "last_fence" INTEGER NOT NULL DEFAULT 0"#
+        );
+        assert_eq!(fence_of(&t, Dialect::Postgres).unwrap(), r#"SELECT "last_fence" FROM "invoice_jobs" WHERE "id" = $1"#);
+    }
+
+    #[test]
+    fn a_bad_name_anywhere_is_refused_before_any_sql_exists() {
+        let bad = Table::new("");
+        assert!(claim(&bad, Dialect::Postgres, &[]).is_err());
+        assert!(claim(&Table::new("t").id_column("a\0"), Dialect::Postgres, &[]).is_err());
+        assert!(claim(&Table::new("t"), Dialect::Postgres, &[""]).is_err());
+        assert!(write(&Table::new("t"), Dialect::Postgres, &Update::new().set("", "v"), &[]).is_err());
+        assert!(write(&Table::new("t"), Dialect::Postgres, &Update::new().when_in("", &[]), &[]).is_err());
+        assert!(add_fence_column(&Table::new("t").fence_column(""), Dialect::Sqlite).is_err());
+    }
+}

@@ -1,0 +1,152 @@
+//! The helpers on SQLite, through `rusqlite` (feature `sqlite`).
+//!
+//! Each takes the caller's connection or transaction (a `&Transaction` derefs to the
+//! `&Connection` they take) and runs in whatever transaction it is in. SQLite runs one writer
+//! at a time, so the fence check inside the `UPDATE` is atomic with the write at any isolation;
+//! start the transaction that claims with [`TransactionBehavior::Immediate`]
+//! (`BEGIN IMMEDIATE`), so that it takes the write lock before it reads instead of failing
+//! with `SQLITE_BUSY` when a deferred read tries to become a write.
+//!
+//! ```no_run
+//! # fn example(conn: &mut rusqlite::Connection, fence: u64) -> Result<(), fencedlock_guard::Error> {
+//! use fencedlock_guard::sqlite::{self, Update};
+//! use fencedlock_guard::{Table, Written};
+//! use rusqlite::TransactionBehavior;
+//!
+//! let jobs = Table::new("invoice_jobs").id_column("job_id");
+//! let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+//! let status: String = sqlite::claim(&tx, &jobs, &72, fence, &["status"], |row| row.get(0))?;
+//! if status == "PENDING" {
+//!     let sent = Update::new().set("status", &"SENT").when("status", &"PENDING");
+//!     if let Written::PreconditionFailed = sqlite::write(&tx, &jobs, &72, fence, &sent)? {
+//!         // someone else finished the job
+//!     }
+//! }
+//! tx.commit()?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`TransactionBehavior::Immediate`]: rusqlite::TransactionBehavior::Immediate
+
+use rusqlite::types::ToSql;
+use rusqlite::{Connection, OptionalExtension, Row};
+
+use crate::error::Result;
+use crate::fence;
+use crate::outcome::{claim_refused, write_refused, Written};
+use crate::sql::{self, Dialect};
+use crate::table::Table;
+
+/// A guarded write's assignments and precondition, with SQLite's bound values.
+pub type Update<'a> = crate::update::Update<'a, dyn ToSql>;
+
+/// A bound value: the row id, or a value an [`Update`] sets or compares.
+pub type Param<'a> = &'a dyn ToSql;
+
+/// The schema step: adds the fence column (`INTEGER NOT NULL DEFAULT 0`) to `table` unless it
+/// has it already.
+pub fn add_fence_column(conn: &Connection, table: &Table) -> Result<()> {
+    let alter = sql::add_fence_column(table, Dialect::Sqlite)?;
+    let (name, schema) = table.name_and_schema();
+    let present: Option<i64> = conn
+        .query_row(
+            "SELECT 1 FROM pragma_table_info(?1, ?2) WHERE name = ?3",
+            (name, schema.unwrap_or("main"), table.fence_column_name()),
+            |row| row.get(0),
+        )
+        .optional()?;
+    if present.is_none() {
+        conn.execute_batch(&alter)?;
+    }
+    Ok(())
+}
+
+/// The claim, first thing after acquiring and in the transaction that reads the row: raises
+/// the row's fence to `fence` unless a newer one is there and returns `map` of the
+/// `returning` columns (the fence if empty): the state this holder inherits, which no older
+/// holder can change afterwards.
+///
+/// [`Error::Stale`](crate::Error::Stale) if the row carries a newer fence (abandon the
+/// attempt), [`Error::NotFound`](crate::Error::NotFound) if no row has the id.
+pub fn claim<T>(
+    conn: &Connection,
+    table: &Table,
+    id: Param<'_>,
+    fence: u64,
+    returning: &[&str],
+    map: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<T> {
+    let bound = fence::to_sql(fence)?;
+    let sql = sql::claim(table, Dialect::Sqlite, returning)?;
+    let claimed = conn.prepare_cached(&sql)?.query_row([&bound as Param<'_>, id], map).optional()?;
+    match claimed {
+        Some(state) => Ok(state),
+        None => Err(claim_refused(table, fence, stored_fence(conn, table, id)?)),
+    }
+}
+
+/// A guarded write: `update` with `fence_column = fence` added to its assignments and
+/// `fence_column <= fence` to its condition, in one statement. `<=` lets one holder write
+/// many times with its fence.
+///
+/// `Applied` if the row was updated, `PreconditionFailed` if the fence is current but the
+/// update's precondition did not hold; [`Error::Stale`](crate::Error::Stale) if the row carries
+/// a newer fence, [`Error::NotFound`](crate::Error::NotFound) if no row has the id.
+pub fn write(conn: &Connection, table: &Table, id: Param<'_>, fence: u64, update: &Update<'_>) -> Result<Written<()>> {
+    let bound = fence::to_sql(fence)?;
+    let (sql, values) = sql::write(table, Dialect::Sqlite, update, &[])?;
+    if conn.prepare_cached(&sql)?.execute(params(&bound, id, &values).as_slice())? > 0 {
+        return Ok(Written::Applied(()));
+    }
+    refused_write(conn, table, id, fence, update)
+}
+
+/// [`write`], returning `map` of the `returning` columns of the updated row.
+pub fn write_returning<T>(
+    conn: &Connection,
+    table: &Table,
+    id: Param<'_>,
+    fence: u64,
+    update: &Update<'_>,
+    returning: &[&str],
+    map: impl FnOnce(&Row<'_>) -> rusqlite::Result<T>,
+) -> Result<Written<T>> {
+    let bound = fence::to_sql(fence)?;
+    let (sql, values) = sql::write(table, Dialect::Sqlite, update, returning)?;
+    let written = conn.prepare_cached(&sql)?.query_row(params(&bound, id, &values).as_slice(), map).optional()?;
+    match written {
+        Some(value) => Ok(Written::Applied(value)),
+        None => refused_write(conn, table, id, fence, update),
+    }
+}
+
+/// The full statement [`write`] runs for `update`.
+pub fn write_sql(table: &Table, update: &Update<'_>) -> Result<String> {
+    Ok(sql::write(table, Dialect::Sqlite, update, &[])?.0)
+}
+
+/// Fence, id, then the update's values: the order the statements number them in.
+fn params<'a>(fence: &'a i64, id: Param<'a>, values: &[Param<'a>]) -> Vec<Param<'a>> {
+    let mut params: Vec<Param<'a>> = Vec::with_capacity(2 + values.len());
+    params.push(fence);
+    params.push(id);
+    params.extend_from_slice(values);
+    params
+}
+
+fn refused_write<T>(
+    conn: &Connection,
+    table: &Table,
+    id: Param<'_>,
+    fence: u64,
+    update: &Update<'_>,
+) -> Result<Written<T>> {
+    write_refused(table, fence, stored_fence(conn, table, id)?, update.has_precondition())?;
+    Ok(Written::PreconditionFailed)
+}
+
+/// The row's fence, read after a statement matched nothing (in the same transaction).
+fn stored_fence(conn: &Connection, table: &Table, id: Param<'_>) -> Result<Option<i64>> {
+    let sql = sql::fence_of(table, Dialect::Sqlite)?;
+    Ok(conn.prepare_cached(&sql)?.query_row([id], |row| row.get(0)).optional()?)
+}

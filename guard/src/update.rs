@@ -1,0 +1,124 @@
+//! A guarded write's own part: what it sets and the state it requires.
+
+use crate::error::Result;
+use crate::ident::quote;
+use crate::sql::Dialect;
+
+/// What one guarded `UPDATE` sets and the state precondition it adds to the fence condition.
+/// The driver modules name it with their parameter type:
+/// [`postgres::Update`](crate::postgres::Update), [`sqlite::Update`](crate::sqlite::Update).
+///
+/// Values are bound parameters; the `*_sql` methods take SQL text the program itself writes
+/// (like any query string), never input.
+#[derive(Debug)]
+pub struct Update<'a, P: ?Sized> {
+    sets: Vec<(String, Value<'a, P>)>,
+    conditions: Vec<Condition<'a, P>>,
+}
+
+#[derive(Debug)]
+enum Value<'a, P: ?Sized> {
+    Bound(&'a P),
+    Sql(String),
+}
+
+#[derive(Debug)]
+enum Condition<'a, P: ?Sized> {
+    Equals(String, &'a P),
+    In(String, Vec<&'a P>),
+    Sql(String),
+}
+
+impl<'a, P: ?Sized> Default for Update<'a, P> {
+    fn default() -> Self {
+        Update { sets: Vec::new(), conditions: Vec::new() }
+    }
+}
+
+impl<'a, P: ?Sized> Update<'a, P> {
+    /// An update that sets nothing but the fence (add columns with [`Update::set`]).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `column` to a bound value.
+    pub fn set(mut self, column: &str, value: &'a P) -> Self {
+        self.sets.push((column.to_owned(), Value::Bound(value)));
+        self
+    }
+
+    /// Sets `column` to an SQL expression, e.g. `set_sql("sent", r#""sent" + 1"#)`.
+    pub fn set_sql(mut self, column: &str, expression: &str) -> Self {
+        self.sets.push((column.to_owned(), Value::Sql(expression.to_owned())));
+        self
+    }
+
+    /// Requires `column = value` (the lesson's `status = 'PENDING'`).
+    pub fn when(mut self, column: &str, value: &'a P) -> Self {
+        self.conditions.push(Condition::Equals(column.to_owned(), value));
+        self
+    }
+
+    /// Requires `column` to be one of `values` (`state IN ('PENDING', 'SUBMITTING')`); no
+    /// values match no row.
+    pub fn when_in(mut self, column: &str, values: &[&'a P]) -> Self {
+        self.conditions.push(Condition::In(column.to_owned(), values.to_vec()));
+        self
+    }
+
+    /// Requires an SQL predicate, e.g. `when_sql(r#""amount_cents" > 0"#)`.
+    pub fn when_sql(mut self, predicate: &str) -> Self {
+        self.conditions.push(Condition::Sql(predicate.to_owned()));
+        self
+    }
+
+    /// Whether the write has a state precondition (then zero rows matched at a fence that is
+    /// not stale means the state moved on, not a missing row).
+    pub fn has_precondition(&self) -> bool {
+        !self.conditions.is_empty()
+    }
+
+    /// The `SET` list (without the fence) and the precondition (`AND …` clauses), with
+    /// placeholders numbered from `first`, and the values they bind, in order.
+    pub(crate) fn render(&self, dialect: Dialect, first: usize) -> Result<Rendered<'a, P>> {
+        let mut params = Vec::new();
+        let mut next = |value: &'a P| {
+            params.push(value);
+            dialect.placeholder(first + params.len() - 1)
+        };
+        let mut sets = Vec::with_capacity(self.sets.len());
+        for (column, value) in &self.sets {
+            let value = match value {
+                Value::Bound(v) => next(v),
+                Value::Sql(sql) => format!("({sql})"),
+            };
+            sets.push(format!("{} = {value}", quote(column)?));
+        }
+        let mut conditions = Vec::with_capacity(self.conditions.len());
+        for condition in &self.conditions {
+            conditions.push(match condition {
+                Condition::Equals(column, value) => format!("{} = {}", quote(column)?, next(value)),
+                Condition::In(column, values) if values.is_empty() => {
+                    quote(column)?;
+                    "FALSE".to_owned()
+                }
+                Condition::In(column, values) => {
+                    let list = values.iter().map(|v| next(v)).collect::<Vec<_>>().join(", ");
+                    format!("{} IN ({list})", quote(column)?)
+                }
+                Condition::Sql(sql) => format!("({sql})"),
+            });
+        }
+        Ok(Rendered { sets, conditions, params })
+    }
+}
+
+/// An [`Update`] as statement parts.
+pub(crate) struct Rendered<'a, P: ?Sized> {
+    /// `"col" = $n` or `"col" = (expr)`.
+    pub sets: Vec<String>,
+    /// Each precondition clause.
+    pub conditions: Vec<String>,
+    /// The bound values, numbered from the `first` given to `render`.
+    pub params: Vec<&'a P>,
+}
