@@ -1,0 +1,563 @@
+#!lua name=fencedlock
+-- fencedlock without the module: the FENCEDLOCK.* commands as a Redis Functions library, for
+-- servers that cannot load modules (managed services). Same arguments, replies and error texts:
+--
+--   FCALL fencedlock_acquire 2 key floor token ttl_ms [LABEL l] [PERMITS n] [BLOCK ms]
+--                            (3 key floor wake …: a waiter, see below)
+--   FCALL fencedlock_renew   2 key floor token ttl_ms
+--   FCALL fencedlock_release 3 key floor wake token
+--   FCALL fencedlock_raise   2 key floor token fence
+--   FCALL fencedlock_cad     1 key value
+--   FCALL fencedlock_status  1 key
+--   FCALL fencedlock_version 0
+--
+-- `floor` is the floor key of the key's cluster slot (fencedlock_protocol::functions::
+-- floor_key): it keeps the slot's highest fence, so a lock key that is deleted, evicted or
+-- cleaned up never lets a fence repeat. With the floor, an idle lock key expires RETENTION_MS
+-- after its lease ended. Without it (numkeys 1, e.g. typed in redis-cli) fences rise only
+-- while the key lives, and the key is never expired by the library. Each slot has exactly one
+-- floor key, `fencedlock:fn-floor:{TAG}`: TAG is the one string of six digits, the first two
+-- 0-7 and the other four 0-3, whose own slot is the lock key's (floor_tag below). Any other
+-- floor key is refused: a second floor for one slot would let fences repeat.
+--
+-- `wake` (fencedlock_protocol::functions::wake_key) is the key's wake-up list: waiters BLPOP
+-- on it between attempts, so the server wakes the longest-blocked one instead of everyone
+-- polling. A waiter's ACQUIRE names it: its refusal records (`wake_until`) that releases
+-- until the refusing leases end must wake someone; such a release pushes one element per
+-- freed permit (at most `permits` kept, for WAKE_TTL_MS). Release always names it.
+--
+-- Leases run on the server's wall clock (TIME): a script has no monotonic clock. BLOCK is
+-- checked and then ignored: a script cannot block, so a busy key is one refused attempt (nil),
+-- as the module does inside MULTI and scripts; the client does the waiting (on `wake`).
+--
+-- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
+-- The error texts below are the protocol crate's (a Rust test checks every one of them).
+
+local VERSION = 5
+
+local MAX_TOKEN_LEN = 512
+local MAX_LABEL_LEN = 256
+local MAX_PERMITS = 1024
+local MAX_TTL_MS = 86400000
+local MAX_BLOCK_MS = 4398046511104
+local MAX_FENCE = 9223372036854775807
+local MAX_SAFE_FENCE = 9007199254740991
+local RETENTION_MS = 600000
+local FENCES_PER_MS = 1024
+local EPOCH_GAP = 4294967296
+local FLOOR_PREFIX = 'fencedlock:fn-floor:{'
+local WAKE_PREFIX = 'fencedlock:fn-wake:{'
+local WAKE_TTL_MS = 10000
+-- At most this many lock keys whose floor key this library state has checked (`trusted`).
+local TRUSTED_MAX = 10000
+-- The `kind` field of every lock key the library writes: a hash of an application's that
+-- happens to have `fence` or `holders` fields is WRONGTYPE, as any other value is.
+local KIND = 'fencedlock'
+
+local E_BAD_TTL = 'ERR ttl must be a positive integer number of milliseconds'
+local E_TTL_TOO_LARGE = 'ERR ttl exceeds fencedlock.max-ttl-ms (86400000)'
+local E_BAD_TOKEN = 'ERR token must be 1 to 512 bytes'
+local E_BAD_FENCE = 'ERR fence must be an integer from 1 to 9223372036854775807'
+local E_BAD_TIMEOUT = 'ERR timeout must be an integer number of milliseconds from 0 (no limit) to 4398046511104'
+local E_BAD_LABEL = 'ERR label must be 1 to 256 bytes (it is public: STATUS shows it)'
+local E_BAD_PERMITS = 'ERR permits must be an integer from 1 to 1024'
+local E_SYNTAX = 'ERR syntax error: the options are BLOCK timeout_ms, LABEL label and PERMITS n, each at most once'
+local E_PERMITS_MISMATCH = {'ERR permits mismatch: the key is held with PERMITS ', '; ask with the same count (it changes only while nobody holds the key)'}
+local E_FENCES_EXHAUSTED = 'ERR fence space exhausted: no fence above 9223372036854775807 can be issued'
+local E_WRONG_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local E_SCRIPT_FUNCTION = 'ERR fencedlock: as a script, the first argument names the function (fencedlock_acquire, _renew, _release, _raise, _cad, _status or _version)'
+local E_KEYS = 'ERR fencedlock: pass the lock key and, optionally, the floor key of its slot (fencedlock:fn-floor:{tag}) and its wake-up list (fencedlock:fn-wake:{tag}:key) as the keys'
+local E_FLOOR_KEY = "ERR fencedlock: wrong floor key; this lock key's is "
+local E_WAKE_KEY = "ERR fencedlock: wrong wake-up list; this lock key's is "
+
+-- CRC16-XMODEM of each byte value (the checksum CLUSTER KEYSLOT hashes with), for key_slot.
+local CRC16 = {
+  0, 4129, 8258, 12387, 16516, 20645, 24774, 28903, 33032, 37161, 41290, 45419, 49548, 53677, 57806, 61935,
+  4657, 528, 12915, 8786, 21173, 17044, 29431, 25302, 37689, 33560, 45947, 41818, 54205, 50076, 62463, 58334,
+  9314, 13379, 1056, 5121, 25830, 29895, 17572, 21637, 42346, 46411, 34088, 38153, 58862, 62927, 50604, 54669,
+  13907, 9842, 5649, 1584, 30423, 26358, 22165, 18100, 46939, 42874, 38681, 34616, 63455, 59390, 55197, 51132,
+  18628, 22757, 26758, 30887, 2112, 6241, 10242, 14371, 51660, 55789, 59790, 63919, 35144, 39273, 43274, 47403,
+  23285, 19156, 31415, 27286, 6769, 2640, 14899, 10770, 56317, 52188, 64447, 60318, 39801, 35672, 47931, 43802,
+  27814, 31879, 19684, 23749, 11298, 15363, 3168, 7233, 60846, 64911, 52716, 56781, 44330, 48395, 36200, 40265,
+  32407, 28342, 24277, 20212, 15891, 11826, 7761, 3696, 65439, 61374, 57309, 53244, 48923, 44858, 40793, 36728,
+  37256, 33193, 45514, 41451, 53516, 49453, 61774, 57711, 4224, 161, 12482, 8419, 20484, 16421, 28742, 24679,
+  33721, 37784, 41979, 46042, 49981, 54044, 58239, 62302, 689, 4752, 8947, 13010, 16949, 21012, 25207, 29270,
+  46570, 42443, 38312, 34185, 62830, 58703, 54572, 50445, 13538, 9411, 5280, 1153, 29798, 25671, 21540, 17413,
+  42971, 47098, 34713, 38840, 59231, 63358, 50973, 55100, 9939, 14066, 1681, 5808, 26199, 30326, 17941, 22068,
+  55628, 51565, 63758, 59695, 39368, 35305, 47498, 43435, 22596, 18533, 30726, 26663, 6336, 2273, 14466, 10403,
+  52093, 56156, 60223, 64286, 35833, 39896, 43963, 48026, 19061, 23124, 27191, 31254, 2801, 6864, 10931, 14994,
+  64814, 60687, 56684, 52557, 48554, 44427, 40424, 36297, 31782, 27655, 23652, 19525, 15522, 11395, 7392, 3265,
+  61215, 65342, 53085, 57212, 44955, 49082, 36825, 40952, 28183, 32310, 20053, 24180, 11923, 16050, 3793, 7920,
+}
+
+-- floor_tag's inverse of the tag -> slot map: the map is linear over GF(2) in the tag's 14
+-- digit bits (each digit is '0' plus at most 3 bits), offset by the slot of '000000'.
+local TAG_ORIGIN = 14824
+local TAG_BASIS = { 9330, 1644, 15661, 3282, 4143, 4379, 6710, 1144, 14597, 13687, 9318, 1604, 13672, 7256 }
+
+local function fail(text)
+  return redis.error_reply(text)
+end
+
+-- The server's own arity error, as the module's commands get it.
+local function arity(command)
+  return fail("ERR wrong number of arguments for '" .. string.upper(command) .. "' command")
+end
+
+-- A strict unsigned decimal as the module reads one: 1 to 20 ASCII digits, no sign, no
+-- spaces, within 64 bits; nil otherwise. Values above 2^53 are approximate, which only bounds
+-- checks see.
+local function parse_u64(s)
+  if #s == 0 or #s > 20 or not string.find(s, '^%d+$') then
+    return nil
+  end
+  if #s == 20 and s > '18446744073709551615' then
+    return nil
+  end
+  return tonumber(s)
+end
+
+local function check_token(token)
+  return #token >= 1 and #token <= MAX_TOKEN_LEN
+end
+
+-- A ttl in ms, or the error reply.
+local function parse_ttl(s)
+  local ms = parse_u64(s)
+  if ms == nil or ms == 0 then
+    return nil, E_BAD_TTL
+  end
+  if ms > MAX_TTL_MS then
+    return nil, E_TTL_TOO_LARGE
+  end
+  return ms
+end
+
+-- Integers as Redis arguments: Lua's own tostring would write large ones with an exponent.
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- CLUSTER KEYSLOT of `key`: the CRC16 of the key, or of its hash tag (the bytes between the
+-- first '{' and the next '}', when there are any), modulo 16384.
+local function key_slot(key)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then
+      key = string.sub(key, open + 1, close - 1)
+    end
+  end
+  local bxor, byte = bit.bxor, string.byte
+  local hi, lo = 0, 0
+  for i = 1, #key do
+    local v = CRC16[bxor(hi, byte(key, i)) + 1]
+    hi = bxor(lo, (v - v % 256) / 256)
+    lo = v % 256
+  end
+  return (hi * 256 + lo) % 16384
+end
+
+-- The floor tag of `slot` (fencedlock_protocol::functions::floor_tag): six digits, the first
+-- two 0-7 and the other four 0-3 (14 bits), whose own slot is `slot`. Exactly one such tag
+-- hashes to each slot, so each slot has exactly one floor key.
+local function floor_tag(slot)
+  local v, x = bit.bxor(slot, TAG_ORIGIN), 0
+  for i = 1, 14 do
+    if v % 2 == 1 then
+      x = bit.bxor(x, TAG_BASIS[i])
+    end
+    v = (v - v % 2) / 2
+  end
+  local function digit(unit, base)
+    return 48 + (x % (unit * base) - x % unit) / unit
+  end
+  return string.char(digit(2048, 8), digit(256, 8), digit(64, 4), digit(16, 4), digit(4, 4), digit(1, 4))
+end
+
+-- Lock keys whose floor key this library state has checked: a library's Lua state lives until
+-- the library is loaded again, so a busy key pays the checksum once. (A script's locals start
+-- afresh each call: the script form checks every call.) Started afresh at TRUSTED_MAX keys.
+local trusted, trusted_count = {}, 0
+
+-- The lock key, its floor and its wake-up list (each when given): the error reply as the
+-- fourth value when the keys are wrong. A floor or wake-up list other than the lock key's own
+-- is refused: fences kept in a second floor could repeat, and releases pushed onto another
+-- list would wake nobody.
+local function keys_of(keys)
+  local key, floor, wake = keys[1], keys[2], keys[3]
+  if #keys < 1 or #keys > 3 then
+    return nil, nil, nil, E_KEYS
+  end
+  if floor ~= nil and trusted[key] ~= floor then
+    local expected = FLOOR_PREFIX .. floor_tag(key_slot(key)) .. '}'
+    if floor ~= expected then
+      return nil, nil, nil, E_FLOOR_KEY .. expected
+    end
+    if trusted_count >= TRUSTED_MAX then
+      trusted, trusted_count = {}, 0
+    end
+    trusted[key] = floor
+    trusted_count = trusted_count + 1
+  end
+  if wake ~= nil then
+    local expected = WAKE_PREFIX .. string.sub(floor, #FLOOR_PREFIX + 1) .. ':' .. key
+    if wake ~= expected then
+      return nil, nil, nil, E_WAKE_KEY .. expected
+    end
+  end
+  return key, floor, wake
+end
+
+-- The lock key's state: { fence, permits, holders = { {fence, token, deadline_us, label or
+-- false}, ... } } in grant order (expired holders included until the next grant); nil for a
+-- missing key; nil and the error reply for a key that is not a lock.
+local function load(key)
+  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until')
+  if type(got) == 'table' and got.err then
+    return nil, E_WRONG_TYPE
+  end
+  if not got[1] and not got[2] and not got[3] and not got[4] then
+    if redis.call('EXISTS', key) == 1 then
+      return nil, E_WRONG_TYPE
+    end
+    return nil
+  end
+  -- Version 1 wrote no `kind`: its keys are known by their state alone.
+  if got[1] and got[1] ~= KIND then
+    return nil, E_WRONG_TYPE
+  end
+  local fence, permits = tonumber(got[2]), tonumber(got[3])
+  local ok, holders = pcall(cmsgpack.unpack, got[4] or '')
+  if fence == nil or permits == nil or not ok or type(holders) ~= 'table' then
+    return nil, E_WRONG_TYPE
+  end
+  for _, h in ipairs(holders) do
+    if type(h) ~= 'table' or type(h[1]) ~= 'number' or type(h[2]) ~= 'string' or type(h[3]) ~= 'number' then
+      return nil, E_WRONG_TYPE
+    end
+  end
+  return { fence = fence, permits = permits, holders = holders, wake_until = tonumber(got[5]) or 0 }
+end
+
+-- Writes the state back; with a floor, the key expires RETENTION_MS after its last lease ends.
+local function store(key, floor, lock, now)
+  redis.call('HSET', key, 'kind', KIND, 'fence', int(lock.fence), 'permits', int(lock.permits),
+    'holders', cmsgpack.pack(lock.holders))
+  if floor then
+    local idle_from = now
+    for _, h in ipairs(lock.holders) do
+      if h[3] > idle_from then
+        idle_from = h[3]
+      end
+    end
+    redis.call('PEXPIREAT', key, int(math.ceil(idle_from / 1000) + RETENTION_MS))
+  end
+end
+
+local function live(lock, now)
+  local out = {}
+  for _, h in ipairs(lock.holders) do
+    if now < h[3] then
+      out[#out + 1] = h
+    end
+  end
+  return out
+end
+
+local function find(holders, token)
+  for i, h in ipairs(holders) do
+    if h[2] == token then
+      return h, i
+    end
+  end
+  return nil
+end
+
+-- This server process: it changes on every restart and differs between a primary and the
+-- replica promoted in its place, so a new one starts a new epoch. A user whose ACL denies
+-- INFO gets no epochs: fences then rise from the floor alone, which a restart from the AOF
+-- keeps, but grants a failed primary made and its replica never saw can repeat.
+--
+-- A library keeps its Lua state between calls until it is loaded again or the server
+-- restarts, so the run id (fixed for the process) is asked for once: INFO costs a third of a
+-- grant. A script (EVALSHA) starts afresh each call and asks every time.
+local this_run
+local function run_id()
+  if this_run then
+    return this_run
+  end
+  local info = redis.pcall('INFO', 'server')
+  local run = type(info) == 'string' and string.match(info, 'run_id:(%w+)')
+  if not run then
+    return 'no-info'
+  end
+  this_run = run
+  return run
+end
+
+-- The highest fence this library state has issued or raised a lock to (nil before its first,
+-- and in every call of the script form). A floor deleted by FLUSHALL or DEL starts a new epoch
+-- at the wall clock's ms, and two such starts within one ms (two FLUSHALLs, or clients whose
+-- commands run in one event-loop pass) would otherwise begin at the same fence.
+local issued
+
+local function note_issued(fence)
+  if issued == nil or fence > issued then
+    issued = fence
+  end
+end
+
+-- The fence of a new grant on a key whose last fence is `key_fence`, kept in the floor (or in
+-- the key's own `lock.run`, without a floor). A new epoch (another server process than the
+-- one that last granted: a restart, a promotion, a slot's new owner, a deleted floor) starts
+-- at the wall clock's floor, ms x FENCES_PER_MS, or EPOCH_GAP above the last fence when the
+-- clock is behind it, so grants its predecessor made and this server never saw cannot be
+-- repeated. It also starts above every fence this library state issued; a fresh state (a
+-- (re)load of the library) cannot know what its predecessor issued in this ms and starts at
+-- the next one.
+local function next_fence(key, floor, key_fence, now)
+  local run = run_id()
+  local base, seen
+  if floor then
+    local got = redis.call('HMGET', floor, 'fence', 'run')
+    base, seen = tonumber(got[1]) or 0, got[2]
+  else
+    base, seen = 0, redis.call('HGET', key, 'run')
+  end
+  if key_fence > base then
+    base = key_fence
+  end
+  if seen ~= run then
+    local at = math.floor(now / 1000) * FENCES_PER_MS
+    if issued == nil then
+      at = at + FENCES_PER_MS
+    elseif issued > at then
+      at = issued
+    end
+    if at > base then
+      base = at
+    else
+      base = base + EPOCH_GAP
+    end
+  end
+  local fence = base + 1
+  if fence > MAX_SAFE_FENCE then
+    return nil
+  end
+  if floor then
+    redis.call('HSET', floor, 'fence', int(fence), 'run', run)
+  else
+    redis.call('HSET', key, 'run', run)
+  end
+  note_issued(fence)
+  return fence
+end
+
+local function acquire(keys, args)
+  if #args < 2 or (#args - 2) % 2 ~= 0 or (#args - 2) / 2 > 3 then
+    return arity('fencedlock.acquire')
+  end
+  local key, floor, wake, bad = keys_of(keys)
+  if bad then return fail(bad) end
+  local token = args[1]
+  if not check_token(token) then return fail(E_BAD_TOKEN) end
+  local ttl, bad_ttl = parse_ttl(args[2])
+  if not ttl then return fail(bad_ttl) end
+  local block, label, permits
+  for i = 3, #args, 2 do
+    local word, value = string.upper(args[i]), args[i + 1]
+    if word == 'BLOCK' and block == nil then
+      block = parse_u64(value)
+      if block == nil or block > MAX_BLOCK_MS then return fail(E_BAD_TIMEOUT) end
+    elseif word == 'LABEL' and label == nil then
+      if #value < 1 or #value > MAX_LABEL_LEN then return fail(E_BAD_LABEL) end
+      label = value
+    elseif word == 'PERMITS' and permits == nil then
+      permits = parse_u64(value)
+      if permits == nil or permits < 1 or permits > MAX_PERMITS then return fail(E_BAD_PERMITS) end
+    else
+      return fail(E_SYNTAX)
+    end
+  end
+  permits = permits or 1
+
+  local lock, wrong = load(key)
+  if wrong then return fail(wrong) end
+  local now = now_us()
+  local deadline = now + ttl * 1000
+  local holding = {}
+  if lock then
+    holding = live(lock, now)
+    if #holding > 0 and lock.permits ~= permits then
+      return fail(E_PERMITS_MISMATCH[1] .. int(lock.permits) .. E_PERMITS_MISMATCH[2])
+    end
+    local mine = find(holding, token)
+    if mine then
+      -- The holder asks again (its reply was lost): same fence, the lease restarts.
+      mine[3] = deadline
+      if label then mine[4] = label end
+      store(key, floor, lock, now)
+      return mine[1]
+    end
+    if #holding >= lock.permits then
+      -- A waiter (it names the wake-up list) asks releases to wake it until the leases it
+      -- was refused for end; after that it asks again by itself.
+      if wake then
+        local until_us = 0
+        for _, h in ipairs(holding) do
+          if h[3] > until_us then until_us = h[3] end
+        end
+        if until_us > lock.wake_until then
+          redis.call('HSET', key, 'wake_until', int(until_us))
+        end
+      end
+      return false
+    end
+  end
+  local fence = next_fence(key, floor, lock and lock.fence or 0, now)
+  if not fence then return fail(E_FENCES_EXHAUSTED) end
+  if permits == 1 then holding = {} end
+  holding[#holding + 1] = { fence, token, deadline, label or false }
+  store(key, floor, { fence = fence, permits = permits, holders = holding }, now)
+  return fence
+end
+
+local function renew(keys, args)
+  if #args ~= 2 then return arity('fencedlock.renew') end
+  local key, floor, _, bad = keys_of(keys)
+  if bad then return fail(bad) end
+  if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
+  local ttl, bad_ttl = parse_ttl(args[2])
+  if not ttl then return fail(bad_ttl) end
+  local lock, wrong = load(key)
+  if wrong then return fail(wrong) end
+  if not lock then return 0 end
+  local now = now_us()
+  local mine = find(live(lock, now), args[1])
+  if not mine then return 0 end
+  mine[3] = now + ttl * 1000
+  store(key, floor, lock, now)
+  return 1
+end
+
+local function release(keys, args)
+  if #args ~= 1 then return arity('fencedlock.release') end
+  local key, floor, wake, bad = keys_of(keys)
+  if bad then return fail(bad) end
+  if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
+  local lock, wrong = load(key)
+  if wrong then return fail(wrong) end
+  if not lock then return 0 end
+  local now = now_us()
+  local mine, at = find(lock.holders, args[1])
+  if not mine or now >= mine[3] then return 0 end
+  table.remove(lock.holders, at)
+  store(key, floor, lock, now)
+  if wake and lock.wake_until > now then
+    -- One wake-up per freed permit, for the longest-blocked waiter; the list never holds
+    -- more than the key's permits, and a wake-up nobody took goes after WAKE_TTL_MS. Only
+    -- while a waiter asked to be woken: most releases have nobody to wake.
+    redis.call('RPUSH', wake, '1')
+    redis.call('LTRIM', wake, -lock.permits, -1)
+    redis.call('PEXPIRE', wake, WAKE_TTL_MS)
+  end
+  return 1
+end
+
+local function raise(keys, args)
+  if #args ~= 2 then return arity('fencedlock.raise') end
+  local key, floor, _, bad = keys_of(keys)
+  if bad then return fail(bad) end
+  if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
+  local fence = parse_u64(args[2])
+  if fence == nil or fence < 1 or string.rep('0', 20 - #args[2]) .. args[2] > '09223372036854775807' then return fail(E_BAD_FENCE) end
+  local lock, wrong = load(key)
+  if wrong then return fail(wrong) end
+  if not lock or lock.permits ~= 1 then return false end
+  local now = now_us()
+  local mine = find(live(lock, now), args[1])
+  if not mine then return false end
+  if fence > MAX_SAFE_FENCE then return fail(E_FENCES_EXHAUSTED) end
+  if fence > lock.fence then
+    lock.fence = fence
+    mine[1] = fence
+    note_issued(fence)
+    store(key, floor, lock, now)
+    if floor then
+      local got = tonumber(redis.call('HGET', floor, 'fence')) or 0
+      if fence > got then redis.call('HSET', floor, 'fence', int(fence)) end
+    end
+  end
+  return lock.fence
+end
+
+local function cad(keys, args)
+  if #args ~= 1 then return arity('fencedlock.cad') end
+  if #keys ~= 1 then return fail(E_KEYS) end
+  local got = redis.pcall('GET', keys[1])
+  if type(got) == 'table' and got.err then return fail(E_WRONG_TYPE) end
+  if got ~= args[1] then return 0 end
+  redis.call('DEL', keys[1])
+  return 1
+end
+
+local function status(keys, args)
+  if #args ~= 0 or #keys == 0 then return arity('fencedlock.status') end
+  if #keys ~= 1 then return fail(E_KEYS) end
+  local lock, wrong = load(keys[1])
+  if wrong then return fail(wrong) end
+  if not lock then return false end
+  local now = now_us()
+  local holding = live(lock, now)
+  local function pttl(h)
+    return math.ceil((h[3] - now) / 1000)
+  end
+  if lock.permits > 1 then
+    local entries = {}
+    for i, h in ipairs(holding) do
+      entries[i] = { h[1], pttl(h), h[4] }
+    end
+    return { lock.fence, #holding, lock.permits, entries }
+  end
+  local h = holding[1]
+  if not h then return { lock.fence, 0, -1 } end
+  if h[4] then return { lock.fence, 1, pttl(h), h[4] } end
+  return { lock.fence, 1, pttl(h) }
+end
+
+local function version()
+  return VERSION
+end
+
+-- The same source as a script, for servers that deny FUNCTION (fencedlock_protocol::functions::
+-- eval_script: this file without its first line): `EVALSHA sha numkeys keys... function args...`,
+-- ARGV[1] naming the function. Only a library load has `redis.register_function`.
+if redis.register_function == nil then
+  local handlers = {
+    fencedlock_acquire = acquire, fencedlock_renew = renew, fencedlock_release = release,
+    fencedlock_raise = raise, fencedlock_cad = cad, fencedlock_status = status,
+    fencedlock_version = version,
+  }
+  local handler = handlers[ARGV[1]]
+  if handler == nil then
+    return fail(E_SCRIPT_FUNCTION)
+  end
+  return handler(KEYS, { unpack(ARGV, 2) })
+end
+
+-- Renewing, raising and ending a lease must work when the server is out of memory, as the
+-- module's commands do (only its ACQUIRE is deny-oom): a new grant may be refused then.
+redis.register_function('fencedlock_acquire', acquire)
+-- (No loop: `pairs` is not among the globals a library may use while it loads.)
+redis.register_function { function_name = 'fencedlock_renew', callback = renew, flags = { 'allow-oom' } }
+redis.register_function { function_name = 'fencedlock_release', callback = release, flags = { 'allow-oom' } }
+redis.register_function { function_name = 'fencedlock_raise', callback = raise, flags = { 'allow-oom' } }
+redis.register_function { function_name = 'fencedlock_cad', callback = cad, flags = { 'allow-oom' } }
+redis.register_function { function_name = 'fencedlock_status', callback = status, flags = { 'no-writes' } }
+redis.register_function { function_name = 'fencedlock_version', callback = version, flags = { 'no-writes' } }

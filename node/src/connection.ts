@@ -1,0 +1,68 @@
+/**
+ * What the lock code needs of a Redis client, whichever the user has: one command at a time,
+ * replies normalised so that an integer is always an exact `bigint`, and connections of
+ * their own for requests that block. `ioredis.ts` and `node-redis.ts` are the two adapters.
+ */
+
+/** A command's words: the name and arguments, as text or bytes. */
+export type Arg = string | Buffer;
+
+/** A reply: nil, an exact integer, bytes (bulk or simple strings), or an array of replies. */
+export type Reply = null | bigint | Buffer | Reply[];
+
+/** An error reply of the server (`-CODE detail`): the server answered, the connection is in step. */
+export class ErrorReply extends Error {
+  override name = 'ErrorReply';
+  /** The first word (`ERR`, `NOPERM`, `WRONGTYPE`, ...). */
+  readonly code: string;
+  constructor(readonly line: string) {
+    super(line);
+    const space = line.indexOf(' ');
+    this.code = space < 0 ? line : line.slice(0, space);
+  }
+}
+
+/** The request got no reply: the connection failed, or the client gave up on it. */
+export class ConnectionFailure extends Error {
+  override name = 'ConnectionFailure';
+}
+
+/** One way to send commands to a server (or a cluster, routed by `key`). */
+export interface Connection {
+  /**
+   * Sends `args` and resolves with the normalised reply; rejects with `ErrorReply` for an
+   * error reply and `ConnectionFailure` (or the client's own error) otherwise. `key` is the
+   * command's one key, for a cluster's routing.
+   */
+  call(args: readonly Arg[], key?: Buffer): Promise<Reply>;
+}
+
+/** A connection that carries one blocking request at a time and is closed when abandoned. */
+export interface DedicatedConnection extends Connection {
+  /** Closes the connection: the server forgets a request blocked on it. */
+  close(): void;
+}
+
+/** A user's client, adapted. */
+export interface Backend {
+  /** The server's address (or the cluster's seeds), for errors and Redlock's ranking. */
+  readonly name: string;
+  /** Whether this is a Redis Cluster. */
+  readonly isCluster: boolean;
+  /** The connection that carries every non-blocking request. */
+  shared(): Connection;
+  /** A new connection for blocking requests, owned by the caller. */
+  dedicated(): Promise<DedicatedConnection>;
+  /** Closes the connections this adapter opened itself (never the user's client). */
+  close(): Promise<void>;
+}
+
+/** The exact integer of an integer reply that arrived as text or as a safe JS number. */
+export function exactInteger(value: string | number): bigint {
+  if (typeof value === 'string') return BigInt(value);
+  if (!Number.isSafeInteger(value)) {
+    // A lossy number would be a wrong fence: never hand it out.
+    throw new ConnectionFailure(`an integer reply above 2^53 arrived as a JS number (${value}); it cannot be exact`);
+  }
+  return BigInt(value);
+}

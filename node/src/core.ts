@@ -1,0 +1,187 @@
+/**
+ * The one lease algorithm every locker runs, on one server (N = 1) or by majority of N
+ * independent masters (Redlock), after the Rust client's `engine.rs`: send to every server in
+ * parallel, each bounded by the timeout; stop as soon as the outcome is certain; charge the
+ * time the round took against the lease (`validity = ttl - elapsed - drift`, elapsed measured
+ * from before the first request). Fenced Redlock raises every granting master's fence to the
+ * quorum's maximum (owner-checked) before the lease is handed out.
+ */
+import { ContendedError, FencedLockError, QuorumNotReachedError, ServerError, type Vote } from './errors.js';
+import { drift, type Settings } from './options.js';
+import { Server, answered, causeOf, type AcquireRequest } from './server.js';
+
+/** A successful acquisition: the fence and the validity deadline (`performance.now()` ms). */
+export interface Grant {
+  readonly fence: bigint;
+  readonly validUntil: number;
+}
+
+/** Votes needed: a strict majority. */
+export function quorum(n: number): number {
+  return Math.floor(n / 2) + 1;
+}
+
+/** Runs `requests` in parallel until `decided` says the outcome is certain; the rest are 'not-awaited'. */
+async function untilDecided<T>(requests: readonly (() => Promise<T>)[], decided: (answers: readonly (T | undefined)[]) => boolean): Promise<(T | undefined)[]> {
+  const answers: (T | undefined)[] = requests.map(() => undefined);
+  if (requests.length === 0) return answers;
+  return new Promise((resolve) => {
+    let pending = requests.length;
+    let done = false;
+    requests.forEach((request, i) => {
+      void request().then((answer) => {
+        answers[i] = answer;
+        pending--;
+        if (!done && (pending === 0 || decided(answers))) {
+          done = true;
+          resolve(answers.slice());
+        }
+      });
+    });
+  });
+}
+
+/** Whether a failed request may have been carried out without our hearing of it. */
+export function mayHold(err: unknown): boolean {
+  return err instanceof ServerError ? err.code === undefined : !answered(err);
+}
+
+function asFailure(server: Server, err: unknown, secret?: Buffer): FencedLockError {
+  const e = server.error(err, secret);
+  return e instanceof FencedLockError ? e : new ServerError(server.name, causeOf(err), String(e));
+}
+
+/** The shared state of a locker: its servers, options and fencing. */
+export class Core {
+  readonly quorum: number;
+
+  constructor(readonly servers: readonly Server[], readonly settings: Settings, readonly raise: boolean) {
+    this.quorum = quorum(servers.length);
+  }
+
+  /** The deadline of a lease granted for `ttl` to requests sent at `sent`. */
+  deadline(sent: number, ttl: number): number {
+    return sent + ttl - drift(this.settings, ttl);
+  }
+
+  /** One acquisition round: the grant, or null when another owner holds the lock. */
+  async attempt(req: AcquireRequest): Promise<Grant | null> {
+    const sent = performance.now();
+    const only = this.servers.length === 1 ? this.servers[0] : undefined;
+    if (only) {
+      let fence: bigint | null;
+      try {
+        fence = await only.acquire(req);
+      } catch (err) {
+        // Without an answer the server may have granted: give it back in the background.
+        if (mayHold(err)) this.releaseInBackground(req.key, req.token);
+        throw err;
+      }
+      if (fence === null) return null;
+      const validUntil = this.deadline(sent, req.ttlMs);
+      if (performance.now() >= validUntil) {
+        this.releaseInBackground(req.key, req.token);
+        throw new ServerError(only.name, 'TimedOut', 'the grant took longer than the lease', undefined);
+      }
+      return { fence, validUntil };
+    }
+    const votes = await this.#round(
+      (server) => server.acquire(req).then((fence): Vote => (fence === null ? { vote: 'refused' } : { vote: 'granted', fence })),
+      req.token,
+    );
+    const granted = votes.filter((v): v is Extract<Vote, { vote: 'granted' }> => v.vote === 'granted');
+    if (granted.length >= this.quorum) {
+      let fence = granted.reduce((max, v) => (v.fence > max ? v.fence : max), 0n);
+      let ok = true;
+      if (this.raise) ok = await this.#raise(req, votes, fence);
+      const validUntil = this.deadline(sent, req.ttlMs);
+      if (ok && performance.now() < validUntil) return { fence, validUntil };
+      fence = 0n;
+    }
+    // No usable majority: give back what may be ours (a refusing master holds nothing of ours).
+    await this.#giveBack(req, votes);
+    // Any refusal: another owner holds the lock (fail-open must never override that).
+    if (votes.some((v) => v.vote === 'refused')) return null;
+    throw new QuorumNotReachedError(req.key.toString('utf8'), votes, this.quorum);
+  }
+
+  /** Every server's answer to `ask`, stopping once a majority said yes or can no longer. */
+  async #round(ask: (server: Server) => Promise<Vote>, secret: Buffer): Promise<Vote[]> {
+    const n = this.servers.length;
+    const answers = await untilDecided(
+      this.servers.map((server) => () => ask(server).catch((err: unknown): Vote => ({ vote: 'failed', error: asFailure(server, err, secret) }))),
+      (answers) => {
+        const yes = answers.filter((a) => a?.vote === 'granted').length;
+        const no = answers.filter((a) => a !== undefined && a.vote !== 'granted').length;
+        return yes >= this.quorum || n - no < this.quorum;
+      },
+    );
+    return answers.map((a) => a ?? { vote: 'not-awaited' });
+  }
+
+  /** Fenced Redlock's raise step: every granting master to `fence`; true once a majority confirmed. */
+  async #raise(req: AcquireRequest, votes: readonly Vote[], fence: bigint): Promise<boolean> {
+    const granting = this.servers.filter((_, i) => votes[i]?.vote === 'granted');
+    const results = await Promise.all(granting.map((server) => server.raise(req.key, req.token, fence).catch(() => null)));
+    return results.filter((raised) => raised !== null && raised >= fence).length >= this.quorum;
+  }
+
+  async #giveBack(req: AcquireRequest, votes: readonly Vote[]): Promise<void> {
+    await Promise.all(
+      this.servers.map(async (server, i) => {
+        const vote = votes[i];
+        if (vote?.vote === 'refused') return;
+        if (vote?.vote === 'granted') {
+          await server.release(req.key, req.token).catch(() => undefined);
+        } else {
+          this.releaseOn(server, req.key, req.token);
+        }
+      }),
+    );
+  }
+
+  /** A release whose answer nobody waits for (a lease it misses expires after its ttl). */
+  releaseOn(server: Server, key: Buffer, token: Buffer): void {
+    void server.release(key, token).catch(() => undefined);
+  }
+
+  releaseInBackground(key: Buffer, token: Buffer): void {
+    for (const server of this.servers) this.releaseOn(server, key, token);
+  }
+
+  /** RENEW everywhere: the new deadline, null when a majority no longer holds it. */
+  async renew(key: Buffer, token: Buffer, ttl: number): Promise<number | null> {
+    const sent = performance.now();
+    if (this.servers.length === 1 && this.servers[0]) {
+      return (await this.servers[0].renew(key, token, ttl)) ? this.deadline(sent, ttl) : null;
+    }
+    const votes = await this.#round((server) => server.renew(key, token, ttl).then((held): Vote => (held ? { vote: 'granted', fence: 0n } : { vote: 'refused' })), token);
+    const yes = votes.filter((v) => v.vote === 'granted').length;
+    if (yes >= this.quorum && performance.now() < this.deadline(sent, ttl)) return this.deadline(sent, ttl);
+    if (votes.filter((v) => v.vote === 'refused').length > this.servers.length - this.quorum) return null;
+    throw new QuorumNotReachedError(key.toString('utf8'), votes, this.quorum);
+  }
+
+  /** RELEASE everywhere: whether a majority still held it. */
+  async release(key: Buffer, token: Buffer): Promise<boolean> {
+    if (this.servers.length === 1 && this.servers[0]) return this.servers[0].release(key, token);
+    const votes = await Promise.all(
+      this.servers.map((server) =>
+        server.release(key, token).then(
+          (held): Vote => (held ? { vote: 'granted', fence: 0n } : { vote: 'refused' }),
+          (err: unknown): Vote => ({ vote: 'failed', error: asFailure(server, err, token) }),
+        ),
+      ),
+    );
+    const yes = votes.filter((v) => v.vote === 'granted').length;
+    const no = votes.filter((v) => v.vote === 'refused').length;
+    if (yes >= this.quorum) return true;
+    if (no >= this.quorum) return false;
+    throw new QuorumNotReachedError(key.toString('utf8'), votes, this.quorum);
+  }
+
+  /** The error of a wait that ran out. */
+  contended(key: Buffer): ContendedError {
+    return new ContendedError(key.toString('utf8'));
+  }
+}

@@ -1,0 +1,38 @@
+/**
+ * Which engine serves the contract on a server, and each request in that engine's form: the
+ * module's `FENCEDLOCK.*` commands, the Functions library (`FCALL`), or the same library run
+ * as a script (`EVALSHA`) where `FUNCTION` is denied. Detected per server as the Rust client
+ * does (`client/src/node.rs`, `backend.rs`).
+ */
+import { createHash } from 'node:crypto';
+
+import type { Arg } from './connection.js';
+import { LIBRARY } from './library.js';
+import { COMMANDS, FUNCTIONS, floorKey, takesFloor, takesWake, wakeKey, type CommandName } from './protocol.js';
+
+/** The engine a server runs the lease commands with. */
+export type Engine = 'module' | 'functions' | 'script';
+
+/** Which engine to use: detect it per server (`'auto'`, the default), or insist on one. */
+export type EngineChoice = 'auto' | Engine;
+
+/** The library as a script: its source without the `#!lua name=…` line, which `EVAL` refuses. */
+export const SCRIPT = LIBRARY.slice(LIBRARY.indexOf('\n') + 1);
+
+/** The SHA1 `EVALSHA` names the script by. */
+export const SCRIPT_SHA = createHash('sha1').update(SCRIPT).digest('hex');
+
+export { LIBRARY };
+
+/**
+ * `command` on `key` with `rest` after it, as `engine` takes it. The Functions forms name the
+ * key's floor key where the function takes it, and its wake-up list for a release and for a
+ * waiter's ACQUIRE (`waiting`).
+ */
+export function request(engine: Engine, command: CommandName, key: Buffer, rest: readonly Arg[], waiting = false): Arg[] {
+  if (engine === 'module') return [COMMANDS[command], key, ...rest];
+  const keys = waiting || takesWake(command) ? [floorKey(key), wakeKey(key)] : takesFloor(command) ? [floorKey(key)] : [];
+  const numkeys = String(1 + keys.length);
+  if (engine === 'functions') return ['FCALL', FUNCTIONS[command], numkeys, key, ...keys, ...rest];
+  return ['EVALSHA', SCRIPT_SHA, numkeys, key, ...keys, FUNCTIONS[command], ...rest];
+}

@@ -1,0 +1,130 @@
+/**
+ * The ioredis adapter (`Redis` and `Cluster`).
+ *
+ * ioredis parses integer replies as JS numbers unless the connection was made with
+ * `stringNumbers: true`, and that is a setting of the connection's parser, not of a command:
+ * there is no per-command way to read an integer exactly. Fences exceed 2^53 on the module
+ * after an epoch starts, so on a client made without `stringNumbers` the locker sends its
+ * requests on one connection of its own, `client.duplicate({ stringNumbers: true })`, opened
+ * at the first request and closed by `locker.close()`. A client made with `stringNumbers:
+ * true` is used as it is.
+ */
+import { ConnectionFailure, ErrorReply, exactInteger, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+
+/** The part of an ioredis `Redis` or `Cluster` this adapter uses. */
+export interface IORedisLike {
+  callBuffer(command: string, ...args: Arg[]): Promise<unknown>;
+  duplicate(...args: unknown[]): IORedisLike;
+  disconnect(): void;
+  connect(): Promise<void>;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  readonly options: Record<string, unknown>;
+  readonly isCluster?: boolean;
+  readonly startupNodes?: unknown[];
+  readonly status: string;
+}
+
+/** Whether `client` looks like an ioredis client. */
+export function isIORedis(client: unknown): client is IORedisLike {
+  const c = client as Partial<IORedisLike> | null;
+  return typeof c === 'object' && c !== null && typeof c.callBuffer === 'function' && typeof c.duplicate === 'function' && typeof c.options === 'object';
+}
+
+function normalise(value: unknown): Reply {
+  if (value === null || value === undefined) return null;
+  if (Buffer.isBuffer(value)) return value;
+  if (typeof value === 'string' || typeof value === 'number') return exactInteger(value);
+  if (Array.isArray(value)) return value.map(normalise);
+  if (value instanceof Error) throw value;
+  throw new ConnectionFailure(`unexpected reply type ${typeof value}`);
+}
+
+function failure(err: unknown): Error {
+  if (err instanceof Error && err.name === 'ReplyError') return new ErrorReply(err.message);
+  return err instanceof Error ? err : new ConnectionFailure(String(err));
+}
+
+async function send(client: IORedisLike, args: readonly Arg[]): Promise<Reply> {
+  const [name, ...rest] = args;
+  let reply: unknown;
+  try {
+    reply = await client.callBuffer(String(name), ...rest);
+  } catch (err) {
+    throw failure(err);
+  }
+  return normalise(reply);
+}
+
+function stringNumbers(client: IORedisLike): boolean {
+  const options = client.isCluster ? (client.options['redisOptions'] as Record<string, unknown> | undefined) ?? {} : client.options;
+  return options['stringNumbers'] === true;
+}
+
+function exactCopy(client: IORedisLike, extra: Record<string, unknown>): IORedisLike {
+  if (client.isCluster) {
+    const redisOptions = { ...((client.options['redisOptions'] as object | undefined) ?? {}), stringNumbers: true };
+    return client.duplicate([], { ...extra, redisOptions });
+  }
+  return client.duplicate({ ...extra, stringNumbers: true });
+}
+
+function addressOf(client: IORedisLike): string {
+  if (client.isCluster) {
+    const nodes = (client.startupNodes ?? []).map((n) => (typeof n === 'object' && n !== null ? `${(n as { host?: string }).host ?? '127.0.0.1'}:${(n as { port?: number }).port ?? 6379}` : String(n)));
+    return `cluster(${nodes.join(',')})`;
+  }
+  const host = (client.options['host'] as string | undefined) ?? '127.0.0.1';
+  const path = client.options['path'] as string | undefined;
+  return path ?? `${host}:${String(client.options['port'] ?? 6379)}`;
+}
+
+/** The adapter over an ioredis client. */
+export class IORedisBackend implements Backend {
+  readonly name: string;
+  readonly isCluster: boolean;
+  #own: IORedisLike | undefined;
+  readonly #opened = new Set<IORedisLike>();
+
+  constructor(readonly client: IORedisLike) {
+    this.name = addressOf(client);
+    this.isCluster = client.isCluster === true;
+  }
+
+  shared(): Connection {
+    if (stringNumbers(this.client)) return { call: (args) => send(this.client, args) };
+    if (!this.#own) {
+      this.#own = exactCopy(this.client, {});
+      this.#own.on('error', () => {}); // reported per request
+      this.#opened.add(this.#own);
+    }
+    const own = this.#own;
+    return { call: (args) => send(own, args) };
+  }
+
+  async dedicated(): Promise<DedicatedConnection> {
+    // No retries and no offline queue: a request on a broken connection fails at once.
+    const conn = exactCopy(this.client, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
+    conn.on('error', () => {});
+    this.#opened.add(conn);
+    try {
+      await conn.connect();
+    } catch (err) {
+      this.#opened.delete(conn);
+      conn.disconnect();
+      throw failure(err);
+    }
+    return {
+      call: (args) => send(conn, args),
+      close: () => {
+        this.#opened.delete(conn);
+        conn.disconnect();
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    for (const conn of this.#opened) conn.disconnect();
+    this.#opened.clear();
+    this.#own = undefined;
+  }
+}

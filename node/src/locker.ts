@@ -1,0 +1,258 @@
+/**
+ * `Locker` (one server, or a Redis Cluster routed by key) and `Redlock` (a majority of N
+ * independent masters, fenced): acquire, wait, keep alive, release. Both run the same
+ * algorithm (`core.ts`); waiting is the server's (`server.ts`).
+ */
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import { IORedisBackend, isIORedis } from './ioredis.js';
+import { NodeRedisBackend, isNodeRedis } from './node-redis.js';
+import type { Backend } from './connection.js';
+import { Core, mayHold, type Grant } from './core.js';
+import type { Engine } from './engine.js';
+import { ContendedError, FencedLockError, InvalidArgumentError } from './errors.js';
+import { KeepAlive } from './keepalive.js';
+import { Lease } from './lease.js';
+import { checkKey, checkTtl, checkWait, drift, settle, type AcquireOptions, type LockerOptions, type Settings } from './options.js';
+import { ranking } from './ranking.js';
+import { Server, type AcquireRequest, type KeyStatus } from './server.js';
+
+/** Random bytes in a token: 128 bits. */
+export const TOKEN_BYTES = 16;
+
+/** An ioredis `Redis` or `Cluster`, or a node-redis (v5+) client or cluster. */
+export type RedisClient = object;
+
+/** How a Redlock waiter checks that the master it waits on still answers. */
+const WATCH_EVERY_MS = 1000;
+
+function backendOf(client: RedisClient): Backend {
+  if (isIORedis(client)) return new IORedisBackend(client);
+  if (isNodeRedis(client)) return new NodeRedisBackend(client);
+  throw new InvalidArgumentError('expected an ioredis client (Redis or Cluster) or a node-redis client (createClient or createCluster, v5 or later)');
+}
+
+/** What a lease is asked on besides its key: a public label and a semaphore's permits. */
+export interface Terms {
+  readonly label?: Buffer | undefined;
+  readonly permits?: number | undefined;
+}
+
+/** The jittered delay before retry `round`: random in [20, min(400, 20 * 2^round)] ms. */
+function backoff(round: number): number {
+  const max = Math.min(400, 20 * 2 ** Math.min(round, 10));
+  return 20 + Math.random() * (max - 20);
+}
+
+function abortError(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException('aborted', 'AbortError');
+}
+
+/** The shared base of `Locker` and `Redlock`. */
+abstract class Base {
+  /** @internal */
+  readonly core: Core;
+  /** @internal */
+  readonly settings: Settings;
+
+  protected constructor(clients: readonly RedisClient[], options: LockerOptions | undefined, raise: boolean) {
+    this.settings = settle(options);
+    const s = this.settings;
+    const servers = clients.map((client) => new Server(backendOf(client), { timeoutMs: s.timeout, maxBlocking: s.maxBlocking, engine: s.engine }));
+    const names = new Set<string>();
+    for (const server of servers) {
+      if (names.has(server.name)) throw new InvalidArgumentError(`server ${server.name} is given twice; Redlock needs independent servers, each once`);
+      names.add(server.name);
+    }
+    this.core = new Core(servers, s, raise);
+  }
+
+  /**
+   * A lease on `key`, or null while another owner holds it (after waiting up to `wait` ms,
+   * queued on the server). Throws `InvalidArgumentError` before sending anything for a bad
+   * key, ttl or wait, and the server's error when it could not answer.
+   */
+  acquire(key: string, options: AcquireOptions = {}): Promise<Lease | null> {
+    return this.take(key, options, {});
+  }
+
+  /**
+   * Runs `body` under a lease on `key`, kept alive every `renewInterval` (ttl / 3), and
+   * releases it at the end. `signal` is aborted, with a `LeaseLostError`, the moment the lease
+   * is lost (the first failed renewal, or the validity running out): stop writing then. The
+   * body's error is rethrown; a body that returns after its lease was lost rejects with the
+   * `LeaseLostError`. A busy lock after the wait is a `ContendedError`: the body never runs
+   * without the lease.
+   */
+  async using<T>(key: string, options: AcquireOptions, body: (signal: AbortSignal, lease: Lease) => Promise<T>): Promise<T> {
+    const lease = await this.take(key, options, {});
+    if (!lease) throw new ContendedError(key);
+    return this.keepAliveWhile(lease, body);
+  }
+
+  /** @internal */
+  async keepAliveWhile<T>(lease: Lease, body: (signal: AbortSignal, lease: Lease) => Promise<T>): Promise<T> {
+    const interval = this.settings.renewInterval ?? lease.ttl / 3;
+    const keeper = new KeepAlive(lease, interval);
+    try {
+      const result = await body(keeper.signal, lease);
+      if (keeper.signal.aborted) throw keeper.signal.reason;
+      return result;
+    } finally {
+      keeper.stop();
+      await lease.release().catch(() => false);
+    }
+  }
+
+  /** The engine the (first) server serves leases with, asking it if no request has yet. */
+  engine(): Promise<Engine> {
+    const first = this.core.servers[0];
+    if (!first) throw new InvalidArgumentError('no server');
+    return first.detect();
+  }
+
+  /** Closes the connections the locker opened itself (waiting connections, an exact-integer copy); never the client given. */
+  async close(): Promise<void> {
+    for (const server of this.core.servers) {
+      server.pool.drain();
+      await server.backend.close();
+    }
+  }
+
+  /** @internal One acquisition, waiting as the options say. */
+  async take(key: string, options: AcquireOptions, terms: Terms): Promise<Lease | null> {
+    const keyBytes = checkKey(key);
+    const ttl = checkTtl(options.ttl ?? this.settings.ttl);
+    const wait = checkWait(options.wait ?? this.settings.wait);
+    const signal = options.signal;
+    if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
+    const req: AcquireRequest = { key: keyBytes, token: randomBytes(TOKEN_BYTES), ttlMs: ttl, label: terms.label, permits: terms.permits };
+    const giveUp = performance.now() + wait;
+    let lastError: unknown;
+    for (let round = 0; ; round++) {
+      if (signal?.aborted) throw abortError(signal);
+      let grant: Grant | null | 'again';
+      try {
+        grant = wait > 0 && performance.now() < giveUp && this.settings.maxBlocking > 0 ? await this.#waitTurn(req, giveUp, signal) : await this.core.attempt(req);
+      } catch (err) {
+        if (signal?.aborted) throw abortError(signal);
+        if (!(err instanceof FencedLockError && err.isRetryable()) || performance.now() >= giveUp) throw err;
+        grant = 'again';
+        lastError = err;
+      }
+      if (grant !== null && grant !== 'again') return new Lease(this.core, key, keyBytes, req.token, grant.fence, grant.validUntil, ttl);
+      const left = giveUp - performance.now();
+      if (left <= 0) {
+        if (grant === null) return null;
+        throw lastError;
+      }
+      await sleep(Math.min(backoff(round), left), undefined, signal ? { signal } : undefined).catch(() => undefined);
+    }
+  }
+
+  /** One waiting step: a grant, null when the wait ran out, or 'again' to back off and retry. */
+  async #waitTurn(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Grant | null | 'again'> {
+    const servers = this.core.servers;
+    if (servers.length === 1 && servers[0]) {
+      const server = servers[0];
+      const sent = performance.now();
+      let fence: bigint | null;
+      try {
+        fence = await server.acquireWaiting(req, until, signal);
+      } catch (err) {
+        if (mayHold(err)) this.core.releaseInBackground(req.key, req.token);
+        if (err instanceof Error && err.message.includes('wait interrupted')) return 'again';
+        throw err;
+      }
+      if (fence === null) return null;
+      return this.#anchor(req, fence, sent);
+    }
+    return this.#reserve(req, until, signal);
+  }
+
+  /** The grant of a wait sent at `sent`, re-anchored by a RENEW if the wait ate over a quarter of the lease. */
+  async #anchor(req: AcquireRequest, fence: bigint, sent: number): Promise<Grant> {
+    const window = req.ttlMs - drift(this.settings, req.ttlMs);
+    const grant = { fence, validUntil: this.core.deadline(sent, req.ttlMs) };
+    if (performance.now() - sent <= window / 4) return grant;
+    const validUntil = await this.core.renew(req.key, req.token, req.ttlMs).catch(() => null);
+    return validUntil === null ? grant : { fence, validUntil };
+  }
+
+  /**
+   * Redlock: queue on the key's designated master (or the next in the ranking) for a
+   * reservation, then take the majority in ordinary rounds, each master given a moment for
+   * the previous holder's releases still in flight.
+   */
+  async #reserve(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Grant | null | 'again'> {
+    const servers = this.core.servers;
+    const candidates = servers.length - this.core.quorum + 1;
+    for (const i of ranking(req.key, servers.map((s) => s.name)).slice(0, candidates)) {
+      const server = servers[i];
+      if (!server) continue;
+      const watch = new AbortController();
+      const onAbort = (): void => watch.abort();
+      signal?.addEventListener('abort', onAbort, { once: true });
+      const watchdog = setInterval(() => {
+        server.ping().catch((err: unknown) => {
+          if (mayHold(err)) watch.abort();
+        });
+      }, WATCH_EVERY_MS);
+      watchdog.unref();
+      let reserved: bigint | null;
+      try {
+        reserved = await server.acquireWaiting(req, until, watch.signal);
+      } catch (err) {
+        if (mayHold(err)) this.core.releaseOn(server, req.key, req.token);
+        if (signal?.aborted) throw abortError(signal);
+        continue; // this master cannot queue us: the next in the ranking
+      } finally {
+        clearInterval(watchdog);
+        signal?.removeEventListener('abort', onAbort);
+      }
+      if (reserved === null) return this.core.attempt(req);
+      // Reserved: the round, retried while the previous holder's releases may be in flight.
+      const settleBy = performance.now() + this.settings.timeout;
+      for (;;) {
+        const grant = await this.core.attempt(req).catch(() => null);
+        if (grant) return grant;
+        if (performance.now() >= settleBy) break;
+        await sleep(this.settings.timeout / 10);
+      }
+      this.core.releaseInBackground(req.key, req.token);
+      return 'again';
+    }
+    return this.core.attempt(req);
+  }
+}
+
+/**
+ * Leases from one server, or from one Redis Cluster (the key's slot owner), over the user's
+ * own client: an ioredis `Redis` or `Cluster`, or a node-redis (v5+) client or cluster.
+ */
+export class Locker extends Base {
+  constructor(client: RedisClient, options?: LockerOptions) {
+    super([client], options, false);
+  }
+
+  /** The key's fence and holders (never a token); null for a key without lock state. */
+  async status(key: string): Promise<KeyStatus | null> {
+    const server = this.core.servers[0];
+    if (!server) return null;
+    return server.status(checkKey(key));
+  }
+}
+
+/**
+ * Leases by majority of N independent masters (Redlock), with a fence that increases across
+ * successive grants (fenced Redlock): after a majority granted, every granting master's fence
+ * is raised to the majority's largest, owner-checked, and the lease is handed out only once a
+ * majority confirmed. Validity is the ttl minus the round's time minus drift.
+ */
+export class Redlock extends Base {
+  constructor(clients: readonly RedisClient[], options?: LockerOptions & { readonly fencing?: 'raise' | 'quorum-max' }) {
+    if (clients.length === 0) throw new InvalidArgumentError('a Redlock needs at least one master');
+    super(clients, options, (options?.fencing ?? 'raise') === 'raise');
+  }
+}

@@ -1,0 +1,133 @@
+/**
+ * The node-redis adapter (v5 and later: `createClient`, `createCluster`).
+ *
+ * Every request goes through the user's own client with a per-command type mapping that
+ * reads integers as decimal text (so fences above 2^53 are exact) and strings as bytes; the
+ * client's own settings are untouched. node-redis v4 has no type mapping and parses integers
+ * as lossy JS numbers, so it is refused.
+ */
+import { ConnectionFailure, ErrorReply, exactInteger, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+import { InvalidArgumentError } from './errors.js';
+
+/** RESP type bytes (node-redis's `RESP_TYPES`): ':' integer, '$' bulk, '+' simple string, '(' big number. */
+const TYPE_MAPPING = { 58: String, 36: Buffer, 43: Buffer, 40: String } as const;
+
+/** The part of a node-redis client or cluster this adapter uses. */
+export interface NodeRedisLike {
+  sendCommand(...args: unknown[]): Promise<unknown>;
+  duplicate(overrides?: Record<string, unknown>): NodeRedisLike;
+  connect(): Promise<unknown>;
+  destroy?(): void;
+  disconnect?(): Promise<void>;
+  withTypeMapping?: unknown;
+  on(event: string, listener: (...args: unknown[]) => void): unknown;
+  readonly isOpen: boolean;
+  readonly options?: Record<string, unknown>;
+  readonly masters?: unknown;
+  readonly slots?: unknown;
+}
+
+/** Whether `client` looks like a node-redis client or cluster. */
+export function isNodeRedis(client: unknown): client is NodeRedisLike {
+  const c = client as Partial<NodeRedisLike> | null;
+  return typeof c === 'object' && c !== null && typeof c.sendCommand === 'function' && typeof c.duplicate === 'function' && 'isOpen' in c;
+}
+
+function normalise(value: unknown): Reply {
+  if (value === null || value === undefined) return null;
+  if (Buffer.isBuffer(value)) return value;
+  if (typeof value === 'string' || typeof value === 'number') return exactInteger(value);
+  if (typeof value === 'bigint') return value;
+  if (Array.isArray(value)) return value.map(normalise);
+  throw new ConnectionFailure(`unexpected reply type ${typeof value}`);
+}
+
+function failure(err: unknown): Error {
+  if (err instanceof Error && err.constructor.name.endsWith('ErrorReply')) return new ErrorReply(err.message);
+  return err instanceof Error ? err : new ConnectionFailure(String(err));
+}
+
+function isCluster(client: NodeRedisLike): boolean {
+  return 'masters' in client && 'slots' in client;
+}
+
+async function send(client: NodeRedisLike, cluster: boolean, args: readonly Arg[], key: Buffer | undefined): Promise<Reply> {
+  const options = { typeMapping: TYPE_MAPPING };
+  let reply: unknown;
+  try {
+    reply = cluster ? await client.sendCommand(key, false, args, options) : await client.sendCommand(args, options);
+  } catch (err) {
+    throw failure(err);
+  }
+  return normalise(reply);
+}
+
+function addressOf(client: NodeRedisLike, cluster: boolean): string {
+  const options = client.options ?? {};
+  if (cluster) {
+    const roots = (options['rootNodes'] as { url?: string; socket?: { host?: string; port?: number } }[] | undefined) ?? [];
+    return `cluster(${roots.map((r) => r.url ?? `${r.socket?.host ?? '127.0.0.1'}:${r.socket?.port ?? 6379}`).join(',')})`;
+  }
+  const socket = (options['socket'] as { host?: string; port?: number; path?: string } | undefined) ?? {};
+  if (socket.path) return socket.path;
+  const url = options['url'] as string | undefined;
+  if (url && !socket.host) {
+    const parsed = new URL(url);
+    return `${parsed.hostname}:${parsed.port || '6379'}`;
+  }
+  return `${socket.host ?? 'localhost'}:${socket.port ?? 6379}`;
+}
+
+/** The adapter over a node-redis client or cluster. */
+export class NodeRedisBackend implements Backend {
+  readonly name: string;
+  readonly isCluster: boolean;
+  readonly #opened = new Set<NodeRedisLike>();
+
+  constructor(readonly client: NodeRedisLike) {
+    if (client.withTypeMapping === undefined) {
+      throw new InvalidArgumentError('node-redis before v5 parses integer replies as lossy JS numbers (fences exceed 2^53): use node-redis v5 or later, or ioredis');
+    }
+    this.isCluster = isCluster(client);
+    this.name = addressOf(client, this.isCluster);
+  }
+
+  shared(): Connection {
+    return { call: (args, key) => send(this.client, this.isCluster, args, key) };
+  }
+
+  async dedicated(): Promise<DedicatedConnection> {
+    // No reconnects: a blocked request's connection that breaks is done.
+    const conn = this.isCluster ? this.client.duplicate() : this.client.duplicate({ disableOfflineQueue: true, socket: { ...((this.client.options?.['socket'] as object | undefined) ?? {}), reconnectStrategy: false } });
+    conn.on('error', () => {});
+    this.#opened.add(conn);
+    try {
+      await conn.connect();
+    } catch (err) {
+      this.#opened.delete(conn);
+      destroy(conn);
+      throw failure(err);
+    }
+    return {
+      call: (args, key) => send(conn, this.isCluster, args, key),
+      close: () => {
+        this.#opened.delete(conn);
+        destroy(conn);
+      },
+    };
+  }
+
+  async close(): Promise<void> {
+    for (const conn of this.#opened) destroy(conn);
+    this.#opened.clear();
+  }
+}
+
+function destroy(conn: NodeRedisLike): void {
+  try {
+    if (typeof conn.destroy === 'function') conn.destroy();
+    else void conn.disconnect?.().catch(() => {});
+  } catch {
+    // already closed
+  }
+}

@@ -1,0 +1,121 @@
+/** Lease options and the checks every argument passes before anything is sent. */
+import type { EngineChoice } from './engine.js';
+import { InvalidArgumentError } from './errors.js';
+import { MAX_LABEL_LEN, MAX_MAX_TTL_MS, MAX_PERMITS } from './protocol.js';
+
+/** Options of a `Locker` or `Redlock`; every duration is in milliseconds. */
+export interface LockerOptions {
+  /** Lease time asked of the servers (whole ms). Default 10,000. */
+  readonly ttl?: number;
+  /** How long `acquire` waits for a busy lock by default. Default 0: one attempt. */
+  readonly wait?: number;
+  /** How long one server may take to answer one request. Default 500. */
+  readonly timeout?: number;
+  /** The clock-drift allowance is `ttl * driftFactor + driftConstant`. Defaults 0.01 and 2. */
+  readonly driftFactor?: number;
+  readonly driftConstant?: number;
+  /** Keep-alive renewal period. Default ttl / 3. */
+  readonly renewInterval?: number;
+  /** Requests waiting on one server at once, each on a connection of its own. Default 16; 0 polls. */
+  readonly maxBlocking?: number;
+  /** Which engine the servers serve leases with. Default `'auto'`. */
+  readonly engine?: EngineChoice;
+}
+
+/** Per-call options of `acquire` and `using`. */
+export interface AcquireOptions {
+  /** Lease time for this lease (whole ms); the locker's by default. */
+  readonly ttl?: number;
+  /** How long to wait for a busy lock (ms); the locker's by default. */
+  readonly wait?: number;
+  /** Aborts a wait (nothing is held afterwards). */
+  readonly signal?: AbortSignal;
+}
+
+/** Validated options. */
+export interface Settings {
+  readonly ttl: number;
+  readonly wait: number;
+  readonly timeout: number;
+  readonly driftFactor: number;
+  readonly driftConstant: number;
+  readonly renewInterval: number | undefined;
+  readonly maxBlocking: number;
+  readonly engine: EngineChoice;
+}
+
+const ENGINES: readonly string[] = ['auto', 'module', 'functions', 'script'];
+
+function bad(message: string): never {
+  throw new InvalidArgumentError(message);
+}
+
+/** A ttl: a whole number of ms from 1 to the largest any server allows. */
+export function checkTtl(ttl: unknown): number {
+  if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 1 || ttl > MAX_MAX_TTL_MS) {
+    bad(`ttl must be a whole number of milliseconds from 1 to ${MAX_MAX_TTL_MS}, got ${String(ttl)}`);
+  }
+  return ttl;
+}
+
+/** A wait: a finite number of ms, 0 or more. */
+export function checkWait(wait: unknown): number {
+  if (typeof wait !== 'number' || !Number.isFinite(wait) || wait < 0) bad(`wait must be a finite number of milliseconds >= 0, got ${String(wait)}`);
+  return wait;
+}
+
+/** The drift allowance for `ttl` (ms). */
+export function drift(settings: Settings, ttl: number): number {
+  return ttl * settings.driftFactor + settings.driftConstant;
+}
+
+/** Checks `options` once, so the lock code can rely on them. */
+export function settle(options: LockerOptions = {}): Settings {
+  const s: Settings = {
+    ttl: checkTtl(options.ttl ?? 10_000),
+    wait: checkWait(options.wait ?? 0),
+    timeout: options.timeout ?? 500,
+    driftFactor: options.driftFactor ?? 0.01,
+    driftConstant: options.driftConstant ?? 2,
+    renewInterval: options.renewInterval,
+    maxBlocking: options.maxBlocking ?? 16,
+    engine: options.engine ?? 'auto',
+  };
+  if (!Number.isFinite(s.timeout) || s.timeout <= 0) bad(`timeout must be a positive number of milliseconds, got ${s.timeout}`);
+  if (!(s.driftFactor >= 0 && s.driftFactor < 1)) bad(`driftFactor must be in [0, 1), got ${s.driftFactor}`);
+  if (!(s.driftConstant >= 0)) bad(`driftConstant must be >= 0, got ${s.driftConstant}`);
+  if (drift(s, s.ttl) >= s.ttl) bad(`the drift allowance leaves no validity in a ${s.ttl} ms ttl`);
+  if (!Number.isInteger(s.maxBlocking) || s.maxBlocking < 0) bad(`maxBlocking must be a whole number >= 0, got ${s.maxBlocking}`);
+  if (!ENGINES.includes(s.engine)) bad(`engine must be one of ${ENGINES.join(', ')}, got ${String(s.engine)}`);
+  if (s.renewInterval !== undefined && !(s.renewInterval > 0 && s.renewInterval < s.ttl - drift(s, s.ttl))) {
+    bad(`renewInterval must be positive and shorter than ttl minus drift, got ${s.renewInterval}`);
+  }
+  return s;
+}
+
+/**
+ * A lock key as bytes. Empty, blank and control-character keys are refused before any
+ * request: they are typos, and a key nobody can type again cannot be inspected or released.
+ */
+export function checkKey(key: unknown): Buffer {
+  if (typeof key !== 'string') bad(`a key must be a string, got ${typeof key}`);
+  if (key.trim().length === 0) bad('a key must not be empty or blank');
+  // eslint-disable-next-line no-control-regex
+  if (/[\u0000-\u001f\u007f-\u009f]/.test(key)) bad(`a key must not contain control characters: ${JSON.stringify(key)}`);
+  return Buffer.from(key, 'utf8');
+}
+
+/** A label: 1 to MAX_LABEL_LEN bytes (public: STATUS shows it). */
+export function checkLabel(label: unknown): Buffer {
+  const bytes = typeof label === 'string' ? Buffer.from(label, 'utf8') : Buffer.isBuffer(label) ? label : bad('a label must be a string or a Buffer');
+  if (bytes.length < 1 || bytes.length > MAX_LABEL_LEN) bad(`a label must be 1 to ${MAX_LABEL_LEN} bytes, got ${bytes.length}`);
+  return bytes;
+}
+
+/** A permit count: 1 to MAX_PERMITS. */
+export function checkPermits(permits: unknown): number {
+  if (typeof permits !== 'number' || !Number.isInteger(permits) || permits < 1 || permits > MAX_PERMITS) {
+    bad(`a semaphore has 1 to ${MAX_PERMITS} permits, got ${String(permits)}`);
+  }
+  return permits;
+}

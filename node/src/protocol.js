@@ -1,0 +1,141 @@
+/**
+ * The wire contract, restated from the protocol crate (`protocol/src/*.rs`). Every constant
+ * here is checked against the crate's source by `test/protocol.test.ts`: change it there first.
+ */
+/** The module's commands. */
+export const COMMANDS = {
+    acquire: 'FENCEDLOCK.ACQUIRE',
+    renew: 'FENCEDLOCK.RENEW',
+    release: 'FENCEDLOCK.RELEASE',
+    raise: 'FENCEDLOCK.RAISE',
+    cad: 'FENCEDLOCK.CAD',
+    status: 'FENCEDLOCK.STATUS',
+};
+/** ACQUIRE's option words. */
+export const BLOCK = 'BLOCK';
+export const LABEL = 'LABEL';
+export const PERMITS = 'PERMITS';
+/** Limits both sides check (`limits.rs`). */
+export const MAX_TOKEN_LEN = 512;
+export const MAX_LABEL_LEN = 256;
+export const MAX_PERMITS = 1024;
+export const DEFAULT_MAX_TTL_MS = 86_400_000;
+/** `MAX_MAX_TTL_MS`: the most any server can be configured to allow (2^42 ms). */
+export const MAX_MAX_TTL_MS = 4_398_046_511_104;
+/** `MAX_BLOCK_MS`: the longest `BLOCK` timeout. */
+export const MAX_BLOCK_MS = MAX_MAX_TTL_MS;
+/** The Functions library (`functions.rs`). */
+export const LIBRARY_NAME = 'fencedlock';
+export const LIBRARY_VERSION = 5;
+export const VERSION_FUNCTION = 'fencedlock_version';
+export const FLOOR_KEY_PREFIX = 'fencedlock:fn-floor:{';
+export const WAKE_KEY_PREFIX = 'fencedlock:fn-wake:{';
+export const WAKE_TTL_MS = 10_000;
+export const FLOOR_TAG_LEN = 6;
+/** The function serving each command. */
+export const FUNCTIONS = {
+    acquire: 'fencedlock_acquire',
+    renew: 'fencedlock_renew',
+    release: 'fencedlock_release',
+    raise: 'fencedlock_raise',
+    cad: 'fencedlock_cad',
+    status: 'fencedlock_status',
+};
+/** Whether a function takes the floor key as its second key (`takes_floor`). */
+export function takesFloor(command) {
+    return command !== 'cad' && command !== 'status';
+}
+/** Whether a function always takes the wake-up list as its third key (`takes_wake`). */
+export function takesWake(command) {
+    return command === 'release';
+}
+/** The module's error replies by kind (`error.rs`): the code, and the text that tells it apart. */
+export const REPLY_ERRORS = {
+    BadTtl: { code: 'ERR', prefix: 'ttl must be a positive integer' },
+    TtlTooLarge: { code: 'ERR', prefix: 'ttl exceeds' },
+    BadToken: { code: 'ERR', prefix: 'token must be' },
+    BadFence: { code: 'ERR', prefix: 'fence must be' },
+    BadTimeout: { code: 'ERR', prefix: 'timeout must be' },
+    BadLabel: { code: 'ERR', prefix: 'label must be' },
+    BadPermits: { code: 'ERR', prefix: 'permits must be' },
+    Syntax: { code: 'ERR', prefix: 'syntax error' },
+    PermitsMismatch: { code: 'ERR', prefix: 'permits mismatch' },
+    FencesExhausted: { code: 'ERR', prefix: 'fence space exhausted' },
+    RestartGrace: { code: 'TRYAGAIN', prefix: 'fencedlock restart grace' },
+    WaitInterrupted: { code: 'TRYAGAIN', prefix: 'fencedlock wait interrupted' },
+    WrongType: { code: 'WRONGTYPE', prefix: 'Operation against a key holding the wrong kind of value' },
+    InternalCommand: { code: 'ERR', prefix: 'FENCEDLOCK.APPLY is internal' },
+    BadRecord: { code: 'ERR', prefix: 'malformed FENCEDLOCK.APPLY record' },
+    Internal: { code: 'ERR', prefix: 'fencedlock internal error' },
+};
+/** The kinds whose request itself was wrong: sending it again cannot succeed. */
+export const BAD_REQUESTS = [
+    'BadTtl', 'TtlTooLarge', 'BadToken', 'BadFence', 'BadTimeout', 'BadLabel', 'BadPermits', 'Syntax',
+];
+/** The module's error kind of an error reply `code detail`; undefined for anybody else's. */
+export function classifyReply(code, detail) {
+    for (const [kind, { code: c, prefix }] of Object.entries(REPLY_ERRORS)) {
+        if (code === c && (kind === 'WrongType' || detail.startsWith(prefix))) {
+            return kind;
+        }
+    }
+    return undefined;
+}
+const SLOTS = 16384;
+/** CRC16-XMODEM, the checksum Redis Cluster hashes keys with. */
+function crc16(bytes) {
+    let crc = 0;
+    for (const byte of bytes) {
+        crc ^= byte << 8;
+        for (let i = 0; i < 8; i++) {
+            crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+        }
+    }
+    return crc;
+}
+/** `CLUSTER KEYSLOT key`, with Redis's hash-tag rule. */
+export function keySlot(key) {
+    const open = key.indexOf(0x7b);
+    if (open >= 0) {
+        const close = key.indexOf(0x7d, open + 1);
+        if (close > open + 1)
+            return crc16(key.subarray(open + 1, close)) % SLOTS;
+    }
+    return crc16(key) % SLOTS;
+}
+/** Digit widths of a floor tag: the first two digits 0-7, the other four 0-3. */
+const TAG_WIDTHS = [3, 3, 2, 2, 2, 2];
+function tagOfBits(bits) {
+    let shift = 14;
+    let tag = '';
+    for (const width of TAG_WIDTHS) {
+        shift -= width;
+        tag += String((bits >> shift) & ((1 << width) - 1));
+    }
+    return tag;
+}
+let tagsBySlot;
+/**
+ * The floor tag of `slot`: the one six-digit string (first two digits 0-7, the rest 0-3) whose
+ * own slot is `slot`. The 16,384 such strings map one-to-one onto the slots, so the table is
+ * built once by enumerating them.
+ */
+export function floorTag(slot) {
+    if (!tagsBySlot) {
+        const table = new Array(SLOTS);
+        for (let bits = 0; bits < SLOTS; bits++) {
+            const tag = tagOfBits(bits);
+            table[keySlot(Buffer.from(tag, 'latin1'))] = tag;
+        }
+        tagsBySlot = table;
+    }
+    return tagsBySlot[slot % SLOTS] ?? '';
+}
+/** The floor key of `key`'s slot: `fencedlock:fn-floor:{TAG}`. */
+export function floorKey(key) {
+    return Buffer.from(`${FLOOR_KEY_PREFIX}${floorTag(keySlot(key))}}`, 'latin1');
+}
+/** The wake-up list of `key`: `fencedlock:fn-wake:{TAG}:key`. */
+export function wakeKey(key) {
+    return Buffer.concat([Buffer.from(`${WAKE_KEY_PREFIX}${floorTag(keySlot(key))}}:`, 'latin1'), key]);
+}

@@ -1,0 +1,413 @@
+/**
+ * One lock server (or one Redis Cluster, routed by key) behind a user's client: the engine it
+ * runs, found by the first request, and every request of the contract in that engine's form,
+ * each bounded by the per-request timeout. A request that waits runs on a connection of its
+ * own from a small pool (`Pool`): on the module it is `ACQUIRE … BLOCK`, queued on the server;
+ * on the Functions engine, attempts woken by the key's wake-up list (`BLPOP`).
+ */
+import { ConnectionFailure, ErrorReply, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
+import { LIBRARY, SCRIPT, request, type Engine, type EngineChoice } from './engine.js';
+import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
+import { BLOCK, COMMANDS, LABEL, LIBRARY_VERSION, MAX_BLOCK_MS, PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
+import { Pool } from './pool.js';
+
+/** What an ACQUIRE asks for besides its key. */
+export interface AcquireRequest {
+  readonly key: Buffer;
+  readonly token: Buffer;
+  readonly ttlMs: number;
+  readonly label?: Buffer | undefined;
+  readonly permits?: number | undefined;
+}
+
+/** One holder of a semaphore key, as `STATUS` shows it. */
+export interface PermitStatus {
+  readonly fence: bigint;
+  readonly remainingMs: number;
+  readonly label: Buffer | null;
+}
+
+/** What `STATUS` says of a key: never a token. A mutex key shows as one permit. */
+export interface KeyStatus {
+  readonly fence: bigint;
+  readonly permits: number;
+  readonly holders: readonly PermitStatus[];
+}
+
+/** The request got no answer within its bound. */
+class TimedOut extends ConnectionFailure {}
+
+/** `promise`, or a `TimedOut` after `ms` (the request is not cancelled: its reply is ignored). */
+export function bounded<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new TimedOut(`no answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/** The `Cause` of an error reply or a failed request (the Rust client's `Cause::of`). */
+export function causeOf(err: unknown): Cause {
+  if (err instanceof TimedOut) return 'TimedOut';
+  if (!(err instanceof ErrorReply)) return 'Unreachable';
+  const detail = err.line.slice(err.code.length + 1);
+  switch (err.code) {
+    case 'NOENGINE': return 'NoEngine';
+    case 'NOPERM': return 'NoPermission';
+    case 'NOAUTH': case 'WRONGPASS': return 'Credentials';
+    case 'READONLY': return 'ReadOnly';
+    case 'MOVED': case 'ASK': return 'Misrouted';
+    case 'LOADING': case 'TRYAGAIN': case 'CLUSTERDOWN': case 'MASTERDOWN': return 'NotReady';
+    case 'OOM': return 'OutOfMemory';
+    case 'BUSY': return 'Busy';
+    case 'NOREPLICAS': return 'NoReplicas';
+    case 'ERR':
+      if (detail.startsWith('unknown command') || detail.startsWith('unknown subcommand')) return 'NoModule';
+      return 'Other';
+    default: return 'Other';
+  }
+}
+
+/** Whether `err` is an answer of the server (the connection is in step). */
+export function answered(err: unknown): boolean {
+  return err instanceof ErrorReply;
+}
+
+/** Replaces every occurrence of `secret` in `text`: a server without the module echoes arguments. */
+function redact(text: string, secret: Buffer | undefined): string {
+  let out = text.replace(/, with args beginning with: .*$/, ', with args beginning with: <redacted>');
+  if (secret && secret.length > 0) {
+    for (const form of [secret.toString('latin1'), secret.toString('utf8'), secret.toString('hex')]) {
+      if (form.length > 0) out = out.split(form).join('<token>');
+    }
+  }
+  return out;
+}
+
+function asInteger(reply: Reply, what: string): bigint {
+  if (typeof reply !== 'bigint') throw new BadReplyError(`${what} must reply an integer`);
+  return reply;
+}
+
+function asFence(reply: Reply, what: string): bigint | null {
+  if (reply === null) return null;
+  const fence = asInteger(reply, what);
+  if (fence < 1n) throw new BadReplyError(`${what} replied a fence below 1`);
+  return fence;
+}
+
+/** Decodes a `STATUS` reply of either shape; `null` for a key without lock state. */
+export function decodeStatus(reply: Reply): KeyStatus | null {
+  if (reply === null) return null;
+  if (!Array.isArray(reply) || reply.length < 3 || reply.length > 4) throw new BadReplyError('STATUS must reply an array of 3 or 4');
+  const [f, second, third, fourth] = reply;
+  const fence = asInteger(f ?? null, 'STATUS');
+  const n = Number(asInteger(second ?? null, 'STATUS'));
+  const m = asInteger(third ?? null, 'STATUS');
+  if (Array.isArray(fourth)) {
+    const holders = fourth.map((h) => {
+      if (!Array.isArray(h) || h.length !== 3) throw new BadReplyError('a STATUS holder is [fence, pttl, label]');
+      const label = h[2] ?? null;
+      if (label !== null && !Buffer.isBuffer(label)) throw new BadReplyError('a STATUS label is a string');
+      return { fence: asInteger(h[0] ?? null, 'STATUS'), remainingMs: Number(asInteger(h[1] ?? null, 'STATUS')), label };
+    });
+    if (holders.length !== n || n > Number(m)) throw new BadReplyError('STATUS holders disagree with its counts');
+    return { fence, permits: Number(m), holders };
+  }
+  if (n === 0) {
+    if (m !== -1n || fourth !== undefined) throw new BadReplyError('a free lock has pttl -1 and no label');
+    return { fence, permits: 1, holders: [] };
+  }
+  if (n !== 1 || m < 0n) throw new BadReplyError('held must be 0 or 1, with a pttl');
+  const label = fourth ?? null;
+  if (label !== null && !Buffer.isBuffer(label)) throw new BadReplyError('a STATUS label is a string');
+  return { fence, permits: 1, holders: [{ fence, remainingMs: Number(m), label }] };
+}
+
+/** How long until a new holder fits by the leases' expiry alone. */
+function heldForMs(status: KeyStatus | null): number {
+  if (!status || status.holders.length < status.permits) return 0;
+  return Math.min(...status.holders.map((h) => h.remainingMs));
+}
+
+/** The per-server options a locker applies. */
+export interface ServerOptions {
+  readonly timeoutMs: number;
+  readonly maxBlocking: number;
+  readonly engine: EngineChoice;
+}
+
+/** A wait's outcome on one server: the fence, or null when the wait ran out first. */
+export type WaitAnswer = bigint | null;
+
+/** One lock server. */
+export class Server {
+  #engine: Promise<Engine> | undefined;
+  #found: Engine | undefined;
+  readonly pool: Pool<DedicatedConnection>;
+
+  constructor(readonly backend: Backend, readonly options: ServerOptions) {
+    this.pool = new Pool(options.maxBlocking, (conn) => conn.close());
+  }
+
+  get name(): string {
+    return this.backend.name;
+  }
+
+  /** The engine once a request found it out. */
+  get engine(): Engine | undefined {
+    return this.#found;
+  }
+
+  /** Turns a failed request into this package's error, naming this server; `secret` never shows. */
+  error(err: unknown, secret?: Buffer): Error {
+    if (err instanceof ServerError || err instanceof BadReplyError) return err;
+    const cause = causeOf(err);
+    const text = redact(err instanceof Error ? err.message : String(err), secret);
+    const code = err instanceof ErrorReply ? err.code : undefined;
+    if (cause === 'NoEngine') return new NoEngineError(this.name, cause, text, code);
+    const Kind = isOutageCause(cause) && !(code === 'TRYAGAIN' && text.includes('wait interrupted')) ? UnavailableError : ServerError;
+    return new Kind(this.name, cause, text, code, { cause: err });
+  }
+
+  /** One command on the shared connection, within the timeout; a lost script is loaded again once. */
+  async call(args: readonly Arg[], key?: Buffer): Promise<Reply> {
+    const conn = this.backend.shared();
+    try {
+      return await bounded(conn.call(args, key), this.options.timeoutMs);
+    } catch (err) {
+      if (err instanceof ErrorReply && err.code === 'NOSCRIPT') {
+        await bounded(conn.call(['SCRIPT', 'LOAD', SCRIPT], key), this.options.timeoutMs);
+        return bounded(conn.call(args, key), this.options.timeoutMs);
+      }
+      throw err;
+    }
+  }
+
+  /** The engine this server serves leases with, asking the server on the first call. */
+  detect(): Promise<Engine> {
+    if (!this.#engine) {
+      this.#engine = this.#detect().then(
+        (engine) => ((this.#found = engine), engine),
+        (err: unknown) => {
+          this.#engine = undefined;
+          throw this.error(err);
+        },
+      );
+    }
+    return this.#engine;
+  }
+
+  async #detect(): Promise<Engine> {
+    const choice = this.options.engine;
+    if (choice === 'module') return 'module';
+    if (choice === 'script') {
+      await this.#loadScript();
+      return 'script';
+    }
+    if (choice === 'auto') {
+      let module: boolean;
+      try {
+        const info = await this.call(['COMMAND', 'INFO', COMMANDS.acquire]);
+        module = Array.isArray(info) && info.some((entry) => entry !== null);
+      } catch (err) {
+        // A server that hides COMMAND runs the module unless it has the library.
+        if (!answered(err)) throw err;
+        module = (await this.#libraryVersion()) === undefined;
+      }
+      if (module) return 'module';
+    }
+    try {
+      await this.#loadLibrary();
+      return 'functions';
+    } catch (err) {
+      if (!answered(err) || choice !== 'auto') throw this.#noEngine(err);
+    }
+    try {
+      await this.#loadScript();
+      return 'script';
+    } catch (err) {
+      throw this.#noEngine(err);
+    }
+  }
+
+  #noEngine(refusal: unknown): unknown {
+    if (!answered(refusal)) return refusal;
+    const why = refusal instanceof Error ? refusal.message : String(refusal);
+    return new ErrorReply(
+      `NOENGINE the fencedlock module is not loaded and the Functions library could not be loaded (${why}); load the module ` +
+        '(--loadmodule …/libfencedlock_module.so), or have an administrator load the Functions library ' +
+        '(fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE), or allow this user FUNCTION LOAD or SCRIPT LOAD and EVALSHA',
+    );
+  }
+
+  async #libraryVersion(): Promise<number | undefined> {
+    try {
+      return Number(asInteger(await this.call(['FCALL_RO', VERSION_FUNCTION, '0']), VERSION_FUNCTION));
+    } catch (err) {
+      if (answered(err)) return undefined;
+      throw err;
+    }
+  }
+
+  async #loadLibrary(): Promise<void> {
+    const version = await this.#libraryVersion();
+    if (version !== undefined && version >= LIBRARY_VERSION) return;
+    await this.call(['FUNCTION', 'LOAD', 'REPLACE', LIBRARY]);
+  }
+
+  async #loadScript(): Promise<void> {
+    await this.call(['SCRIPT', 'LOAD', SCRIPT]);
+  }
+
+  #acquireWords(engine: Engine, req: AcquireRequest, waiting: boolean, blockMs?: number): Arg[] {
+    const rest: Arg[] = [req.token, String(req.ttlMs)];
+    if (blockMs !== undefined) rest.push(BLOCK, String(blockMs));
+    if (req.label) rest.push(LABEL, req.label);
+    if (req.permits !== undefined && req.permits > 1) rest.push(PERMITS, String(req.permits));
+    return request(engine, 'acquire', req.key, rest, waiting);
+  }
+
+  /** One ACQUIRE attempt on the shared connection: the fence, or null while held elsewhere. */
+  async acquire(req: AcquireRequest): Promise<bigint | null> {
+    const engine = await this.detect();
+    try {
+      return asFence(await this.call(this.#acquireWords(engine, req, false), req.key), 'ACQUIRE');
+    } catch (err) {
+      throw this.error(err, req.token);
+    }
+  }
+
+  async renew(key: Buffer, token: Buffer, ttlMs: number): Promise<boolean> {
+    const engine = await this.detect();
+    try {
+      return asInteger(await this.call(request(engine, 'renew', key, [token, String(ttlMs)]), key), 'RENEW') === 1n;
+    } catch (err) {
+      throw this.error(err, token);
+    }
+  }
+
+  async release(key: Buffer, token: Buffer): Promise<boolean> {
+    const engine = await this.detect();
+    try {
+      return asInteger(await this.call(request(engine, 'release', key, [token]), key), 'RELEASE') === 1n;
+    } catch (err) {
+      throw this.error(err, token);
+    }
+  }
+
+  async raise(key: Buffer, token: Buffer, fence: bigint): Promise<bigint | null> {
+    const engine = await this.detect();
+    try {
+      return asFence(await this.call(request(engine, 'raise', key, [token, fence.toString()]), key), 'RAISE');
+    } catch (err) {
+      throw this.error(err, token);
+    }
+  }
+
+  async status(key: Buffer): Promise<KeyStatus | null> {
+    const engine = await this.detect();
+    try {
+      return decodeStatus(await this.call(request(engine, 'status', key, []), key));
+    } catch (err) {
+      throw this.error(err);
+    }
+  }
+
+  async ping(): Promise<void> {
+    await this.call(['PING']);
+  }
+
+  /**
+   * An ACQUIRE that waits until `until` (`performance.now()` ms) at most, on a connection of
+   * the pool: the fence, or null when the wait ran out. `signal` abandons it (closing the
+   * connection, so the server forgets the waiter). Throws the server's refusal, or a failure
+   * after which the server may have granted (the caller releases then).
+   */
+  async acquireWaiting(req: AcquireRequest, until: number, signal?: AbortSignal): Promise<WaitAnswer> {
+    const engine = await this.detect();
+    const checkout = await this.pool.checkOut(until, signal);
+    if (!checkout) return null;
+    let conn: DedicatedConnection | undefined;
+    let inStep = false;
+    try {
+      conn = checkout.idle ?? (await bounded(this.backend.dedicated(), this.options.timeoutMs));
+      const answer = engine === 'module' ? await this.#blocked(conn, engine, req, until, signal) : await this.#woken(conn, engine, req, until, signal);
+      inStep = true;
+      return answer;
+    } catch (err) {
+      inStep = answered(err);
+      throw this.error(err, req.token);
+    } finally {
+      checkout.done(inStep ? conn : undefined);
+      if (!inStep) conn?.close();
+    }
+  }
+
+  /** `request` on `conn` until it answers, `ms` passes or `signal` aborts. */
+  async #on(conn: DedicatedConnection, args: readonly Arg[], key: Buffer, ms: number, signal?: AbortSignal): Promise<Reply> {
+    if (signal?.aborted) throw new TimedOut('abandoned');
+    let onAbort: (() => void) | undefined;
+    const aborted = new Promise<never>((_, reject) => {
+      onAbort = () => reject(new TimedOut('abandoned'));
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+    try {
+      return await Promise.race([bounded(conn.call(args, key), ms), aborted]);
+    } finally {
+      if (onAbort) signal?.removeEventListener('abort', onAbort);
+    }
+  }
+
+  async #blocked(conn: DedicatedConnection, engine: Engine, req: AcquireRequest, until: number, signal?: AbortSignal): Promise<WaitAnswer> {
+    const left = Math.max(0, until - performance.now());
+    // BLOCK 0 would wait without limit: a wait with nothing left is one attempt of 1 ms.
+    const blockMs = Math.min(MAX_BLOCK_MS, Math.max(1, Math.ceil(left)));
+    const words = this.#acquireWords(engine, req, false, blockMs);
+    return asFence(await this.#on(conn, words, req.key, blockMs + this.options.timeoutMs, signal), 'ACQUIRE');
+  }
+
+  /**
+   * Waiting where the server cannot block (the Functions engine): attempts, each refused one
+   * followed by a `BLPOP` on the key's wake-up list for as long as `STATUS` shows the holders'
+   * leases to last (`client/src/wake.rs`).
+   */
+  async #woken(conn: DedicatedConnection, engine: Engine, req: AcquireRequest, until: number, signal?: AbortSignal): Promise<WaitAnswer> {
+    const timeout = this.options.timeoutMs;
+    const attempt = this.#acquireWords(engine, req, false);
+    const registering = this.#acquireWords(engine, req, true);
+    const status = request(engine, 'status', req.key, []);
+    const send = async (args: readonly Arg[], ms = timeout): Promise<Reply> => {
+      try {
+        return await this.#on(conn, args, req.key, ms, signal);
+      } catch (err) {
+        if (err instanceof ErrorReply && err.code === 'NOSCRIPT') {
+          await this.#on(conn, ['SCRIPT', 'LOAD', SCRIPT], req.key, timeout, signal);
+          return this.#on(conn, args, req.key, ms, signal);
+        }
+        throw err;
+      }
+    };
+    let fence = asFence(await send(attempt), 'ACQUIRE');
+    for (;;) {
+      if (fence !== null) return fence;
+      const left = until - performance.now();
+      if (left <= 0) return null;
+      let heldFor = 0;
+      try {
+        heldFor = heldForMs(decodeStatus(await send(status)));
+      } catch (err) {
+        if (!(err instanceof BadReplyError)) throw err;
+      }
+      fence = asFence(await send(registering), 'ACQUIRE');
+      if (fence !== null) return fence;
+      const nap = Math.min(Math.max(heldFor + 1, 5), left);
+      const napMs = Math.max(1, Math.ceil(nap));
+      const seconds = `${Math.floor(napMs / 1000)}.${String(napMs % 1000).padStart(3, '0')}`;
+      await send(['BLPOP', wakeKey(req.key), seconds], napMs + timeout);
+      fence = asFence(await send(attempt), 'ACQUIRE');
+    }
+  }
+}
+
+export { TimedOut };
