@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
-use fencedlock::{DEFAULT_CONFIRM_TIMEOUT, MAX_PERMITS};
+use fencedlock::{KeyProblem, DEFAULT_CONFIRM_TIMEOUT, MAX_PERMITS};
 
 use crate::duration;
 use crate::error::code::BUSY as BUSY_EXIT;
@@ -374,11 +374,23 @@ pub struct ManArgs {
 #[group(id = "lock_key", required = true, multiple = false)]
 pub struct KeyArg {
     /// The lock key (one job, one key); or give it as --key KEY.
-    #[arg(value_name = "KEY")]
+    #[arg(value_name = "KEY", value_parser = lock_key)]
     positional: Option<String>,
     /// The lock key, as an option.
-    #[arg(long = "key", short = 'k', value_name = "KEY")]
+    #[arg(long = "key", short = 'k', value_name = "KEY", value_parser = lock_key)]
     flag: Option<String>,
+}
+
+/// A lock key the clients accept: an empty one is most often an unset shell variable (a
+/// crontab's `run "$JOB"`), and every job with one would share a single lock.
+fn lock_key(key: &str) -> Result<String, String> {
+    match fencedlock::check_key(key) {
+        Ok(()) => Ok(key.to_owned()),
+        Err(KeyProblem::Empty) => Err(
+            "the lock key is empty: a variable that is unset (or empty) where the key comes from expands to nothing; set it, or name the key".into(),
+        ),
+        Err(problem) => Err(format!("{problem} ({key:?})")),
+    }
 }
 
 impl KeyArg {

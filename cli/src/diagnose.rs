@@ -43,6 +43,7 @@ pub fn explain(err: &Error, ctx: Context<'_>) -> CliError {
             None => server(node, source, err.is_unavailable(), ctx),
         },
         Error::Config(msg) => CliError::Usage(format!("{msg}; see `fencedlock --help`")),
+        Error::InvalidKey { .. } => CliError::Usage(err.to_string()),
         other => CliError::Internal(other.to_string()),
     }
 }

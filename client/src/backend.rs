@@ -105,6 +105,28 @@ pub(crate) fn lacks_script(err: &RedisError) -> bool {
     err.kind() == ErrorKind::Server(redis::ServerErrorKind::NoScript)
 }
 
+/// The `library_code` of the first library in a `FUNCTION LIST … WITHCODE` reply (RESP2: a
+/// list of flat field/value lists; RESP3: maps), `None` when there is none.
+pub(crate) fn library_code(libraries: &redis::Value) -> Option<&[u8]> {
+    use redis::Value;
+    let fields: Vec<(&Value, &Value)> = match libraries {
+        Value::Array(libraries) => match libraries.first()? {
+            Value::Array(flat) => flat.chunks_exact(2).map(|pair| (&pair[0], &pair[1])).collect(),
+            Value::Map(pairs) => pairs.iter().map(|(k, v)| (k, v)).collect(),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    fn text(v: &redis::Value) -> Option<&[u8]> {
+        match v {
+            redis::Value::BulkString(bytes) => Some(bytes.as_slice()),
+            redis::Value::SimpleString(s) => Some(s.as_bytes()),
+            _ => None,
+        }
+    }
+    fields.into_iter().find(|(name, _)| text(name) == Some(b"library_code")).and_then(|(_, code)| text(code))
+}
+
 impl std::fmt::Display for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
@@ -126,6 +148,26 @@ mod tests {
     use super::*;
     use crate::node::tests::words;
     use fencedlock_protocol::command::{RELEASE, RENEW, STATUS};
+
+    #[test]
+    fn the_library_code_is_found_in_a_function_list_reply() {
+        use redis::Value;
+        let bulk = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let flat = Value::Array(vec![Value::Array(vec![
+            bulk("library_name"),
+            bulk("fencedlock"),
+            bulk("engine"),
+            bulk("LUA"),
+            bulk("functions"),
+            Value::Array(vec![]),
+            bulk("library_code"),
+            bulk("#!lua name=fencedlock\n"),
+        ])]);
+        assert_eq!(library_code(&flat), Some(&b"#!lua name=fencedlock\n"[..]));
+        let map = Value::Array(vec![Value::Map(vec![(bulk("library_code"), bulk("x"))])]);
+        assert_eq!(library_code(&map), Some(&b"x"[..]));
+        assert_eq!(library_code(&Value::Array(vec![])), None, "no library");
+    }
 
     #[test]
     fn each_engine_names_the_command_its_own_way() {

@@ -245,6 +245,7 @@ impl Engine {
     /// [`Engine::renew`] for a token without a lease: a definite "no longer held" is
     /// `Ok(false)` rather than [`Error::LeaseLost`].
     pub(crate) async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
+        Error::check_key(key)?;
         match self.renew(key, token).await {
             Ok(_deadline) => Ok(true),
             Err(Error::LeaseLost { cause: LossCause::Refused, .. }) => Ok(false),
@@ -258,6 +259,7 @@ impl Engine {
     /// Returns as soon as that answer is known; the RELEASEs to nodes that had not answered
     /// by then finish in the background (each bounded by the per-node timeout).
     pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Error> {
+        Error::check_key(key)?;
         let Some(engine) = self.me.upgrade() else {
             return self.held(self.release_report(key, token).await);
         };

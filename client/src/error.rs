@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use fencedlock_protocol::key::KeyProblem;
 use fencedlock_protocol::{ReplyError, StatusError};
 
 use crate::cause::Cause;
@@ -89,6 +90,17 @@ pub enum Error {
     #[error("invalid configuration: {0}")]
     Config(String),
 
+    /// A lock key the clients refuse (empty, blank, or with a control character): nothing was
+    /// sent. An unset variable in a crontab line makes an empty key, and every job with one
+    /// would share a single lock.
+    #[error("invalid lock key {key:?}: {problem}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// What is wrong with it.
+        problem: KeyProblem,
+    },
+
     /// The key is a semaphore (several holders at once), which a lock's status cannot show:
     /// [`Node::status`](crate::Node::status) on it. Read it with
     /// [`Node::semaphore_status`](crate::Node::semaphore_status) or
@@ -132,9 +144,11 @@ impl Error {
             Error::Contended { .. } | Error::Timeout { .. } | Error::NotConfirmed { .. } => true,
             Error::QuorumNotReached(report) => report.could_still_succeed(),
             Error::Server { source, .. } => Cause::of(source).is_retryable(),
-            Error::LeaseLost { .. } | Error::BadReply { .. } | Error::Config(_) | Error::Semaphore { .. } => {
-                false
-            }
+            Error::LeaseLost { .. }
+            | Error::BadReply { .. }
+            | Error::Config(_)
+            | Error::InvalidKey { .. }
+            | Error::Semaphore { .. } => false,
         }
     }
 
@@ -161,8 +175,15 @@ impl Error {
             | Error::LeaseLost { .. }
             | Error::BadReply { .. }
             | Error::Config(_)
+            | Error::InvalidKey { .. }
             | Error::Semaphore { .. } => false,
         }
+    }
+
+    /// `Ok` for a key the clients send ([`fencedlock_protocol::key::check`]), else
+    /// [`Error::InvalidKey`]: checked before any request.
+    pub(crate) fn check_key(key: &str) -> Result<(), Error> {
+        fencedlock_protocol::key::check(key).map_err(|problem| Error::InvalidKey { key: key.to_owned(), problem })
     }
 
     /// The module's error reply behind an [`Error::Server`], by kind: a bad request, the
@@ -215,6 +236,10 @@ mod tests {
         assert!(server(ErrorKind::Server(ServerErrorKind::BusyLoading), "loading").is_retryable());
         assert!(!server(ErrorKind::Server(ServerErrorKind::ResponseError), "WRONGTYPE").is_retryable());
         assert!(!Error::Config("bad".into()).is_retryable());
+        let empty = Error::check_key("").expect_err("refused");
+        assert!(!empty.is_retryable() && !empty.is_unavailable());
+        assert_eq!(empty.to_string(), "invalid lock key \"\": the lock key is empty (an unset variable expands to nothing)");
+        assert!(Error::check_key("invoice:inv_72").is_ok());
         let lost = Error::LeaseLost { key: "k".into(), cause: LossCause::Expired };
         assert!(!lost.is_retryable());
         assert!(lost.is_lease_lost());

@@ -86,6 +86,7 @@ impl Lease {
         give_up: Instant,
         terms: Terms<'_>,
     ) -> Result<Lease, Error> {
+        Error::check_key(key)?;
         let mut claim =
             Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false, waited: false };
         let mut round = 0u32;

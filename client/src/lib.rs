@@ -237,6 +237,7 @@ pub use election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW, MIN_POLL_I
 pub use error::{Error, LossCause};
 pub use fenced::Fencing;
 pub use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
+pub use fencedlock_protocol::key::{check as check_key, KeyProblem};
 pub use fencedlock_protocol::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus, StatusError};
 pub use keepalive::{KeptLease, LeaseHandle};
 pub use lease::Lease;

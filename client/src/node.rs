@@ -344,14 +344,29 @@ impl Node {
         }
     }
 
-    /// Loads this client's library unless the server has it or a newer one.
+    /// Loads this client's library unless the server has it or a newer one. A library of
+    /// this version whose code differs (changed without a version raise) is replaced too.
     async fn load_library(&self) -> Result<(), Failure> {
-        if self.library_version().await?.is_some_and(|v| v >= functions::VERSION) {
-            return Ok(());
+        match self.library_version().await? {
+            Some(v) if v > functions::VERSION => return Ok(()),
+            Some(v) if v == functions::VERSION && !self.library_differs().await? => return Ok(()),
+            _ => {}
         }
         let mut load = redis::cmd("FUNCTION");
         load.arg("LOAD").arg("REPLACE").arg(functions::LIBRARY);
         self.query::<redis::Value>(&load, None).await.map(drop)
+    }
+
+    /// Whether the server's library's code is other than this client's (`FUNCTION LIST …
+    /// WITHCODE`); `false` when the server will not say (an ACL that denies `FUNCTION LIST`).
+    async fn library_differs(&self) -> Result<bool, Failure> {
+        let mut list = redis::cmd("FUNCTION");
+        list.arg("LIST").arg("LIBRARYNAME").arg(functions::NAME).arg("WITHCODE");
+        match self.query::<redis::Value>(&list, None).await {
+            Ok(libraries) => Ok(backend::library_code(&libraries) != Some(functions::LIBRARY.as_bytes())),
+            Err(Failure::Redis(e)) if cause::answered(&e) => Ok(false),
+            Err(failure) => Err(failure),
+        }
     }
 
     /// The node's pool of waiting connections, for what Redlock remembers about it.
@@ -401,6 +416,7 @@ impl Node {
     }
 
     async fn any_status(&self, key: &str) -> Result<Option<Status>, Error> {
+        Error::check_key(key)?;
         let engine = self.engine_now().await.map_err(|f| self.error("STATUS", f))?;
         let cmd = engine.command(&STATUS, key.as_bytes(), |_| {});
         let reply: Option<StatusReply> = self.query(&cmd, None).await.map_err(|f| self.error("STATUS", f))?;

@@ -12,18 +12,13 @@ pub const SLOTS: u16 = 16384;
 
 /// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
 fn crc16(bytes: &[u8]) -> u16 {
-    bytes.iter().fold(0u16, |crc, &b| {
-        (0..8).fold(
-            crc ^ (u16::from(b) << 8),
-            |crc, _| {
-                if crc & 0x8000 != 0 {
-                    (crc << 1) ^ 0x1021
-                } else {
-                    crc << 1
-                }
-            },
-        )
-    })
+    bytes.iter().fold(0u16, |crc, &b| (crc << 8) ^ crc16_of_byte(((crc >> 8) as u8) ^ b))
+}
+
+/// The CRC16 of one byte `b`, shifted through: the table entry of table-driven CRC16 (the
+/// Functions library keeps these 256 in its source).
+pub(crate) fn crc16_of_byte(b: u8) -> u16 {
+    (0..8).fold(u16::from(b) << 8, |crc, _| if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 })
 }
 
 /// The slot of `key` (`CLUSTER KEYSLOT`), with Redis's hash-tag rule: when the key has a `{`

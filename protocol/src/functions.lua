@@ -15,7 +15,10 @@
 -- floor_key): it keeps the slot's highest fence, so a lock key that is deleted, evicted or
 -- cleaned up never lets a fence repeat. With the floor, an idle lock key expires RETENTION_MS
 -- after its lease ended. Without it (numkeys 1, e.g. typed in redis-cli) fences rise only
--- while the key lives, and the key is never expired by the library.
+-- while the key lives, and the key is never expired by the library. Each slot has exactly one
+-- floor key, `fencedlock:fn-floor:{TAG}`: TAG is the one string of six digits, the first two
+-- 0-7 and the other four 0-3, whose own slot is the lock key's (floor_tag below). Any other
+-- floor key is refused: a second floor for one slot would let fences repeat.
 --
 -- `wake` (fencedlock_protocol::functions::wake_key) is the key's wake-up list: waiters BLPOP
 -- on it between attempts, so the server wakes the longest-blocked one instead of everyone
@@ -30,7 +33,7 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 4
+local VERSION = 5
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
@@ -45,6 +48,8 @@ local EPOCH_GAP = 4294967296
 local FLOOR_PREFIX = 'fencedlock:fn-floor:{'
 local WAKE_PREFIX = 'fencedlock:fn-wake:{'
 local WAKE_TTL_MS = 10000
+-- At most this many lock keys whose floor key this library state has checked (`trusted`).
+local TRUSTED_MAX = 10000
 -- The `kind` field of every lock key the library writes: a hash of an application's that
 -- happens to have `fence` or `holders` fields is WRONGTYPE, as any other value is.
 local KIND = 'fencedlock'
@@ -62,6 +67,33 @@ local E_FENCES_EXHAUSTED = 'ERR fence space exhausted: no fence above 9223372036
 local E_WRONG_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local E_SCRIPT_FUNCTION = 'ERR fencedlock: as a script, the first argument names the function (fencedlock_acquire, _renew, _release, _raise, _cad, _status or _version)'
 local E_KEYS = 'ERR fencedlock: pass the lock key and, optionally, the floor key of its slot (fencedlock:fn-floor:{tag}) and its wake-up list (fencedlock:fn-wake:{tag}:key) as the keys'
+local E_FLOOR_KEY = "ERR fencedlock: wrong floor key; this lock key's is "
+local E_WAKE_KEY = "ERR fencedlock: wrong wake-up list; this lock key's is "
+
+-- CRC16-XMODEM of each byte value (the checksum CLUSTER KEYSLOT hashes with), for key_slot.
+local CRC16 = {
+  0, 4129, 8258, 12387, 16516, 20645, 24774, 28903, 33032, 37161, 41290, 45419, 49548, 53677, 57806, 61935,
+  4657, 528, 12915, 8786, 21173, 17044, 29431, 25302, 37689, 33560, 45947, 41818, 54205, 50076, 62463, 58334,
+  9314, 13379, 1056, 5121, 25830, 29895, 17572, 21637, 42346, 46411, 34088, 38153, 58862, 62927, 50604, 54669,
+  13907, 9842, 5649, 1584, 30423, 26358, 22165, 18100, 46939, 42874, 38681, 34616, 63455, 59390, 55197, 51132,
+  18628, 22757, 26758, 30887, 2112, 6241, 10242, 14371, 51660, 55789, 59790, 63919, 35144, 39273, 43274, 47403,
+  23285, 19156, 31415, 27286, 6769, 2640, 14899, 10770, 56317, 52188, 64447, 60318, 39801, 35672, 47931, 43802,
+  27814, 31879, 19684, 23749, 11298, 15363, 3168, 7233, 60846, 64911, 52716, 56781, 44330, 48395, 36200, 40265,
+  32407, 28342, 24277, 20212, 15891, 11826, 7761, 3696, 65439, 61374, 57309, 53244, 48923, 44858, 40793, 36728,
+  37256, 33193, 45514, 41451, 53516, 49453, 61774, 57711, 4224, 161, 12482, 8419, 20484, 16421, 28742, 24679,
+  33721, 37784, 41979, 46042, 49981, 54044, 58239, 62302, 689, 4752, 8947, 13010, 16949, 21012, 25207, 29270,
+  46570, 42443, 38312, 34185, 62830, 58703, 54572, 50445, 13538, 9411, 5280, 1153, 29798, 25671, 21540, 17413,
+  42971, 47098, 34713, 38840, 59231, 63358, 50973, 55100, 9939, 14066, 1681, 5808, 26199, 30326, 17941, 22068,
+  55628, 51565, 63758, 59695, 39368, 35305, 47498, 43435, 22596, 18533, 30726, 26663, 6336, 2273, 14466, 10403,
+  52093, 56156, 60223, 64286, 35833, 39896, 43963, 48026, 19061, 23124, 27191, 31254, 2801, 6864, 10931, 14994,
+  64814, 60687, 56684, 52557, 48554, 44427, 40424, 36297, 31782, 27655, 23652, 19525, 15522, 11395, 7392, 3265,
+  61215, 65342, 53085, 57212, 44955, 49082, 36825, 40952, 28183, 32310, 20053, 24180, 11923, 16050, 3793, 7920,
+}
+
+-- floor_tag's inverse of the tag -> slot map: the map is linear over GF(2) in the tag's 14
+-- digit bits (each digit is '0' plus at most 3 bits), offset by the slot of '000000'.
+local TAG_ORIGIN = 14824
+local TAG_BASIS = { 9330, 1644, 15661, 3282, 4143, 4379, 6710, 1144, 14597, 13687, 9318, 1604, 13672, 7256 }
 
 local function fail(text)
   return redis.error_reply(text)
@@ -111,19 +143,75 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
-local function starts(s, prefix)
-  return s ~= nil and string.sub(s, 1, #prefix) == prefix
+-- CLUSTER KEYSLOT of `key`: the CRC16 of the key, or of its hash tag (the bytes between the
+-- first '{' and the next '}', when there are any), modulo 16384.
+local function key_slot(key)
+  local open = string.find(key, '{', 1, true)
+  if open then
+    local close = string.find(key, '}', open + 1, true)
+    if close and close > open + 1 then
+      key = string.sub(key, open + 1, close - 1)
+    end
+  end
+  local bxor, byte = bit.bxor, string.byte
+  local hi, lo = 0, 0
+  for i = 1, #key do
+    local v = CRC16[bxor(hi, byte(key, i)) + 1]
+    hi = bxor(lo, (v - v % 256) / 256)
+    lo = v % 256
+  end
+  return (hi * 256 + lo) % 16384
 end
 
+-- The floor tag of `slot` (fencedlock_protocol::functions::floor_tag): six digits, the first
+-- two 0-7 and the other four 0-3 (14 bits), whose own slot is `slot`. Exactly one such tag
+-- hashes to each slot, so each slot has exactly one floor key.
+local function floor_tag(slot)
+  local v, x = bit.bxor(slot, TAG_ORIGIN), 0
+  for i = 1, 14 do
+    if v % 2 == 1 then
+      x = bit.bxor(x, TAG_BASIS[i])
+    end
+    v = (v - v % 2) / 2
+  end
+  local function digit(unit, base)
+    return 48 + (x % (unit * base) - x % unit) / unit
+  end
+  return string.char(digit(2048, 8), digit(256, 8), digit(64, 4), digit(16, 4), digit(4, 4), digit(1, 4))
+end
+
+-- Lock keys whose floor key this library state has checked: a library's Lua state lives until
+-- the library is loaded again, so a busy key pays the checksum once. (A script's locals start
+-- afresh each call: the script form checks every call.) Started afresh at TRUSTED_MAX keys.
+local trusted, trusted_count = {}, 0
+
 -- The lock key, its floor and its wake-up list (each when given): the error reply as the
--- fourth value when the keys are wrong.
+-- fourth value when the keys are wrong. A floor or wake-up list other than the lock key's own
+-- is refused: fences kept in a second floor could repeat, and releases pushed onto another
+-- list would wake nobody.
 local function keys_of(keys)
-  local floor, wake = keys[2], keys[3]
-  if #keys < 1 or #keys > 3 or (floor ~= nil and not starts(floor, FLOOR_PREFIX))
-    or (wake ~= nil and not starts(wake, WAKE_PREFIX)) then
+  local key, floor, wake = keys[1], keys[2], keys[3]
+  if #keys < 1 or #keys > 3 then
     return nil, nil, nil, E_KEYS
   end
-  return keys[1], floor, wake
+  if floor ~= nil and trusted[key] ~= floor then
+    local expected = FLOOR_PREFIX .. floor_tag(key_slot(key)) .. '}'
+    if floor ~= expected then
+      return nil, nil, nil, E_FLOOR_KEY .. expected
+    end
+    if trusted_count >= TRUSTED_MAX then
+      trusted, trusted_count = {}, 0
+    end
+    trusted[key] = floor
+    trusted_count = trusted_count + 1
+  end
+  if wake ~= nil then
+    local expected = WAKE_PREFIX .. string.sub(floor, #FLOOR_PREFIX + 1) .. ':' .. key
+    if wake ~= expected then
+      return nil, nil, nil, E_WAKE_KEY .. expected
+    end
+  end
+  return key, floor, wake
 end
 
 -- The lock key's state: { fence, permits, holders = { {fence, token, deadline_us, label or
@@ -213,11 +301,26 @@ local function run_id()
   return run
 end
 
+-- The highest fence this library state has issued or raised a lock to (nil before its first,
+-- and in every call of the script form). A floor deleted by FLUSHALL or DEL starts a new epoch
+-- at the wall clock's ms, and two such starts within one ms (two FLUSHALLs, or clients whose
+-- commands run in one event-loop pass) would otherwise begin at the same fence.
+local issued
+
+local function note_issued(fence)
+  if issued == nil or fence > issued then
+    issued = fence
+  end
+end
+
 -- The fence of a new grant on a key whose last fence is `key_fence`, kept in the floor (or in
 -- the key's own `lock.run`, without a floor). A new epoch (another server process than the
--- one that last granted: a restart, a promotion, a slot's new owner) starts at the wall
--- clock's floor, ms x FENCES_PER_MS, or EPOCH_GAP above the last fence when the clock is behind
--- it, so grants its predecessor made and this server never saw cannot be repeated.
+-- one that last granted: a restart, a promotion, a slot's new owner, a deleted floor) starts
+-- at the wall clock's floor, ms x FENCES_PER_MS, or EPOCH_GAP above the last fence when the
+-- clock is behind it, so grants its predecessor made and this server never saw cannot be
+-- repeated. It also starts above every fence this library state issued; a fresh state (a
+-- (re)load of the library) cannot know what its predecessor issued in this ms and starts at
+-- the next one.
 local function next_fence(key, floor, key_fence, now)
   local run = run_id()
   local base, seen
@@ -232,6 +335,11 @@ local function next_fence(key, floor, key_fence, now)
   end
   if seen ~= run then
     local at = math.floor(now / 1000) * FENCES_PER_MS
+    if issued == nil then
+      at = at + FENCES_PER_MS
+    elseif issued > at then
+      at = issued
+    end
     if at > base then
       base = at
     else
@@ -247,6 +355,7 @@ local function next_fence(key, floor, key_fence, now)
   else
     redis.call('HSET', key, 'run', run)
   end
+  note_issued(fence)
   return fence
 end
 
@@ -378,6 +487,7 @@ local function raise(keys, args)
   if fence > lock.fence then
     lock.fence = fence
     mine[1] = fence
+    note_issued(fence)
     store(key, floor, lock, now)
     if floor then
       local got = tonumber(redis.call('HGET', floor, 'fence')) or 0

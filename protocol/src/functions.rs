@@ -6,10 +6,12 @@
 //! `FCALL fencedlock_acquire 2 key floor token ttl_ms …`: `floor` is [`floor_key`] of the
 //! key, the one key of the key's slot that keeps the slot's highest fence (a script may touch
 //! only the keys it is given, and a lock key of any name must find its floor in its own slot).
-//! With numkeys 1 the call still works, but fences then rise only while the key lives (and the
-//! key is never expired by the library). See `functions.lua` for the rest.
+//! The library refuses any other floor key, and any wake-up list but [`wake_key`]: a second
+//! floor for one slot would let fences repeat. With numkeys 1 the call still works, but fences
+//! then rise only while the key lives (and the key is never expired by the library). See
+//! `functions.lua` for the rest.
 
-use crate::cluster::{key_slot, slot_tag};
+use crate::cluster::{key_slot, SLOTS};
 use crate::command::{Command, ACQUIRE, CAD, RAISE, RELEASE, RENEW, STATUS};
 
 /// The library's source, for `FUNCTION LOAD REPLACE` (its first line names the library).
@@ -26,8 +28,19 @@ pub fn eval_script() -> &'static str {
 pub const NAME: &str = "fencedlock";
 
 /// The library's version, replied by [`VERSION_FUNCTION`]: a client loads the library when
-/// the server's is missing or older. Raise it with every change to `functions.lua`.
-pub const VERSION: u64 = 4;
+/// the server's is missing or older (or of this version with other code). Raise it with every
+/// change to `functions.lua`, and pin the new source's [`SOURCE_DIGEST`] beside it: servers
+/// that run an older library of the same number would otherwise keep it.
+pub const VERSION: u64 = 5;
+
+/// [`source_digest`] of the library at [`VERSION`]. A test fails when `functions.lua` changes
+/// and this does not, which is the reminder to raise [`VERSION`] with it.
+pub const SOURCE_DIGEST: u64 = 0x4589bd685061afbb;
+
+/// FNV-1a (64 bits) of the library's source: a change detector, not a security measure.
+pub fn source_digest() -> u64 {
+    LIBRARY.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+}
 
 /// The function that replies the loaded library's [`VERSION`] (read-only, like `_status`).
 pub const VERSION_FUNCTION: &str = "fencedlock_version";
@@ -85,21 +98,64 @@ pub fn takes_wake(command: &Command) -> bool {
     function(command) == Some("fencedlock_release")
 }
 
+/// The start of the library's refusal of a floor key other than the lock key's own; the
+/// expected key follows.
+pub const WRONG_FLOOR_KEY: &str = "ERR fencedlock: wrong floor key; this lock key's is ";
+
+/// The start of the library's refusal of a wake-up list other than the lock key's own; the
+/// expected list follows.
+pub const WRONG_WAKE_KEY: &str = "ERR fencedlock: wrong wake-up list; this lock key's is ";
+
+/// How long a floor tag is.
+pub const FLOOR_TAG_LEN: usize = 6;
+
+/// The floor tag of `slot`: the one string of six ASCII digits, the first two `0`–`7` and the
+/// other four `0`–`3`, whose own slot (`CLUSTER KEYSLOT`) is `slot`. The 16,384 such strings
+/// hash to 16,384 different slots, so each slot has exactly one floor key, and the library can
+/// tell it from any other name: a second floor for the same slot would let fences repeat.
+///
+/// (The Functions library computes it from the slot with `TAG_ORIGIN` and `TAG_BASIS`: the map
+/// from a tag's 14 digit bits to its slot is linear over GF(2), so its inverse is 14 numbers.)
+pub fn floor_tag(slot: u16) -> [u8; FLOOR_TAG_LEN] {
+    static BY_SLOT: std::sync::OnceLock<Vec<u16>> = std::sync::OnceLock::new();
+    let by_slot = BY_SLOT.get_or_init(|| {
+        let mut by_slot = vec![0; usize::from(SLOTS)];
+        for bits in 0..SLOTS {
+            by_slot[usize::from(key_slot(&tag_of_bits(bits)))] = bits;
+        }
+        by_slot
+    });
+    tag_of_bits(by_slot[usize::from(slot % SLOTS)])
+}
+
+/// The tag whose digits carry `bits` (the low 14): 3, 3, 2, 2, 2 and 2 bits, high bits first.
+fn tag_of_bits(bits: u16) -> [u8; FLOOR_TAG_LEN] {
+    const WIDTHS: [u32; FLOOR_TAG_LEN] = [3, 3, 2, 2, 2, 2];
+    let mut tag = [b'0'; FLOOR_TAG_LEN];
+    let mut shift = WIDTHS.iter().sum::<u32>();
+    for (digit, width) in tag.iter_mut().zip(WIDTHS) {
+        shift -= width;
+        // At most 3 bits: the cast cannot truncate.
+        *digit += ((bits >> shift) & ((1 << width) - 1)) as u8;
+    }
+    tag
+}
+
 /// The wake-up list of `key`: `fencedlock:fn-wake:{tag}:key`, in `key`'s slot.
 pub fn wake_key(key: &[u8]) -> Vec<u8> {
     let mut name = WAKE_KEY_PREFIX.as_bytes().to_vec();
-    name.extend_from_slice(slot_tag(key_slot(key)).to_string().as_bytes());
+    name.extend_from_slice(&floor_tag(key_slot(key)));
     name.extend_from_slice(b"}:");
     name.extend_from_slice(key);
     name
 }
 
-/// The floor key of `key`'s slot: `fencedlock:fn-floor:{tag}`, with the slot's tag
-/// ([`slot_tag`]), so it hashes to the same slot as `key` on any Redis Cluster (and is one of
-/// at most 16,384 keys elsewhere).
+/// The floor key of `key`'s slot: `fencedlock:fn-floor:{tag}`, with the slot's [`floor_tag`],
+/// so it hashes to the same slot as `key` on any Redis Cluster (and is one of at most 16,384
+/// keys elsewhere).
 pub fn floor_key(key: &[u8]) -> Vec<u8> {
     let mut name = FLOOR_KEY_PREFIX.as_bytes().to_vec();
-    name.extend_from_slice(slot_tag(key_slot(key)).to_string().as_bytes());
+    name.extend_from_slice(&floor_tag(key_slot(key)));
     name.push(b'}');
     name
 }
@@ -214,5 +270,70 @@ mod tests {
         }
         assert_ne!(FLOOR_KEY_PREFIX, crate::cluster::FLOOR_KEY_PREFIX);
         assert_ne!(wake_key(b"a"), wake_key(b"b"), "one list per lock key");
+        // Values the README and the other languages' tests show.
+        assert_eq!(floor_key(b"lockk"), b"fencedlock:fn-floor:{221102}");
+        assert_eq!(&floor_tag(0), b"253312");
+        assert_eq!(wake_key(b"lockk"), b"fencedlock:fn-wake:{221102}:lockk");
+    }
+
+    #[test]
+    fn every_slot_has_exactly_one_floor_tag_of_the_documented_shape() {
+        let mut tags = std::collections::HashSet::new();
+        for slot in 0..SLOTS {
+            let tag = floor_tag(slot);
+            assert_eq!(key_slot(&tag), slot);
+            let (high, low) = tag.split_at(2);
+            assert!(high.iter().all(|d| (b'0'..=b'7').contains(d)) && low.iter().all(|d| (b'0'..=b'3').contains(d)));
+            tags.insert(tag);
+        }
+        // 8 * 8 * 4^4 strings of that shape, each the tag of one slot: no slot has a second.
+        assert_eq!(tags.len(), 8 * 8 * 4 * 4 * 4 * 4);
+    }
+
+    /// The number after `local NAME = ` in the Lua source.
+    fn lua_number(name: &str) -> u64 {
+        let start = LIBRARY.find(&format!("\nlocal {name} = ")).unwrap_or_else(|| panic!("no local {name}"));
+        let line = LIBRARY[start + 1..].lines().next().unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn the_lua_computes_the_same_floor_tags() {
+        // The CRC16 table of key_slot, as the protocol's checksum gives it.
+        let rows: Vec<String> = (0..256u16)
+            .collect::<Vec<_>>()
+            .chunks(16)
+            .map(|row| {
+                let crcs: Vec<String> =
+                    row.iter().map(|&b| crate::cluster::crc16_of_byte(u8::try_from(b).unwrap()).to_string()).collect();
+                format!("  {},", crcs.join(", "))
+            })
+            .collect();
+        let table = format!("local CRC16 = {{\n{}\n}}\n", rows.join("\n"));
+        assert!(LIBRARY.contains(&table), "functions.lua's CRC16 table should be\n{table}");
+        // floor_tag's inverse: the Lua's arithmetic, replayed over every slot.
+        let origin = lua_number("TAG_ORIGIN");
+        let start = LIBRARY.find("local TAG_BASIS = { ").unwrap() + "local TAG_BASIS = { ".len();
+        let basis: Vec<u64> =
+            LIBRARY[start..].split(" }").next().unwrap().split(", ").map(|n| n.parse().unwrap()).collect();
+        assert_eq!(basis.len(), 14);
+        for slot in 0..SLOTS {
+            let v = u64::from(slot) ^ origin;
+            let bits = (0..14).filter(|i| v >> i & 1 == 1).fold(0, |x, i| x ^ basis[i]);
+            assert_eq!(tag_of_bits(u16::try_from(bits).unwrap()), floor_tag(slot), "slot {slot}");
+        }
+        assert!(LIBRARY.contains(&format!("\nlocal E_FLOOR_KEY = \"{WRONG_FLOOR_KEY}\"\n")));
+        assert!(LIBRARY.contains(&format!("\nlocal E_WAKE_KEY = \"{WRONG_WAKE_KEY}\"\n")));
+    }
+
+    #[test]
+    fn the_version_follows_the_source() {
+        assert_eq!(
+            source_digest(),
+            SOURCE_DIGEST,
+            "functions.lua changed: raise VERSION (now {VERSION}) and pin SOURCE_DIGEST = {:#018x}, \
+             or servers running version {VERSION} keep their older code",
+            source_digest()
+        );
     }
 }

@@ -19,6 +19,7 @@ pub mod config;
 pub mod epoch;
 mod error;
 pub mod functions;
+pub mod key;
 pub mod limits;
 pub mod request;
 mod status;

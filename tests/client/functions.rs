@@ -403,7 +403,7 @@ async fn fenced_redlock_fences_increase_across_majorities_of_module_less_masters
 }
 
 /// The library's own refusals (its keys, and as a script its first argument): clear errors
-/// that create nothing.
+/// that create nothing, the wrong floor key or wake-up list answered with the right one.
 #[test]
 fn the_librarys_own_refusals_are_clear_errors_that_change_nothing() {
     let server = module_less();
@@ -414,12 +414,33 @@ fn the_librarys_own_refusals_are_clear_errors_that_change_nothing() {
         let err = server.cmd::<fencedlock::redis::Value>(words).expect_err("refused");
         assert!(err.to_string().contains(text), "{err}");
     };
+    // The client's error shows the reply without its `ERR ` code.
+    let text = |start: &str, key: &[u8]| format!("{}{}", &start["ERR ".len()..], String::from_utf8_lossy(key));
+    let (wrong_floor, wrong_wake) = (text(functions::WRONG_FLOOR_KEY, &floor), text(functions::WRONG_WAKE_KEY, &wake));
+    refused(&[b"FCALL", b"fencedlock_acquire", b"2", b"k", b"not-a-floor", b"t", b"1000"], &wrong_floor);
+    refused(&[b"FCALL", b"fencedlock_release", b"3", b"k", &floor, b"not-a-wake-list", b"t"], &wrong_wake);
     let keys = "pass the lock key and, optionally, the floor key of its slot";
-    refused(&[b"FCALL", b"fencedlock_acquire", b"2", b"k", b"not-a-floor", b"t", b"1000"], keys);
-    refused(&[b"FCALL", b"fencedlock_release", b"3", b"k", &floor, b"not-a-wake-list", b"t"], keys);
     refused(&[b"FCALL", b"fencedlock_acquire", b"4", b"k", &floor, &wake, b"x", b"t", b"1000"], keys);
     let function = "as a script, the first argument names the function";
     refused(&[b"EVALSHA", sha.as_bytes(), b"1", b"k", b"fencedlock_nope", b"t"], function);
     refused(&[b"EVALSHA", sha.as_bytes(), b"1", b"k"], function);
     assert_eq!(server.cmd::<i64>(&["DBSIZE"]).expect("DBSIZE"), 0, "nothing was written");
+}
+
+/// A client finds a library of its own version number with other code (changed without a
+/// version raise) and replaces it, instead of running that code's fences.
+#[tokio::test]
+async fn a_library_of_the_same_version_with_other_code_is_replaced() {
+    let server = module_less();
+    let altered = functions::LIBRARY.replace("local RETENTION_MS = ", "-- altered\nlocal RETENTION_MS = ");
+    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", &altered]).expect("loaded");
+    let version: u64 = server.cmd(&["FCALL_RO", functions::VERSION_FUNCTION, "0"]).expect("version");
+    assert_eq!(version, functions::VERSION, "the altered library claims this client's version");
+
+    let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    assert_eq!(locker.node().detect_engine().await.expect("detected"), Engine::Functions);
+    let listed: fencedlock::redis::Value =
+        server.cmd(&["FUNCTION", "LIST", "LIBRARYNAME", functions::NAME, "WITHCODE"]).expect("FUNCTION LIST");
+    let code = format!("{listed:?}");
+    assert!(!code.contains("-- altered"), "the client's own library is loaded now");
 }
