@@ -246,7 +246,7 @@ pub fn apply_semaphore(call: &Call) -> Result<Reply, LockError> {
         return Err(LockError::InternalCommand);
     }
     let (high_water, record) = record::parse_applysem(&call.args_from(2))?;
-    store_applied(call, high_water, Lock::from_semaphore_record(&record, clock::now())?)
+    store_applied(call, high_water, Lock::from_semaphore_record(record, clock::now())?)
 }
 
 /// Stores an applied record's lock in place of the key's, and takes in its fences.

@@ -7,7 +7,6 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::OnceLock;
 
-use fencedlock_protocol::limits::MAX_FENCE;
 use redis_module::native_types::RedisType;
 use redis_module::raw;
 
@@ -117,16 +116,14 @@ impl Source for Rdb {
     }
 }
 
-/// Returns null, which fails the load (or the `RESTORE`), for a truncated or malformed value.
+/// Returns null, which fails the load (or the `RESTORE`), for a value `record::load` refuses: a
+/// layout it cannot read, or a state that breaks an invariant of the commands. The log names
+/// why, never a token.
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", std::ptr::null_mut(), || {
-        if !record::READABLE_VERSIONS.contains(&encver) {
-            log_warning(&format!("fencedlock: unknown lock encoding version {encver}"));
-            return std::ptr::null_mut();
-        }
         let now = clock::now();
-        match record::load(&mut Rdb(rdb), encver, |s| Lock::from_snapshot(&s, now).ok()) {
-            Some(mut lock) => {
+        match record::load(&mut Rdb(rdb), encver, |s| Lock::from_snapshot(s, now)) {
+            Ok(mut lock) => {
                 // A restored or loaded fence must never be issued again.
                 observe(lock.fence());
                 // SAFETY: a live IO of a key being loaded (RDB, AOF preamble, RESTORE) or of aux
@@ -143,8 +140,8 @@ unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *m
                 }
                 Box::into_raw(Box::new(lock)).cast()
             }
-            None => {
-                log_warning("fencedlock: refusing a truncated or malformed lock value");
+            Err(refused) => {
+                log_warning(&format!("fencedlock: refusing a lock value: {refused}"));
                 std::ptr::null_mut()
             }
         }
@@ -256,19 +253,17 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     guard("aux_save", (), || raw::save_unsigned(rdb, high_water().get()));
 }
 
-/// Raises (never lowers) the mark to the one saved with the data set.
+/// Raises (never lowers) the mark to the one saved with the data set; a mark `record::load_mark`
+/// refuses fails the load.
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    guard("aux_load", raw::REDISMODULE_ERR as c_int, || {
-        // The same layout in every version so far.
-        match record::READABLE_VERSIONS.contains(&encver).then(|| raw::load_unsigned(rdb).ok()).flatten() {
-            Some(mark) => {
-                observe(mark.min(MAX_FENCE));
-                raw::REDISMODULE_OK as c_int
-            }
-            None => {
-                log_warning("fencedlock: refusing a truncated high-water mark");
-                raw::REDISMODULE_ERR as c_int
-            }
+    guard("aux_load", raw::REDISMODULE_ERR as c_int, || match record::load_mark(&mut Rdb(rdb), encver) {
+        Ok(mark) => {
+            observe(mark);
+            raw::REDISMODULE_OK as c_int
+        }
+        Err(refused) => {
+            log_warning(&format!("fencedlock: refusing the high-water mark: {refused}"));
+            raw::REDISMODULE_ERR as c_int
         }
     })
 }

@@ -20,12 +20,12 @@ mod mutex;
 pub mod record;
 mod semaphore;
 pub mod terms;
+pub mod validate;
 
 use holder::Holder;
 use mutex::Mutex;
 use record::{Holding, Record, SemaphoreRecord, Snapshot};
 use semaphore::{Permit, Semaphore};
-use terms::{check_label, check_token};
 pub use terms::{Acquired, Ask, Expired, Micros, Moment, Released, Span};
 
 /// `tracked_at` of a value with no live reclaim entry (no bucket has this number).
@@ -368,35 +368,31 @@ impl Lock {
         }
     }
 
-    /// Rebuilds a lock from a record received at `now`, rejecting anything we would never write.
+    /// Rebuilds a mutex key from a record received at `now` (see [`Lock::from_snapshot`]).
     pub fn from_record(record: &Record<'_>, now: Micros) -> Result<Self, LockError> {
-        if record.fence > MAX_FENCE {
-            return Err(LockError::BadRecord);
-        }
-        let mutex = match &record.holder {
-            None => Mutex::ended(now),
-            Some(holding) => {
-                check_token(holding.token).map_err(|_| LockError::BadRecord)?;
-                holding.label.map_or(Ok(()), check_label).map_err(|_| LockError::BadRecord)?;
-                Mutex::held(Holder::loaded(holding, now))
+        Ok(Self::from_snapshot(Snapshot::Mutex(record.clone()), now)?)
+    }
+
+    /// Rebuilds a semaphore key from its record received at `now` (see [`Lock::from_snapshot`]).
+    pub fn from_semaphore_record(record: SemaphoreRecord<'_>, now: Micros) -> Result<Self, LockError> {
+        Ok(Self::from_snapshot(Snapshot::Semaphore(record), now)?)
+    }
+
+    /// Rebuilds a lock of either kind from its snapshot received at `now`: the one way a state
+    /// from elsewhere (RDB, `RESTORE`, `APPLY`, `APPLYSEM`, a slot floor) becomes a value. It is
+    /// refused unless it keeps every invariant the commands keep (`validate`).
+    pub fn from_snapshot(snapshot: Snapshot<'_>, now: Micros) -> Result<Self, validate::Broken> {
+        validate::snapshot(&snapshot)?;
+        let (fence, kind) = match snapshot {
+            Snapshot::Mutex(Record { fence, holder }) => {
+                let mutex = holder.map_or(Mutex::ended(now), |h| Mutex::held(Holder::loaded(&h, now)));
+                (fence, Kind::Mutex(mutex))
+            }
+            Snapshot::Semaphore(record) => {
+                (record.fence, Kind::Semaphore(Box::new(Semaphore::loaded(&record, now))))
             }
         };
-        Ok(Self { fence: record.fence, kind: Kind::Mutex(mutex), tracked_at: 0 })
-    }
-
-    /// Rebuilds a lock of either kind from its snapshot received at `now`.
-    pub fn from_snapshot(snapshot: &Snapshot<'_>, now: Micros) -> Result<Self, LockError> {
-        match snapshot {
-            Snapshot::Mutex(record) => Self::from_record(record, now),
-            Snapshot::Semaphore(record) => Self::from_semaphore_record(record, now),
-        }
-    }
-
-    /// Rebuilds a semaphore key from its record received at `now` (see
-    /// `Semaphore::from_record`).
-    pub fn from_semaphore_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Self, LockError> {
-        let semaphore = Box::new(Semaphore::from_record(record, now)?);
-        Ok(Self { fence: record.fence, kind: Kind::Semaphore(semaphore), tracked_at: 0 })
+        Ok(Self { fence, kind, tracked_at: 0 })
     }
 
     /// When the lease ended or will end (a holder's deadline is when it expires): the start of

@@ -2,14 +2,17 @@
 //! `SemaphoreRecord` for a semaphore key), their RDB layout ([`save`], [`load`]), the `APPLYSEM`
 //! holders' blob, and the parsing of `FENCEDLOCK.APPLY` / `APPLYSEM` arguments. The FFI side
 //! gives the RDB stream (`ffi/datatype.rs`) and sends the records to replicas and the AOF
-//! (`ffi/replication.rs`).
+//! (`ffi/replication.rs`). This file reads the layout only; whether a value read is one the
+//! commands could have made is `validate`'s to say, at `Lock::from_snapshot`.
 //!
 //! A record carries the *remaining* lease time, not a deadline: the receiver sets its deadline
 //! from its own clock when it applies the record, so lag and restarts can only lengthen a lease.
 
-use fencedlock_protocol::limits::MAX_FENCE;
+use fencedlock_protocol::limits::MAX_PERMITS;
+use thiserror::Error;
 
 use super::terms::{parse_u64, Micros};
+use super::validate::{self, Broken};
 use crate::error::LockError;
 
 /// A lock's state as it travels (see [`Record`] and [`SemaphoreRecord`]).
@@ -93,9 +96,9 @@ pub fn decode_holders(mut blob: &[u8]) -> Option<Vec<PermitHolding<'_>>> {
 }
 
 /// The arguments of `FENCEDLOCK.APPLY key high_water fence [token remaining_us [label]]` after
-/// the key.
+/// the key. The values' rules are `validate`'s (the mark's here, the record's when it is built).
 pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<(u64, Record<'a>), LockError> {
-    let num = |b: &[u8]| parse_u64(b).filter(|n| *n <= MAX_FENCE).ok_or(LockError::BadRecord);
+    let num = |b: &[u8]| parse_u64(b).ok_or(LockError::BadRecord);
     let holding =
         |token, remaining, label| Ok::<_, LockError>(Holding { token, remaining: num(remaining)?, label });
     let (high_water, fence, holder) = match args {
@@ -106,16 +109,19 @@ pub fn parse_apply<'a>(args: &[&'a [u8]]) -> Result<(u64, Record<'a>), LockError
         }
         _ => return Err(LockError::BadRecord),
     };
+    validate::high_water(high_water)?;
     Ok((high_water, Record { fence, holder }))
 }
 
 /// The arguments of `FENCEDLOCK.APPLYSEM key high_water fence permits holders` after the key.
 pub fn parse_applysem<'a>(args: &[&'a [u8]]) -> Result<(u64, SemaphoreRecord<'a>), LockError> {
-    let num = |b: &[u8]| parse_u64(b).filter(|n| *n <= MAX_FENCE).ok_or(LockError::BadRecord);
+    let num = |b: &[u8]| parse_u64(b).ok_or(LockError::BadRecord);
     let [hw, fence, permits, holders] = args else { return Err(LockError::BadRecord) };
     let permits = u32::try_from(num(permits)?).map_err(|_| LockError::BadRecord)?;
     let holders = decode_holders(holders).ok_or(LockError::BadRecord)?;
-    Ok((num(hw)?, SemaphoreRecord { fence: num(fence)?, permits, holders }))
+    let high_water = num(hw)?;
+    validate::high_water(high_water)?;
+    Ok((high_water, SemaphoreRecord { fence: num(fence)?, permits, holders }))
 }
 
 /// The on-disk encoding version. Bump it when the layout below changes; a load refuses
@@ -182,25 +188,45 @@ pub fn save(snapshot: &Snapshot<'_>, out: &mut impl Sink) {
     }
 }
 
+/// Why a saved value was not loaded: its layout ([`load`]'s rules), or an invariant it breaks
+/// (`validate`'s). The text is for the server's log and never holds a token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum Refused {
+    #[error("encoding version {0} is not one this module reads")]
+    UnknownVersion(i32),
+    #[error("the value is truncated or not in the layout")]
+    Truncated,
+    #[error("holder tag {tag} does not exist in encoding version {encver}")]
+    UnknownTag { tag: u64, encver: i32 },
+    #[error("a count of {0} holders, more than any semaphore admits")]
+    HolderCount(u64),
+    #[error("it breaks an invariant: {0}")]
+    Broken(#[from] Broken),
+}
+
 /// Reads a value saved with encoding `encver` and hands its record to `build` (the record
-/// borrows the input's buffers); `None` for a truncated or malformed value.
+/// borrows the input's buffers), which checks and keeps it (`Lock::from_snapshot`). Refuses a
+/// version it does not know, a truncated input, a tag the version does not have, and whatever
+/// `build` refuses.
 pub fn load<S: Source, T>(
     input: &mut S,
     encver: i32,
-    build: impl FnOnce(Snapshot<'_>) -> Option<T>,
-) -> Option<T> {
-    let fence = input.unsigned()?;
+    build: impl FnOnce(Snapshot<'_>) -> Result<T, Broken>,
+) -> Result<T, Refused> {
+    if !READABLE_VERSIONS.contains(&encver) {
+        return Err(Refused::UnknownVersion(encver));
+    }
+    let fence = input.unsigned().ok_or(Refused::Truncated)?;
     let (token_buf, label_buf);
-    let holder = match input.unsigned()? {
+    let holder = match input.unsigned().ok_or(Refused::Truncated)? {
         NO_HOLDER => None,
-        tag @ (HOLDER | LABELLED_HOLDER) => {
-            token_buf = input.bytes()?;
-            let remaining = input.unsigned()?;
+        // Encver 1 had no labels.
+        tag @ (HOLDER | LABELLED_HOLDER) if tag == HOLDER || encver >= 2 => {
+            token_buf = input.bytes().ok_or(Refused::Truncated)?;
+            let remaining = input.unsigned().ok_or(Refused::Truncated)?;
             let label = match tag {
-                // Encver 1 had no labels: that tag there is a corrupt value.
-                LABELLED_HOLDER if encver < 2 => return None,
                 LABELLED_HOLDER => {
-                    label_buf = input.bytes()?;
+                    label_buf = input.bytes().ok_or(Refused::Truncated)?;
                     Some(label_buf.as_ref())
                 }
                 _ => None,
@@ -208,29 +234,42 @@ pub fn load<S: Source, T>(
             Some(Holding { token: token_buf.as_ref(), remaining, label })
         }
         SEMAPHORE if encver >= 3 => return load_semaphore(input, fence, build),
-        _ => return None,
+        tag => return Err(Refused::UnknownTag { tag, encver }),
     };
-    build(Snapshot::Mutex(Record { fence, holder }))
+    Ok(build(Snapshot::Mutex(Record { fence, holder }))?)
+}
+
+/// Reads the high-water mark saved as aux data with encoding `encver` (the same layout, one
+/// number, in every version so far).
+pub fn load_mark<S: Source>(input: &mut S, encver: i32) -> Result<u64, Refused> {
+    if !READABLE_VERSIONS.contains(&encver) {
+        return Err(Refused::UnknownVersion(encver));
+    }
+    let mark = input.unsigned().ok_or(Refused::Truncated)?;
+    validate::high_water(mark)?;
+    Ok(mark)
 }
 
 /// A semaphore value after its fence and tag (see [`save`]).
 fn load_semaphore<S: Source, T>(
     input: &mut S,
     fence: u64,
-    build: impl FnOnce(Snapshot<'_>) -> Option<T>,
-) -> Option<T> {
-    let permits = u32::try_from(input.unsigned()?).ok()?;
-    let count = input.unsigned()?;
-    // A corrupt count must not size an allocation: no more holders than permits are valid.
-    if count > u64::from(permits) {
-        return None;
+    build: impl FnOnce(Snapshot<'_>) -> Result<T, Broken>,
+) -> Result<T, Refused> {
+    let permits = input.unsigned().ok_or(Refused::Truncated)?;
+    let permits = u32::try_from(permits).map_err(|_| Broken::PermitsOutOfRange(permits))?;
+    let count = input.unsigned().ok_or(Refused::Truncated)?;
+    // The loop below runs once per holder: a corrupt count must not run it past the largest
+    // valid one. (Holders against the key's own count are `validate`'s.)
+    if count > u64::from(MAX_PERMITS) {
+        return Err(Refused::HolderCount(count));
     }
     let mut buffers = Vec::new();
     for _ in 0..count {
-        let fence = input.unsigned()?;
-        let token = input.bytes()?;
-        let remaining = input.unsigned()?;
-        let label = input.bytes()?;
+        let fence = input.unsigned().ok_or(Refused::Truncated)?;
+        let token = input.bytes().ok_or(Refused::Truncated)?;
+        let remaining = input.unsigned().ok_or(Refused::Truncated)?;
+        let label = input.bytes().ok_or(Refused::Truncated)?;
         buffers.push((fence, token, remaining, label));
     }
     let holders = buffers
@@ -244,7 +283,7 @@ fn load_semaphore<S: Source, T>(
             },
         })
         .collect();
-    build(Snapshot::Semaphore(SemaphoreRecord { fence, permits, holders }))
+    Ok(build(Snapshot::Semaphore(SemaphoreRecord { fence, permits, holders }))?)
 }
 
 #[cfg(test)]
@@ -281,7 +320,7 @@ mod tests {
         let mut tape = Tape::default();
         save(snapshot, &mut tape);
         tape.0.truncate(tape.0.len() - cut);
-        load(&mut tape, encver, |s| Some(format!("{s:?}")))
+        load(&mut tape, encver, |s| Ok(format!("{s:?}"))).ok()
     }
 
     #[test]

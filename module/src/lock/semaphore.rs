@@ -6,14 +6,11 @@
 //! expired holder: a late `RELEASE` is then told "expired" rather than "not yours", a grant
 //! knows it took a permit over, and each expiry is counted once.
 
-use fencedlock_protocol::command::permits_ok;
-use fencedlock_protocol::limits::MAX_FENCE;
 use fencedlock_protocol::{PermitStatus, SemaphoreStatus};
 
 use super::holder::Holder;
 use super::record::{Holding, PermitHolding, SemaphoreRecord};
-use super::terms::{check_label, check_token, Expired, Micros, Released};
-use crate::error::LockError;
+use super::terms::{Expired, Micros, Released};
 
 /// The holders of a semaphore key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,25 +130,14 @@ impl Semaphore {
         SemaphoreRecord { fence, permits: self.permits, holders }
     }
 
-    /// Rebuilds the holders from a record received at `now`, refusing anything we would never
-    /// write: a count of 1 or above the limit, more holders than permits, a bad token or label,
-    /// a token twice, fences not strictly increasing or above the key's.
-    pub fn from_record(record: &SemaphoreRecord<'_>, now: Micros) -> Result<Semaphore, LockError> {
-        let SemaphoreRecord { fence, permits, holders } = record;
-        let bad = |ok: bool| if ok { Ok(()) } else { Err(LockError::BadRecord) };
-        bad(*fence <= MAX_FENCE && *permits > 1 && permits_ok(u64::from(*permits)))?;
-        bad(holders.len() <= *permits as usize)?;
-        let mut previous = 0;
-        let mut loaded: Vec<Permit> = Vec::with_capacity(holders.len());
-        for PermitHolding { fence: holder_fence, holding } in holders {
-            bad(previous < *holder_fence && holder_fence <= fence)?;
-            check_token(holding.token).map_err(|_| LockError::BadRecord)?;
-            holding.label.map_or(Ok(()), check_label).map_err(|_| LockError::BadRecord)?;
-            bad(loaded.iter().all(|p| p.holder.token() != holding.token))?;
-            previous = *holder_fence;
-            loaded.push(Permit { fence: *holder_fence, holder: Holder::loaded(holding, now) });
-        }
-        Ok(Semaphore { permits: *permits, holders: loaded, released_at: now })
+    /// The holders of a record received at `now`, which `validate` admitted (`Lock::from_snapshot`).
+    pub fn loaded(record: &SemaphoreRecord<'_>, now: Micros) -> Semaphore {
+        let holders = record
+            .holders
+            .iter()
+            .map(|p| Permit { fence: p.fence, holder: Holder::loaded(&p.holding, now) })
+            .collect();
+        Semaphore { permits: record.permits, holders, released_at: now }
     }
 
     /// Bytes beyond the key's `Lock`: this struct, the list and each holder's token and label.
@@ -159,39 +145,5 @@ impl Semaphore {
         std::mem::size_of::<Self>()
             + self.holders.capacity() * std::mem::size_of::<Permit>()
             + self.holders.iter().map(|p| p.holder.bytes.len()).sum::<usize>()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn malformed_records_are_refused() {
-        let holding = |token: &'static [u8], label| Holding { token, remaining: 10, label };
-        let p = |fence, token| PermitHolding { fence, holding: holding(token, None) };
-        let rec = |fence, permits, holders: Vec<PermitHolding<'static>>| SemaphoreRecord {
-            fence,
-            permits,
-            holders,
-        };
-        assert!(Semaphore::from_record(&rec(9, 3, vec![p(4, b"a"), p(9, b"b")]), 0).is_ok());
-        assert!(Semaphore::from_record(&rec(9, 3, vec![]), 0).is_ok());
-        for bad in [
-            rec(9, 1, vec![p(4, b"a")]),
-            rec(9, 0, vec![]),
-            rec(9, 1025, vec![]),
-            rec(MAX_FENCE + 1, 3, vec![]),
-            rec(9, 2, vec![p(1, b"a"), p(2, b"b"), p(3, b"c")]),
-            rec(9, 3, vec![p(5, b"a"), p(4, b"b")]),
-            rec(9, 3, vec![p(4, b"a"), p(4, b"b")]),
-            rec(9, 3, vec![p(10, b"a")]),
-            rec(9, 3, vec![p(0, b"a")]),
-            rec(9, 3, vec![p(4, b"a"), p(5, b"a")]),
-            rec(9, 3, vec![p(4, b"")]),
-            rec(9, 3, vec![PermitHolding { fence: 4, holding: holding(b"a", Some(b"")) }]),
-        ] {
-            assert_eq!(Semaphore::from_record(&bad, 0), Err(LockError::BadRecord), "{bad:?}");
-        }
     }
 }

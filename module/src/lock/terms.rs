@@ -1,8 +1,8 @@
 //! The words every lock kind and its callers share: the clock's unit, what the decisions
-//! answer, and the checks on a request's bytes (a strict decimal, a token's and a label's length). A leaf: it imports nothing of the crate but the
-//! error type.
+//! answer, and the checks on a request's bytes (a strict decimal, a token's length). A leaf: it
+//! imports nothing of the crate but the error type.
 
-use fencedlock_protocol::command::{label_len_ok, token_len_ok};
+use fencedlock_protocol::command::token_len_ok;
 
 use crate::error::LockError;
 
@@ -73,11 +73,6 @@ pub struct Expired {
 /// Checks a token's length. Its content is opaque bytes.
 pub fn check_token(token: &[u8]) -> Result<(), LockError> {
     token_len_ok(token).then_some(()).ok_or(LockError::BadToken)
-}
-
-/// Checks a label's length. Its content is opaque bytes, and public.
-pub fn check_label(label: &[u8]) -> Result<(), LockError> {
-    label_len_ok(label).then_some(()).ok_or(LockError::BadLabel)
 }
 
 /// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.
