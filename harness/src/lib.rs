@@ -37,6 +37,7 @@ mod lock;
 mod paths;
 mod persistence;
 mod ports;
+mod postgres;
 mod process;
 mod replication;
 mod reply;
@@ -61,6 +62,7 @@ pub use lock::{decode_status, try_decode_semaphore_status, try_decode_status, wa
 pub use paths::{cli_binary, module_path, redis_cli, target_dir, workspace_root};
 pub use persistence::PERSIST_TIMEOUT;
 pub use ports::{pick_port, PORT_MAX, PORT_MIN};
+pub use postgres::{Postgres, PG_PORT_MAX, PG_PORT_MIN, PG_USER};
 pub use replication::{wait_replica_online, SYNC_TIMEOUT};
 pub use reply::{error_text, parse_info};
 pub use reshard::SlotMigration;
