@@ -23,15 +23,21 @@ from .errors import (
     Unavailable,
     WrongType,
 )
+from ._election import Leader
+from .election import Election, Leadership
 from .lease import Lease
 from .locker import Locker
+from .redlock import Redlock
 
 __all__ = [
     "BadReply",
     "Cause",
+    "Election",
     "Engine",
     "FencedLockError",
     "InvalidArgument",
+    "Leader",
+    "Leadership",
     "Lease",
     "LeaseLost",
     "Locker",
@@ -40,6 +46,7 @@ __all__ = [
     "NotAcquired",
     "PermitStatus",
     "PermitsMismatch",
+    "Redlock",
     "ReplyError",
     "SemaphoreStatus",
     "ServerError",

@@ -47,7 +47,7 @@ def checkout(pool: Any) -> Callable[[], Any]:
         inspect.Parameter.POSITIONAL_OR_KEYWORD,
     ):
         return lambda: pool.get_connection("FENCEDLOCK")
-    return lambda: pool.get_connection()  # type: ignore[no-any-return]
+    return lambda: pool.get_connection()
 
 
 def blpop_timeout(nap: float) -> str:

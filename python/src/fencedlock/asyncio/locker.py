@@ -1,0 +1,181 @@
+"""Leases from one server through the user's ``redis.asyncio`` client: the asyncio twin of
+:class:`fencedlock.Locker`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from typing import AsyncIterator, Optional, Set, Union
+
+import redis.asyncio
+
+from .. import _contract, _keys, _terms, _wire
+from .._wire import Engine, Status
+from ..errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
+from ..locker import BACKOFF, EngineName, engine_choice
+from ._server import Server
+from .lease import Lease, LostCallback
+
+
+class Locker:
+    """``locker = Locker(redis.asyncio.Redis())``; ``lease = await locker.acquire(key,
+    ttl=30)``; ``async with locker.lease(key, ttl=30, wait=10) as lease:``. The same
+    arguments and semantics as :class:`fencedlock.Locker`."""
+
+    def __init__(
+        self,
+        client: redis.asyncio.Redis,
+        *,
+        ttl: _terms.Seconds = 30,
+        timeout: _terms.Seconds = 0.5,
+        engine: EngineName = None,
+        drift_factor: float = 0.01,
+        drift: _terms.Seconds = 0.002,
+        renew_every: Optional[_terms.Seconds] = None,
+    ) -> None:
+        if getattr(client, "connection_pool", None) is None:
+            raise InvalidArgument("fencedlock.asyncio.Locker needs a redis.asyncio.Redis client")
+        self._ttl_ms = _terms.ttl_ms(ttl)
+        request_timeout = _terms.seconds(timeout, "timeout")
+        if request_timeout <= 0:
+            raise InvalidArgument("timeout must be positive")
+        self._clock = _terms.Clock(drift_factor, _terms.seconds(drift, "drift"))
+        self._renew_every = None if renew_every is None else _terms.seconds(renew_every, "renew_every")
+        if self._renew_every is not None and self._renew_every <= 0:
+            raise InvalidArgument("renew_every must be positive")
+        self._server = Server(client, timeout=request_timeout, engine=engine_choice(engine))
+        self._background: Set[asyncio.Task[None]] = set()
+
+    @property
+    def engine(self) -> Optional[Engine]:
+        return self._server.engine
+
+    async def detect_engine(self) -> Engine:
+        return await self._server.detect()
+
+    async def acquire(
+        self,
+        key: str,
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        permits: int = 1,
+        label: Union[str, bytes, None] = None,
+        token: Optional[bytes] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Lease]:
+        """See :meth:`fencedlock.Locker.acquire`. Cancel-safe: a cancelled wait leaves the
+        server's queue, and a grant it may have received is released."""
+        raw_key = _keys.check_key(key)
+        ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
+        wait_s = _terms.wait_seconds(wait)
+        permits = _terms.check_permits(permits)
+        raw_label = _terms.check_label(label)
+        token = _terms.new_token() if token is None else _terms.check_token(token)
+        until = time.monotonic() + wait_s
+        while True:
+            engine = await self._server.detect()
+            sent = time.monotonic()
+            try:
+                if wait_s > 0:
+                    fence = await self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, until)
+                else:
+                    attempt = _wire.acquire(engine, raw_key, token, ttl_ms, label=raw_label, permits=permits)
+                    fence = _wire.fence_of(await self._server.call(attempt, secret=token))
+                break
+            except FencedLockError as err:
+                if err.cause is Cause.TIMED_OUT:
+                    self._release_later(raw_key, token)
+                if not err.is_retryable or time.monotonic() >= until:
+                    raise
+            await asyncio.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
+        if fence is None:
+            return None
+        deadline = self._clock.deadline(sent, ttl_ms)
+        lease = Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every)
+        if self._clock.needs_anchor(time.monotonic() - sent, ttl_ms):
+            try:
+                await lease._renew(None)
+            except Unavailable:
+                if not lease.is_valid():
+                    self._release_later(raw_key, token)
+                    raise
+        if keep_alive:
+            lease.keep_alive(on_lost)
+        return lease
+
+    async def _wait(
+        self, engine: Engine, key: bytes, token: bytes, ttl_ms: int, label: Optional[bytes], permits: int, until: float
+    ) -> Optional[int]:
+        block_ms = max(1, min(int((until - time.monotonic()) * 1000) + 1, _contract.MAX_BLOCK_MS))
+        attempt = _wire.acquire(
+            engine, key, token, ttl_ms, label=label, permits=permits, block_ms=block_ms if engine is Engine.MODULE else None
+        )
+        registering = _wire.acquire(engine, key, token, ttl_ms, label=label, permits=permits, waiting=True)
+        status = _wire.command(engine, _contract.STATUS, key, ())
+        try:
+            return _wire.fence_of(await self._server.wait(attempt, registering, status, key, until, token))
+        except BaseException as err:
+            if not isinstance(err, FencedLockError) or err.cause is not None:
+                self._release_later(key, token)
+            raise
+
+    def _release_later(self, key: bytes, token: bytes) -> None:
+        """Releases in a task, at once and one timeout later (see the sync locker)."""
+
+        async def release() -> None:
+            for pause in (0.0, self._server.timeout):
+                await asyncio.sleep(pause)
+                try:
+                    await self.release(key, token)
+                except FencedLockError:
+                    pass
+
+        task = asyncio.get_running_loop().create_task(release())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    @contextlib.asynccontextmanager
+    async def lease(
+        self,
+        key: str,
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        permits: int = 1,
+        label: Union[str, bytes, None] = None,
+        keep_alive: bool = True,
+        on_lost: Optional[LostCallback] = None,
+    ) -> AsyncIterator[Lease]:
+        """``async with locker.lease(key, ttl=30, wait=10) as lease:``; :class:`NotAcquired`
+        when not granted, so the body never runs unlocked."""
+        lease = await self.acquire(key, ttl, wait=wait, permits=permits, label=label, keep_alive=keep_alive, on_lost=on_lost)
+        if lease is None:
+            raise NotAcquired(key)
+        async with lease:
+            yield lease
+
+    async def status(self, key: str) -> Optional[Status]:
+        raw_key = _keys.check_key(key)
+        engine = await self._server.detect()
+        return _wire.decode_status(await self._server.call(_wire.command(engine, _contract.STATUS, raw_key, ())))
+
+    async def release_token(self, key: str, token: bytes) -> bool:
+        return await self.release(_keys.check_key(key), _terms.check_token(token))
+
+    async def renew(self, key: bytes, token: bytes, ttl_ms: int, timeout: Optional[float] = None) -> Optional[float]:
+        engine = await self._server.detect()
+        sent = time.monotonic()
+        args = _wire.command(engine, _contract.RENEW, key, (token, ttl_ms))
+        bound = min(timeout or self._server.timeout, self._server.timeout)
+        if not _wire.flag_of(await self._server.call(args, secret=token, timeout=bound)):
+            return None
+        return self._clock.deadline(sent, ttl_ms)
+
+    async def release(self, key: bytes, token: bytes) -> bool:
+        engine = await self._server.detect()
+        args = _wire.command(engine, _contract.RELEASE, key, (token,))
+        return _wire.flag_of(await self._server.call(args, secret=token))

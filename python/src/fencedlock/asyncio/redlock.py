@@ -1,0 +1,173 @@
+"""Fenced Redlock on asyncio: the twin of :class:`fencedlock.Redlock`."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Awaitable, Callable, List, Optional, Sequence
+
+import redis.asyncio
+
+from .. import _contract, _keys, _quorum, _terms, _wire
+from .._quorum import Answer, Tally, Vote
+from ..errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
+from ..locker import BACKOFF, EngineName, engine_choice
+from ._server import Server
+from .lease import Lease, LostCallback
+
+
+class Redlock:
+    """Leases by majority of ``clients``, fences rising across majorities (see
+    :mod:`fencedlock.redlock`)."""
+
+    def __init__(
+        self,
+        clients: Sequence[redis.asyncio.Redis],
+        *,
+        ttl: _terms.Seconds = 30,
+        timeout: _terms.Seconds = 0.25,
+        engine: EngineName = None,
+        drift_factor: float = 0.01,
+        drift: _terms.Seconds = 0.002,
+        renew_every: Optional[_terms.Seconds] = None,
+    ) -> None:
+        if not clients:
+            raise InvalidArgument("Redlock needs at least one client")
+        if len({id(c) for c in clients}) != len(clients):
+            raise InvalidArgument("a client is given twice")
+        self._ttl_ms = _terms.ttl_ms(ttl)
+        request_timeout = _terms.seconds(timeout, "timeout")
+        if request_timeout <= 0:
+            raise InvalidArgument("timeout must be positive")
+        choice = engine_choice(engine)
+        self._servers = [Server(c, timeout=request_timeout, engine=choice) for c in clients]
+        self._timeout = request_timeout
+        self._clock = _terms.Clock(drift_factor, _terms.seconds(drift, "drift"))
+        self._renew_every = None if renew_every is None else _terms.seconds(renew_every, "renew_every")
+        self.quorum = _quorum.quorum(len(clients))
+
+    @property
+    def names(self) -> List[str]:
+        return [s.name for s in self._servers]
+
+    async def acquire(
+        self,
+        key: str,
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Lease]:
+        raw_key = _keys.check_key(key)
+        ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
+        until = time.monotonic() + _terms.wait_seconds(wait)
+        token = _terms.new_token()
+        while True:
+            lease, failure = await self._round(key, raw_key, token, ttl_ms)
+            if lease is not None:
+                if keep_alive:
+                    lease.keep_alive(on_lost)
+                return lease
+            left = until - time.monotonic()
+            if left <= 0:
+                if failure is not None:
+                    raise failure
+                return None
+            await asyncio.sleep(min(random.uniform(*BACKOFF), left))
+
+    async def lease(self, key: str, ttl: Optional[_terms.Seconds] = None, *, wait: Optional[_terms.Seconds] = None,
+                    keep_alive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
+        lease = await self.acquire(key, ttl, wait=wait, keep_alive=keep_alive, on_lost=on_lost)
+        if lease is None:
+            raise NotAcquired(key)
+        return lease
+
+    async def _round(self, key: str, raw_key: bytes, token: bytes, ttl_ms: int) -> tuple[Optional[Lease], Optional[FencedLockError]]:
+        sent = time.monotonic()
+
+        async def ask(server: Server) -> Vote:
+            engine = await server.detect()
+            fence = _wire.fence_of(await server.call(_wire.acquire(engine, raw_key, token, ttl_ms), secret=token))
+            return Answer.REFUSED if fence is None else fence
+
+        votes = await self._parallel(ask, Tally(self.quorum, len(self._servers)))
+        grants = [(i, v) for i, v in enumerate(votes) if isinstance(v, int)]
+        fence: Optional[int] = None
+        if len(grants) >= self.quorum and time.monotonic() < self._clock.deadline(sent, ttl_ms):
+            fence = await self._raise(raw_key, token, [i for i, _ in grants], max(v for _, v in grants))
+        deadline = self._clock.deadline(sent, ttl_ms)
+        if fence is not None and time.monotonic() < deadline:
+            return Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every), None
+        owed = [i for i, v in enumerate(votes) if v is not Answer.REFUSED]
+        await self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed)
+        failure = _quorum.outage(votes)
+        if failure is not None:
+            return None, Unavailable(f"no majority for {key!r}: {_quorum.describe(votes, self.names)}", cause=failure.cause)
+        return None, None
+
+    async def _raise(self, key: bytes, token: bytes, granting: List[int], target: int) -> Optional[int]:
+        async def ask(server: Server) -> Vote:
+            engine = await server.detect()
+            args = _wire.command(engine, _contract.RAISE, key, (token, target))
+            reply = _wire.fence_of(await server.call(args, secret=token))
+            return reply if reply is not None and reply >= target else Answer.REFUSED
+
+        votes = await self._parallel(ask, Tally(self.quorum, len(granting)), only=granting)
+        return target if sum(map(_quorum.is_yes, votes)) >= self.quorum else None
+
+    async def _parallel(
+        self, ask: Callable[[Server], Awaitable[Vote]], tally: Tally, only: Optional[List[int]] = None
+    ) -> List[Vote]:
+        """See the sync twin; requests not waited for go on in the background."""
+        targets = list(range(len(self._servers))) if only is None else only
+        votes: List[Vote] = [Answer.NOT_AWAITED] * len(self._servers)
+
+        async def guarded(server: Server) -> Vote:
+            try:
+                return await ask(server)
+            except FencedLockError as err:
+                return err
+
+        pending = {asyncio.ensure_future(guarded(self._servers[i])): i for i in targets}
+        give_up = time.monotonic() + 4 * self._timeout
+        while pending and not tally.decided():
+            done, _ = await asyncio.wait(pending, timeout=max(give_up - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                break
+            for task in done:
+                i = pending.pop(task)
+                votes[i] = task.result()
+                tally.record(votes[i])
+        return votes
+
+    @staticmethod
+    async def _release_one(server: Server, key: bytes, token: bytes) -> Vote:
+        engine = await server.detect()
+        held = _wire.flag_of(await server.call(_wire.command(engine, _contract.RELEASE, key, (token,)), secret=token))
+        return Answer.YES if held else Answer.REFUSED
+
+    async def renew(self, key: bytes, token: bytes, ttl_ms: int, timeout: Optional[float] = None) -> Optional[float]:
+        sent = time.monotonic()
+
+        async def ask(server: Server) -> Vote:
+            engine = await server.detect()
+            args = _wire.command(engine, _contract.RENEW, key, (token, ttl_ms))
+            return Answer.YES if _wire.flag_of(await server.call(args, secret=token)) else Answer.REFUSED
+
+        votes = await self._parallel(ask, Tally(self.quorum, len(self._servers), either_way=True))
+        held = _quorum.majority_held(votes, self.quorum)
+        if held and time.monotonic() < self._clock.deadline(sent, ttl_ms):
+            return self._clock.deadline(sent, ttl_ms)
+        if held is False:
+            return None
+        raise Unavailable(f"renewal without a majority: {_quorum.describe(votes, self.names)}")
+
+    async def release(self, key: bytes, token: bytes) -> bool:
+        n = len(self._servers)
+        votes = await self._parallel(lambda s: self._release_one(s, key, token), Tally(self.quorum, n, either_way=True))
+        held = _quorum.majority_held(votes, self.quorum)
+        if held is None:
+            raise Unavailable(f"release without a majority's answer: {_quorum.describe(votes, self.names)}")
+        return held

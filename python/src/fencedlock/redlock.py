@@ -1,0 +1,199 @@
+"""Fenced Redlock over N independent masters, each a redis-py client of yours.
+
+A lease is granted when a majority grants it within its validity (ttl minus the time the
+round took minus drift). Plain Redlock has no usable fence: every master counts its own, and
+successive grants from different majorities can carry falling fences. So, as the Rust
+client's ``Fencing::Raise``: after a majority granted with fences ``f_1..f_k``, every granting
+master is asked to ``RAISE`` the key's fence to ``F = max f_i`` (owner-checked), and the
+lease is handed out with fence ``F`` only once a majority confirmed. Any later grant's
+majority shares a master with that confirming majority, which raised before it could grant
+again, so the later fence is higher (while a majority keeps its state; see the Rust docs of
+``fencedlock::Fencing``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import random
+import threading
+import time
+from typing import Any, Callable, List, Optional, Sequence, Union
+
+import redis
+
+from . import _contract, _keys, _quorum, _terms, _wire
+from ._quorum import Answer, Tally, Vote
+from ._server import Server
+from .errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
+from .lease import Lease, LostCallback
+from .locker import BACKOFF, EngineName, engine_choice
+
+
+class Redlock:
+    """Leases by majority of ``clients`` (one per independent master), with fences that rise
+    across successive grants. Give each client a ``socket_timeout``: a master that stops
+    answering then also frees the thread that asked it."""
+
+    def __init__(
+        self,
+        clients: Sequence[redis.Redis],
+        *,
+        ttl: _terms.Seconds = 30,
+        timeout: _terms.Seconds = 0.25,
+        engine: EngineName = None,
+        drift_factor: float = 0.01,
+        drift: _terms.Seconds = 0.002,
+        renew_every: Optional[_terms.Seconds] = None,
+    ) -> None:
+        if not clients:
+            raise InvalidArgument("Redlock needs at least one client")
+        if len({id(c) for c in clients}) != len(clients):
+            raise InvalidArgument("a client is given twice")
+        self._ttl_ms = _terms.ttl_ms(ttl)
+        request_timeout = _terms.seconds(timeout, "timeout")
+        if request_timeout <= 0:
+            raise InvalidArgument("timeout must be positive")
+        choice = engine_choice(engine)
+        self._servers = [Server(c, timeout=request_timeout, engine=choice) for c in clients]
+        self._timeout = request_timeout
+        self._clock = _terms.Clock(drift_factor, _terms.seconds(drift, "drift"))
+        self._renew_every = None if renew_every is None else _terms.seconds(renew_every, "renew_every")
+        self.quorum = _quorum.quorum(len(clients))
+        self._pool = futures.ThreadPoolExecutor(max_workers=4 * len(clients), thread_name_prefix="fencedlock-redlock")
+
+    @property
+    def names(self) -> List[str]:
+        return [s.name for s in self._servers]
+
+    def acquire(
+        self,
+        key: str,
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Lease]:
+        """A lease granted by a majority, or ``None`` while another owner holds it (after
+        rounds with jittered backoff for ``wait`` seconds). :class:`Unavailable` when no
+        majority could answer and none refused."""
+        raw_key = _keys.check_key(key)
+        ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
+        until = time.monotonic() + _terms.wait_seconds(wait)
+        token = _terms.new_token()
+        while True:
+            lease, failure = self._round(key, raw_key, token, ttl_ms)
+            if lease is not None:
+                if keep_alive:
+                    lease.keep_alive(on_lost)
+                return lease
+            left = until - time.monotonic()
+            if left <= 0:
+                if failure is not None:
+                    raise failure
+                return None
+            time.sleep(min(random.uniform(*BACKOFF), left))
+
+    def lease(self, key: str, ttl: Optional[_terms.Seconds] = None, *, wait: Optional[_terms.Seconds] = None,
+              keep_alive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
+        """The lease for ``with``: :class:`NotAcquired` when it was not granted."""
+        lease = self.acquire(key, ttl, wait=wait, keep_alive=keep_alive, on_lost=on_lost)
+        if lease is None:
+            raise NotAcquired(key)
+        return lease
+
+    def _round(self, key: str, raw_key: bytes, token: bytes, ttl_ms: int) -> tuple[Optional[Lease], Optional[FencedLockError]]:
+        sent = time.monotonic()
+
+        def ask(server: Server) -> Vote:
+            engine = server.detect()
+            fence = _wire.fence_of(server.call(_wire.acquire(engine, raw_key, token, ttl_ms), secret=token))
+            return Answer.REFUSED if fence is None else fence
+
+        votes = self._parallel(ask, Tally(self.quorum, len(self._servers)))
+        grants = [(i, v) for i, v in enumerate(votes) if isinstance(v, int)]
+        fence: Optional[int] = None
+        if len(grants) >= self.quorum and time.monotonic() < self._clock.deadline(sent, ttl_ms):
+            fence = self._raise(raw_key, token, [i for i, _ in grants], max(v for _, v in grants))
+        if fence is not None and time.monotonic() < self._clock.deadline(sent, ttl_ms):
+            return Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every), None
+        # No usable majority: give back what any node may have granted (not the refusers').
+        owed = [i for i, v in enumerate(votes) if v is not Answer.REFUSED]
+        self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed)
+        failure = _quorum.outage(votes)
+        if failure is not None:
+            return None, Unavailable(f"no majority for {key!r}: {_quorum.describe(votes, self.names)}", cause=failure.cause)
+        return None, None
+
+    def _raise(self, key: bytes, token: bytes, granting: List[int], target: int) -> Optional[int]:
+        """RAISE on every granting node to ``target``; the fence if a majority confirmed."""
+
+        def ask(server: Server) -> Vote:
+            engine = server.detect()
+            reply = _wire.fence_of(server.call(_wire.command(engine, _contract.RAISE, key, (token, target)), secret=token))
+            return reply if reply is not None and reply >= target else Answer.REFUSED
+
+        votes = self._parallel(ask, Tally(self.quorum, len(granting)), only=granting)
+        return target if sum(map(_quorum.is_yes, votes)) >= self.quorum else None
+
+    def _parallel(self, ask: Callable[[Server], Vote], tally: Tally, only: Optional[List[int]] = None) -> List[Vote]:
+        """``ask`` of every server (or those in ``only``) at once, until ``tally`` is decided
+        or every request's timeout passed; one vote per server, ``NOT_AWAITED`` for those not
+        asked or not waited for."""
+        targets = list(range(len(self._servers))) if only is None else only
+        votes: List[Vote] = [Answer.NOT_AWAITED] * len(self._servers)
+
+        def guarded(server: Server) -> Vote:
+            try:
+                return ask(server)
+            except FencedLockError as err:
+                return err
+
+        pending = {self._pool.submit(guarded, self._servers[i]): i for i in targets}
+        # Detection may take a few requests: a generous bound over one request's timeout.
+        give_up = time.monotonic() + 4 * self._timeout
+        while pending and not tally.decided():
+            done, _ = futures.wait(pending, timeout=max(give_up - time.monotonic(), 0), return_when=futures.FIRST_COMPLETED)
+            if not done:
+                break
+            for future in done:
+                i = pending.pop(future)
+                votes[i] = future.result()
+                tally.record(votes[i])
+        return votes
+
+    @staticmethod
+    def _release_one(server: Server, key: bytes, token: bytes) -> Vote:
+        engine = server.detect()
+        held = _wire.flag_of(server.call(_wire.command(engine, _contract.RELEASE, key, (token,)), secret=token))
+        return Answer.YES if held else Answer.REFUSED
+
+    # -- the lease's authority -----------------------------------------------------------
+
+    def renew(self, key: bytes, token: bytes, ttl_ms: int, timeout: Optional[float] = None) -> Optional[float]:
+        sent = time.monotonic()
+
+        def ask(server: Server) -> Vote:
+            engine = server.detect()
+            held = _wire.flag_of(server.call(_wire.command(engine, _contract.RENEW, key, (token, ttl_ms)), secret=token))
+            return Answer.YES if held else Answer.REFUSED
+
+        votes = self._parallel(ask, Tally(self.quorum, len(self._servers), either_way=True))
+        held = _quorum.majority_held(votes, self.quorum)
+        if held and time.monotonic() < self._clock.deadline(sent, ttl_ms):
+            return self._clock.deadline(sent, ttl_ms)
+        if held is False:
+            return None
+        raise Unavailable(f"renewal without a majority: {_quorum.describe(votes, self.names)}")
+
+    def release(self, key: bytes, token: bytes) -> bool:
+        n = len(self._servers)
+        votes = self._parallel(lambda s: self._release_one(s, key, token), Tally(self.quorum, n, either_way=True))
+        held = _quorum.majority_held(votes, self.quorum)
+        if held is None:
+            raise Unavailable(f"release without a majority's answer: {_quorum.describe(votes, self.names)}")
+        return held
+
+    def close(self) -> None:
+        """Stops the threads that ask the masters (requests still out finish first)."""
+        self._pool.shutdown(wait=False)
