@@ -12,3 +12,4 @@ mod differences;
 mod engines;
 mod managed;
 mod table;
+mod trust;
