@@ -42,8 +42,16 @@ function normalise(value: unknown): Reply {
   throw new ConnectionFailure(`unexpected reply type ${typeof value}`);
 }
 
+/** Whether `err` is node-redis's `ErrorReply` (or a subclass, e.g. `SimpleError`): the server answered. */
+function isReply(err: unknown): err is Error {
+  for (let proto: unknown = err; proto; proto = Object.getPrototypeOf(proto)) {
+    if ((proto as { constructor?: { name?: string } }).constructor?.name === 'ErrorReply') return true;
+  }
+  return false;
+}
+
 function failure(err: unknown): Error {
-  if (err instanceof Error && err.constructor.name.endsWith('ErrorReply')) return new ErrorReply(err.message);
+  if (isReply(err)) return new ErrorReply(err.message);
   return err instanceof Error ? err : new ConnectionFailure(String(err));
 }
 

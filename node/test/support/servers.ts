@@ -91,8 +91,8 @@ export class TestServer {
     if (this.spec.setup === 'module') args.push('--loadmodule', MODULE);
     else {
       const deny = this.spec.setup === 'managed-no-function' ? ' -function' : '';
-      args.push('--user', `default on nopass ~* &* +@all -module -config -debug${deny}`);
-      args.push('--user', `${ADMIN.user} on >${ADMIN.password} ~* &* +@all`);
+      args.push('--user', ...`default on nopass ~* &* +@all -module -config -debug${deny}`.split(' '));
+      args.push('--user', ...`${ADMIN.user} on >${ADMIN.password} ~* &* +@all`.split(' '));
     }
     return [...args, ...this.spec.args];
   }
