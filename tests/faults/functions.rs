@@ -16,8 +16,8 @@
 //! - `keys`: `DEL`, `FLUSHDB` / `FLUSHALL`, idle cleanup, and the floor-less form (numkeys 1).
 //! - `failover`: replica promotion (confirmed and lost grants), two failovers in a row, an old
 //!   primary that comes back.
-//! - `limits`: no FIFO among waiters, and a fence raised past the wall clock after the floor
-//!   is gone.
+//! - `limits`: no FIFO among waiters, and (on the script form) a fence raised past the wall
+//!   clock after the floor is gone.
 
 mod crash;
 mod failover;
@@ -148,6 +148,46 @@ pub fn floor_fence(server: &Server, key: &str) -> Option<u64> {
 /// The server process's `run_id`, which the library stores in the floor.
 pub fn run_id(server: &Server) -> String {
     server.info_field("server", "run_id").unwrap_or_else(|| panic!("{}: no run_id", server.addr()))
+}
+
+/// How a raw request reaches the library: `FCALL`, or the same source run as a script
+/// (`EVALSHA`), which keeps nothing between calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Form {
+    Library,
+    /// The script's SHA1.
+    Script(String),
+}
+
+impl Form {
+    /// Both forms on `server` (the library loaded, the script loaded).
+    pub fn both(server: &Server) -> [Form; 2] {
+        let sha: String = server
+            .cmd(&["SCRIPT", "LOAD", functions::eval_script()])
+            .unwrap_or_else(|e| panic!("SCRIPT LOAD on {}: {}", server.addr(), error_text(&e)));
+        [Form::Library, Form::Script(sha)]
+    }
+
+    /// `function` on `keys`, then `args`, as this form sends it.
+    pub fn request(&self, function: &str, keys: &[&str], args: &[&str]) -> redis::Cmd {
+        let mut cmd = match self {
+            Form::Library => redis::cmd("FCALL").arg(function).take(),
+            Form::Script(sha) => redis::cmd("EVALSHA").arg(sha).take(),
+        };
+        cmd.arg(keys.len()).arg(keys);
+        if matches!(self, Form::Script(_)) {
+            cmd.arg(function);
+        }
+        cmd.arg(args).take()
+    }
+
+    /// The client's engine for this form.
+    pub fn engine(&self) -> Engine {
+        match self {
+            Form::Library => Engine::Functions,
+            Form::Script(_) => Engine::Script,
+        }
+    }
 }
 
 /// Milliseconds since 1970 on this machine's clock, which the servers here share.

@@ -4,8 +4,9 @@
 //! - No FIFO: a script cannot block, so a release only wakes a waiter, which asks again; a
 //!   newcomer that asks in between is granted ahead of it (the module queues waiters in order
 //!   and hands the lease to the first inside the release).
-//! - Once the floor is gone too (`FLUSHALL`), fences come from the wall clock alone: a fence
-//!   raised past it (or a clock stepped back by as much) is undercut by the next grant.
+//! - Once the floor is gone too (`FLUSHALL`), fences come from the wall clock and what the
+//!   library's state remembers; the script form remembers nothing, so there a fence raised past
+//!   the clock (or a clock stepped back by as much) is undercut by the next grant.
 //!
 //! Not shown by a test: leases run on the server's wall clock (`TIME`; a script has no
 //! monotonic clock), so a clock stepped forward ends leases early and one stepped back lengthens
@@ -76,26 +77,44 @@ async fn a_newcomer_asking_at_the_release_is_granted_ahead_of_the_waiter_that_as
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn after_flushall_a_fence_raised_past_the_wall_clock_is_undercut() {
+async fn after_flushall_a_fence_raised_past_the_wall_clock_stays_below_the_library_but_not_the_script() {
     // The assumption of `flushdb_and_flushall_take_the_floor_too_…` broken on purpose: a
     // holder raises its fence 10^9 above the wall-clock epoch (about 16 minutes of it, what a
-    // clock stepped back by that much would do), then the floor is flushed.
+    // clock stepped back by that much would do), then the floor is flushed. The library's
+    // state remembers the raise and starts the next epoch above it; the script form keeps
+    // nothing between calls, and its next grant is undercut.
     let server = module_less(Server::builder());
-    let locker = locker(&server, HELD_TTL);
-    let mut resource = FencedResource::default();
-    let lease = locker.try_acquire("raised:k").await.expect("granted");
-    let target = epoch_at(wall_ms()) + 1_000_000_000;
-    let raised: Option<u64> =
-        call(&server, &RAISE, "raised:k", &[lease.token().as_bytes(), target.to_string().as_bytes()])
-            .unwrap_or_else(|e| panic!("raise: {}", error_text(&e)));
-    assert_eq!(raised, Some(target));
-    assert!(resource.write(target));
-    assert!(locker.release_token("raised:k", lease.token()).await.expect("release"));
-    drop(lease.detach());
+    for form in Form::both(&server) {
+        let locker = Locker::open(
+            &server.url(),
+            config(HELD_TTL).engine(EngineChoice::Only(form.engine())).build().expect("config"),
+        )
+        .expect("locker");
+        let mut resource = FencedResource::default();
+        let lease = locker.try_acquire("raised:k").await.expect("granted");
+        let target = epoch_at(wall_ms()) + 1_000_000_000;
+        let raised: Option<u64> =
+            call(&server, &RAISE, "raised:k", &[lease.token().as_bytes(), target.to_string().as_bytes()])
+                .unwrap_or_else(|e| panic!("raise: {}", error_text(&e)));
+        assert_eq!(raised, Some(target));
+        assert!(resource.write(target));
+        assert!(locker.release_token("raised:k", lease.token()).await.expect("release"));
+        drop(lease.detach());
 
-    let _: () = server.cmd(&["FLUSHALL"]).expect("FLUSHALL");
-    let next = locker.try_acquire("raised:k").await.expect("granted");
-    assert!(next.fence() < target, "{} vs the raised {target}", next.fence());
-    assert!(!resource.write(next.fence()), "the rightful next holder is refused by the resource");
-    assert!(next.release().await.expect("release"));
+        let _: () = server.cmd(&["FLUSHALL"]).expect("FLUSHALL");
+        let _: String =
+            server.cmd(&["SCRIPT", "LOAD", functions::eval_script()]).expect("the script survives FLUSHALL");
+        let next = locker.try_acquire("raised:k").await.expect("granted");
+        match form {
+            Form::Library => {
+                assert!(next.fence() > target, "{} vs the raised {target}", next.fence());
+                assert!(resource.write(next.fence()), "the next holder's write is taken");
+            }
+            Form::Script(_) => {
+                assert!(next.fence() < target, "{} vs the raised {target}", next.fence());
+                assert!(!resource.write(next.fence()), "the rightful next holder is refused by the resource");
+            }
+        }
+        assert!(next.release().await.expect("release"));
+    }
 }
