@@ -415,8 +415,10 @@ fn the_librarys_own_refusals_are_clear_errors_that_change_nothing() {
         assert!(err.to_string().contains(text), "{err}");
     };
     // The client's error shows the reply without its `ERR ` code.
-    let text = |start: &str, key: &[u8]| format!("{}{}", &start["ERR ".len()..], String::from_utf8_lossy(key));
-    let (wrong_floor, wrong_wake) = (text(functions::WRONG_FLOOR_KEY, &floor), text(functions::WRONG_WAKE_KEY, &wake));
+    let text =
+        |start: &str, key: &[u8]| format!("{}{}", &start["ERR ".len()..], String::from_utf8_lossy(key));
+    let (wrong_floor, wrong_wake) =
+        (text(functions::WRONG_FLOOR_KEY, &floor), text(functions::WRONG_WAKE_KEY, &wake));
     refused(&[b"FCALL", b"fencedlock_acquire", b"2", b"k", b"not-a-floor", b"t", b"1000"], &wrong_floor);
     refused(&[b"FCALL", b"fencedlock_release", b"3", b"k", &floor, b"not-a-wake-list", b"t"], &wrong_wake);
     let keys = "pass the lock key and, optionally, the floor key of its slot";

@@ -116,11 +116,17 @@ fn a_foreign_wake_up_list_is_refused_and_nothing_is_written() {
         let (floor, wake) = (functions::floor_key(b"w:k"), functions::wake_key(b"w:k"));
         acquire(&server, &library, "w:k", "holder").expect("granted");
         let before = keys_of(&server);
-        let foreign: [&[u8]; 3] = [b"fencedlock:fn-wake:{x}:w:k", b"fencedlock:fn-wake:{x}:y", &functions::wake_key(b"y")];
+        let foreign: [&[u8]; 3] =
+            [b"fencedlock:fn-wake:{x}:w:k", b"fencedlock:fn-wake:{x}:y", &functions::wake_key(b"y")];
         for list in foreign {
             // A waiter's acquire that names a foreign list, and a release that does.
             let err = server
-                .query::<Value>(&raw(&library, "fencedlock_acquire", &[b"w:k", &floor, list], &[b"waiter", b"1000"]))
+                .query::<Value>(&raw(
+                    &library,
+                    "fencedlock_acquire",
+                    &[b"w:k", &floor, list],
+                    &[b"waiter", b"1000"],
+                ))
                 .expect_err("refused");
             names(&err, functions::WRONG_WAKE_KEY, &wake);
             let err = server
@@ -172,7 +178,8 @@ fn two_flushalls_in_one_millisecond_never_repeat_a_library_fence() {
                 for i in 0..ROUNDS {
                     let _: () = redis::cmd("FLUSHALL").query(&mut conn).expect("FLUSHALL");
                     let args = [format!("c{c}-{i}").into_bytes(), b"60000".to_vec()];
-                    let request = library_request(&Library::Functions, &ACQUIRE, b"{0}k", Keys::WithFloor, &args);
+                    let request =
+                        library_request(&Library::Functions, &ACQUIRE, b"{0}k", Keys::WithFloor, &args);
                     // Another client's grant may hold the key until its own FLUSHALL.
                     if let Some(fence) = request.query::<Option<u64>>(&mut conn).expect("acquire") {
                         fences.push(fence);
