@@ -97,7 +97,8 @@ class Server:
 
     def client(self, **kwargs: Any) -> "redis.Redis[bytes]":
         """A client of the default user (the application's)."""
-        return redis.Redis(port=self.port, socket_timeout=10, **kwargs)
+        kwargs.setdefault("socket_timeout", 10)
+        return redis.Redis(port=self.port, **kwargs)
 
     def admin(self) -> "redis.Redis[bytes]":
         """A client with every right (CONFIG, DEBUG, DEL of anything)."""

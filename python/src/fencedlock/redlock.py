@@ -119,7 +119,7 @@ class Redlock:
             return Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every), None
         # No usable majority: give back what any node may have granted (not the refusers').
         owed = [i for i, v in enumerate(votes) if v is not Answer.REFUSED]
-        self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed)
+        self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed, settle=True)
         failure = _quorum.outage(votes)
         if failure is not None:
             return None, Unavailable(f"no majority for {key!r}: {_quorum.describe(votes, self.names)}", cause=failure.cause)
@@ -136,7 +136,7 @@ class Redlock:
         votes = self._parallel(ask, Tally(self.quorum, len(granting)), only=granting)
         return target if sum(map(_quorum.is_yes, votes)) >= self.quorum else None
 
-    def _parallel(self, ask: Callable[[Server], Vote], tally: Tally, only: Optional[List[int]] = None) -> List[Vote]:
+    def _parallel(self, ask: Callable[[Server], Vote], tally: Tally, only: Optional[List[int]] = None, settle: bool = False) -> List[Vote]:
         """``ask`` of every server (or those in ``only``) at once, until ``tally`` is decided
         or every request's timeout passed; one vote per server, ``NOT_AWAITED`` for those not
         asked or not waited for."""
@@ -152,7 +152,11 @@ class Redlock:
         pending = {self._pool.submit(guarded, self._servers[i]): i for i in targets}
         # Detection may take a few requests: a generous bound over one request's timeout.
         give_up = time.monotonic() + 4 * self._timeout
-        while pending and not tally.decided():
+        if settle:
+            # A release waits for every answer for one request's time, so that a release
+            # still in flight to a node is not overtaken by the next round's ACQUIRE there.
+            give_up = time.monotonic() + self._timeout
+        while pending and (settle or not tally.decided()):
             done, _ = futures.wait(pending, timeout=max(give_up - time.monotonic(), 0), return_when=futures.FIRST_COMPLETED)
             if not done:
                 break
@@ -188,7 +192,7 @@ class Redlock:
 
     def release(self, key: bytes, token: bytes) -> bool:
         n = len(self._servers)
-        votes = self._parallel(lambda s: self._release_one(s, key, token), Tally(self.quorum, n, either_way=True))
+        votes = self._parallel(lambda s: self._release_one(s, key, token), Tally(self.quorum, n, either_way=True), settle=True)
         held = _quorum.majority_held(votes, self.quorum)
         if held is None:
             raise Unavailable(f"release without a majority's answer: {_quorum.describe(votes, self.names)}")

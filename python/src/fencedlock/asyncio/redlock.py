@@ -101,7 +101,7 @@ class Redlock:
         if fence is not None and time.monotonic() < deadline:
             return Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every), None
         owed = [i for i, v in enumerate(votes) if v is not Answer.REFUSED]
-        await self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed)
+        await self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed, settle=True)
         failure = _quorum.outage(votes)
         if failure is not None:
             return None, Unavailable(f"no majority for {key!r}: {_quorum.describe(votes, self.names)}", cause=failure.cause)
@@ -118,7 +118,7 @@ class Redlock:
         return target if sum(map(_quorum.is_yes, votes)) >= self.quorum else None
 
     async def _parallel(
-        self, ask: Callable[[Server], Awaitable[Vote]], tally: Tally, only: Optional[List[int]] = None
+        self, ask: Callable[[Server], Awaitable[Vote]], tally: Tally, only: Optional[List[int]] = None, settle: bool = False
     ) -> List[Vote]:
         """See the sync twin; requests not waited for go on in the background."""
         targets = list(range(len(self._servers))) if only is None else only
@@ -132,7 +132,11 @@ class Redlock:
 
         pending = {asyncio.ensure_future(guarded(self._servers[i])): i for i in targets}
         give_up = time.monotonic() + 4 * self._timeout
-        while pending and not tally.decided():
+        if settle:
+            # A release waits for every answer for one request's time, so that a release
+            # still in flight to a node is not overtaken by the next round's ACQUIRE there.
+            give_up = time.monotonic() + self._timeout
+        while pending and (settle or not tally.decided()):
             done, _ = await asyncio.wait(pending, timeout=max(give_up - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED)
             if not done:
                 break
@@ -166,7 +170,7 @@ class Redlock:
 
     async def release(self, key: bytes, token: bytes) -> bool:
         n = len(self._servers)
-        votes = await self._parallel(lambda s: self._release_one(s, key, token), Tally(self.quorum, n, either_way=True))
+        votes = await self._parallel(lambda s: self._release_one(s, key, token), Tally(self.quorum, n, either_way=True), settle=True)
         held = _quorum.majority_held(votes, self.quorum)
         if held is None:
             raise Unavailable(f"release without a majority's answer: {_quorum.describe(votes, self.names)}")

@@ -1,0 +1,123 @@
+"""Fences across a restart from the AOF and a replica's promotion; Redlock with a master
+stopped; fences rising across majorities."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+import fencedlock
+from fencedlock import Locker, Redlock
+from servers import Server, Servers
+
+AOF = ["--appendonly", "yes", "--appendfsync", "always"]
+
+
+@pytest.mark.all_flavors
+def test_fences_rise_across_a_kill_9_and_a_restart_from_the_aof(servers: Servers, engine: str) -> None:
+    server = servers.start(engine, args=AOF)
+    locker = Locker(server.client(), ttl=5)
+    before = locker.acquire("k")
+    assert before is not None
+    server.kill()
+    server.start()
+    again = Locker(server.client(), ttl=5)
+    assert again.acquire("k") is None, "the acknowledged lease survived the restart"
+    assert before.release() is True
+    after = again.acquire("k")
+    assert after is not None and after.fence > before.fence
+
+
+@pytest.mark.all_flavors
+def test_fences_after_a_promotion_are_above_the_old_primarys(servers: Servers, engine: str) -> None:
+    primary = servers.start(engine)
+    replica = servers.start(engine, args=["--replicaof", "127.0.0.1", str(primary.port)])
+    locker = Locker(primary.client(), ttl=5)
+    lease = locker.acquire("k")
+    assert lease is not None
+    admin = primary.admin()
+    deadline = time.monotonic() + 10
+    while admin.execute_command("WAIT", 1, 100) < 1:
+        assert time.monotonic() < deadline, "the replica never synced"
+    primary.kill()
+    replica.admin().execute_command("REPLICAOF", "NO", "ONE")
+    promoted = Locker(replica.client(), ttl=5)
+    assert promoted.acquire("k") is None, "the replicated lease is still held"
+    assert promoted.release_token("k", lease.token) is True
+    after = promoted.acquire("k")
+    assert after is not None and after.fence > lease.fence
+
+
+def masters(servers: Servers, engine: str, n: int = 3) -> "list[Server]":
+    return [servers.start(engine) for _ in range(n)]
+
+
+def test_redlock_grants_with_one_master_stopped(servers: Servers, engine: str) -> None:
+    nodes = masters(servers, engine)
+    redlock = Redlock([n.client(socket_timeout=1) for n in nodes], ttl=5, timeout=0.2)
+    first = redlock.acquire("k")
+    assert first is not None and first.release()
+    nodes[1].pause()
+    try:
+        started = time.monotonic()
+        lease = redlock.acquire("k")
+        assert lease is not None and time.monotonic() - started < 1.5
+        assert lease.fence > first.fence
+        assert redlock.acquire("k") is None, "the other two refuse"
+        lease.renew()
+        assert lease.release() is True
+    finally:
+        nodes[1].resume()
+
+
+def test_redlock_with_a_majority_stopped_is_unavailable(servers: Servers, engine: str) -> None:
+    nodes = masters(servers, engine)
+    redlock = Redlock([n.client(socket_timeout=1) for n in nodes], ttl=5, timeout=0.2)
+    assert redlock.acquire("warm") is not None
+    for node in nodes[:2]:
+        node.pause()
+    try:
+        with pytest.raises(fencedlock.Unavailable):
+            redlock.acquire("k")
+    finally:
+        for node in nodes[:2]:
+            node.resume()
+
+
+def test_redlock_fences_rise_across_majorities(servers: Servers, engine: str) -> None:
+    """A takes a high fence on one master; successive grants by other majorities must still
+    carry higher fences (the raise step; with quorum-max alone they would fall)."""
+    nodes = masters(servers, engine)
+    clients = [n.client(socket_timeout=1) for n in nodes]
+    solo = Locker(clients[0], ttl=5)
+    for _ in range(5):
+        lease = solo.acquire("k")
+        assert lease is not None and lease.release()
+    redlock = Redlock(clients, ttl=5, timeout=0.2)
+    fences = []
+    for down in (None, 0, 1, 2, 0):
+        if down is not None:
+            nodes[down].pause()
+        try:
+            lease = redlock.acquire("k", wait=2)
+            assert lease is not None
+            fences.append(lease.fence)
+            assert lease.release() is True
+        finally:
+            if down is not None:
+                nodes[down].resume()
+    assert fences == sorted(fences) and len(set(fences)) == len(fences), fences
+
+
+def test_redlock_kept_alive_and_released(servers: Servers, engine: str) -> None:
+    nodes = masters(servers, engine)
+    redlock = Redlock([n.client(socket_timeout=1) for n in nodes], ttl=0.6, timeout=0.2)
+    lease = redlock.acquire("k", keep_alive=True)
+    assert lease is not None
+    time.sleep(1.2)
+    lease.ensure_valid()
+    assert redlock.acquire("k") is None
+    assert lease.release() is True
+    assert redlock.acquire("k") is not None
