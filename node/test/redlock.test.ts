@@ -1,0 +1,113 @@
+/**
+ * Fenced Redlock over three masters: grants by majority with one master stopped, no majority
+ * (unavailable) with two gone, fences that rise across different majorities (and, with plain
+ * quorum-max fencing, go backwards in the same run), and waiting for a busy lock.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+
+import { QuorumNotReachedError, Redlock } from 'fencedlock';
+import { CLIENTS, client, type Client, type ClientKind } from './support/clients.js';
+import { TestServer } from './support/servers.js';
+
+async function redlockOver(kind: ClientKind, masters: readonly TestServer[], fencing: 'raise' | 'quorum-max' = 'raise'): Promise<{ redlock: Redlock; close(): Promise<void> }> {
+  const clients: Client[] = [];
+  for (const master of masters) clients.push(await client(kind, master.port));
+  const redlock = new Redlock(clients.map((c) => c.client), { ttl: 5000, timeout: 200, fencing });
+  return {
+    redlock,
+    close: async () => {
+      await redlock.close();
+      for (const c of clients) await c.close();
+    },
+  };
+}
+
+for (const kind of CLIENTS) {
+  describe(`Redlock over three masters (${kind})`, () => {
+    let masters: TestServer[];
+    before(async () => {
+      masters = [];
+      for (let i = 0; i < 3; i++) masters.push(await TestServer.start({ setup: 'module' }));
+    });
+    after(async () => {
+      for (const m of masters) {
+        m.signal('SIGCONT');
+        await m.stop();
+      }
+    });
+
+    test('grants by majority with one master stopped; none with two gone', async () => {
+      const { redlock, close } = await redlockOver(kind, masters);
+      try {
+        const first = await redlock.acquire('rl:stop');
+        assert.ok(first);
+        assert.equal(await redlock.acquire('rl:stop'), null, 'held: refused');
+        assert.equal(await first.release(), true);
+        masters[0]?.signal('SIGSTOP');
+        const started = performance.now();
+        const second = await redlock.acquire('rl:stop');
+        assert.ok(second, 'two of three grant');
+        assert.ok(second.fence > first.fence);
+        assert.ok(performance.now() - started < 200, 'the stopped master is not waited for');
+        assert.equal(await second.release(), true);
+        masters[1]?.signal('SIGSTOP');
+        const none = await redlock.acquire('rl:stop').catch((e: unknown) => e);
+        assert.ok(none instanceof QuorumNotReachedError, String(none));
+        assert.ok(none.isUnavailable() && none.isRetryable());
+      } finally {
+        masters[0]?.signal('SIGCONT');
+        masters[1]?.signal('SIGCONT');
+        await close();
+      }
+    });
+
+    test('fenced: fences rise across different majorities; quorum-max goes backwards', async () => {
+      const key = 'rl:fence';
+      // Master 0 issues far higher fences than the others (an epoch started there).
+      await masters[0]?.admin(['DEBUG', 'RELOAD']);
+      // Plain quorum-max first: the raise would lift the others' high-water marks for good.
+      for (const fencing of ['quorum-max', 'raise'] as const) {
+        for (const m of masters) await m.admin(['DEL', key]);
+        const { redlock, close } = await redlockOver(kind, masters, fencing);
+        try {
+          // The first majority is {0, 1}, the next {1, 2}.
+          masters[2]?.signal('SIGSTOP');
+          const high = await redlock.acquire(key);
+          masters[2]?.signal('SIGCONT');
+          assert.ok(high);
+          await high.release();
+          masters[0]?.signal('SIGSTOP');
+          const next = await redlock.acquire(key);
+          masters[0]?.signal('SIGCONT');
+          assert.ok(next);
+          await next.release();
+          if (fencing === 'raise') assert.ok(next.fence > high.fence, `${next.fence} after ${high.fence}`);
+          else assert.ok(next.fence < high.fence, 'plain Redlock: a later majority without master 0 goes backwards');
+        } finally {
+          masters[0]?.signal('SIGCONT');
+          masters[2]?.signal('SIGCONT');
+          await close();
+        }
+      }
+    });
+
+    test('a waiter is granted at the release', async () => {
+      const { redlock, close } = await redlockOver(kind, masters);
+      try {
+        const holder = await redlock.acquire('rl:wait');
+        assert.ok(holder);
+        const waiting = redlock.acquire('rl:wait', { wait: 5000 });
+        await new Promise((r) => setTimeout(r, 100));
+        const releasedAt = performance.now();
+        await holder.release();
+        const lease = await waiting;
+        assert.ok(lease && lease.fence > holder.fence);
+        assert.ok(performance.now() - releasedAt < 500, 'at the release, not at a poll');
+        await lease.release();
+      } finally {
+        await close();
+      }
+    });
+  });
+}
