@@ -1,0 +1,148 @@
+"""Every fact of the wire contract the package restates is read back from the protocol
+crate's source (``protocol/src``), and the shipped library is a byte-for-byte copy of
+``functions.lua``: when the crate changes, this fails until the package follows
+(``python/sync-library`` refreshes the copy)."""
+
+from __future__ import annotations
+
+import binascii
+import re
+from pathlib import Path
+
+import fencedlock
+from fencedlock import _contract, _keys, _wire
+from fencedlock.errors import Cause
+
+PROTOCOL = Path(__file__).resolve().parents[2] / "protocol" / "src"
+
+
+def source(name: str) -> str:
+    return (PROTOCOL / name).read_text()
+
+
+def rust_const(text: str, name: str) -> int:
+    """The value of ``pub const NAME: T = expr;`` (integer arithmetic and shifts)."""
+    found = re.search(rf"pub const {name}: \w+ = ([^;]+);", text)
+    assert found, f"{name} not found"
+    expr = found.group(1).strip()
+    if re.fullmatch(r"[A-Z_]+", expr):
+        return rust_const(text, expr)
+    expr = expr.replace("i64::MAX as u64", str((1 << 63) - 1)).replace("_", "")
+    assert re.fullmatch(r"[\d\s()*+<-]+", expr), expr
+    return int(eval(expr))  # digits and operators only, checked above
+
+
+def rust_str(text: str, name: str) -> str:
+    found = re.search(rf'pub const {name}: &str = "([^"]*)";', text)
+    assert found, f"{name} not found"
+    return found.group(1)
+
+
+def test_the_shipped_library_is_the_protocols() -> None:
+    assert _wire.LIBRARY == source("functions.lua"), "run python/sync-library"
+
+
+def test_limits() -> None:
+    limits = source("limits.rs")
+    for name in ("MAX_TOKEN_LEN", "MAX_LABEL_LEN", "MAX_PERMITS", "DEFAULT_MAX_TTL_MS", "MAX_MAX_TTL_MS",
+                 "MAX_FENCE", "EPOCH_GAP", "MAX_BLOCK_MS"):
+        assert getattr(_contract, name) == rust_const(limits, name), name
+    assert _contract.SLOTS == rust_const(source("cluster.rs"), "SLOTS")
+
+
+def test_command_names_and_option_words() -> None:
+    command = source("command.rs")
+    for ident in ("ACQUIRE", "RENEW", "RELEASE", "RAISE", "STATUS"):
+        found = re.search(rf'\b{ident} = "([^"]+)"', command)
+        assert found and getattr(_contract, ident) == found.group(1), ident
+    for word in ("BLOCK", "LABEL", "PERMITS"):
+        assert getattr(_contract, word) == rust_str(command, word)
+
+
+def test_the_libraries_names_version_and_keys() -> None:
+    functions = source("functions.rs")
+    assert _contract.LIBRARY_NAME == rust_str(functions, "NAME")
+    assert _contract.VERSION_FUNCTION == rust_str(functions, "VERSION_FUNCTION")
+    assert _contract.LIBRARY_VERSION == rust_const(functions, "VERSION")
+    assert f"\nlocal VERSION = {_contract.LIBRARY_VERSION}\n" in source("functions.lua")
+    assert _contract.FLOOR_KEY_PREFIX == rust_str(functions, "FLOOR_KEY_PREFIX")
+    assert _contract.WAKE_KEY_PREFIX == rust_str(functions, "WAKE_KEY_PREFIX")
+    assert _contract.WAKE_TTL_MS == rust_const(functions, "WAKE_TTL_MS")
+    assert _contract.MAX_SAFE_FENCE == rust_const(functions, "MAX_SAFE_FENCE")
+    table = dict(re.findall(r"\((\w+), \"(fencedlock_\w+)\"\)", functions))
+    assert {getattr(_contract, k): v for k, v in table.items() if k != "CAD"} == _contract.FUNCTIONS
+    # Which functions take the floor key and the wake-up list.
+    assert "fencedlock_cad\" | \"fencedlock_status" in functions
+    assert _contract.TAKES_FLOOR == set(_contract.FUNCTIONS) - {_contract.STATUS}
+    assert 'function(command) == Some("fencedlock_release")' in functions
+    assert _contract.TAKES_WAKE == {_contract.RELEASE}
+
+
+def test_error_codes_and_prefixes() -> None:
+    error = source("error.rs")
+    prefixes = dict(re.findall(r'ReplyError::(\w+) => "([^"]+)",', error[error.index("fn prefix"):]))
+    codes_block = error[error.index("fn code"):error.index("fn prefix")]
+    tryagain = re.search(r"ReplyError::(\w+) \| ReplyError::(\w+) => \"TRYAGAIN\"", codes_block)
+    wrongtype = re.search(r"ReplyError::(\w+) => \"WRONGTYPE\"", codes_block)
+    assert tryagain and wrongtype
+
+    def python_name(rust: str) -> str:
+        return re.sub(r"(?<!^)(?=[A-Z])", "_", rust).upper()
+
+    assert {python_name(k) for k in prefixes} == {kind.name for kind in _contract.ReplyError}
+    for rust, prefix in prefixes.items():
+        kind = _contract.ReplyError[python_name(rust)]
+        code = "TRYAGAIN" if rust in tryagain.groups() else "WRONGTYPE" if rust == wrongtype.group(1) else "ERR"
+        assert (kind.code, kind.prefix) == (code, prefix), rust
+    bad = re.search(r"fn is_bad_request.*?matches!\((.*?)\)\s*\}", error, re.S)
+    assert bad
+    assert {python_name(k) for k in re.findall(r"ReplyError::(\w+)", bad.group(1))} == {
+        k.name for k in _contract.ReplyError if k.is_bad_request
+    }
+
+
+def test_causes_are_the_rust_clients() -> None:
+    cause = (PROTOCOL.parents[1] / "client" / "src" / "cause.rs").read_text()
+    block = cause[cause.index("pub enum Cause"):cause.index("impl Cause")]
+    rust = re.findall(r"^    (\w+),$", block, re.M)
+    python = {re.sub(r"(?<!^)(?=[A-Z])", "_", name).upper() for name in rust}
+    assert python == {c.name for c in Cause}
+
+
+def test_slots_match_the_protocols_cluster_keyslot_examples() -> None:
+    cluster = source("cluster.rs")
+    examples = re.findall(r'assert_eq!\(key_slot\(b"([^"]+)"\), (\d+)\);', cluster)
+    assert len(examples) >= 3
+    for key, slot in examples:
+        assert _keys.key_slot(key.encode()) == int(slot), key
+    assert binascii.crc_hqx(b"123456789", 0) == 0x31C3
+
+
+def test_floor_tags_follow_the_version_5_rule() -> None:
+    tags = [_keys.floor_tag(slot) for slot in range(_contract.SLOTS)]
+    assert len(set(tags)) == _contract.SLOTS
+    for slot, tag in enumerate(tags):
+        assert re.fullmatch(rb"[0-7]{2}[0-3]{4}", tag), tag
+        assert _keys.key_slot(tag) == slot
+    functions = source("functions.rs")
+    assert rust_const(functions, "FLOOR_TAG_LEN") == 6
+    examples = re.findall(r'assert_eq!\(&floor_tag\((\d+)\), b"(\d+)"\);', functions)
+    examples += [(str(_keys.key_slot(k.encode())), t) for k, t in
+                 re.findall(r'assert_eq!\(floor_key\(b"([^"]+)"\), b"fencedlock:fn-floor:\{(\d+)\}"\);', functions)]
+    assert len(examples) >= 2
+    for slot, tag in examples:
+        assert _keys.floor_tag(int(slot)) == tag.encode(), slot
+    for key, name in re.findall(r'assert_eq!\(wake_key\(b"([^"]+)"\), b"([^"]+)"\);', functions):
+        assert _keys.wake_key(key.encode()) == name.encode()
+    assert _keys.floor_tag(6125) == b"221102" and _keys.key_slot(b"lockk") == 6125
+    assert _keys.floor_key(b"lockk") == b"fencedlock:fn-floor:{221102}"
+    assert _keys.wake_key(b"lockk") == b"fencedlock:fn-wake:{221102}:lockk"
+    for key in (b"invoice:inv_72", b"{user1}.lock", b"a{b", b"\xff\x00"):
+        assert _keys.key_slot(_keys.floor_key(key)) == _keys.key_slot(key)
+        assert _keys.key_slot(_keys.wake_key(key)) == _keys.key_slot(key)
+
+
+def test_the_package_exports_one_error_hierarchy() -> None:
+    for name in ("InvalidArgument", "NotAcquired", "LeaseLost", "Unavailable", "NoEngine", "ServerError", "BadReply"):
+        assert issubclass(getattr(fencedlock, name), fencedlock.FencedLockError)
+    assert issubclass(fencedlock.InvalidArgument, ValueError)

@@ -1,0 +1,88 @@
+"""The pure parts without a server: error classification, status decoding, request words,
+validity arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import redis.exceptions as rexc
+
+from fencedlock import BadReply, Cause, LockStatus, SemaphoreStatus, _server, _terms, _wire
+from fencedlock._wire import Engine
+from fencedlock.errors import (InvalidArgument, PermitsMismatch, ReplyError, ServerError, Unavailable, WrongType,
+                               translate)
+
+
+@pytest.mark.parametrize(
+    "exc, cls, cause",
+    [
+        (rexc.ResponseError("ttl must be a positive integer number of milliseconds"), InvalidArgument, Cause.OTHER),
+        (rexc.ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), WrongType, Cause.OTHER),
+        (rexc.ResponseError("permits mismatch: the key is held with PERMITS 3; ..."), PermitsMismatch, Cause.OTHER),
+        (rexc.ResponseError("BUSY Redis is busy running a script."), Unavailable, Cause.BUSY),
+        (rexc.ResponseError("NOREPLICAS Not enough good replicas to write."), Unavailable, Cause.NO_REPLICAS),
+        (rexc.BusyLoadingError("Redis is loading the dataset in memory"), Unavailable, Cause.NOT_READY),
+        (rexc.ReadOnlyError("You can't write against a read only replica."), Unavailable, Cause.READ_ONLY),
+        (rexc.NoPermissionError("User app has no permissions"), ServerError, Cause.NO_PERMISSION),
+        (rexc.ConnectionError("Connection refused"), Unavailable, Cause.UNREACHABLE),
+        (rexc.TimeoutError("Timeout reading"), Unavailable, Cause.TIMED_OUT),
+        (rexc.AuthenticationError("invalid password"), ServerError, Cause.CREDENTIALS),
+        (rexc.ResponseError("unknown command 'FENCEDLOCK.ACQUIRE', with args beginning with: 'k' 'tok'"), ServerError,
+         Cause.NO_MODULE),
+    ],
+)
+def test_errors_are_classified_by_one_rule(exc: Exception, cls: type, cause: Cause) -> None:
+    err = translate(exc, "n", b"tok")
+    assert type(err) is cls and err.cause is cause
+    assert "tok'" not in str(err)
+    assert err.is_unavailable == (cls is Unavailable)
+
+
+def test_restart_grace_is_unavailable_and_a_moved_key_is_not() -> None:
+    grace = translate(rexc.ResponseError("TRYAGAIN fencedlock restart grace: new grants are refused for another 9 ms"), "n")
+    assert isinstance(grace, Unavailable) and grace.reply_error is ReplyError.RESTART_GRACE
+    moved = translate(rexc.ResponseError("TRYAGAIN fencedlock wait interrupted: ..."), "n")
+    assert not isinstance(moved, Unavailable) and moved.is_retryable
+
+
+def test_status_replies_are_decoded_and_broken_ones_refused() -> None:
+    assert _wire.decode_status(None) is None
+    assert _wire.decode_status([7, 1, 250]) == LockStatus(7, True, 0.25, None)
+    assert _wire.decode_status([7, 1, 250, b"a"]) == LockStatus(7, True, 0.25, b"a")
+    assert _wire.decode_status([7, 0, -1]) == LockStatus(7, False, None, None)
+    sem = _wire.decode_status([9, 2, 3, [[4, 100, b"w"], [9, 250, None]]])
+    assert isinstance(sem, SemaphoreStatus) and sem.free == 1 and [h.fence for h in sem.holders] == [4, 9]
+    for broken in ([0, 0, -1], [7, 2, -1], [7, 1, -1], [7, 0, 5], [7, 0, -1, b"x"], [7, 1],
+                   [9, 2, 3, [[9, 1, None], [4, 1, None]]], [9, 1, 3, [[10, 1, None]]], [9, 2, 1, [[1, 1, None], [2, 1, None]]]):
+        with pytest.raises(BadReply):
+            _wire.decode_status(broken)
+
+
+def test_each_engine_names_the_command_its_own_way() -> None:
+    key = b"k"
+    floor, wake = b"fencedlock:fn-floor:{" + _wire._keys.floor_tag(_wire._keys.key_slot(key)) + b"}", _wire._keys.wake_key(key)
+    assert _wire.acquire(Engine.MODULE, key, b"t", 500) == ("FENCEDLOCK.ACQUIRE", key, b"t", 500)
+    assert _wire.acquire(Engine.MODULE, key, b"t", 500, label=b"w", permits=3, block_ms=0) == (
+        "FENCEDLOCK.ACQUIRE", key, b"t", 500, "LABEL", b"w", "PERMITS", 3, "BLOCK", 0)
+    assert _wire.acquire(Engine.MODULE, key, b"t", 500, permits=1) == ("FENCEDLOCK.ACQUIRE", key, b"t", 500)
+    assert _wire.acquire(Engine.FUNCTIONS, key, b"t", 5) == ("FCALL", "fencedlock_acquire", 2, key, floor, b"t", 5)
+    assert _wire.acquire(Engine.FUNCTIONS, key, b"t", 5, waiting=True) == (
+        "FCALL", "fencedlock_acquire", 3, key, floor, wake, b"t", 5)
+    assert _wire.command(Engine.FUNCTIONS, "FENCEDLOCK.RELEASE", key, (b"t",)) == (
+        "FCALL", "fencedlock_release", 3, key, floor, wake, b"t")
+    assert _wire.command(Engine.FUNCTIONS, "FENCEDLOCK.STATUS", key, ()) == ("FCALL", "fencedlock_status", 1, key)
+    assert _wire.command(Engine.SCRIPT, "FENCEDLOCK.RENEW", key, (b"t", 5)) == (
+        "EVALSHA", _wire.SCRIPT_SHA, 2, key, floor, "fencedlock_renew", b"t", 5)
+
+
+def test_validity_and_naps() -> None:
+    clock = _terms.Clock()
+    assert clock.drift(10_000) == pytest.approx(0.102)
+    assert clock.deadline(100.0, 10_000) == pytest.approx(100 + 10 - 0.102)
+    assert clock.needs_anchor(3.0, 10_000) and not clock.needs_anchor(2.0, 10_000)
+    assert _server.blpop_timeout(1.5) == "1.500" and _server.blpop_timeout(0) == "0.001"
+    assert _server.blpop_timeout(0.0012) == "0.002"
+    assert _server.nap(0.2, 10) == pytest.approx(0.201) and _server.nap(0, 10) == _server.MIN_NAP
+    assert _server.nap(0.2, 0.05) == 0.05
+    assert _terms.ttl_ms(30) == 30_000 and _terms.ttl_ms(0.001) == 1
+    with pytest.raises(InvalidArgument):
+        _terms.Clock(factor=1.0)
