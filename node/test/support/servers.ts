@@ -28,7 +28,7 @@ export type Flavor = 'redis70' | 'redis74' | 'valkey';
 export const FLAVORS: readonly Flavor[] = ['redis70', 'redis74', 'valkey'];
 
 /** How the server serves the contract: the module, or a managed service without it. */
-export type Setup = 'module' | 'managed' | 'managed-no-function';
+export type Setup = 'module' | 'managed' | 'managed-no-function' | 'managed-no-scripts';
 
 const BINARIES: Record<Flavor, string> = {
   redis70: 'redis-server',
@@ -90,7 +90,7 @@ export class TestServer {
     const args = ['--port', String(this.port), '--bind', '127.0.0.1', '--dir', this.dir, '--save', '', '--appendonly', 'no', '--enable-debug-command', 'yes', '--repl-diskless-sync', 'no', '--daemonize', 'no', '--logfile', join(this.dir, 'server.log')];
     if (this.spec.setup === 'module') args.push('--loadmodule', MODULE);
     else {
-      const deny = this.spec.setup === 'managed-no-function' ? ' -function' : '';
+      const deny = { 'managed-no-function': ' -function', 'managed-no-scripts': ' -function -script -evalsha', managed: '' }[this.spec.setup];
       args.push('--user', ...`default on nopass ~* &* +@all -module -config -debug${deny}`.split(' '));
       args.push('--user', ...`${ADMIN.user} on >${ADMIN.password} ~* &* +@all`.split(' '));
     }

@@ -1,0 +1,66 @@
+/**
+ * Engine detection as the Rust client does it: an older library is replaced, a forced engine
+ * is used as told, and a server with neither engine is a `NoEngineError` naming the ways out.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+
+import { InvalidArgumentError, Locker, NoEngineError } from 'fencedlock';
+import { LIBRARY } from '../src/library.js';
+import { CLIENTS, client } from './support/clients.js';
+import { TestServer } from './support/servers.js';
+
+test('a server with neither engine is a NoEngineError, and nothing is written', async () => {
+  const server = await TestServer.start({ setup: 'managed-no-scripts' });
+  try {
+    for (const kind of CLIENTS) {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client);
+      try {
+        const err = await locker.acquire('k').catch((e: unknown) => e);
+        assert.ok(err instanceof NoEngineError, String(err));
+        assert.equal(err.kind, 'NoEngine');
+        assert.ok(!err.isRetryable() && !err.isUnavailable());
+        assert.match(err.message, /load the module .* FUNCTION LOAD REPLACE/);
+        assert.equal(await server.admin(['DBSIZE']), '0');
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    }
+  } finally {
+    await server.stop();
+  }
+});
+
+test('an older library is replaced; a forced engine is used as told', async () => {
+  const server = await TestServer.start({ setup: 'managed' });
+  try {
+    const older = LIBRARY.replace(/\nlocal VERSION = \d+\n/, '\nlocal VERSION = 1\n');
+    await server.admin(['FUNCTION', 'LOAD', 'REPLACE', older]);
+    assert.equal(await server.raw(['FCALL_RO', 'fencedlock_version', '0']), '1');
+    const c = await client('ioredis', server.port);
+    const locker = new Locker(c.client);
+    const script = new Locker(c.client, { engine: 'script' });
+    const module = new Locker(c.client, { engine: 'module' });
+    try {
+      assert.equal(await locker.engine(), 'functions');
+      assert.notEqual(await server.raw(['FCALL_RO', 'fencedlock_version', '0']), '1', 'the older library was replaced');
+      assert.equal(await script.engine(), 'script');
+      const lease = await script.acquire('forced');
+      assert.ok(lease);
+      assert.equal(await locker.acquire('forced'), null, 'the script and the library share the key');
+      await lease.release();
+      const err = await module.acquire('forced').catch((e: unknown) => e);
+      assert.equal((err as { kind?: string }).kind, 'NoModule');
+      assert.throws(() => new Locker(c.client, { engine: 'nonsense' as 'auto' }), InvalidArgumentError);
+    } finally {
+      await locker.close();
+      await script.close();
+      await module.close();
+      await c.close();
+    }
+  } finally {
+    await server.stop();
+  }
+});
