@@ -95,12 +95,12 @@ class Server:
                 time.sleep(0.01)
         pytest.fail(f"{self.flavor} on port {self.port} did not answer within 10 s")
 
-    def client(self, **kwargs: Any) -> "redis.Redis[bytes]":
+    def client(self, **kwargs: Any) -> redis.Redis:
         """A client of the default user (the application's)."""
         kwargs.setdefault("socket_timeout", 10)
         return redis.Redis(port=self.port, **kwargs)
 
-    def admin(self) -> "redis.Redis[bytes]":
+    def admin(self) -> redis.Redis:
         """A client with every right (CONFIG, DEBUG, DEL of anything)."""
         if self.kind == "module":
             return redis.Redis(port=self.port, socket_timeout=10)

@@ -16,7 +16,7 @@ from fencedlock.asyncio import Election, Engine, Locker, Redlock
 from servers import Server, Servers
 
 
-def aclient(server: Server, **kwargs: object) -> "redis.asyncio.Redis[bytes]":
+def aclient(server: Server, **kwargs: object) -> redis.asyncio.Redis:
     return redis.asyncio.Redis(port=server.port, socket_timeout=10, **kwargs)  # type: ignore[arg-type]
 
 

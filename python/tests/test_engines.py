@@ -24,12 +24,14 @@ def test_each_server_kind_gets_its_engine(server: Server, engine: str) -> None:
 def test_an_older_library_is_replaced_and_a_newer_one_kept(server: Server) -> None:
     admin = server.admin()
     old = LIBRARY.replace("\nlocal VERSION = ", "\nlocal VERSION = 0 * ", 1)
-    admin.execute_command("FUNCTION", "LOAD", "REPLACE", old)
+    admin.execute_command(  # type: ignore[no-untyped-call]
+        "FUNCTION", "LOAD", "REPLACE", old)
     assert admin.fcall_ro("fencedlock_version", 0) == 0
     assert Locker(server.client()).acquire("k") is not None
     assert admin.fcall_ro("fencedlock_version", 0) >= 1
     newer = LIBRARY.replace("\nlocal VERSION = ", "\nlocal VERSION = 1000 + ", 1)
-    admin.execute_command("FUNCTION", "LOAD", "REPLACE", newer)
+    admin.execute_command(  # type: ignore[no-untyped-call]
+        "FUNCTION", "LOAD", "REPLACE", newer)
     assert Locker(server.client()).acquire("k2") is not None
     assert admin.fcall_ro("fencedlock_version", 0) >= 1000
 
@@ -47,7 +49,8 @@ def test_the_script_is_loaded_again_after_a_script_flush(server: Server) -> None
 @pytest.mark.engines("functions")
 def test_no_engine_names_both_ways_out(servers: Servers) -> None:
     server = servers.start("functions")
-    server.admin().execute_command("ACL", "SETUSER", "default", "-function", "-script")
+    server.admin().execute_command(  # type: ignore[no-untyped-call]
+        "ACL", "SETUSER", "default", "-function", "-script")
     with pytest.raises(fencedlock.NoEngine) as refused:
         Locker(server.client()).acquire("k")
     text = str(refused.value)

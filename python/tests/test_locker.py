@@ -13,8 +13,8 @@ from fencedlock import Engine, InvalidArgument, LockStatus, Locker, SemaphoreSta
 from servers import Server
 
 
-def keys(server: Server) -> set:
-    return set(server.admin().keys("*"))
+def keys(server: Server) -> "set[bytes]":
+    return {k if isinstance(k, bytes) else k.encode() for k in server.admin().keys("*")}
 
 
 @pytest.mark.all_flavors

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis.exceptions as rexc
 
-from fencedlock import BadReply, Cause, LockStatus, SemaphoreStatus, _server, _terms, _wire
+from fencedlock import BadReply, Cause, LockStatus, SemaphoreStatus, _keys, _server, _terms, _wire
 from fencedlock._wire import Engine
 from fencedlock.errors import (InvalidArgument, PermitsMismatch, ReplyError, ServerError, Unavailable, WrongType,
                                translate)
@@ -59,7 +59,7 @@ def test_status_replies_are_decoded_and_broken_ones_refused() -> None:
 
 def test_each_engine_names_the_command_its_own_way() -> None:
     key = b"k"
-    floor, wake = b"fencedlock:fn-floor:{" + _wire._keys.floor_tag(_wire._keys.key_slot(key)) + b"}", _wire._keys.wake_key(key)
+    floor, wake = b"fencedlock:fn-floor:{" + _keys.floor_tag(_keys.key_slot(key)) + b"}", _keys.wake_key(key)
     assert _wire.acquire(Engine.MODULE, key, b"t", 500) == ("FENCEDLOCK.ACQUIRE", key, b"t", 500)
     assert _wire.acquire(Engine.MODULE, key, b"t", 500, label=b"w", permits=3, block_ms=0) == (
         "FENCEDLOCK.ACQUIRE", key, b"t", 500, "LABEL", b"w", "PERMITS", 3, "BLOCK", 0)

@@ -73,7 +73,7 @@ def test_the_with_form_raises_and_never_runs_its_body_unlocked(server: Server) -
     locker = Locker(server.client())
     holder = locker.acquire("k", ttl=10)
     assert holder is not None
-    ran = []
+    ran: "list[object]" = []
     with pytest.raises(fencedlock.NotAcquired):
         with locker.lease("k", wait=0.2):
             ran.append(True)
@@ -82,7 +82,7 @@ def test_the_with_form_raises_and_never_runs_its_body_unlocked(server: Server) -
     with locker.lease("k", ttl=5) as lease:
         ran.append(lease.fence)
         assert lease.is_valid()
-    assert ran == [lease.fence] and not lease.is_valid() or lease.lost.is_set() or True
+    assert ran == [lease.fence]
     assert locker.acquire("k") is not None, "released on exit"
 
 
