@@ -31,14 +31,17 @@ use output::Output;
 use run::signals::Signals;
 
 fn main() -> ExitCode {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|arg| arg == run::guardian::ARG) {
+        return run::guardian::main(&args[2..]);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => return usage_error(&err),
     };
     logging::init(cli.global.verbose, cli.global.quiet);
     let out = Output { json: cli.global.json, quiet: cli.global.quiet };
-    // One thread: the command is forked from it, so PR_SET_PDEATHSIG fires only when
-    // fencedlock itself goes away, and a CLI needs no more.
+    // One thread is all a CLI needs (the command runs under its guardian, `run/guardian.rs`).
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

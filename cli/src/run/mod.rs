@@ -6,7 +6,9 @@
 //! are handled: before the command starts they abort the run, afterwards they are forwarded.
 
 mod child;
+pub mod guardian;
 pub mod signals;
+mod tree;
 
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
@@ -83,7 +85,7 @@ pub async fn run(
     // command must stay in it to read the terminal; under cron it gets a group of its own.
     let own_group = !std::io::stdin().is_terminal();
     let env = LeaseEnv { key: args.key.name(), fence, ttl_ms: lock.config().ttl_ms() };
-    let mut job = match Job::spawn(&args.argv(), Some(env), own_group) {
+    let mut job = match Job::spawn(&args.argv(), Some(env), own_group).await {
         Ok(job) => job,
         Err(err) => {
             if let Err(e) = lease.release().await {
@@ -98,6 +100,7 @@ pub async fn run(
     match outcome {
         Supervised::Exited(status) => {
             hold(&kept, granted_at + args.min_hold, signals).await;
+            stop_left_behind(job, args.kill_grace, out).await;
             release(&lock, kept, out).await;
             let exit = exit_code(status);
             tracing::info!(key = %args.key.name(), fence, exit, "command finished, lease released");
@@ -125,7 +128,8 @@ pub async fn run(
             Err(CliError::LeaseLost(msg))
         }
         Supervised::Failed(err) => {
-            job.signal(libc::SIGKILL);
+            // Dropping the job has its guardian kill the whole tree.
+            drop(job);
             release(&lock, kept, out).await;
             Err(CliError::Internal(format!("lost track of the command: {err}")))
         }
@@ -157,7 +161,7 @@ async fn run_unlocked(
         err.one_line()
     ));
     let own_group = !std::io::stdin().is_terminal();
-    let mut job = Job::spawn(&args.argv(), None, own_group)?;
+    let mut job = Job::spawn(&args.argv(), None, own_group).await?;
     let status = loop {
         tokio::select! {
             biased;
@@ -168,13 +172,24 @@ async fn run_unlocked(
             }
         }
     };
-    let status = status.map_err(|e| {
-        job.signal(libc::SIGKILL);
-        CliError::Internal(format!("lost track of the command: {e}"))
-    })?;
+    let status = status.map_err(|e| CliError::Internal(format!("lost track of the command: {e}")))?;
+    stop_left_behind(job, args.kill_grace, out).await;
     let exit = exit_code(status);
     out.record(None, json!({ "outcome": "unlocked", "key": args.key.name(), "exit_code": exit }));
     Ok(exit)
+}
+
+/// Stops what the exited command left running (background processes, daemons) before the
+/// lease is released: once it is, another host may run the job, and nothing of this run may
+/// still be at work.
+async fn stop_left_behind(job: Job, grace: Duration, out: Output) {
+    let left = job.finish(grace).await;
+    if left > 0 {
+        out.warning(&format!(
+            "the command exited but left {left} process(es) running; they were stopped (SIGTERM, SIGKILL after {}) before the lease was released",
+            duration::format(grace)
+        ));
+    }
 }
 
 /// A Redlock grant can hide failing servers; an operator wants to hear about them before

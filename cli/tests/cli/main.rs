@@ -16,6 +16,7 @@ mod functions;
 mod habits;
 mod plan;
 mod policy;
+mod process_tree;
 mod run;
 mod script;
 mod semaphore;
