@@ -10,6 +10,7 @@ mod hostile_input;
 mod key_specs;
 mod label;
 mod late_handoff;
+mod loader_invariants;
 mod many_waiters;
 mod metrics;
 mod persistence;

@@ -451,4 +451,6 @@ impl Default for Lock {
 }
 
 #[cfg(test)]
+mod decode_props;
+#[cfg(test)]
 mod tests;
