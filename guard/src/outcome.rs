@@ -33,7 +33,12 @@ pub(crate) fn claim_refused(table: &Table, fence: u64, stored: Option<i64>) -> E
 /// Why a guarded write matched no row: [`Error::Stale`] for a newer fence; with a
 /// `precondition` and a current fence, `Ok` (the precondition did not hold); else
 /// [`Error::NotFound`].
-pub(crate) fn write_refused(table: &Table, fence: u64, stored: Option<i64>, precondition: bool) -> Result<()> {
+pub(crate) fn write_refused(
+    table: &Table,
+    fence: u64,
+    stored: Option<i64>,
+    precondition: bool,
+) -> Result<()> {
     if let Some(stale) = stale(table, Step::Write, fence, stored) {
         return Err(stale);
     }

@@ -40,7 +40,7 @@ use crate::sql::{self, Dialect};
 use crate::table::Table;
 
 /// A guarded write's assignments and precondition, with PostgreSQL's bound values.
-pub type Update<'a> = crate::update::Update<'a, dyn ToSql + Sync>;
+pub type Update<'a> = crate::update::Update<'a, dyn ToSql + Sync + 'a>;
 
 /// A bound value: the row id, or a value an [`Update`] sets or compares.
 pub type Param<'a> = &'a (dyn ToSql + Sync);

@@ -147,7 +147,10 @@ mod tests {
         assert_eq!(params, vec!["SUBMITTED", "ref", "SUBMITTING", "a", "b"]);
 
         let (sql, params) = write(&t, Dialect::Sqlite, &Update::new(), &[]).unwrap();
-        assert_eq!(sql, r#"UPDATE "payouts" SET "last_fence" = ?1 WHERE "payout_id" = ?2 AND "last_fence" <= ?1"#);
+        assert_eq!(
+            sql,
+            r#"UPDATE "payouts" SET "last_fence" = ?1 WHERE "payout_id" = ?2 AND "last_fence" <= ?1"#
+        );
         assert!(params.is_empty());
         let (sql, _) = write(&t, Dialect::Sqlite, &Update::new().when_in("state", &[]), &[]).unwrap();
         assert!(sql.ends_with(r#"AND "last_fence" <= ?1 AND FALSE"#), "{sql}");
@@ -164,7 +167,10 @@ mod tests {
             add_fence_column(&t, Dialect::Sqlite).unwrap(),
             r#"ALTER TABLE "invoice_jobs" ADD COLUMN "last_fence" INTEGER NOT NULL DEFAULT 0"#
         );
-        assert_eq!(fence_of(&t, Dialect::Postgres).unwrap(), r#"SELECT "last_fence" FROM "invoice_jobs" WHERE "id" = $1"#);
+        assert_eq!(
+            fence_of(&t, Dialect::Postgres).unwrap(),
+            r#"SELECT "last_fence" FROM "invoice_jobs" WHERE "id" = $1"#
+        );
     }
 
     #[test]

@@ -38,7 +38,7 @@ use crate::sql::{self, Dialect};
 use crate::table::Table;
 
 /// A guarded write's assignments and precondition, with SQLite's bound values.
-pub type Update<'a> = crate::update::Update<'a, dyn ToSql>;
+pub type Update<'a> = crate::update::Update<'a, dyn ToSql + 'a>;
 
 /// A bound value: the row id, or a value an [`Update`] sets or compares.
 pub type Param<'a> = &'a dyn ToSql;
@@ -92,7 +92,13 @@ pub fn claim<T>(
 /// `Applied` if the row was updated, `PreconditionFailed` if the fence is current but the
 /// update's precondition did not hold; [`Error::Stale`](crate::Error::Stale) if the row carries
 /// a newer fence, [`Error::NotFound`](crate::Error::NotFound) if no row has the id.
-pub fn write(conn: &Connection, table: &Table, id: Param<'_>, fence: u64, update: &Update<'_>) -> Result<Written<()>> {
+pub fn write(
+    conn: &Connection,
+    table: &Table,
+    id: Param<'_>,
+    fence: u64,
+    update: &Update<'_>,
+) -> Result<Written<()>> {
     let bound = fence::to_sql(fence)?;
     let (sql, values) = sql::write(table, Dialect::Sqlite, update, &[])?;
     if conn.prepare_cached(&sql)?.execute(params(&bound, id, &values).as_slice())? > 0 {
@@ -113,7 +119,8 @@ pub fn write_returning<T>(
 ) -> Result<Written<T>> {
     let bound = fence::to_sql(fence)?;
     let (sql, values) = sql::write(table, Dialect::Sqlite, update, returning)?;
-    let written = conn.prepare_cached(&sql)?.query_row(params(&bound, id, &values).as_slice(), map).optional()?;
+    let written =
+        conn.prepare_cached(&sql)?.query_row(params(&bound, id, &values).as_slice(), map).optional()?;
     match written {
         Some(value) => Ok(Written::Applied(value)),
         None => refused_write(conn, table, id, fence, update),

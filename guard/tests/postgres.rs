@@ -78,7 +78,8 @@ async fn a_stale_write_before_the_new_holders_first_write_is_accepted_without_a_
 
     // Without claiming: B (8) reads; A's stale write (7) finds nothing newer and lands; B then
     // sends from what it read. Two sends: what the claim is for.
-    let read: i32 = client.query_one("SELECT sends FROM invoice_jobs WHERE job_id = $1", &[&JOB]).await.unwrap().get(0);
+    let read: i32 =
+        client.query_one("SELECT sends FROM invoice_jobs WHERE job_id = $1", &[&JOB]).await.unwrap().get(0);
     assert_eq!(read, 0);
     assert_eq!(postgres::write(&client, &jobs(), &JOB, 7, &send(&7)).await.unwrap(), Written::Applied(()));
     assert_eq!(postgres::write(&client, &jobs(), &JOB, 8, &send(&8)).await.unwrap(), Written::Applied(()));
@@ -108,8 +109,9 @@ async fn one_holder_writes_three_times_with_one_fence() {
     tx.commit().await.unwrap();
     // Two more, in their own transactions, one of them returning the row.
     assert_eq!(postgres::write(&client, &jobs(), &JOB, 9, &send(&9)).await.unwrap(), Written::Applied(()));
-    let written =
-        postgres::write_returning(&client, &jobs(), &JOB, 9, &send(&9), &["sends", "last_fence"]).await.unwrap();
+    let written = postgres::write_returning(&client, &jobs(), &JOB, 9, &send(&9), &["sends", "last_fence"])
+        .await
+        .unwrap();
     let Written::Applied(row) = written else { panic!("third write not applied: {written:?}") };
     assert_eq!((row.get::<_, i32>(0), row.get::<_, i64>(1)), (3, 9));
     assert_eq!(job(&client).await, ("PENDING".to_owned(), 3, Some(9), 9));
@@ -127,8 +129,14 @@ async fn a_state_precondition_that_does_not_hold_writes_nothing_and_is_not_a_sta
     let to_sent = || Update::new().set("status", &"SENT").when("status", &"PENDING");
     assert_eq!(postgres::write(&client, &jobs(), &JOB, 5, &to_sent()).await.unwrap(), Written::Applied(()));
     // SENT → SENT again, by the same or a newer holder: the state machine says no.
-    assert_eq!(postgres::write(&client, &jobs(), &JOB, 5, &to_sent()).await.unwrap(), Written::PreconditionFailed);
-    assert_eq!(postgres::write(&client, &jobs(), &JOB, 6, &to_sent()).await.unwrap(), Written::PreconditionFailed);
+    assert_eq!(
+        postgres::write(&client, &jobs(), &JOB, 5, &to_sent()).await.unwrap(),
+        Written::PreconditionFailed
+    );
+    assert_eq!(
+        postgres::write(&client, &jobs(), &JOB, 6, &to_sent()).await.unwrap(),
+        Written::PreconditionFailed
+    );
     assert_eq!(job(&client).await, ("SENT".to_owned(), 0, None, 5), "the failed precondition wrote no fence");
     // A stale fence is still Stale when the precondition fails too: the fence is checked first.
     assert_stale(postgres::write(&client, &jobs(), &JOB, 4, &to_sent()).await, 4, 5);
@@ -150,7 +158,10 @@ async fn the_check_then_write_guard_loses_under_read_committed_and_the_one_state
     // Naive A (fence 7): the check passes...
     let tx_a = a.build_transaction().isolation_level(IsolationLevel::ReadCommitted).start().await.unwrap();
     let current: bool = tx_a
-        .query_one("SELECT EXISTS (SELECT 1 FROM invoice_jobs WHERE job_id = $1 AND last_fence <= $2)", &[&JOB, &7_i64])
+        .query_one(
+            "SELECT EXISTS (SELECT 1 FROM invoice_jobs WHERE job_id = $1 AND last_fence <= $2)",
+            &[&JOB, &7_i64],
+        )
         .await
         .unwrap()
         .get(0);
@@ -236,12 +247,15 @@ async fn under_repeatable_read_and_serializable_a_concurrent_claim_is_a_retry_an
     let (refusals, _recorder) = local_recorder();
     let (pg, mut a) = with_jobs().await;
     let mut b = connect(&pg).await;
-    for (round, level) in [IsolationLevel::RepeatableRead, IsolationLevel::Serializable].into_iter().enumerate() {
+    for (round, level) in
+        [IsolationLevel::RepeatableRead, IsolationLevel::Serializable].into_iter().enumerate()
+    {
         let (old, new) = (10 * (round as u64 + 1) + 7, 10 * (round as u64 + 1) + 8);
         let old_sql = old as i64;
         let tx_a = a.build_transaction().isolation_level(level).start().await.unwrap();
         // A's snapshot: it reads the job...
-        let _: i32 = tx_a.query_one("SELECT sends FROM invoice_jobs WHERE job_id = $1", &[&JOB]).await.unwrap().get(0);
+        let _: i32 =
+            tx_a.query_one("SELECT sends FROM invoice_jobs WHERE job_id = $1", &[&JOB]).await.unwrap().get(0);
         // ...B claims and commits...
         let tx_b = b.transaction().await.unwrap();
         postgres::claim(&tx_b, &jobs(), &JOB, new, &[]).await.unwrap();
@@ -264,18 +278,32 @@ async fn bad_fences_missing_rows_and_hostile_values_change_nothing() {
     let (refusals, _recorder) = local_recorder();
     let (_pg, client) = with_jobs().await;
     for fence in [0, u64::MAX, i64::MAX as u64 + 1] {
-        assert!(matches!(postgres::claim(&client, &jobs(), &JOB, fence, &[]).await, Err(Error::InvalidFence(f)) if f == fence));
-        assert!(matches!(postgres::write(&client, &jobs(), &JOB, fence, &send(&1)).await, Err(Error::InvalidFence(_))));
+        assert!(
+            matches!(postgres::claim(&client, &jobs(), &JOB, fence, &[]).await, Err(Error::InvalidFence(f)) if f == fence)
+        );
+        assert!(matches!(
+            postgres::write(&client, &jobs(), &JOB, fence, &send(&1)).await,
+            Err(Error::InvalidFence(_))
+        ));
     }
     // The largest fence the module hands out is stored exactly.
-    assert_eq!(postgres::write(&client, &jobs(), &JOB, i64::MAX as u64, &Update::new()).await.unwrap(), Written::Applied(()));
+    assert_eq!(
+        postgres::write(&client, &jobs(), &JOB, i64::MAX as u64, &Update::new()).await.unwrap(),
+        Written::Applied(())
+    );
     assert_eq!(job(&client).await.3, i64::MAX);
     client.execute("UPDATE invoice_jobs SET last_fence = 0", &[]).await.unwrap();
 
     assert!(matches!(postgres::claim(&client, &jobs(), &73_i64, 5, &[]).await, Err(Error::NotFound { .. })));
-    assert!(matches!(postgres::write(&client, &jobs(), &73_i64, 5, &send(&5)).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        postgres::write(&client, &jobs(), &73_i64, 5, &send(&5)).await,
+        Err(Error::NotFound { .. })
+    ));
     let status = Update::new().set("status", &"SENT").when("status", &"PENDING");
-    assert!(matches!(postgres::write(&client, &jobs(), &73_i64, 5, &status).await, Err(Error::NotFound { .. })));
+    assert!(matches!(
+        postgres::write(&client, &jobs(), &73_i64, 5, &status).await,
+        Err(Error::NotFound { .. })
+    ));
     // A wrongly typed id is the driver's error, before anything runs.
     assert!(matches!(postgres::claim(&client, &jobs(), &"72", 5, &[]).await, Err(Error::Postgres(_))));
 
@@ -287,7 +315,10 @@ async fn bad_fences_missing_rows_and_hostile_values_change_nothing() {
     // A column that does not exist is PostgreSQL's error, not an injection.
     let bad_column = Update::new().set("status\" = 'x', sends = 99 --", &"y");
     assert!(matches!(postgres::write(&client, &jobs(), &JOB, 5, &bad_column).await, Err(Error::Postgres(_))));
-    assert!(matches!(postgres::write(&client, &jobs(), &JOB, 5, &Update::new().set("", &"y")).await, Err(Error::Identifier { .. })));
+    assert!(matches!(
+        postgres::write(&client, &jobs(), &JOB, 5, &Update::new().set("", &"y")).await,
+        Err(Error::Identifier { .. })
+    ));
     assert_eq!(job(&client).await.1, 0);
     assert_eq!(refusals.counts("invoice_jobs").1, 0, "none of these is a stale refusal");
 }
@@ -313,14 +344,23 @@ async fn any_table_and_column_name_works_quoted_and_the_schema_step_is_idempoten
     let weird = Table::new(table).schema(schema).id_column(id).fence_column(fence).resource_label("weird");
     postgres::add_fence_column(&client, &weird).await.unwrap();
     postgres::add_fence_column(&client, &weird).await.unwrap();
-    let fences: String = pg.psql(&format!("SELECT string_agg({}::text, ',') FROM {}.{}", q(fence), q(schema), q(table)));
+    let fences: String =
+        pg.psql(&format!("SELECT string_agg({}::text, ',') FROM {}.{}", q(fence), q(schema), q(table)));
     assert_eq!(fences, "0,0", "existing rows start below every fence");
 
     postgres::claim(&client, &weird, &"a", 3, &[]).await.unwrap();
     let note = Update::new().set("note", &"hello");
-    assert!(matches!(postgres::write(&client, &weird, &"a", 2, &note).await, Err(Error::Stale { ref resource, .. }) if resource == "weird"));
+    assert!(
+        matches!(postgres::write(&client, &weird, &"a", 2, &note).await, Err(Error::Stale { ref resource, .. }) if resource == "weird")
+    );
     assert_eq!(postgres::write(&client, &weird, &"b", 2, &note).await.unwrap(), Written::Applied(()));
-    let rows = pg.psql(&format!("SELECT {i} || ':' || coalesce(note, '-') || ':' || {f} FROM {s}.{t} ORDER BY 1", i = q(id), f = q(fence), s = q(schema), t = q(table)));
+    let rows = pg.psql(&format!(
+        "SELECT {i} || ':' || coalesce(note, '-') || ':' || {f} FROM {s}.{t} ORDER BY 1",
+        i = q(id),
+        f = q(fence),
+        s = q(schema),
+        t = q(table)
+    ));
     assert_eq!(rows, "a:-:3\nb:hello:2");
     assert_eq!(refusals.counts("weird"), (1, 1));
 }

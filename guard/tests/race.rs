@@ -65,7 +65,9 @@ fn main() -> ExitCode {
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
     let chosen: Vec<_> = SCENARIOS
         .iter()
-        .filter(|(name, _)| !ignored_only && (filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()))))
+        .filter(|(name, _)| {
+            !ignored_only && (filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
+        })
         .collect();
     let (mut passed, mut failed) = (0, 0);
     for (name, isolation) in chosen {
@@ -119,13 +121,25 @@ impl Tally {
     fn to_line(self) -> String {
         format!(
             "{RESULT_TAG}{} {} {} {} {} {} {}",
-            self.claims, self.writes, self.stale_claims, self.stale_writes, self.counted, self.retries, self.sleeps
+            self.claims,
+            self.writes,
+            self.stale_claims,
+            self.stale_writes,
+            self.counted,
+            self.retries,
+            self.sleeps
         )
     }
 
     fn parse(line: &str) -> Option<Tally> {
-        let n: Vec<u64> = line.strip_prefix(RESULT_TAG)?.split_whitespace().map(|w| w.parse().ok()).collect::<Option<_>>()?;
-        let [claims, writes, stale_claims, stale_writes, counted, retries, sleeps] = n[..] else { return None };
+        let n: Vec<u64> = line
+            .strip_prefix(RESULT_TAG)?
+            .split_whitespace()
+            .map(|w| w.parse().ok())
+            .collect::<Option<_>>()?;
+        let [claims, writes, stale_claims, stale_writes, counted, retries, sleeps] = n[..] else {
+            return None;
+        };
         Some(Tally { claims, writes, stale_claims, stale_writes, counted, retries, sleeps })
     }
 }
@@ -187,7 +201,8 @@ mod parent {
             .map(|child| {
                 let status = child.wait().expect("wait for a worker");
                 let stdout = child.stdout.take().expect("worker stdout");
-                let tally = BufReader::new(stdout).lines().map_while(Result::ok).find_map(|l| Tally::parse(&l));
+                let tally =
+                    BufReader::new(stdout).lines().map_while(Result::ok).find_map(|l| Tally::parse(&l));
                 assert!(status.success(), "a worker failed: {status}");
                 tally.expect("the worker's RESULT line")
             })
@@ -262,8 +277,16 @@ mod parent {
             let (row_writes, max_fence): (i64, Option<i64>) = (row.get(4), row.get(5));
             assert!(row_writes > 0, "row {id} was never written");
             assert_eq!(i64::from(total), row_writes, "row {id}: its total counts exactly its applied writes");
-            assert_eq!(Some(last_fence), max_fence, "row {id}: last_fence is the newest fence that touched it");
-            assert_eq!(written_by, Some(last_fence), "row {id} ends with a write from a fence below its last_fence");
+            assert_eq!(
+                Some(last_fence),
+                max_fence,
+                "row {id}: last_fence is the newest fence that touched it"
+            );
+            assert_eq!(
+                written_by,
+                Some(last_fence),
+                "row {id} ends with a write from a fence below its last_fence"
+            );
         }
     }
 }
@@ -290,7 +313,9 @@ mod worker {
                     .into_vec()
                     .into_iter()
                     .filter(|(key, ..)| {
-                        key.key().labels().any(|l| l.key() == fencedlock_guard::metrics::RESOURCE && l.value() == RESOURCE)
+                        key.key()
+                            .labels()
+                            .any(|l| l.key() == fencedlock_guard::metrics::RESOURCE && l.value() == RESOURCE)
                     })
                     .map(|(.., value)| match value {
                         DebugValue::Counter(n) => n,
@@ -360,14 +385,20 @@ mod worker {
         async fn open(url: &str, me: &str) -> Result<Barrier, harness::redis::RedisError> {
             let client = harness::redis::Client::open(url)?;
             let other = if me == "w1" { "w2" } else { "w1" };
-            Ok(Barrier { conn: client.get_multiplexed_async_connection().await?, me: me.into(), other: other.into() })
+            Ok(Barrier {
+                conn: client.get_multiplexed_async_connection().await?,
+                me: me.into(),
+                other: other.into(),
+            })
         }
 
         async fn meet(&mut self, row: i32) -> Result<(), Box<dyn std::error::Error>> {
             use harness::redis::AsyncCommands;
             let _: i64 = self.conn.rpush(format!("barrier:{row}:{}", self.other), 1).await?;
-            let met: Option<(String, i64)> = self.conn.blpop(format!("barrier:{row}:{}", self.me), 30.0).await?;
-            met.map(drop).ok_or_else(|| format!("row {row}: the other worker did not arrive within 30 s").into())
+            let met: Option<(String, i64)> =
+                self.conn.blpop(format!("barrier:{row}:{}", self.me), 30.0).await?;
+            met.map(drop)
+                .ok_or_else(|| format!("row {row}: the other worker did not arrive within 30 s").into())
         }
     }
 

@@ -31,9 +31,11 @@ fn open(dir: &Path) -> Connection {
 
 /// The job row: (status, sends, sent_by, last_fence).
 fn job(conn: &Connection) -> (String, i32, Option<i64>, i64) {
-    conn.query_row("SELECT status, sends, sent_by, last_fence FROM invoice_jobs WHERE job_id = ?1", [JOB], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-    })
+    conn.query_row(
+        "SELECT status, sends, sent_by, last_fence FROM invoice_jobs WHERE job_id = ?1",
+        [JOB],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+    )
     .unwrap()
 }
 
@@ -75,7 +77,8 @@ fn a_stale_write_before_the_new_holders_first_write_is_accepted_without_a_claim_
     let dir = tempfile::tempdir().unwrap();
     let mut conn = with_jobs(dir.path());
     // Without claiming: B (8) reads, A's stale write (7) lands, B sends from what it read.
-    let read: i32 = conn.query_row("SELECT sends FROM invoice_jobs WHERE job_id = ?1", [JOB], |r| r.get(0)).unwrap();
+    let read: i32 =
+        conn.query_row("SELECT sends FROM invoice_jobs WHERE job_id = ?1", [JOB], |r| r.get(0)).unwrap();
     assert_eq!(read, 0);
     assert_eq!(sqlite::write(&conn, &jobs(), &JOB, 7, &send(&7)).unwrap(), Written::Applied(()));
     assert_eq!(sqlite::write(&conn, &jobs(), &JOB, 8, &send(&8)).unwrap(), Written::Applied(()));
@@ -161,16 +164,27 @@ fn bad_fences_missing_rows_hostile_values_and_names() {
     let dir = tempfile::tempdir().unwrap();
     let conn = with_jobs(dir.path());
     for fence in [0, u64::MAX, i64::MAX as u64 + 1] {
-        assert!(matches!(sqlite::write(&conn, &jobs(), &JOB, fence, &send(&1)), Err(Error::InvalidFence(f)) if f == fence));
+        assert!(
+            matches!(sqlite::write(&conn, &jobs(), &JOB, fence, &send(&1)), Err(Error::InvalidFence(f)) if f == fence)
+        );
     }
-    assert_eq!(sqlite::write(&conn, &jobs(), &JOB, i64::MAX as u64, &Update::new()).unwrap(), Written::Applied(()));
+    assert_eq!(
+        sqlite::write(&conn, &jobs(), &JOB, i64::MAX as u64, &Update::new()).unwrap(),
+        Written::Applied(())
+    );
     assert_eq!(job(&conn).3, i64::MAX);
     conn.execute("UPDATE invoice_jobs SET last_fence = 0", []).unwrap();
-    assert!(matches!(sqlite::claim(&conn, &jobs(), &73, 5, &[], |r| r.get::<_, i64>(0)), Err(Error::NotFound { .. })));
+    assert!(matches!(
+        sqlite::claim(&conn, &jobs(), &73, 5, &[], |r| r.get::<_, i64>(0)),
+        Err(Error::NotFound { .. })
+    ));
     assert!(matches!(sqlite::write(&conn, &jobs(), &73, 5, &send(&5)), Err(Error::NotFound { .. })));
 
     let hostile = "x'); DROP TABLE invoice_jobs; --";
-    assert_eq!(sqlite::write(&conn, &jobs(), &JOB, 5, &Update::new().set("status", &hostile)).unwrap(), Written::Applied(()));
+    assert_eq!(
+        sqlite::write(&conn, &jobs(), &JOB, 5, &Update::new().set("status", &hostile)).unwrap(),
+        Written::Applied(())
+    );
     assert_eq!(job(&conn).0, hostile);
     assert!(matches!(
         sqlite::write(&conn, &jobs(), &JOB, 5, &Update::new().set("status\" = 'x', sends = 99 --", &"y")),
@@ -181,16 +195,28 @@ fn bad_fences_missing_rows_hostile_values_and_names() {
     // Quoted names end to end, and the schema step twice.
     let (table, id, fence) = (r#"we"ird jobs"#, "Job Id", r#"last "fence""#);
     let q = |name| quote_identifier(name).unwrap();
-    conn.execute_batch(&format!("CREATE TABLE {} ({} TEXT PRIMARY KEY, note TEXT); INSERT INTO {0} VALUES ('a', NULL)", q(table), q(id)))
-        .unwrap();
+    conn.execute_batch(&format!(
+        "CREATE TABLE {} ({} TEXT PRIMARY KEY, note TEXT); INSERT INTO {0} VALUES ('a', NULL)",
+        q(table),
+        q(id)
+    ))
+    .unwrap();
     let weird = Table::new(table).id_column(id).fence_column(fence).resource_label("weird");
     sqlite::add_fence_column(&conn, &weird).unwrap();
     sqlite::add_fence_column(&conn, &weird).unwrap();
     sqlite::claim(&conn, &weird, &"a", 3, &[], |r| r.get::<_, i64>(0)).unwrap();
-    assert!(sqlite::write(&conn, &weird, &"a", 2, &Update::new().set("note", &"late")).unwrap_err().is_stale());
-    assert_eq!(sqlite::write(&conn, &weird, &"a", 3, &Update::new().set("note", &"hi")).unwrap(), Written::Applied(()));
-    let row: (String, i64) =
-        conn.query_row(&format!("SELECT note, {} FROM {}", q(fence), q(table)), [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    assert!(sqlite::write(&conn, &weird, &"a", 2, &Update::new().set("note", &"late"))
+        .unwrap_err()
+        .is_stale());
+    assert_eq!(
+        sqlite::write(&conn, &weird, &"a", 3, &Update::new().set("note", &"hi")).unwrap(),
+        Written::Applied(())
+    );
+    let row: (String, i64) = conn
+        .query_row(&format!("SELECT note, {} FROM {}", q(fence), q(table)), [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
     assert_eq!(row, ("hi".to_owned(), 3));
     assert_eq!(refusals.counts("weird"), (1, 1));
     assert_eq!(refusals.counts("invoice_jobs").0, 0);

@@ -217,9 +217,9 @@ impl Postgres {
         if !stopped {
             // The postmaster's pid is the first line of postmaster.pid; SIGKILL ends it, and
             // its children exit when they see it gone.
-            let pid = fs::read_to_string(self.data_dir().join("postmaster.pid"))
-                .ok()
-                .and_then(|text| text.lines().next().and_then(|line| line.trim().parse::<libc::pid_t>().ok()));
+            let pid = fs::read_to_string(self.data_dir().join("postmaster.pid")).ok().and_then(|text| {
+                text.lines().next().and_then(|line| line.trim().parse::<libc::pid_t>().ok())
+            });
             if let Some(pid) = pid.filter(|pid| *pid > 0) {
                 // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
                 // server's postmaster, read from its own data directory.
@@ -261,7 +261,9 @@ impl Drop for Postgres {
 
 /// stdout and stderr of a finished command, trimmed.
 fn output_text(out: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)).trim().to_owned()
+    format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+        .trim()
+        .to_owned()
 }
 
 /// `FENCEDLOCK_PG_BIN`, or the newest `/usr/lib/postgresql/N/bin` with `initdb`, `pg_ctl`

@@ -32,8 +32,9 @@ pub async fn connect(pg: &Postgres) -> tokio_postgres::Client {
 }
 
 pub async fn connect_url(url: &str) -> tokio_postgres::Client {
-    let (client, connection) =
-        tokio_postgres::connect(url, tokio_postgres::NoTls).await.unwrap_or_else(|e| panic!("connect {url}: {e}"));
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("connect {url}: {e}"));
     tokio::spawn(async move {
         if let Err(e) = connection.await {
             eprintln!("postgres connection ended: {e}");
