@@ -282,8 +282,13 @@ pub struct FunctionsArgs {
     /// Print it as a script instead, for servers that deny FUNCTION:
     /// `fencedlock functions --script | redis-cli -x SCRIPT LOAD`, then
     /// `EVALSHA sha numkeys key… fencedlock_acquire token ttl_ms …` (the function's name first).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "floor_key")]
     pub script: bool,
+    /// Print instead the keys a raw call on KEY must name after it: its slot's floor key and
+    /// its wake-up list (the library refuses any other), e.g.
+    /// `FCALL fencedlock_acquire 2 KEY FLOOR token ttl_ms`.
+    #[arg(long, value_name = "KEY", value_parser = lock_key)]
+    pub floor_key: Option<String>,
 }
 
 /// `--tls-cacert`, `--tls-cert`, `--tls-key`: TLS settings for every `rediss://` server.

@@ -82,7 +82,18 @@ async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
         )),
         Command::Functions(args) => {
             use fencedlock_protocol::functions;
-            print!("{}", if args.script { functions::eval_script() } else { functions::LIBRARY });
+            match &args.floor_key {
+                Some(key) => {
+                    let (floor, wake) = (functions::floor_key(key.as_bytes()), functions::wake_key(key.as_bytes()));
+                    let (floor, wake) = (String::from_utf8_lossy(&floor), String::from_utf8_lossy(&wake));
+                    if out.json {
+                        println!("{}", serde_json::json!({ "key": key, "floor": floor, "wake": wake }));
+                    } else {
+                        println!("floor {floor}\nwake  {wake}");
+                    }
+                }
+                None => print!("{}", if args.script { functions::eval_script() } else { functions::LIBRARY }),
+            }
             Ok(code::OK)
         }
         Command::Completions(args) => docs::completions(args),

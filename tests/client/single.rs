@@ -395,3 +395,30 @@ async fn acquire_waits_out_the_restart_grace() {
     assert!(lease.fence() > EPOCH_GAP);
     lease.release().await.unwrap();
 }
+
+/// An empty, blank or control-character key is refused before any request (issue 30): a
+/// crontab's unset `$JOB` would otherwise make every such job share one lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_blank_and_control_keys_are_refused_before_any_request() {
+    let server = Server::start();
+    let locker = locker(&server, 2_000);
+    let commands = || -> u64 {
+        let stats: String = server.cmd(&["INFO", "commandstats"]).expect("INFO");
+        stats.lines().filter(|l| l.to_lowercase().starts_with("cmdstat_fencedlock")).count() as u64
+    };
+    let token = Token::generate(TokenFormat::Hex);
+    for key in ["", " \t ", "job\n", "\u{1b}[31mjob"] {
+        let refused = [
+            locker.try_acquire(key).await.map(drop),
+            locker.acquire(key).await.map(drop),
+            locker.release_token(key, &token).await.map(drop),
+            locker.renew_token(key, &token).await.map(drop),
+            locker.node().status(key).await.map(drop),
+        ];
+        for result in refused {
+            assert!(matches!(result, Err(Error::InvalidKey { .. })), "{key:?}: {result:?}");
+        }
+    }
+    assert_eq!(commands(), 0, "no fencedlock command reached the server");
+    assert_eq!(server.dbsize(), 0, "nothing written");
+}

@@ -156,3 +156,23 @@ fn help_documents_examples_and_exit_codes() {
     let out = run(&["--help"]);
     assert!(out.stdout.contains("fencedlock run") && out.stdout.contains("Exit codes:"));
 }
+
+#[test]
+fn empty_blank_and_control_character_keys_are_refused_before_any_request() {
+    // A crontab's `fencedlock run "$JOB" -- …` with JOB unset: every such job would share one
+    // lock. No server is given: the refusal comes before any connection.
+    let nowhere = "redis://127.0.0.1:1";
+    for key in ["", "   "] {
+        let out = run(&["run", "--redis", nowhere, key, "--", "true"]);
+        assert_one_line_error(&out, USAGE, &["the lock key"]);
+    }
+    let empty = run(&["run", "--redis", nowhere, "", "--", "true"]);
+    assert!(empty.stderr.contains("unset"), "names the likely source: {empty:?}");
+    let out = run(&["acquire", "--redis", nowhere, "--key", "job\n"]);
+    assert_one_line_error(&out, USAGE, &["control character"]);
+    for sub in [&["status", ""][..], &["release", "", "--token", "t"], &["renew", "", "--token", "t"]] {
+        let mut args = sub.to_vec();
+        args.extend(["--redis", nowhere]);
+        assert_eq!(run(&args).code(), USAGE, "{args:?}");
+    }
+}

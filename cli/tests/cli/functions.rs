@@ -57,6 +57,34 @@ fn functions_script_prints_the_script_that_redis_cli_loads_and_engine_script_run
 }
 
 #[test]
+fn functions_floor_key_prints_the_keys_a_raw_call_names_and_the_library_takes_them() {
+    let out = run(&["functions", "--floor-key", "invoice:inv_72"]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    let floor =
+        String::from_utf8(fencedlock_protocol::functions::floor_key(b"invoice:inv_72")).expect("ascii");
+    let wake = String::from_utf8(fencedlock_protocol::functions::wake_key(b"invoice:inv_72")).expect("ascii");
+    assert_eq!(out.stdout, format!("floor {floor}\nwake  {wake}\n"));
+    let json = run(&["functions", "--floor-key", "invoice:inv_72", "--json"]);
+    let keys: serde_json::Value = serde_json::from_str(json.stdout.trim()).expect("JSON");
+    assert_eq!((keys["floor"].as_str(), keys["wake"].as_str()), (Some(floor.as_str()), Some(wake.as_str())));
+
+    let server = Server::builder().without_module().start();
+    let _: String = server
+        .cmd(&["FUNCTION", "LOAD", "REPLACE", fencedlock_protocol::functions::LIBRARY])
+        .expect("loaded");
+    let fence: u64 = server
+        .cmd(&["FCALL", "fencedlock_acquire", "2", "invoice:inv_72", &floor, "t", "2000"])
+        .expect("taken");
+    assert!(fence > 0);
+    let released: i64 = server
+        .cmd(&["FCALL", "fencedlock_release", "3", "invoice:inv_72", &floor, &wake, "t"])
+        .expect("taken");
+    assert_eq!(released, 1);
+    let refused = run(&["functions", "--floor-key", ""]);
+    assert_one_line_error(&refused, USAGE, &["the lock key is empty"]);
+}
+
+#[test]
 fn run_and_status_work_on_the_functions_engine() {
     let server = Server::builder().without_module().start();
     let url = server.url();
