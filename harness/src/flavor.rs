@@ -62,8 +62,84 @@ impl Flavor {
     }
 }
 
+/// One server release as the suite meets it: a flavor at a (major, minor) version, with the
+/// behaviours that differ between the releases the suite runs on (Redis 7.0, 7.4 and 8.6,
+/// Valkey 9.1), so a test asserts what its own server must do instead of skipping a case.
+/// Get it from a running server with `Server::release`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Release {
+    /// Redis or Valkey.
+    pub flavor: Flavor,
+    /// The flavor's own (major, minor): `valkey_version` on Valkey, `redis_version` on Redis.
+    pub version: (u32, u32),
+}
+
+impl Release {
+    /// Whether a module can add an ACL category (`RedisModule_AddACLCategory`): Redis 7.4+,
+    /// Valkey 8+. Without it the module loads uncategorized and ACL rules name its commands.
+    pub fn module_acl_categories(self) -> bool {
+        match self.flavor {
+            Flavor::Redis => self.version >= (7, 4),
+            Flavor::Valkey => self.version >= (8, 0),
+        }
+    }
+
+    /// Whether `ACL CAT <category>` lists the commands a module put in its category. Redis 7.4
+    /// lists none (its `+@category` still grants them all); Redis 8 and Valkey list them.
+    pub fn acl_cat_lists_module_commands(self) -> bool {
+        match self.flavor {
+            Flavor::Redis => self.version >= (8, 0),
+            Flavor::Valkey => self.module_acl_categories(),
+        }
+    }
+
+    /// Whether `RESTORE` takes a payload whose CRC-64 is all zeros as one without a checksum,
+    /// and so hands its value to the type's loader unchecked: Redis 8.6 does; Redis 8.2.3,
+    /// 7.4, 7.0 and Valkey 9.1 refuse it (checked by hand; 8.4 was not at hand).
+    pub fn restore_takes_a_zero_checksum(self) -> bool {
+        self.flavor == Flavor::Redis && self.version >= (8, 6)
+    }
+}
+
+impl fmt::Display for Release {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}.{}", self.flavor, self.version.0, self.version.1)
+    }
+}
+
 impl fmt::Display for Flavor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redis(major: u32, minor: u32) -> Release {
+        Release { flavor: Flavor::Redis, version: (major, minor) }
+    }
+
+    fn valkey(major: u32, minor: u32) -> Release {
+        Release { flavor: Flavor::Valkey, version: (major, minor) }
+    }
+
+    #[test]
+    fn the_matrix_releases_differ_where_the_suite_meets_them() {
+        // (release, ACL category, ACL CAT lists the commands, zero checksum taken)
+        let expected = [
+            (redis(7, 0), false, false, false),
+            (redis(7, 4), true, false, false),
+            (redis(8, 2), true, true, false),
+            (redis(8, 6), true, true, true),
+            (valkey(7, 2), false, false, false),
+            (valkey(9, 1), true, true, false),
+        ];
+        for (release, category, listed, zero_crc) in expected {
+            assert_eq!(release.module_acl_categories(), category, "{release}: module ACL category");
+            assert_eq!(release.acl_cat_lists_module_commands(), listed, "{release}: ACL CAT listing");
+            assert_eq!(release.restore_takes_a_zero_checksum(), zero_crc, "{release}: zero checksum");
+        }
     }
 }

@@ -56,7 +56,7 @@ pub use error::{HarnessError, Result};
 pub use fencedlock_protocol::epoch::{epoch_of, floor_at};
 pub use fencedlock_protocol::limits::EPOCH_GAP;
 pub use fencedlock_protocol::{LockStatus, SemaphoreStatus};
-pub use flavor::Flavor;
+pub use flavor::{Flavor, Release};
 pub use history::v1_module;
 pub use lock::{decode_status, try_decode_semaphore_status, try_decode_status, wait_released};
 pub use paths::{cli_binary, module_path, redis_cli, target_dir, workspace_root};

@@ -17,7 +17,7 @@ use tempfile::TempDir;
 
 use crate::config::{self, Directive};
 use crate::error::{HarnessError, Result};
-use crate::flavor::Flavor;
+use crate::flavor::{Flavor, Release};
 use crate::paths::module_path;
 use crate::ports::pick_port;
 use crate::process::{self, STDIO_FILE};
@@ -473,6 +473,12 @@ impl Server {
             .unwrap_or_else(|| panic!("no version in INFO server on {}", self.addr()));
         let mut parts = text.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
         (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+    }
+
+    /// This server's flavor and version, and with them what differs between releases
+    /// (module ACL categories, `RESTORE`'s checksum): see [`Release`].
+    pub fn release(&self) -> Release {
+        Release { flavor: self.flavor, version: self.version() }
     }
 
     /// The server log (and anything it printed to stdout/stderr before opening the log).

@@ -641,6 +641,54 @@ fn corrupt_dump_payloads_are_refused_without_crashing() {
     assert!(status_of(&s, "corrupt:src").held);
 }
 
+/// A `DUMP` payload whose checksum is all zeros. Redis 8.6 takes it as one without a checksum,
+/// so a tampered or cut value reaches the module's loader unchecked and the loader alone must
+/// refuse it; every other server in the matrix refuses it for the checksum. Either way a bad
+/// value makes no key, and an intact one restores as itself where the server takes it.
+#[test]
+fn a_zero_checksum_reaches_the_loader_only_where_the_server_skips_it() {
+    let s = Server::start();
+    let release = s.release();
+    let fence = grant(&s, "zero:src", b"zero-crc-token", LONG_TTL);
+    let payload: Vec<u8> = s.cmd(&["DUMP", "zero:src"]).unwrap();
+    let zeroed = |body: &[u8]| [body, &[0u8; 8][..]].concat();
+    let restore =
+        |p: &[u8]| s.query::<()>(redis::cmd("RESTORE").arg("zero:dst").arg(0).arg(p).arg("REPLACE"));
+    let exists = || s.cmd::<i64>(&["EXISTS", "zero:dst"]).unwrap() == 1;
+    let checksum_refusal = |text: &str| text.contains("checksum");
+
+    let (body, _) = payload.split_at(payload.len() - 8);
+    match restore(&zeroed(body)) {
+        Ok(()) => {
+            assert!(release.restore_takes_a_zero_checksum(), "{release} took a zero checksum");
+            let st = status_of(&s, "zero:dst");
+            assert_eq!((st.fence, st.held), (fence, true), "{release}: the intact value restored");
+        }
+        Err(e) => {
+            assert!(!release.restore_takes_a_zero_checksum(), "{release} refused: {}", error_text(&e));
+            assert!(checksum_refusal(&error_text(&e)), "{release}: {}", error_text(&e));
+            assert!(!exists(), "{release}: a refused RESTORE left a key");
+        }
+    }
+
+    // The value cut in half, followed by the RDB version: refused by the loader when sealed
+    // with a right checksum, so with a zero one it is refused by whichever checks first.
+    let _: i64 = s.cmd(&["DEL", "zero:dst"]).unwrap();
+    let (value, version) = body.split_at(body.len() - 2);
+    let cut = [&value[..value.len() / 2], version].concat();
+    let sealed = restore(&seal(&cut)).expect_err("the loader refuses the cut value");
+    assert!(!checksum_refusal(&error_text(&sealed)), "{}", error_text(&sealed));
+    let err = restore(&zeroed(&cut)).expect_err("a cut value with a zero checksum");
+    assert_eq!(
+        checksum_refusal(&error_text(&err)),
+        !release.restore_takes_a_zero_checksum(),
+        "{release}: who refused it: {}",
+        error_text(&err)
+    );
+    assert!(!exists(), "{release}: a refused RESTORE left a key");
+    assert!(status_of(&s, "zero:src").held, "the source is untouched");
+}
+
 // ---------------------------------------------------------------------------------------
 // Observability
 // ---------------------------------------------------------------------------------------

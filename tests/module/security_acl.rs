@@ -15,6 +15,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use fencedlock_protocol::command::{self, ACL_CATEGORY};
 use harness::redis::{self, Connection, RedisResult, Value};
 use harness::{error_text, Server};
 
@@ -137,12 +138,9 @@ fn users_without_the_commands_are_refused() {
 #[test]
 fn the_fencedlock_acl_category_where_the_server_supports_it() {
     let s = Server::start();
-    // RedisModule_AddACLCategory arrived in Redis 7.4 and Valkey 8.
-    let supported = match s.flavor() {
-        harness::Flavor::Valkey => s.version() >= (8, 0),
-        harness::Flavor::Redis => s.version() >= (7, 4),
-    };
-    assert_eq!(has_category(&s), supported, "@fencedlock on {} {:?}", s.flavor(), s.version());
+    let release = s.release();
+    let supported = release.module_acl_categories();
+    assert_eq!(has_category(&s), supported, "@fencedlock on {release}");
     if !supported {
         // Redis 7.0: the module loads without its category; ACL rules name the commands.
         let err = setuser(&s, "cat", "~lock:* -@all +@fencedlock").unwrap_err();
@@ -153,13 +151,24 @@ fn the_fencedlock_acl_category_where_the_server_supports_it() {
         );
         return;
     }
-    // Each command carries the category (COMMAND INFO's ACL categories). `ACL CAT fencedlock`
-    // cannot show it: Redis 7.4 leaves module commands out of that listing.
+    // Each command carries the category (COMMAND INFO's ACL categories), on every server that
+    // has categories. `ACL CAT fencedlock` lists them all on Redis 8 and Valkey, and none on
+    // Redis 7.4, which leaves module commands out of that listing.
     for cmd in ["acquire", "renew", "release", "raise", "status", "cad"] {
         let info: Value = s.cmd(&["COMMAND", "INFO", &format!("fencedlock.{cmd}")]).expect("COMMAND INFO");
         let text = format!("{info:?}").to_ascii_lowercase();
         assert!(text.contains("@fencedlock"), "{cmd} in @fencedlock: {text}");
     }
+    let mut listed: Vec<String> = s.cmd(&["ACL", "CAT", ACL_CATEGORY]).expect("ACL CAT fencedlock");
+    listed.iter_mut().for_each(|name| name.make_ascii_uppercase());
+    listed.sort();
+    let mut every: Vec<String> = if release.acl_cat_lists_module_commands() {
+        command::ALL.iter().map(|c| c.name.to_ascii_uppercase()).collect()
+    } else {
+        Vec::new()
+    };
+    every.sort();
+    assert_eq!(listed, every, "ACL CAT {ACL_CATEGORY} on {release}");
     setuser(&s, "cat", "~lock:* -@all +@fencedlock").expect("ACL SETUSER with +@fencedlock");
     let mut c = connect_as(&s, "cat");
     assert!(matches!(run(&mut c, &["FENCEDLOCK.ACQUIRE", "lock:c", "t", "30000"]), Ok(Value::Int(_))));
