@@ -207,3 +207,35 @@ fn on_the_script_form_two_flushalls_in_one_millisecond_can_repeat_a_fence() {
     });
     assert!(repeated, "two FLUSHALLs in one transaction gave the same fence at least once in 20 tries");
 }
+
+/// The README states the floor key rule with a Python snippet a caller can copy: it must name
+/// the keys the protocol crate names (and the library takes).
+#[test]
+fn the_readmes_floor_key_snippet_names_the_protocols_keys() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md");
+    let after = readme
+        .split_once("`fencedlock functions --floor-key KEY` prints both")
+        .expect("the rule's paragraph")
+        .1;
+    let block = after.split_once("```python\n").expect("the snippet").1.split_once("```").expect("its end").0;
+    let snippet: String =
+        block.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect::<Vec<_>>().join("\n");
+    let keys: [&[u8]; 5] = [b"invoice:inv_72", b"lockk", b"{user1}.lock", b"a{}b", b"k\xffx"];
+    let mut program = snippet;
+    program.push_str("\nimport sys\nfor key in sys.argv[1:]:\n    k = bytes.fromhex(key)\n    print(floor_key(k).hex(), wake_key(k).hex())\n");
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(&program)
+        .args(keys.iter().map(|k| hex(k)))
+        .output()
+        .expect("python3 runs (scripts/setup installs it)");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8(out.stdout).expect("hex");
+    let expected: String = keys
+        .iter()
+        .map(|k| format!("{} {}\n", hex(&functions::floor_key(k)), hex(&functions::wake_key(k))))
+        .collect();
+    assert_eq!(printed, expected);
+}

@@ -80,6 +80,7 @@ fn guard(args: &[OsString]) -> io::Result<()> {
     set_cloexec(CONTROL_FD)?;
     let wakeups = install_signals()?;
     tree::become_subreaper()?;
+    name_self();
     // SAFETY: getpgrp and setpgid have no memory-safety preconditions.
     let cli_group = unsafe { libc::getpgrp() };
     // SAFETY: as above.
@@ -248,6 +249,17 @@ impl Tree {
         }
     }
 }
+
+/// Names this process `fl-guardian` (its `comm`): `pkill fencedlock` and `killall fencedlock`,
+/// meant for the CLI, then leave the guardian to clean up after it.
+#[cfg(target_os = "linux")]
+fn name_self() {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"fl-guardian".as_ptr()) };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn name_self() {}
 
 /// In the command, between fork and exec: it dies with the guardian.
 #[cfg(target_os = "linux")]
