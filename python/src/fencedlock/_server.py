@@ -26,6 +26,9 @@ from .errors import Cause, FencedLockError, NoEngine, Unavailable, translate
 MIN_NAP = 0.005
 """The shortest wait between two attempts of a waiter on the Functions engine."""
 
+LIST_LIBRARY = ("FUNCTION", "LIST", "LIBRARYNAME", _contract.LIBRARY_NAME, "WITHCODE")
+"""The server's copy of the library, compared with this package's at detection."""
+
 
 def describe(pool: Any) -> str:
     """A server's name for errors: ``host:port``, a socket path, or a Sentinel service."""
@@ -186,10 +189,24 @@ class Server:
         return version if isinstance(version, int) else None
 
     def _load_library(self) -> None:
-        """Loads this package's library unless the server has it or a newer one."""
+        """Loads this package's library unless the server has it or a newer one. A library of
+        this version whose code differs (changed without a version raise) is replaced too."""
         version = self._library_version()
-        if version is None or version < _contract.LIBRARY_VERSION:
-            self.call(("FUNCTION", "LOAD", "REPLACE", _wire.LIBRARY))
+        if version is not None and version > _contract.LIBRARY_VERSION:
+            return
+        if version == _contract.LIBRARY_VERSION and not self._library_differs():
+            return
+        self.call(("FUNCTION", "LOAD", "REPLACE", _wire.LIBRARY))
+
+    def _library_differs(self) -> bool:
+        """Whether the server's library's code is other than this package's; ``False`` when
+        the server will not say (an ACL that denies ``FUNCTION LIST``): keep it then."""
+        try:
+            return _wire.library_differs(self.call(LIST_LIBRARY))
+        except Unavailable:
+            raise
+        except FencedLockError:
+            return False
 
     def _load_script(self) -> None:
         try:

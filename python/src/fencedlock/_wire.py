@@ -38,6 +38,37 @@ SCRIPT = LIBRARY.split("\n", 1)[1]
 SCRIPT_SHA = hashlib.sha1(SCRIPT.encode("utf-8")).hexdigest()
 
 
+def library_code(libraries: Any) -> Optional[bytes]:
+    """The ``library_code`` of the ``fencedlock`` library in a ``FUNCTION LIST … WITHCODE``
+    reply (RESP2: flat field/value lists; RESP3: maps; bytes or, with ``decode_responses``,
+    str), ``None`` when the reply lists no such library."""
+    if not isinstance(libraries, list):
+        return None
+    for library in libraries:
+        if isinstance(library, list):
+            pairs = list(zip(library[::2], library[1::2]))
+        elif isinstance(library, dict):
+            pairs = list(library.items())
+        else:
+            continue
+        fields = {_text(name): value for name, value in pairs}
+        if _text(fields.get(b"library_name")) == _contract.LIBRARY_NAME.encode():
+            return _text(fields.get(b"library_code"))
+    return None
+
+
+def _text(value: Any) -> Optional[bytes]:
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return value if isinstance(value, bytes) else None
+
+
+def library_differs(libraries: Any) -> bool:
+    """Whether a ``FUNCTION LIST … WITHCODE`` reply shows a ``fencedlock`` library whose code
+    is not this package's (a library changed without a version raise, or tampered with)."""
+    return library_code(libraries) != LIBRARY.encode("utf-8")
+
+
 def command(engine: Engine, name: str, key: bytes, rest: Sequence[Union[str, bytes, int]], waiting: bool = False) -> Args:
     """The words of ``name`` on ``key`` with arguments ``rest`` as ``engine`` takes them: the
     library's form names the key's floor key where the function takes it, and the wake-up

@@ -13,7 +13,7 @@ import redis.exceptions as rexc
 
 from .. import _contract, _wire
 from .._keys import wake_key
-from .._server import blpop_timeout, checkout, describe, nap
+from .._server import LIST_LIBRARY, blpop_timeout, checkout, describe, nap
 from .._wire import Args, Engine
 from ..errors import Cause, FencedLockError, NoEngine, Unavailable, translate
 
@@ -127,9 +127,21 @@ class Server:
         return version if isinstance(version, int) else None
 
     async def _load_library(self) -> None:
+        """See ``fencedlock._server.Server._load_library``."""
         version = await self._library_version()
-        if version is None or version < _contract.LIBRARY_VERSION:
-            await self.call(("FUNCTION", "LOAD", "REPLACE", _wire.LIBRARY))
+        if version is not None and version > _contract.LIBRARY_VERSION:
+            return
+        if version == _contract.LIBRARY_VERSION and not await self._library_differs():
+            return
+        await self.call(("FUNCTION", "LOAD", "REPLACE", _wire.LIBRARY))
+
+    async def _library_differs(self) -> bool:
+        try:
+            return _wire.library_differs(await self.call(LIST_LIBRARY))
+        except Unavailable:
+            raise
+        except FencedLockError:
+            return False
 
     async def _load_script(self) -> None:
         try:
