@@ -1,7 +1,8 @@
 """Real server processes for the tests, as the Rust harness starts them: Redis 7.0 (Debian's
 ``redis-server``), Redis 7.4 and Valkey 9.1 (``.cache/``, installed by ``scripts/setup``),
 each with the module or as a managed service (the default user restricted, an admin user for
-the tests' own CONFIG/DEBUG), on 127.0.0.1 ports 21000-23999, in a temporary directory.
+the tests' own CONFIG/DEBUG), on 127.0.0.1 ports 21000-23499 (PostgreSQL takes 23500-23999,
+see ``postgres.py``), in a temporary directory.
 A server that cannot start fails the test with what to do; it never skips."""
 
 from __future__ import annotations
@@ -31,15 +32,17 @@ ADMIN = ("harness", "harness-admin")
 # servers deny FUNCTION too (FCALL stays), so the library can only run as a script.
 MANAGED_RULES = ["on", "nopass", "~*", "&*", "+@all", "-module", "-config", "-debug"]
 
-_next_port = 21000 + (os.getpid() % 100) * 29
+REDIS_PORTS = 2500
+"""Ports 21000 to 21000 + REDIS_PORTS - 1."""
+_next_port = 21000 + (os.getpid() % 100) * 25
 
 
 def free_port() -> int:
-    """A port in 21000-23999 nobody listens on (nor on its cluster bus, port + 10000)."""
+    """A port in 21000-23499 nobody listens on (nor on its cluster bus, port + 10000)."""
     global _next_port
-    for _ in range(3000):
+    for _ in range(REDIS_PORTS):
         port = _next_port
-        _next_port = 21000 + (_next_port - 21000 + 1) % 3000
+        _next_port = 21000 + (_next_port - 21000 + 1) % REDIS_PORTS
         try:
             for p in (port, port + 10000):
                 with socket.socket() as s:
@@ -48,7 +51,7 @@ def free_port() -> int:
         except OSError:
             continue
         return port
-    raise RuntimeError("no free port in 21000-23999")
+    raise RuntimeError("no free port in 21000-23499")
 
 
 class Server:

@@ -19,7 +19,9 @@ from .errors import (
     NotAcquired,
     PermitsMismatch,
     ReplyError,
+    RowNotFound,
     ServerError,
+    Stale,
     Unavailable,
     WrongType,
 )
@@ -48,8 +50,10 @@ __all__ = [
     "PermitsMismatch",
     "Redlock",
     "ReplyError",
+    "RowNotFound",
     "SemaphoreStatus",
     "ServerError",
+    "Stale",
     "Unavailable",
     "WrongType",
 ]

@@ -14,6 +14,9 @@ exception class raised are all derived from it, so they never disagree about an 
   - :class:`ServerError`: the server refused for another reason (``NOPERM``, ...), with
     :class:`WrongType` (the key holds something else) and :class:`PermitsMismatch`.
   - :class:`BadReply`: a reply broke the contract's shape.
+  - :class:`Stale` (from :mod:`fencedlock.resource`): the row carries a newer fence than the
+    caller's; the holder is stale and must abandon its attempt.
+  - :class:`RowNotFound` (from :mod:`fencedlock.resource`): no row has the id.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ __all__ = [
     "NotAcquired",
     "PermitsMismatch",
     "ReplyError",
+    "RowNotFound",
     "ServerError",
+    "Stale",
     "Unavailable",
     "WrongType",
 ]
@@ -147,6 +152,34 @@ class PermitsMismatch(ServerError):
 
 class BadReply(FencedLockError):
     """A reply does not have the shape the contract gives it."""
+
+
+class Stale(FencedLockError):
+    """The resource refused a claim or a guarded write: the row carries a newer fence than
+    the caller's, so a newer holder has claimed or written it. Nothing was written to the row
+    (the transaction may still commit other work); abandon the attempt. Counted in
+    :data:`fencedlock.resource.stale_refusals`."""
+
+    def __init__(self, resource: str, fence: int, last_fence: Optional[int]) -> None:
+        newer = (
+            f"the row carries fence {last_fence} (a newer holder claimed or wrote it)"
+            if last_fence is not None
+            else "a newer holder claimed or wrote the row"
+        )
+        super().__init__(f"stale fence {fence} on {resource}: {newer}")
+        self.resource = resource
+        self.fence = fence
+        self.last_fence = last_fence
+        """The row's fence as read right after the refusal, where it could be read."""
+
+
+class RowNotFound(FencedLockError):
+    """No row has the id: nothing to claim or write (insert it first, with the fence column
+    0 or the creator's fence). Not a stale fence."""
+
+    def __init__(self, resource: str) -> None:
+        super().__init__(f"no row with that id in {resource}")
+        self.resource = resource
 
 
 _BY_CLASS = (
