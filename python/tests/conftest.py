@@ -10,6 +10,8 @@ from typing import Iterator, List, Tuple
 
 import pytest
 
+from postgres import Postgres
+from resource_support import Refusals
 from servers import Server, Servers
 
 ALL_FLAVORS = ["redis70", "redis74", "valkey"]
@@ -53,3 +55,25 @@ def engine(spec: Tuple[str, str]) -> str:
 @pytest.fixture
 def server(servers: Servers, engine: str) -> Server:
     return servers.start(engine)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[Postgres]:
+    """One real PostgreSQL server for the session's resource tests."""
+    server = Postgres()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def pg(postgres_server: Postgres) -> str:
+    """The conninfo of the test's own schema on the session's PostgreSQL server."""
+    return postgres_server.fresh_schema()
+
+
+@pytest.fixture
+def refusals(caplog: pytest.LogCaptureFixture) -> Refusals:
+    """The stale refusals counted and logged during the test."""
+    return Refusals(caplog)

@@ -4,7 +4,7 @@ root the server runs as the unprivileged ``postgres`` user (Debian's package cre
 ``fencedlock-pg``, created here) in a temp dir it owns; ``initdb -A trust`` (a throwaway
 cluster on loopback), ``pg_ctl start -w`` on 127.0.0.1 in ports 23500-23999 with its socket in
 the temp dir, ``pg_ctl stop -m immediate`` at the end. One server per test session; each test
-gets a database of its own. A server that cannot start fails the test with what to do."""
+gets a schema of its own. A server that cannot start fails the test with what to do."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ class Postgres:
         self.owner = owner()
         self.dir = Path(tempfile.mkdtemp(prefix="fencedlock-py-pg-"))
         self.port = 0
-        self._databases = itertools.count(1)
+        self._schemas = itertools.count(1)
         if self.owner is not None:
             os.chown(self.dir, *self.owner)
         self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", USER, "-E", "UTF8", "--locale=C",
@@ -122,14 +122,16 @@ class Postgres:
     def conninfo(self, database: str = "postgres") -> str:
         return f"host=127.0.0.1 port={self.port} user={USER} dbname={database} connect_timeout=10"
 
-    def create_database(self) -> str:
-        """A fresh database's conninfo."""
+    def fresh_schema(self) -> str:
+        """The conninfo of connections whose tables live in a new, empty schema of their own
+        (its ``search_path``): a test's own namespace in milliseconds, where a ``CREATE
+        DATABASE`` costs a third of a second."""
         import psycopg
 
-        name = f"t{next(self._databases)}"
+        name = f"t{next(self._schemas)}"
         with psycopg.connect(self.conninfo(), autocommit=True) as conn:
-            conn.execute(f"CREATE DATABASE {name}".encode())
-        return self.conninfo(name)
+            conn.execute(f"CREATE SCHEMA {name}".encode())
+        return f"{self.conninfo()} options='-c search_path={name}'"
 
     def stop(self) -> None:
         if self.port:

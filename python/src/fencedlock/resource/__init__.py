@@ -140,10 +140,11 @@ def claim_sql(table: Table, returning: Columns = (), dialect: Dialect = Dialect.
     return _sql.claim(table, dialect, 1, None, _steps.columns(returning)).sql
 
 
-def write_sql(table: Table, update: Update, dialect: Dialect = Dialect.POSTGRES) -> str:
-    """The statement :func:`write` runs for ``update`` (``$1`` the fence, ``$2`` the row id,
-    then the update's values), for logs, ``EXPLAIN``, or a statement of your own."""
-    return _sql.write(table, dialect, 1, None, update).sql
+def write_sql(table: Table, update: Update, returning: Columns = (), dialect: Dialect = Dialect.POSTGRES) -> str:
+    """The statement :func:`write` (no ``returning``) or :func:`write_returning` runs for
+    ``update`` (``$1`` the fence, ``$2`` the row id, then the update's values): for logs,
+    ``EXPLAIN``, or a statement of your own built the same way."""
+    return _sql.write(table, dialect, 1, None, update, _steps.columns(returning)).sql
 
 
 def is_retryable(exc: BaseException) -> bool:

@@ -1,0 +1,209 @@
+"""fencedlock.resource on SQLite (a real database file, sqlite3): the lesson's orderings, one
+holder's many writes, a state precondition, a stale write waiting on a newer claim's write
+lock, the caller's row factory, an attached database, and bad inputs."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, List
+
+import pytest
+
+from fencedlock import FencedLockError
+from fencedlock.resource import (InvalidFence, InvalidIdentifier, RowNotFound, Stale, Table, Update, add_fence_column,
+                                 claim, is_retryable, quote, write, write_returning)
+from resource_support import JOB, JOBS_DDL, Refusals, assert_stale, job, jobs, query, reset, send
+
+
+def open_db(path: Path, **kwargs: Any) -> sqlite3.Connection:
+    """Autocommit (each helper call outside ``BEGIN IMMEDIATE … COMMIT`` is a transaction of
+    its own), WAL, and a busy timeout long enough to wait out another writer."""
+    conn: sqlite3.Connection = sqlite3.connect(path, isolation_level=None, timeout=10, check_same_thread=False,
+                                               **kwargs)
+    conn.execute("PRAGMA journal_mode=WAL")
+    return conn
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    path = tmp_path / "jobs.db"
+    with open_db(path) as conn:
+        conn.execute(JOBS_DDL)
+        conn.execute("INSERT INTO invoice_jobs (job_id) VALUES (?)", (JOB,))
+        add_fence_column(conn, jobs())
+    return path
+
+
+@pytest.fixture
+def conn(db: Path) -> Iterator[sqlite3.Connection]:
+    conn = open_db(db)
+    yield conn
+    conn.close()
+
+
+def test_a_stale_holders_claim_and_write_are_refused_after_a_newer_holder_claimed_the_row(
+    conn: sqlite3.Connection, refusals: Refusals
+) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    assert claim(conn, jobs(), JOB, 8, ["status", "sends"]) == ("PENDING", 0)
+    conn.execute("COMMIT")
+    with pytest.raises(Stale) as raised:
+        write(conn, jobs(), JOB, 7, send(7))
+    assert_stale(raised, 7, 8)
+    with pytest.raises(Stale) as raised:
+        claim(conn, jobs(), JOB, 7)
+    assert_stale(raised, 7, 8)
+    assert job(conn) == ("PENDING", 0, None, 8)
+    assert refusals.counts() == (2, 2)
+    assert write(conn, jobs(), JOB, 8, send(8)) is True
+    assert job(conn) == ("PENDING", 1, 8, 8)
+
+
+def test_a_stale_write_before_the_new_holders_first_write_is_accepted_without_a_claim_and_refused_with_one(
+    conn: sqlite3.Connection, refusals: Refusals
+) -> None:
+    # Without claiming: B (8) reads, A's stale write (7) lands, B sends from what it read.
+    assert query(conn, "SELECT sends FROM invoice_jobs WHERE job_id = ?", JOB) == [(0,)]
+    assert write(conn, jobs(), JOB, 7, send(7)) is True
+    assert write(conn, jobs(), JOB, 8, send(8)) is True
+    assert job(conn)[1] == 2, "the invoice went twice"
+
+    # With claiming: refused although it arrives before B's first write.
+    reset(conn)
+    conn.execute("BEGIN IMMEDIATE")
+    assert claim(conn, jobs(), JOB, 8, "sends") == (0,)
+    conn.execute("COMMIT")
+    with pytest.raises(Stale):
+        write(conn, jobs(), JOB, 7, send(7))
+    assert write(conn, jobs(), JOB, 8, send(8)) is True
+    assert job(conn) == ("PENDING", 1, 8, 8)
+    assert refusals.counts() == (1, 1)
+
+
+def test_one_holder_writes_three_times_with_one_fence(conn: sqlite3.Connection, refusals: Refusals) -> None:
+    conn.execute("BEGIN IMMEDIATE")
+    claim(conn, jobs(), JOB, 9)
+    assert write(conn, jobs(), JOB, 9, send(9)) is True
+    conn.execute("COMMIT")
+    assert write(conn, jobs(), JOB, 9, send(9)) is True
+    assert write_returning(conn, jobs(), JOB, 9, send(9), ["sends", "last_fence"]) == (3, 9)
+    assert refusals.counts() == (0, 0)
+    with pytest.raises(Stale):
+        write(conn, jobs(), JOB, 8, send(8))
+    assert write(conn, jobs(), JOB, 10, send(10)) is True
+    assert job(conn) == ("PENDING", 4, 10, 10)
+
+
+def test_a_state_precondition_that_does_not_hold_writes_nothing_and_is_not_a_stale_refusal(
+    conn: sqlite3.Connection, refusals: Refusals
+) -> None:
+    def to_sent() -> Update:
+        return Update(set={"status": "SENT"}, when={"status": "PENDING"})
+
+    assert write(conn, jobs(), JOB, 5, to_sent()) is True
+    assert write(conn, jobs(), JOB, 5, to_sent()) is False
+    assert write(conn, jobs(), JOB, 6, to_sent()) is False
+    assert job(conn) == ("SENT", 0, None, 5)
+    with pytest.raises(Stale):
+        write(conn, jobs(), JOB, 4, to_sent())
+    assert write(conn, jobs(), JOB, 5, Update().set("status", "DONE").when_in("status", ["PENDING", "SENT"])) is True
+    assert write(conn, jobs(), JOB, 5, Update().set("status", "X").when_in("status", [])) is False
+    assert refusals.counts() == (1, 1)
+
+
+def test_a_stale_write_waiting_on_a_newer_claims_write_lock_is_refused_when_it_commits(
+    db: Path, conn: sqlite3.Connection, refusals: Refusals
+) -> None:
+    """SQLite runs one writer at a time: B's claim holds the write lock until B commits, A's
+    guarded write waits (the busy timeout), then runs against B's committed fence."""
+    claim(conn, jobs(), JOB, 6)
+    b = open_db(db)
+    b.execute("BEGIN IMMEDIATE")
+    claim(b, jobs(), JOB, 8)
+    outcome: List[Any] = []
+
+    def write_a() -> None:
+        a = open_db(db)
+        try:
+            outcome.append(write(a, jobs(), JOB, 7, send(7)))
+        except FencedLockError as err:
+            outcome.append(err)
+        finally:
+            a.close()
+
+    writer = threading.Thread(target=write_a)
+    writer.start()
+    time.sleep(0.3)
+    assert writer.is_alive() and not outcome, "A's write waits for B's write lock"
+    b.execute("COMMIT")
+    writer.join(10)
+    assert isinstance(outcome[0], Stale) and (outcome[0].fence, outcome[0].last_fence) == (7, 8)
+    assert job(conn) == ("PENDING", 0, None, 8)
+    assert refusals.counts() == (1, 1)
+    b.close()
+
+
+def test_a_busy_database_is_the_callers_retry(db: Path, conn: sqlite3.Connection) -> None:
+    b = open_db(db)
+    b.execute("BEGIN IMMEDIATE")
+    impatient = sqlite3.connect(db, isolation_level=None, timeout=0.05)
+    with pytest.raises(sqlite3.OperationalError) as busy:
+        write(impatient, jobs(), JOB, 7, send(7))
+    assert is_retryable(busy.value)
+    assert not is_retryable(sqlite3.OperationalError("no such table: x"))
+    b.execute("ROLLBACK")
+    impatient.close()
+    b.close()
+
+
+def test_rows_come_back_as_the_callers_row_factory_makes_them_and_its_cursor_keeps_its_results(
+    db: Path, conn: sqlite3.Connection
+) -> None:
+    rows = open_db(db)
+    rows.row_factory = sqlite3.Row
+    row = claim(rows, jobs(), JOB, 3, ["status", "sends"])
+    assert isinstance(row, sqlite3.Row) and (row["status"], row["sends"]) == ("PENDING", 0)
+    cursor = conn.cursor()
+    cursor.execute("SELECT job_id FROM invoice_jobs")
+    assert write_returning(cursor, jobs(), JOB, 3, send(3), "sends") == (1,)
+    assert cursor.fetchall() == [(JOB,)], "the caller's cursor still has its own result"
+    rows.close()
+
+
+def test_bad_inputs_hostile_values_and_names_in_an_attached_database(
+    tmp_path: Path, conn: sqlite3.Connection, refusals: Refusals
+) -> None:
+    for fence in (0, -1, 2**63, True, "7"):
+        with pytest.raises(InvalidFence):
+            write(conn, jobs(), JOB, fence, send(1))  # type: ignore[arg-type]
+    assert write(conn, jobs(), JOB, 2**63 - 1, Update()) is True
+    assert job(conn)[3] == 2**63 - 1
+    reset(conn)
+    with pytest.raises(RowNotFound):
+        claim(conn, jobs(), 73, 5)
+    with pytest.raises(RowNotFound):
+        write(conn, jobs(), 73, 5, Update(set={"status": "SENT"}, when={"status": "PENDING"}))
+    hostile = "x'; DROP TABLE invoice_jobs; --"
+    assert write(conn, jobs(), JOB, 5, Update(set={"status": hostile})) is True
+    assert job(conn)[0] == hostile
+    with pytest.raises(sqlite3.OperationalError, match="no such column"):
+        write(conn, jobs(), JOB, 5, Update(set={"status\" = 'x', sends = 99 --": "y"}))
+    with pytest.raises(InvalidIdentifier):
+        claim(conn, jobs(), JOB, 5, ["ok", ""])
+
+    # Quoted names, in an attached database (the schema step looks there, not in main).
+    conn.execute(f"ATTACH DATABASE '{tmp_path / 'other.db'}' AS \"Other DB\"")
+    weird = Table('we"ird', schema="Other DB", id_column="Job Id", fence_column='last "fence"')
+    conn.execute(f"CREATE TABLE {weird.quoted_name} ({quote('Job Id')} TEXT PRIMARY KEY, note TEXT)")
+    conn.execute(f"CREATE TABLE {quote(weird.name)} (x)")  # the same name in main, without the column
+    conn.execute(f"INSERT INTO {weird.quoted_name} VALUES ('a', NULL)")
+    add_fence_column(conn, weird)
+    add_fence_column(conn, weird)
+    claim(conn, weird, "a", 3)
+    with pytest.raises(Stale):
+        write(conn, weird, "a", 2, Update(set={"note": "late"}))
+    assert query(conn, f"SELECT * FROM {weird.quoted_name}") == [("a", None, 3)]
+    assert refusals.counts("Other DB.we\"ird") == (1, 1)
