@@ -2,7 +2,7 @@
 //! run against the module (the reference) and against the Functions library on a server
 //! started as a managed service starts it (no module; the default user may not run MODULE,
 //! CONFIG or DEBUG), every reply compared; then the client's locks, waiting, semaphores and
-//! elections on that managed server. Run it per server: Redis 7.0 (default), Redis 7.4
+//! elections on that managed server. Run it per server: Redis 7.0 (default), Redis 7.4 and 8.6
 //! (`FENCEDLOCK_REDIS_SERVER`), Valkey 9.1 (`FENCEDLOCK_FLAVOR=valkey`).
 
 mod cases;
