@@ -165,7 +165,7 @@ const DEMO_AFTER: &str = "\
 Three workers race for the invoice lock. The first to get it reads the invoice, passes its
 lease check, then stalls (a stop-the-world pause) longer than its lease. Another worker
 takes over with a higher fence and sends the invoice. When the stalled worker wakes up and
-writes, the SQLite table refuses its write because its fence is lower:
+writes, the table refuses its write because its fence is lower:
   UPDATE invoices SET sent = sent + 1, last_fence = :fence
    WHERE id = :id AND last_fence <= :fence
 --no-fence runs the same race with the fence check removed from the UPDATE: a double send.
@@ -179,6 +179,10 @@ that raises the fence in the same statement as its read:
    WHERE id = :id AND last_fence <= :fence RETURNING sent
 and the stale write is refused wherever it lands.
 
+The invoices live in SQLite by default; --database postgres://… runs the same race on
+PostgreSQL (in a schema of its own, fencedlock_demo). The claim and the fenced UPDATE are
+fencedlock-guard's, the same on both; the header prints the exact statements.
+
 Invariant: the invoice is sent exactly once, the stale write is refused, and no worker
 sends from state that changed after it read it. Exit 0: it holds (default, --claim,
 --stale-first --claim). Exit 65: violated (--no-fence, --stale-first).
@@ -188,6 +192,7 @@ Examples:
   fencedlock demo --no-fence
   fencedlock demo --stale-first
   fencedlock demo --stale-first --claim
+  fencedlock demo --database postgres://postgres@127.0.0.1:5432/postgres --claim
   fencedlock demo --redis redis://127.0.0.1:6380 --ttl 1s";
 
 /// Run a command under a distributed lease, so a job scheduled on many hosts runs once.
@@ -628,4 +633,19 @@ pub struct DemoArgs {
     /// The SQLite database file (default: a temporary file, removed afterwards).
     #[arg(long, value_name = "PATH")]
     pub db: Option<PathBuf>,
+    /// A PostgreSQL database instead of SQLite: postgres://USER[:PASSWORD]@HOST[:PORT]/DB. The
+    /// demo's tables go in a schema of its own, `fencedlock_demo`, dropped and created anew.
+    #[arg(long, value_name = "URL", conflicts_with = "db", value_parser = postgres_url)]
+    pub database: Option<String>,
+}
+
+/// `--database`: a PostgreSQL URL (the demo speaks no other database over a URL).
+#[cfg_attr(not(feature = "demo"), allow(dead_code))]
+fn postgres_url(url: &str) -> Result<String, String> {
+    if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(url.to_owned())
+    } else {
+        Err("expected a PostgreSQL URL, postgres://USER@HOST[:PORT]/DB (SQLite is the default: --db PATH)"
+            .into())
+    }
 }

@@ -127,9 +127,10 @@ pub fn write_returning<T>(
     }
 }
 
-/// The full statement [`write`] runs for `update`.
-pub fn write_sql(table: &Table, update: &Update<'_>) -> Result<String> {
-    Ok(sql::write(table, Dialect::Sqlite, update, &[])?.0)
+/// The full statement [`write`] (empty `returning`) or [`write_returning`] runs for
+/// `update`: for logs, `EXPLAIN`, or a statement of your own built the same way.
+pub fn write_sql(table: &Table, update: &Update<'_>, returning: &[&str]) -> Result<String> {
+    Ok(sql::write(table, Dialect::Sqlite, update, returning)?.0)
 }
 
 /// Fence, id, then the update's values: the order the statements number them in.

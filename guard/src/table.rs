@@ -100,8 +100,9 @@ impl Table {
         (&self.name, self.schema.as_deref())
     }
 
-    /// `schema.table` or `table`, quoted.
-    pub(crate) fn quoted_name(&self) -> Result<String> {
+    /// `"schema"."table"` or `"table"`, quoted as the helpers quote it: for statements of
+    /// your own on the same table.
+    pub fn quoted_name(&self) -> Result<String> {
         let table = quote(&self.name)?;
         Ok(match &self.schema {
             Some(schema) => format!("{}.{table}", quote(schema)?),

@@ -7,15 +7,18 @@
 //! `--stale-first` is the lesson's other ordering: the stalled worker's write reaches the table
 //! after the new owner read the invoice but before its first write. The table has nothing newer
 //! to compare against, so the stale write is accepted and the new owner then sends from what it
-//! read before. `--claim` makes every owner's first step a claim ([`ledger::CLAIM_SQL`]) that
-//! raises the row's fence in the transaction that reads it: the stale write is then refused
-//! wherever it lands. The workers take these decisions from the arguments; a watch channel
+//! read before. `--claim` makes every owner's first step a claim (`fencedlock-guard`'s
+//! `claim`) that raises the row's fence in the statement that reads it: the stale write is then
+//! refused wherever it lands.
+//!
+//! The invoices live in SQLite (a temporary file, or `--db PATH`) or in PostgreSQL
+//! (`--database postgres://…`, in a schema of the demo's own); the fenced writes and the claim
+//! are `fencedlock-guard`'s, the same on both. The workers take these decisions from the arguments; a watch channel
 //! orders them, so each combination's verdict is deterministic.
 
 mod ledger;
 mod timeline;
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,7 +34,7 @@ use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
 use crate::servers::{self, LeaseOptions};
-use ledger::{Claim, Guard, Invoice, Ledger, Write};
+use ledger::{Claim, Database, Guard, Invoice, Ledger, LedgerError, Write};
 use timeline::Timeline;
 
 const INVOICE: &str = "inv_72";
@@ -90,7 +93,7 @@ struct Race {
     order: Order,
     /// `--claim`: each owner claims the row (raises its fence) in the transaction that reads it.
     claim: bool,
-    db: PathBuf,
+    db: Database,
     timeline: Timeline,
     /// Grants so far: a worker's role is the order it was granted the lock in.
     grants: AtomicUsize,
@@ -124,16 +127,17 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
     preflight(&probe, &args.key).await?;
 
     let tmp;
-    let db = match &args.db {
-        Some(path) => path.clone(),
-        None => {
+    let db = match (&args.database, &args.db) {
+        (Some(url), _) => Database::Postgres(url.clone()),
+        (None, Some(path)) => Database::Sqlite(path.clone()),
+        (None, None) => {
             tmp = tempfile::Builder::new().prefix("fencedlock-demo-").tempdir().map_err(|e| {
                 CliError::Io(format!("cannot create a temporary directory: {e}; pass --db PATH"))
             })?;
-            tmp.path().join("billing.db")
+            Database::Sqlite(tmp.path().join("billing.db"))
         }
     };
-    Ledger::create(&db, INVOICE, AMOUNT_CENTS).map_err(|e| sqlite(&db, e))?;
+    db.create(INVOICE, AMOUNT_CENTS).await.map_err(|e| ledger_error(&db, e))?;
 
     let race = Arc::new(Race {
         key: args.key.clone(),
@@ -141,7 +145,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
         guard,
         order: if args.stale_first { Order::StaleFirst } else { Order::NewOwnerFirst },
         claim: args.claim,
-        db: db.clone(),
+        db,
         timeline: Timeline::new(!out.json),
         grants: AtomicUsize::new(0),
         progress: watch::channel(Progress::default()).0,
@@ -171,7 +175,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
         report.stale_writes_accepted += r.stale_writes_accepted;
         report.sent_on_changed_state += r.sent_on_changed_state;
     }
-    conclude(&race, &report, out)
+    conclude(&race, &report, out).await
 }
 
 /// Fails early, with the usual one-line advice, if the server is unusable.
@@ -202,14 +206,14 @@ fn header(race: &Race, lock: &Redlock) {
         duration::format(race.ttl),
         servers::describe(lock)
     ));
-    t.say(format!("Resource: SQLite {}; each send runs", race.db.display()));
-    t.say(format!("  {}", race.guard.sql()));
+    t.say(format!("Resource: {}; each send runs", race.db.describe()));
+    t.say(format!("  {}", race.db.send_sql(race.guard).unwrap_or_else(|e| e.to_string())));
     if race.guard == Guard::Unguarded {
         t.say("  (--no-fence: the table does not check the fence; the lock alone must prevent double sends)");
     }
     if race.claim {
         t.say("Each new owner first claims the row, reading the invoice in the same statement (--claim):");
-        t.say(format!("  {}", ledger::CLAIM_SQL));
+        t.say(format!("  {}", race.db.claim_sql().unwrap_or_else(|e| e.to_string())));
     }
     t.say(match race.order {
         Order::NewOwnerFirst => "Ordering: the new owner sends before the paused worker's write arrives.",
@@ -223,7 +227,7 @@ fn header(race: &Race, lock: &Redlock) {
 
 async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliError> {
     let t = &race.timeline;
-    let mut ledger = Ledger::open(&race.db).map_err(|e| sqlite(&race.db, e))?;
+    let mut ledger = race.db.open().await.map_err(|e| ledger_error(&race.db, e))?;
     let lease = servers::acquire(lock, &race.key, None, |_| {
         t.log(name, "lock busy (another worker holds it); waiting for it");
     })
@@ -240,7 +244,7 @@ async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliEr
         format!("acquired the lock with fence {fence} (lease valid {} ms)", lease.remaining().as_millis()),
     );
 
-    let Some(invoice) = read(name, &mut ledger, fence, race)? else {
+    let Some(invoice) = read(name, &mut ledger, fence, race).await? else {
         release(name, lease, t).await;
         return Ok(Report::default());
     };
@@ -262,7 +266,7 @@ async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliEr
         _ => t.log(name, "invoice not sent yet: sending"),
     }
     let mut report = Report::default();
-    if let Write::Accepted { sent, .. } = write(name, &mut ledger, fence, race, false)? {
+    if let Write::Accepted { sent, .. } = write(name, &mut ledger, fence, race, false).await? {
         report.sent_on_changed_state = usize::from(sent > invoice.sent + 1);
     }
     release(name, lease, t).await;
@@ -271,17 +275,17 @@ async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliEr
 
 /// The read an owner decides from: with `--claim`, the claim (which raises the row's fence in
 /// the same statement); `None` if a newer fence already holds the row.
-fn read(name: &str, ledger: &mut Ledger, fence: u64, race: &Race) -> Result<Option<Invoice>, CliError> {
+async fn read(name: &str, ledger: &mut Ledger, fence: u64, race: &Race) -> Result<Option<Invoice>, CliError> {
     let t = &race.timeline;
     if !race.claim {
-        let invoice = ledger.invoice(INVOICE).map_err(|e| sqlite(&race.db, e))?;
+        let invoice = ledger.invoice(INVOICE).await.map_err(|e| ledger_error(&race.db, e))?;
         t.log(
             name,
             format!("read the invoice: {} (table's last_fence {})", state(invoice.sent), invoice.last_fence),
         );
         return Ok(Some(invoice));
     }
-    match ledger.claim(INVOICE, fence).map_err(|e| sqlite(&race.db, e))? {
+    match ledger.claim(INVOICE, fence).await.map_err(|e| ledger_error(&race.db, e))? {
         Claim::Claimed { sent } => {
             t.log(
                 name,
@@ -345,7 +349,7 @@ async fn stalled(
             paused.elapsed().as_millis()
         ),
     );
-    let written = write(name, ledger, fence, race, true);
+    let written = write(name, ledger, fence, race, true).await;
     race.progress.send_modify(|p| p.stale_landed = true);
     let accepted = matches!(written?, Write::Accepted { .. });
     match lease.release().await {
@@ -361,9 +365,16 @@ async fn stalled(
 }
 
 /// The send, logged as the table answered it.
-fn write(name: &str, ledger: &mut Ledger, fence: u64, race: &Race, stale: bool) -> Result<Write, CliError> {
+async fn write(
+    name: &str,
+    ledger: &mut Ledger,
+    fence: u64,
+    race: &Race,
+    stale: bool,
+) -> Result<Write, CliError> {
     let t = &race.timeline;
-    let written = ledger.send(INVOICE, name, fence, race.guard).map_err(|e| sqlite(&race.db, e))?;
+    let written =
+        ledger.send(INVOICE, name, fence, race.guard).await.map_err(|e| ledger_error(&race.db, e))?;
     let what = match written {
         Write::Accepted { outbox_id, sent } => {
             let again = if sent > 1 { " AGAIN" } else { "" };
@@ -395,10 +406,10 @@ async fn release(name: &str, lease: fencedlock::Lease, t: &Timeline) {
     }
 }
 
-fn conclude(race: &Race, report: &Report, out: Output) -> Result<u8, CliError> {
-    let ledger = Ledger::open(&race.db).map_err(|e| sqlite(&race.db, e))?;
-    let invoice = ledger.invoice(INVOICE).map_err(|e| sqlite(&race.db, e))?;
-    let outbox = ledger.outbox(INVOICE).map_err(|e| sqlite(&race.db, e))?;
+async fn conclude(race: &Race, report: &Report, out: Output) -> Result<u8, CliError> {
+    let ledger = race.db.open().await.map_err(|e| ledger_error(&race.db, e))?;
+    let invoice = ledger.invoice(INVOICE).await.map_err(|e| ledger_error(&race.db, e))?;
+    let outbox = ledger.outbox(INVOICE).await.map_err(|e| ledger_error(&race.db, e))?;
     let fenced = race.guard == Guard::Fenced;
     let holds = invoice.sent == 1
         && outbox.len() == 1
@@ -426,6 +437,7 @@ fn conclude(race: &Race, report: &Report, out: Output) -> Result<u8, CliError> {
                     Order::StaleFirst => "stale-first",
                 },
                 "claim": race.claim,
+                "database": race.db.kind(),
                 "key": race.key,
                 "invoice": INVOICE,
                 "sent": invoice.sent,
@@ -478,6 +490,14 @@ fn verdict(race: &Race, report: &Report, invoice: &Invoice, holds: bool) -> Stri
     )
 }
 
-fn sqlite(path: &Path, err: rusqlite::Error) -> CliError {
-    CliError::Internal(format!("SQLite error on {}: {err}", path.display()))
+/// A database failure as the CLI reports it: a PostgreSQL that cannot be reached is
+/// "unavailable" (69), anything else internal (70).
+fn ledger_error(db: &Database, err: LedgerError) -> CliError {
+    let message = format!("{}: {err}", db.describe());
+    match (&err, db) {
+        (LedgerError::Postgres(e), Database::Postgres(_)) if e.as_db_error().is_none() => {
+            CliError::Unavailable(message)
+        }
+        _ => CliError::Internal(message),
+    }
 }

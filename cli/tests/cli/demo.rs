@@ -2,7 +2,8 @@
 //! write arriving after the new owner's send (refused, with or without claiming), arriving
 //! before it (accepted, and the invoice goes twice, unless the new owner claimed the fence
 //! first), and `--no-fence` (the double send). The verdict is checked three ways: the exit
-//! code, the timeline's key lines in causal order, and the SQLite table itself.
+//! code, the timeline's key lines in causal order, and the SQLite table itself. The same race
+//! on a real PostgreSQL (`--database`), every combination, checked against its tables.
 
 use crate::support::*;
 use rusqlite::Connection;
@@ -111,7 +112,7 @@ fn new_owner_first_with_claim_the_stale_write_is_refused_and_the_invoice_sent_on
     let server = Server::start();
     let demo = Demo::run(&server, &["--claim"]);
     assert_eq!(demo.out.code(), 0, "{:?}", demo.out);
-    demo.assert_says(&["RETURNING sent", "sent 1 time", "Invariant holds"]);
+    demo.assert_says(&[r#"RETURNING "sent""#, "sent 1 time", "Invariant holds"]);
     let (stalled, takeover) = demo.stalled_and_takeover();
     assert_eq!(demo.events().iter().filter(|(_, e)| e.starts_with("claimed the invoice")).count(), 3);
     let claimed = demo.at(Some(&takeover), "claimed the invoice: last_fence raised to");
@@ -197,10 +198,8 @@ struct Case {
     sent_on_changed_state: u64,
 }
 
-#[test]
-fn json_reports_each_combination_with_its_verdict() {
-    let server = Server::start();
-    let url = server.url();
+/// Every combination of the race, with its expected verdict.
+fn cases() -> [Case; 5] {
     let case = |flags,
                 ordering,
                 claim,
@@ -208,41 +207,126 @@ fn json_reports_each_combination_with_its_verdict() {
                 [sent, stale_refused, stale_accepted, sent_on_changed_state]: [u64; 4]| {
         Case { flags, ordering, claim, exit, sent, stale_refused, stale_accepted, sent_on_changed_state }
     };
-    let cases = [
+    [
         case(&[], "new-owner-first", false, 0, [1, 1, 0, 0]),
         case(&["--claim"], "new-owner-first", true, 0, [1, 1, 0, 0]),
         case(&["--stale-first"], "stale-first", false, INVARIANT_VIOLATED, [2, 0, 1, 1]),
         case(&["--stale-first", "--claim"], "stale-first", true, 0, [1, 1, 0, 0]),
         case(&["--no-fence"], "new-owner-first", false, INVARIANT_VIOLATED, [2, 0, 1, 0]),
-    ];
-    for c in cases {
+    ]
+}
+
+#[test]
+fn json_reports_each_combination_with_its_verdict() {
+    let server = Server::start();
+    let url = server.url();
+    for c in cases() {
         let mut args = vec!["demo", "--json", "--redis", &url, "--ttl", "300ms"];
         args.extend_from_slice(c.flags);
         let out = run(&args);
         assert_eq!(out.code(), c.exit, "{:?}: {out:?}", c.flags);
         let report: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
-        let got = (
-            report["ordering"].as_str(),
-            report["claim"].as_bool(),
-            report["sent"].as_u64(),
-            report["stale_writes_refused"].as_u64(),
-            report["stale_writes_accepted"].as_u64(),
-            report["sent_on_changed_state"].as_u64(),
-            report["invariant_holds"].as_bool(),
-            report["exit_code"].as_i64(),
-        );
-        let want = (
-            Some(c.ordering),
-            Some(c.claim),
-            Some(c.sent),
-            Some(c.stale_refused),
-            Some(c.stale_accepted),
-            Some(c.sent_on_changed_state),
-            Some(c.exit == 0),
-            Some(i64::from(c.exit)),
-        );
-        assert_eq!(got, want, "{:?}: {report}", c.flags);
-        assert!(report["invariant"].as_str().is_some_and(|s| s.contains("exactly once")), "{report}");
-        assert!(report["events"].as_array().unwrap().len() >= 8, "{report}");
+        check_report(&c, &report);
+        assert_eq!(report["database"].as_str(), Some("sqlite"), "{report}");
     }
+}
+
+/// The same race on a real PostgreSQL: the same verdicts, and the demo's own tables (in its
+/// schema) say the same as its report.
+#[test]
+fn on_postgres_each_combination_gives_the_same_verdict_and_the_tables_agree() {
+    let server = Server::start();
+    let pg = harness::Postgres::start();
+    let (url, database) = (server.url(), pg.url());
+    for c in cases() {
+        let mut args = vec!["demo", "--json", "--redis", &url, "--database", &database, "--ttl", "300ms"];
+        args.extend_from_slice(c.flags);
+        let out = run(&args);
+        assert_eq!(out.code(), c.exit, "{:?}: {out:?}", c.flags);
+        let report: Value = serde_json::from_str(out.stdout.trim()).expect("one JSON object");
+        check_report(&c, &report);
+        assert_eq!(report["database"].as_str(), Some("postgres"), "{report}");
+        let table =
+            pg.psql("SELECT sent || ' ' || last_fence FROM fencedlock_demo.invoices WHERE id = 'inv_72'");
+        assert_eq!(table, format!("{} {}", c.sent, report["last_fence"]), "{:?}", c.flags);
+        let outbox =
+            pg.psql("SELECT string_agg(worker || ':' || fence, ',' ORDER BY id) FROM fencedlock_demo.outbox");
+        let reported: Vec<String> = report["outbox"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| format!("{}:{}", e["worker"].as_str().unwrap(), e["fence"]))
+            .collect();
+        assert_eq!(outbox, reported.join(","), "{:?}", c.flags);
+    }
+}
+
+#[test]
+fn on_postgres_the_header_names_the_database_without_its_password_and_the_guards_statements() {
+    let server = Server::start();
+    let pg = harness::Postgres::start();
+    let url = server.url();
+    // Trust authentication ignores the password; the header must not print it.
+    let database = pg.url().replace("postgres@", "postgres:hunter2@");
+    let out = run(&[
+        "demo",
+        "--redis",
+        &url,
+        "--database",
+        &database,
+        "--ttl",
+        "300ms",
+        "--stale-first",
+        "--claim",
+    ]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(!out.stdout.contains("hunter2"), "{}", out.stdout);
+    for expected in [
+        format!("Resource: PostgreSQL postgres://postgres@127.0.0.1:{}/postgres (schema fencedlock_demo)", pg.port()),
+        r#"UPDATE "fencedlock_demo"."invoices" SET "sent" = ("sent" + 1), "last_fence" = $1 WHERE "id" = $2 AND "last_fence" <= $1 RETURNING "sent""#.to_owned(),
+        r#"UPDATE "fencedlock_demo"."invoices" SET "last_fence" = $1 WHERE "id" = $2 AND "last_fence" <= $1 RETURNING "sent""#.to_owned(),
+        "Invariant holds".to_owned(),
+    ] {
+        assert!(out.stdout.contains(&expected), "missing {expected:?} in:\n{}", out.stdout);
+    }
+}
+
+#[test]
+fn a_database_that_is_not_postgres_is_a_usage_error_and_an_unreachable_one_is_unavailable() {
+    let server = Server::start();
+    let url = server.url();
+    let out = run(&["demo", "--redis", &url, "--database", "mysql://127.0.0.1/db"]);
+    assert_eq!(out.code(), USAGE, "{out:?}");
+    assert!(out.stderr.contains("PostgreSQL URL"), "{}", out.stderr);
+    let out = run(&["demo", "--redis", &url, "--database", "postgres://x@127.0.0.1:1/db", "--db", "x.db"]);
+    assert_eq!(out.code(), USAGE, "--database and --db together: {out:?}");
+    let out = run(&["demo", "--redis", &url, "--database", "postgres://postgres@127.0.0.1:1/postgres"]);
+    assert_eq!(out.code(), UNAVAILABLE, "{out:?}");
+    assert!(out.stderr.contains("PostgreSQL postgres://postgres@127.0.0.1:1/postgres"), "{}", out.stderr);
+}
+
+fn check_report(c: &Case, report: &Value) {
+    let got = (
+        report["ordering"].as_str(),
+        report["claim"].as_bool(),
+        report["sent"].as_u64(),
+        report["stale_writes_refused"].as_u64(),
+        report["stale_writes_accepted"].as_u64(),
+        report["sent_on_changed_state"].as_u64(),
+        report["invariant_holds"].as_bool(),
+        report["exit_code"].as_i64(),
+    );
+    let want = (
+        Some(c.ordering),
+        Some(c.claim),
+        Some(c.sent),
+        Some(c.stale_refused),
+        Some(c.stale_accepted),
+        Some(c.sent_on_changed_state),
+        Some(c.exit == 0),
+        Some(i64::from(c.exit)),
+    );
+    assert_eq!(got, want, "{:?}: {report}", c.flags);
+    assert!(report["invariant"].as_str().is_some_and(|s| s.contains("exactly once")), "{report}");
+    assert!(report["events"].as_array().unwrap().len() >= 8, "{report}");
 }
