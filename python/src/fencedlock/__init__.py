@@ -5,7 +5,9 @@ Every lease carries a **fence**, larger for every later grant on the same key, e
 lower than the highest it has seen (``UPDATE … SET last_fence = :fence WHERE … AND last_fence
 <= :fence``): a holder paused past its lease then cannot overwrite its successor's work.
 
-Synchronous API here; the same over ``redis.asyncio`` in :mod:`fencedlock.asyncio`.
+Synchronous API here; the same over ``redis.asyncio`` in :mod:`fencedlock.asyncio`. The
+resource's half, claiming rows and guarding writes with the fence on your own ``sqlite3`` or
+psycopg connection, is :mod:`fencedlock.resource`.
 """
 
 from ._wire import Engine, LockStatus, PermitStatus, SemaphoreStatus

@@ -76,9 +76,10 @@ class Table:
     it to a handful of values per application: one counter each, never a row id."""
 
     def __post_init__(self) -> None:
-        self.quoted_name
-        quote(self.id_column)
-        quote(self.fence_column)
+        for name in (self.name, self.id_column, self.fence_column):
+            quote(name)
+        if self.schema is not None:
+            quote(self.schema)
         if self.resource_label is not None and not isinstance(self.resource_label, str):
             raise InvalidArgument(f"a resource label is a str, not {type(self.resource_label).__name__}")
 

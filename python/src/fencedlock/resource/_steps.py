@@ -58,7 +58,8 @@ def write(
     fence = checked_fence(fence)
     wanted = columns(returning)
     count, row = yield Query(_sql.write(table, dialect, fence, row_id, update, wanted), True, True)
-    if (row is not None) if wanted else count > 0:
+    applied = row is not None if wanted else count > 0
+    if applied:
         return True, row
     write_refused(table, fence, (yield from _fence_of(dialect, table, row_id)), update.has_precondition)
     return False, None
