@@ -45,7 +45,7 @@ impl Flavor {
                 std::env::var_os("FENCEDLOCK_REDIS_SERVER")
                     .map(PathBuf::from)
                     .unwrap_or_else(|| PathBuf::from("redis-server")),
-                "install it with `apt-get install redis-server`, or set FENCEDLOCK_REDIS_SERVER",
+                "install it with `apt-get install redis-server`, or set FENCEDLOCK_REDIS_SERVER (`scripts/setup` puts Redis 7.4 and 8.6 in .cache/redis74/ and .cache/redis86/)",
             ),
             Flavor::Valkey => (
                 std::env::var_os("FENCEDLOCK_VALKEY_SERVER")
