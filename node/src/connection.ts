@@ -34,7 +34,7 @@ export interface Connection {
    * error reply and `ConnectionFailure` (or the client's own error) otherwise. `key` is the
    * command's one key, for a cluster's routing.
    */
-  call(args: readonly Arg[], key?: Buffer): Promise<Reply>;
+  call(args: readonly Arg[], key?: string): Promise<Reply>;
 }
 
 /** A connection that carries one blocking request at a time and is closed when abandoned. */

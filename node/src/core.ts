@@ -46,7 +46,7 @@ export function mayHold(err: unknown): boolean {
   return err instanceof ServerError ? err.code === undefined : !answered(err);
 }
 
-function asFailure(server: Server, err: unknown, secret?: Buffer): FencedLockError {
+function asFailure(server: Server, err: unknown, secret?: string): FencedLockError {
   const e = server.error(err, secret);
   return e instanceof FencedLockError ? e : new ServerError(server.name, causeOf(err), String(e));
 }
@@ -66,6 +66,8 @@ export class Core {
 
   /** One acquisition round: the grant, or null when another owner holds the lock. */
   async attempt(req: AcquireRequest): Promise<Grant | null> {
+    // Engine detection (the first request to a server) is not part of the grant's round.
+    await Promise.all(this.servers.map((server) => server.detect().catch(() => undefined)));
     const sent = performance.now();
     const only = this.servers.length === 1 ? this.servers[0] : undefined;
     if (only) {
@@ -102,11 +104,11 @@ export class Core {
     await this.#giveBack(req, votes);
     // Any refusal: another owner holds the lock (fail-open must never override that).
     if (votes.some((v) => v.vote === 'refused')) return null;
-    throw new QuorumNotReachedError(req.key.toString('utf8'), votes, this.quorum);
+    throw new QuorumNotReachedError(req.key, votes, this.quorum);
   }
 
   /** Every server's answer to `ask`, stopping once a majority said yes or can no longer. */
-  async #round(ask: (server: Server) => Promise<Vote>, secret: Buffer): Promise<Vote[]> {
+  async #round(ask: (server: Server) => Promise<Vote>, secret: string): Promise<Vote[]> {
     const n = this.servers.length;
     const answers = await untilDecided(
       this.servers.map((server) => () => ask(server).catch((err: unknown): Vote => ({ vote: 'failed', error: asFailure(server, err, secret) }))),
@@ -141,16 +143,26 @@ export class Core {
   }
 
   /** A release whose answer nobody waits for (a lease it misses expires after its ttl). */
-  releaseOn(server: Server, key: Buffer, token: Buffer): void {
+  releaseOn(server: Server, key: string, token: string): void {
     void server.release(key, token).catch(() => undefined);
   }
 
-  releaseInBackground(key: Buffer, token: Buffer): void {
+  releaseInBackground(key: string, token: string): void {
     for (const server of this.servers) this.releaseOn(server, key, token);
   }
 
+  /**
+   * The releases after an abandoned waiting request: at once, and again one timeout later.
+   * The request's connection is closed, but the release travels on another one and may reach
+   * the server first; a handoff to the waiter in between is ended only by the second.
+   */
+  releaseAfterWait(server: Server, key: string, token: string): void {
+    this.releaseOn(server, key, token);
+    setTimeout(() => this.releaseOn(server, key, token), this.settings.timeout).unref();
+  }
+
   /** RENEW everywhere: the new deadline, null when a majority no longer holds it. */
-  async renew(key: Buffer, token: Buffer, ttl: number): Promise<number | null> {
+  async renew(key: string, token: string, ttl: number): Promise<number | null> {
     const sent = performance.now();
     if (this.servers.length === 1 && this.servers[0]) {
       return (await this.servers[0].renew(key, token, ttl)) ? this.deadline(sent, ttl) : null;
@@ -159,11 +171,11 @@ export class Core {
     const yes = votes.filter((v) => v.vote === 'granted').length;
     if (yes >= this.quorum && performance.now() < this.deadline(sent, ttl)) return this.deadline(sent, ttl);
     if (votes.filter((v) => v.vote === 'refused').length > this.servers.length - this.quorum) return null;
-    throw new QuorumNotReachedError(key.toString('utf8'), votes, this.quorum);
+    throw new QuorumNotReachedError(key, votes, this.quorum);
   }
 
   /** RELEASE everywhere: whether a majority still held it. */
-  async release(key: Buffer, token: Buffer): Promise<boolean> {
+  async release(key: string, token: string): Promise<boolean> {
     if (this.servers.length === 1 && this.servers[0]) return this.servers[0].release(key, token);
     const votes = await Promise.all(
       this.servers.map((server) =>
@@ -177,11 +189,11 @@ export class Core {
     const no = votes.filter((v) => v.vote === 'refused').length;
     if (yes >= this.quorum) return true;
     if (no >= this.quorum) return false;
-    throw new QuorumNotReachedError(key.toString('utf8'), votes, this.quorum);
+    throw new QuorumNotReachedError(key, votes, this.quorum);
   }
 
   /** The error of a wait that ran out. */
-  contended(key: Buffer): ContendedError {
-    return new ContendedError(key.toString('utf8'));
+  contended(key: string): ContendedError {
+    return new ContendedError(key);
   }
 }

@@ -24,7 +24,7 @@ export class Leadership {
   readonly #keeper: KeepAlive;
 
   /** @internal */
-  constructor(readonly lease: Lease, keeper: KeepAlive, readonly label: Buffer) {
+  constructor(readonly lease: Lease, keeper: KeepAlive, readonly label: Buffer | string) {
     this.#keeper = keeper;
   }
 
@@ -46,10 +46,8 @@ export class Leadership {
 }
 
 export class Election {
-  readonly #keyBytes: Buffer;
-
   constructor(readonly locker: Locker, readonly key: string) {
-    this.#keyBytes = checkKey(key);
+    checkKey(key);
   }
 
   /**
@@ -71,7 +69,7 @@ export class Election {
   /** Who leads now; null while nobody does. */
   async leader(): Promise<Leader | null> {
     const server = this.locker.core.servers[0];
-    const status = server ? await server.status(this.#keyBytes) : null;
+    const status = server ? await server.status(this.key) : null;
     const holder = status?.holders[0];
     if (!status || !holder) return null;
     return { label: holder.label, epoch: holder.fence, remainingMs: holder.remainingMs };

@@ -29,7 +29,7 @@ export { LIBRARY };
  * key's floor key where the function takes it, and its wake-up list for a release and for a
  * waiter's ACQUIRE (`waiting`).
  */
-export function request(engine: Engine, command: CommandName, key: Buffer, rest: readonly Arg[], waiting = false): Arg[] {
+export function request(engine: Engine, command: CommandName, key: string, rest: readonly Arg[], waiting = false): Arg[] {
   if (engine === 'module') return [COMMANDS[command], key, ...rest];
   const keys = waiting || takesWake(command) ? [floorKey(key), wakeKey(key)] : takesFloor(command) ? [floorKey(key)] : [];
   const numkeys = String(1 + keys.length);

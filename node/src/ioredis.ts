@@ -78,11 +78,15 @@ function addressOf(client: IORedisLike): string {
   return path ?? `${host}:${String(client.options['port'] ?? 6379)}`;
 }
 
+/** What a closed locker's own connection answers: nothing more is opened after `close()`. */
+const CLOSED: Connection = { call: () => Promise.reject(new ConnectionFailure('the locker is closed')) };
+
 /** The adapter over an ioredis client. */
 export class IORedisBackend implements Backend {
   readonly name: string;
   readonly isCluster: boolean;
   #own: IORedisLike | undefined;
+  #closed = false;
   readonly #opened = new Set<IORedisLike>();
 
   constructor(readonly client: IORedisLike) {
@@ -92,6 +96,7 @@ export class IORedisBackend implements Backend {
 
   shared(): Connection {
     if (stringNumbers(this.client)) return { call: (args) => send(this.client, args) };
+    if (this.#closed) return CLOSED;
     if (!this.#own) {
       this.#own = exactCopy(this.client, {});
       this.#own.on('error', () => {}); // reported per request
@@ -102,6 +107,7 @@ export class IORedisBackend implements Backend {
   }
 
   async dedicated(): Promise<DedicatedConnection> {
+    if (this.#closed) throw new ConnectionFailure('the locker is closed');
     // No retries and no offline queue: a request on a broken connection fails at once.
     const conn = exactCopy(this.client, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
     conn.on('error', () => {});
@@ -123,6 +129,7 @@ export class IORedisBackend implements Backend {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
     for (const conn of this.#opened) conn.disconnect();
     this.#opened.clear();
     this.#own = undefined;

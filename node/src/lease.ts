@@ -9,16 +9,14 @@ import { drift } from './options.js';
 
 export class Lease {
   readonly #core: Core;
-  readonly #token: Buffer;
-  readonly #keyBytes: Buffer;
+  readonly #token: string;
   #validUntil: number;
   #released = false;
 
   /** @internal Made by `Locker`, `Redlock` and `Semaphore`. */
-  constructor(core: Core, key: string, keyBytes: Buffer, token: Buffer, readonly fence: bigint, validUntil: number, readonly ttl: number) {
+  constructor(core: Core, key: string, token: string, readonly fence: bigint, validUntil: number, readonly ttl: number) {
     this.#core = core;
     this.key = key;
-    this.#keyBytes = keyBytes;
     this.#token = token;
     this.#validUntil = validUntil;
   }
@@ -53,7 +51,7 @@ export class Lease {
    */
   async renew(): Promise<void> {
     this.ensureValid();
-    const validUntil = await this.#core.renew(this.#keyBytes, this.#token, this.ttl);
+    const validUntil = await this.#core.renew(this.key, this.#token, this.ttl);
     if (validUntil === null) {
       this.#validUntil = Math.min(this.#validUntil, performance.now());
       throw new LeaseLostError(this.key, 'Refused');
@@ -65,7 +63,7 @@ export class Lease {
   async release(): Promise<boolean> {
     this.#released = true;
     this.#validUntil = Math.min(this.#validUntil, performance.now());
-    return this.#core.release(this.#keyBytes, this.#token);
+    return this.#core.release(this.key, this.#token);
   }
 
   /** Whether `release()` was called. */

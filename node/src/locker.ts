@@ -35,7 +35,7 @@ function backendOf(client: RedisClient): Backend {
 
 /** What a lease is asked on besides its key: a public label and a semaphore's permits. */
 export interface Terms {
-  readonly label?: Buffer | undefined;
+  readonly label?: Buffer | string | undefined;
   readonly permits?: number | undefined;
 }
 
@@ -122,12 +122,12 @@ abstract class Base {
 
   /** @internal One acquisition, waiting as the options say. */
   async take(key: string, options: AcquireOptions, terms: Terms): Promise<Lease | null> {
-    const keyBytes = checkKey(key);
+    checkKey(key);
     const ttl = checkTtl(options.ttl ?? this.settings.ttl);
     const wait = checkWait(options.wait ?? this.settings.wait);
     const signal = options.signal;
     if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
-    const req: AcquireRequest = { key: keyBytes, token: randomBytes(TOKEN_BYTES), ttlMs: ttl, label: terms.label, permits: terms.permits };
+    const req: AcquireRequest = { key, token: randomBytes(TOKEN_BYTES).toString('hex'), ttlMs: ttl, label: terms.label, permits: terms.permits };
     const giveUp = performance.now() + wait;
     let lastError: unknown;
     for (let round = 0; ; round++) {
@@ -141,7 +141,7 @@ abstract class Base {
         grant = 'again';
         lastError = err;
       }
-      if (grant !== null && grant !== 'again') return new Lease(this.core, key, keyBytes, req.token, grant.fence, grant.validUntil, ttl);
+      if (grant !== null && grant !== 'again') return new Lease(this.core, key, req.token, grant.fence, grant.validUntil, ttl);
       const left = giveUp - performance.now();
       if (left <= 0) {
         if (grant === null) return null;
@@ -156,12 +156,13 @@ abstract class Base {
     const servers = this.core.servers;
     if (servers.length === 1 && servers[0]) {
       const server = servers[0];
+      await server.detect();
       const sent = performance.now();
       let fence: bigint | null;
       try {
         fence = await server.acquireWaiting(req, until, signal);
       } catch (err) {
-        if (mayHold(err)) this.core.releaseInBackground(req.key, req.token);
+        if (mayHold(err)) this.core.releaseAfterWait(server, req.key, req.token);
         if (err instanceof Error && err.message.includes('wait interrupted')) return 'again';
         throw err;
       }
@@ -204,7 +205,7 @@ abstract class Base {
       try {
         reserved = await server.acquireWaiting(req, until, watch.signal);
       } catch (err) {
-        if (mayHold(err)) this.core.releaseOn(server, req.key, req.token);
+        if (mayHold(err)) this.core.releaseAfterWait(server, req.key, req.token);
         if (signal?.aborted) throw abortError(signal);
         continue; // this master cannot queue us: the next in the ranking
       } finally {

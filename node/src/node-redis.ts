@@ -59,7 +59,7 @@ function isCluster(client: NodeRedisLike): boolean {
   return 'masters' in client && 'slots' in client;
 }
 
-async function send(client: NodeRedisLike, cluster: boolean, args: readonly Arg[], key: Buffer | undefined): Promise<Reply> {
+async function send(client: NodeRedisLike, cluster: boolean, args: readonly Arg[], key: string | undefined): Promise<Reply> {
   const options = { typeMapping: TYPE_MAPPING };
   let reply: unknown;
   try {
@@ -91,6 +91,7 @@ export class NodeRedisBackend implements Backend {
   readonly name: string;
   readonly isCluster: boolean;
   readonly #opened = new Set<NodeRedisLike>();
+  #closed = false;
 
   constructor(readonly client: NodeRedisLike) {
     if (client.withTypeMapping === undefined) {
@@ -105,6 +106,7 @@ export class NodeRedisBackend implements Backend {
   }
 
   async dedicated(): Promise<DedicatedConnection> {
+    if (this.#closed) throw new ConnectionFailure('the locker is closed');
     // No reconnects: a blocked request's connection that breaks is done.
     const conn = this.isCluster ? this.client.duplicate() : this.client.duplicate({ disableOfflineQueue: true, socket: { ...((this.client.options?.['socket'] as object | undefined) ?? {}), reconnectStrategy: false } });
     conn.on('error', () => {});
@@ -126,6 +128,7 @@ export class NodeRedisBackend implements Backend {
   }
 
   async close(): Promise<void> {
+    this.#closed = true;
     for (const conn of this.#opened) destroy(conn);
     this.#opened.clear();
   }

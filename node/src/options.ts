@@ -97,19 +97,19 @@ export function settle(options: LockerOptions = {}): Settings {
  * A lock key as bytes. Empty, blank and control-character keys are refused before any
  * request: they are typos, and a key nobody can type again cannot be inspected or released.
  */
-export function checkKey(key: unknown): Buffer {
+export function checkKey(key: unknown): string {
   if (typeof key !== 'string') bad(`a key must be a string, got ${typeof key}`);
   if (key.trim().length === 0) bad('a key must not be empty or blank');
   // eslint-disable-next-line no-control-regex
   if (/[\u0000-\u001f\u007f-\u009f]/.test(key)) bad(`a key must not contain control characters: ${JSON.stringify(key)}`);
-  return Buffer.from(key, 'utf8');
+  return key;
 }
 
 /** A label: 1 to MAX_LABEL_LEN bytes (public: STATUS shows it). */
-export function checkLabel(label: unknown): Buffer {
-  const bytes = typeof label === 'string' ? Buffer.from(label, 'utf8') : Buffer.isBuffer(label) ? label : bad('a label must be a string or a Buffer');
-  if (bytes.length < 1 || bytes.length > MAX_LABEL_LEN) bad(`a label must be 1 to ${MAX_LABEL_LEN} bytes, got ${bytes.length}`);
-  return bytes;
+export function checkLabel(label: unknown): Buffer | string {
+  const length = typeof label === 'string' ? Buffer.byteLength(label, 'utf8') : Buffer.isBuffer(label) ? label.length : bad('a label must be a string or a Buffer');
+  if (length < 1 || length > MAX_LABEL_LEN) bad(`a label must be 1 to ${MAX_LABEL_LEN} bytes, got ${length}`);
+  return label as Buffer | string;
 }
 
 /** A permit count: 1 to MAX_PERMITS. */

@@ -152,12 +152,16 @@ export function floorTag(slot: number): string {
   return tagsBySlot[slot % SLOTS] ?? '';
 }
 
-/** The floor key of `key`'s slot: `fencedlock:fn-floor:{TAG}`. */
-export function floorKey(key: Uint8Array): Buffer {
-  return Buffer.from(`${FLOOR_KEY_PREFIX}${floorTag(keySlot(key))}}`, 'latin1');
+function bytes(key: string | Uint8Array): Uint8Array {
+  return typeof key === 'string' ? Buffer.from(key, 'utf8') : key;
 }
 
-/** The wake-up list of `key`: `fencedlock:fn-wake:{TAG}:key`. */
-export function wakeKey(key: Uint8Array): Buffer {
-  return Buffer.concat([Buffer.from(`${WAKE_KEY_PREFIX}${floorTag(keySlot(key))}}:`, 'latin1'), key]);
+/** The floor key of `key`'s slot: `fencedlock:fn-floor:{TAG}`. */
+export function floorKey(key: string | Uint8Array): string {
+  return `${FLOOR_KEY_PREFIX}${floorTag(keySlot(bytes(key)))}}`;
+}
+
+/** The wake-up list of `key` (a string, sent as UTF-8): `fencedlock:fn-wake:{TAG}:key`. */
+export function wakeKey(key: string): string {
+  return `${WAKE_KEY_PREFIX}${floorTag(keySlot(bytes(key)))}}:${key}`;
 }

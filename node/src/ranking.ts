@@ -6,9 +6,9 @@
 const MASK = (1n << 64n) - 1n;
 
 /** FNV-1a over key, 0xff, name, then the SplitMix64 finaliser. */
-export function score(key: Buffer, name: string): bigint {
+export function score(key: string, name: string): bigint {
   let h = 0xcbf29ce484222325n;
-  for (const byte of [...key, 0xff, ...Buffer.from(name, 'utf8')]) {
+  for (const byte of [...Buffer.from(key, 'utf8'), 0xff, ...Buffer.from(name, 'utf8')]) {
     h = ((h ^ BigInt(byte)) * 0x100000001b3n) & MASK;
   }
   h ^= h >> 30n;
@@ -19,7 +19,7 @@ export function score(key: Buffer, name: string): bigint {
 }
 
 /** The masters' indexes in the order contenders for `key` wait on them. */
-export function ranking(key: Buffer, names: readonly string[]): number[] {
+export function ranking(key: string, names: readonly string[]): number[] {
   return names
     .map((name, i) => ({ s: score(key, name), name, i }))
     .sort((a, b) => (a.s === b.s ? (a.name < b.name ? -1 : a.name > b.name ? 1 : 0) : a.s > b.s ? -1 : 1))

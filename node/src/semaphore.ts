@@ -11,7 +11,7 @@ import { checkKey, checkLabel, checkPermits, type AcquireOptions } from './optio
 import type { KeyStatus } from './server.js';
 
 export class Semaphore {
-  readonly #label: Buffer | undefined;
+  readonly #label: Buffer | string | undefined;
   readonly permits: number;
 
   constructor(readonly locker: Locker, readonly key: string, permits: number, options: { readonly label?: string | Buffer } = {}) {

@@ -13,10 +13,11 @@ import { Pool } from './pool.js';
 
 /** What an ACQUIRE asks for besides its key. */
 export interface AcquireRequest {
-  readonly key: Buffer;
-  readonly token: Buffer;
+  readonly key: string;
+  /** 128 random bits as 32 hex digits: a text argument is one socket write for the clients. */
+  readonly token: string;
   readonly ttlMs: number;
-  readonly label?: Buffer | undefined;
+  readonly label?: Buffer | string | undefined;
   readonly permits?: number | undefined;
 }
 
@@ -74,14 +75,9 @@ export function answered(err: unknown): boolean {
 }
 
 /** Replaces every occurrence of `secret` in `text`: a server without the module echoes arguments. */
-function redact(text: string, secret: Buffer | undefined): string {
-  let out = text.replace(/, with args beginning with: .*$/, ', with args beginning with: <redacted>');
-  if (secret && secret.length > 0) {
-    for (const form of [secret.toString('latin1'), secret.toString('utf8'), secret.toString('hex')]) {
-      if (form.length > 0) out = out.split(form).join('<token>');
-    }
-  }
-  return out;
+function redact(text: string, secret: string | undefined): string {
+  const out = text.replace(/, with args beginning with: .*$/, ', with args beginning with: <redacted>');
+  return secret ? out.split(secret).join('<token>') : out;
 }
 
 function asInteger(reply: Reply, what: string): bigint {
@@ -160,7 +156,7 @@ export class Server {
   }
 
   /** Turns a failed request into this package's error, naming this server; `secret` never shows. */
-  error(err: unknown, secret?: Buffer): Error {
+  error(err: unknown, secret?: string): Error {
     if (err instanceof ServerError || err instanceof BadReplyError) return err;
     const cause = causeOf(err);
     const text = redact(err instanceof Error ? err.message : String(err), secret);
@@ -171,7 +167,7 @@ export class Server {
   }
 
   /** One command on the shared connection, within the timeout; a lost script is loaded again once. */
-  async call(args: readonly Arg[], key?: Buffer): Promise<Reply> {
+  async call(args: readonly Arg[], key?: string): Promise<Reply> {
     const conn = this.backend.shared();
     try {
       return await bounded(conn.call(args, key), this.options.timeoutMs);
@@ -278,7 +274,7 @@ export class Server {
     }
   }
 
-  async renew(key: Buffer, token: Buffer, ttlMs: number): Promise<boolean> {
+  async renew(key: string, token: string, ttlMs: number): Promise<boolean> {
     const engine = await this.detect();
     try {
       return asInteger(await this.call(request(engine, 'renew', key, [token, String(ttlMs)]), key), 'RENEW') === 1n;
@@ -287,7 +283,7 @@ export class Server {
     }
   }
 
-  async release(key: Buffer, token: Buffer): Promise<boolean> {
+  async release(key: string, token: string): Promise<boolean> {
     const engine = await this.detect();
     try {
       return asInteger(await this.call(request(engine, 'release', key, [token]), key), 'RELEASE') === 1n;
@@ -296,7 +292,7 @@ export class Server {
     }
   }
 
-  async raise(key: Buffer, token: Buffer, fence: bigint): Promise<bigint | null> {
+  async raise(key: string, token: string, fence: bigint): Promise<bigint | null> {
     const engine = await this.detect();
     try {
       return asFence(await this.call(request(engine, 'raise', key, [token, fence.toString()]), key), 'RAISE');
@@ -305,7 +301,7 @@ export class Server {
     }
   }
 
-  async status(key: Buffer): Promise<KeyStatus | null> {
+  async status(key: string): Promise<KeyStatus | null> {
     const engine = await this.detect();
     try {
       return decodeStatus(await this.call(request(engine, 'status', key, []), key));
@@ -345,7 +341,7 @@ export class Server {
   }
 
   /** `request` on `conn` until it answers, `ms` passes or `signal` aborts. */
-  async #on(conn: DedicatedConnection, args: readonly Arg[], key: Buffer, ms: number, signal?: AbortSignal): Promise<Reply> {
+  async #on(conn: DedicatedConnection, args: readonly Arg[], key: string, ms: number, signal?: AbortSignal): Promise<Reply> {
     if (signal?.aborted) throw new TimedOut('abandoned');
     let onAbort: (() => void) | undefined;
     const aborted = new Promise<never>((_, reject) => {

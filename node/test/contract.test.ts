@@ -34,14 +34,20 @@ for (const flavor of FLAVORS) {
           try {
             assert.equal(await locker.engine(), engine);
             const key = `contract:${kind}`;
+            await locker.engine();
+            const before = performance.now();
             const lease = await locker.acquire(key);
+            const after = performance.now();
             assert.ok(lease, 'a free key is granted');
             assert.equal(typeof lease.fence, 'bigint');
             assert.ok(lease.fence > 0n);
-            assert.ok(lease.remaining() > 2900 && lease.remaining() <= 3000 - 32, `validity ${lease.remaining()} is ttl minus drift minus the round`);
+            // Measured from before the request was sent, minus drift (3000 × 0.01 + 2 ms).
+            const window = 3000 - 32;
+            assert.ok(lease.validUntil >= before + window && lease.validUntil <= after + window, `validity ends ${(lease.validUntil - before).toFixed(1)} ms after the call began`);
             assert.equal(await rival.acquire(key), null, 'a held key is refused');
+            const renewing = performance.now();
             await lease.renew();
-            assert.ok(lease.remaining() > 2900);
+            assert.ok(lease.validUntil >= renewing + window && lease.validUntil <= performance.now() + window, 'a renewal restarts it from before its request');
             const status = await locker.status(key);
             assert.equal(status?.fence, lease.fence);
             assert.equal(status?.holders.length, 1);

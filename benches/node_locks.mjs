@@ -1,0 +1,187 @@
+#!/usr/bin/env node
+// The Node package against redlock (v4, the one npm installs by default) and its maintained
+// fork @sesamecare-oss/redlock, side by side in one run on one Redis 7.0 with the module
+// (issue 33), all through ioredis:
+//   1. one uncontended lease (acquire + release), one at a time: time per lease, and the two
+//      raw commands (SET NX PX + EVALSHA compare-and-delete) as the floor. Alternating rounds;
+//      the ratio is the median of the per-round ratios (this machine is shared and noisy).
+//   2. a hot key: 32 concurrent holders, each holding ~1 ms, for a few seconds: grants/s and
+//      the fewest grants any holder got (fencedlock waits on the server; redlock retries).
+// Usage: node benches/node_locks.mjs [--quick] [--out FILE.json]
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { connect, createServer } from 'node:net';
+import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
+const need = createRequire(join(repo, 'node/package.json'));
+const load = async (name) => import(pathToFileURL(need.resolve(name)).href);
+const { Redis } = await load('ioredis');
+const RedlockV4 = (await load('redlock')).default;
+const { Redlock: SesameRedlock } = await load('@sesamecare-oss/redlock');
+const { Locker } = await import(pathToFileURL(join(repo, 'node/dist/esm/index.js')).href);
+
+const quick = process.argv.includes('--quick');
+const outAt = process.argv.indexOf('--out');
+const out = outAt > 0 ? process.argv[outAt + 1] : undefined;
+const ROUNDS = quick ? 3 : 7;
+const LEASES = quick ? 300 : 1500;
+const HOT_SECONDS = quick ? 1.5 : 4;
+const HOLDERS = 32;
+const module = process.env.FENCEDLOCK_MODULE ?? join(repo, 'target/release/libfencedlock_module.so');
+
+const port = await freePort(26800);
+const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loadmodule', module], { stdio: 'ignore' });
+const clients = [];
+const redis = (options = {}) => {
+  const c = new Redis({ host: '127.0.0.1', port, ...options });
+  c.on('error', () => {});
+  clients.push(c);
+  return c;
+};
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+try {
+  await waitFor(port);
+  const shared = redis();
+  const exact = redis({ stringNumbers: true });
+  const contenders = {
+    fencedlock: (() => {
+      const locker = new Locker(exact, { ttl: 10_000 });
+      return async (key) => (await locker.acquire(key)).release();
+    })(),
+    'fencedlock (functions engine)': (() => {
+      const locker = new Locker(exact, { ttl: 10_000, engine: 'functions' });
+      return async (key) => (await locker.acquire(key)).release();
+    })(),
+    redlock: (() => {
+      const r = new RedlockV4([shared], { retryCount: 0 });
+      return async (key) => (await r.lock(key, 10_000)).unlock();
+    })(),
+    '@sesamecare-oss/redlock': (() => {
+      const r = new SesameRedlock([shared], { retryCount: 0 });
+      return async (key) => (await r.acquire([key], 10_000)).release();
+    })(),
+    'raw SET NX PX + EVALSHA': (() => {
+      const cad = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end";
+      shared.defineCommand('cad', { numberOfKeys: 1, lua: cad });
+      return async (key) => {
+        await shared.set(key, 'value', 'PX', 10_000, 'NX');
+        await shared.cad(key, 'value');
+      };
+    })(),
+  };
+
+  // 1. One lease at a time.
+  const perLease = Object.fromEntries(Object.keys(contenders).map((name) => [name, []]));
+  for (const [name, run] of Object.entries(contenders)) for (let i = 0; i < 50; i++) await run(`warm:${name}`);
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const [name, run] of Object.entries(contenders)) {
+      const start = performance.now();
+      for (let i = 0; i < LEASES; i++) await run(`lease:${name}`);
+      perLease[name].push(((performance.now() - start) * 1000) / LEASES);
+    }
+  }
+  const lease = {};
+  for (const name of Object.keys(contenders)) {
+    lease[name] = {
+      us_per_lease: median(perLease[name]),
+      ratio_to_redlock: median(perLease[name].map((t, i) => t / perLease.redlock[i])),
+    };
+  }
+
+  // 2. The hot key.
+  const hot = {};
+  const hold = () => sleep(1);
+  const contest = async (name, take) => {
+    const grants = new Array(HOLDERS).fill(0);
+    const until = performance.now() + HOT_SECONDS * 1000;
+    const holdersDone = Array.from({ length: HOLDERS }, async (_, h) => {
+      while (performance.now() < until) {
+        const release = await take(until);
+        if (!release) continue;
+        grants[h]++;
+        await hold();
+        await release();
+      }
+    });
+    const start = performance.now();
+    await Promise.all(holdersDone);
+    const secs = (performance.now() - start) / 1000;
+    const total = grants.reduce((a, b) => a + b, 0);
+    hot[name] = { grants_per_s: total / secs, fewest_grants: Math.min(...grants), most_grants: Math.max(...grants) };
+  };
+  console.error('node_locks: one lease at a time done; the hot key');
+  for (const engine of ['module', 'functions']) {
+    const locker = new Locker(redis({ stringNumbers: true }), { ttl: 10_000, engine, maxBlocking: HOLDERS });
+    await contest(engine === 'module' ? 'fencedlock (waits on the server)' : 'fencedlock, functions engine (woken by releases)', async (until) => {
+      const lease = await locker.acquire(`hot:${engine}`, { wait: Math.max(1, until - performance.now()) });
+      return lease ? () => lease.release() : undefined;
+    });
+    await locker.close();
+  }
+  // redlock retries until its retry budget (the contest's length) is spent; a lock won after
+  // the contest ended is unlocked at once.
+  const retried = (label, key, acquire) =>
+    contest(label, async (until) => {
+      const attempt = acquire(key).catch(() => undefined);
+      const lock = await Promise.race([attempt, sleep(Math.max(1, until - performance.now())).then(() => undefined)]);
+      if (!lock) {
+        void attempt.then((late) => late?.release?.().catch?.(() => {}));
+        return undefined;
+      }
+      return () => lock.release();
+    });
+  for (const [label, delay, jitter] of [['redlock (default retries: 200 ms ± 200)', 200, 200], ['redlock (fast retries: 10 ms ± 10)', 10, 10]]) {
+    const r = new RedlockV4([shared], { retryCount: Math.ceil((HOT_SECONDS * 1000) / delay), retryDelay: delay, retryJitter: jitter });
+    await retried(label, `hot:redlock:${delay}`, async (key) => {
+      const lock = await r.lock(key, 10_000);
+      return { release: () => lock.unlock() };
+    });
+  }
+  const sesame = new SesameRedlock([shared], { retryCount: Math.ceil((HOT_SECONDS * 1000) / 200), retryDelay: 200, retryJitter: 200 });
+  await retried('@sesamecare-oss/redlock (default retries)', 'hot:sesame', (key) => sesame.acquire([key], 10_000));
+  const rtt = lease['raw SET NX PX + EVALSHA'].us_per_lease / 2 / 1000;
+  const limit = 1000 / (1.1 + rtt);
+
+  const result = { redis: 'Redis 7.0', rounds: ROUNDS, leases_per_round: LEASES, hot_seconds: HOT_SECONDS, holders: HOLDERS, lease, hot, limit_grants_per_s: limit };
+  console.log('\n| one lease (acquire + release) | µs per lease | ÷ redlock (median of rounds) |');
+  console.log('| --- | ---: | ---: |');
+  for (const [name, r] of Object.entries(lease)) console.log(`| ${name} | ${r.us_per_lease.toFixed(0)} | ${r.ratio_to_redlock.toFixed(2)}× |`);
+  console.log(`\n| hot key, ${HOLDERS} holders of ~1 ms, ${HOT_SECONDS} s | grants/s | ÷ redlock (default retries) | fewest grants of a holder | most |`);
+  console.log('| --- | ---: | ---: | ---: | ---: |');
+  const base = hot['redlock (default retries: 200 ms ± 200)'].grants_per_s;
+  for (const [name, r] of Object.entries(hot)) console.log(`| ${name} | ${r.grants_per_s.toFixed(0)} | ${(r.grants_per_s / base).toFixed(2)}× | ${r.fewest_grants} | ${r.most_grants} |`);
+  console.log(`\n(the limit one holder at a time allows: 1 / (1.1 ms hold + one round trip) ≈ ${limit.toFixed(0)} grants/s)`);
+  if (out) writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+} finally {
+  for (const c of clients) c.disconnect();
+  server.kill('SIGKILL');
+}
+
+async function freePort(from) {
+  for (let p = from; p < from + 100; p++) {
+    const ok = await new Promise((resolve) => {
+      const probe = createServer();
+      probe.once('error', () => resolve(false));
+      probe.listen(p, '127.0.0.1', () => probe.close(() => resolve(true)));
+    });
+    if (ok) return p;
+  }
+  throw new Error('no free port');
+}
+
+async function waitFor(p) {
+  for (let i = 0; i < 250; i++) {
+    const up = await new Promise((resolve) => {
+      const s = connect(p, '127.0.0.1', () => { s.destroy(); resolve(true); });
+      s.once('error', () => resolve(false));
+    });
+    if (up) return;
+    await sleep(20);
+  }
+  throw new Error(`redis-server did not listen on ${p}`);
+}
