@@ -67,7 +67,9 @@ export class Core {
   /** One acquisition round: the grant, or null when another owner holds the lock. */
   async attempt(req: AcquireRequest): Promise<Grant | null> {
     // Engine detection (the first request to a server) is not part of the grant's round.
-    await Promise.all(this.servers.map((server) => server.detect().catch(() => undefined)));
+    if (this.servers.some((server) => server.engine === undefined)) {
+      await Promise.all(this.servers.map((server) => server.detect().catch(() => undefined)));
+    }
     const sent = performance.now();
     const only = this.servers.length === 1 ? this.servers[0] : undefined;
     if (only) {

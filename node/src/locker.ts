@@ -156,7 +156,7 @@ abstract class Base {
     const servers = this.core.servers;
     if (servers.length === 1 && servers[0]) {
       const server = servers[0];
-      await server.detect();
+      if (server.engine === undefined) await server.detect();
       const sent = performance.now();
       let fence: bigint | null;
       try {

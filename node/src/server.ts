@@ -182,6 +182,7 @@ export class Server {
 
   /** The engine this server serves leases with, asking the server on the first call. */
   detect(): Promise<Engine> {
+    if (this.#found && this.#engine) return this.#engine;
     if (!this.#engine) {
       this.#engine = this.#detect().then(
         (engine) => ((this.#found = engine), engine),
@@ -266,7 +267,7 @@ export class Server {
 
   /** One ACQUIRE attempt on the shared connection: the fence, or null while held elsewhere. */
   async acquire(req: AcquireRequest): Promise<bigint | null> {
-    const engine = await this.detect();
+    const engine = this.#found ?? (await this.detect());
     try {
       return asFence(await this.call(this.#acquireWords(engine, req, false), req.key), 'ACQUIRE');
     } catch (err) {
@@ -275,7 +276,7 @@ export class Server {
   }
 
   async renew(key: string, token: string, ttlMs: number): Promise<boolean> {
-    const engine = await this.detect();
+    const engine = this.#found ?? (await this.detect());
     try {
       return asInteger(await this.call(request(engine, 'renew', key, [token, String(ttlMs)]), key), 'RENEW') === 1n;
     } catch (err) {
@@ -284,7 +285,7 @@ export class Server {
   }
 
   async release(key: string, token: string): Promise<boolean> {
-    const engine = await this.detect();
+    const engine = this.#found ?? (await this.detect());
     try {
       return asInteger(await this.call(request(engine, 'release', key, [token]), key), 'RELEASE') === 1n;
     } catch (err) {
