@@ -86,13 +86,17 @@ async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
                 Some(key) => {
                     let (floor, wake) = (functions::floor_key(key.as_bytes()), functions::wake_key(key.as_bytes()));
                     let (floor, wake) = (String::from_utf8_lossy(&floor), String::from_utf8_lossy(&wake));
-                    if out.json {
-                        println!("{}", serde_json::json!({ "key": key, "floor": floor, "wake": wake }));
-                    } else {
-                        println!("floor {floor}\nwake  {wake}");
-                    }
+                    out.result(
+                        &format!("floor {floor}\nwake  {wake}"),
+                        serde_json::json!({ "key": key, "floor": floor, "wake": wake }),
+                    );
                 }
-                None => print!("{}", if args.script { functions::eval_script() } else { functions::LIBRARY }),
+                None => {
+                    use std::io::Write;
+                    let source = if args.script { functions::eval_script() } else { functions::LIBRARY };
+                    // A reader that stops early (`| head`) is not an error.
+                    let _ = std::io::stdout().lock().write_all(source.as_bytes());
+                }
             }
             Ok(code::OK)
         }

@@ -168,7 +168,11 @@ fn a_power_loss_of_the_aof_tail_regrants_lost_leases_at_once_without_repeating_t
         assert!(release(&server, &key, "before"));
         assert!(resource.write(fence));
     }
-    // What the disk holds at the "last fsync": taken with the server frozen, so it is whole.
+    // What the disk holds at the "last fsync": taken with the server frozen, so it is whole,
+    // once the AOF buffer is in the file (under `everysec` a slow fsync postpones the write).
+    harness::poll("the AOF buffer written to the file", Duration::from_secs(10), || {
+        server.info_field("persistence", "aof_buffer_length").as_deref() == Some("0")
+    });
     let image = tempfile::tempdir().expect("tempdir");
     server.pause();
     copy_dir(&server.dir().join(AOF_DIR), &image.path().join(AOF_DIR));
