@@ -46,6 +46,8 @@ local RETENTION_MS = 600000
 local FENCES_PER_MS = 1024
 local EPOCH_GAP = 4294967296
 local FLOOR_PREFIX = 'fencedlock:fn-floor:{'
+-- A floor key's shape: the prefix, a tag (floor_tag) and the closing brace.
+local FLOOR_SHAPE = '^fencedlock:fn%-floor:{[0-7][0-7][0-3][0-3][0-3][0-3]}$'
 local WAKE_PREFIX = 'fencedlock:fn-wake:{'
 local WAKE_TTL_MS = 10000
 -- At most this many lock keys whose floor key this library state has checked (`trusted`).
@@ -53,6 +55,9 @@ local TRUSTED_MAX = 10000
 -- The `kind` field of every lock key the library writes: a hash of an application's that
 -- happens to have `fence` or `holders` fields is WRONGTYPE, as any other value is.
 local KIND = 'fencedlock'
+-- Whether this source runs as a script (EVALSHA) rather than as the loaded library: a script
+-- keeps nothing between calls.
+local as_script = redis.register_function == nil
 
 local E_BAD_TTL = 'ERR ttl must be a positive integer number of milliseconds'
 local E_TTL_TOO_LARGE = 'ERR ttl exceeds fencedlock.max-ttl-ms (86400000)'
@@ -143,17 +148,21 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- The library functions the key checks use, bound at the first call (a library may not touch
+-- them while it loads): every read of a global goes through the sandbox's lookup, which would
+-- cost more than the checks themselves.
+local bxor, byte, char, find, sub
+
 -- CLUSTER KEYSLOT of `key`: the CRC16 of the key, or of its hash tag (the bytes between the
 -- first '{' and the next '}', when there are any), modulo 16384.
 local function key_slot(key)
-  local open = string.find(key, '{', 1, true)
+  local open = find(key, '{', 1, true)
   if open then
-    local close = string.find(key, '}', open + 1, true)
+    local close = find(key, '}', open + 1, true)
     if close and close > open + 1 then
-      key = string.sub(key, open + 1, close - 1)
+      key = sub(key, open + 1, close - 1)
     end
   end
-  local bxor, byte = bit.bxor, string.byte
   local hi, lo = 0, 0
   for i = 1, #key do
     local v = CRC16[bxor(hi, byte(key, i)) + 1]
@@ -163,21 +172,63 @@ local function key_slot(key)
   return (hi * 256 + lo) % 16384
 end
 
+-- floor_tag's inverse, split in two: the tag bits of the slot's low 7 and high 7 bits (after
+-- TAG_ORIGIN), 128 each, from TAG_BASIS at the first call.
+local TAG_LOW, TAG_HIGH
+
 -- The floor tag of `slot` (fencedlock_protocol::functions::floor_tag): six digits, the first
--- two 0-7 and the other four 0-3 (14 bits), whose own slot is `slot`. Exactly one such tag
--- hashes to each slot, so each slot has exactly one floor key.
+-- two 0-7 and the other four 0-3 (14 bits, high bits first), whose own slot is `slot`.
+-- Exactly one such tag hashes to each slot, so each slot has exactly one floor key.
 local function floor_tag(slot)
-  local v, x = bit.bxor(slot, TAG_ORIGIN), 0
-  for i = 1, 14 do
-    if v % 2 == 1 then
-      x = bit.bxor(x, TAG_BASIS[i])
+  if not TAG_LOW then
+    TAG_LOW, TAG_HIGH = {}, {}
+    for v = 0, 127 do
+      local low, high, rest = 0, 0, v
+      for i = 1, 7 do
+        if rest % 2 == 1 then
+          low, high = bxor(low, TAG_BASIS[i]), bxor(high, TAG_BASIS[i + 7])
+        end
+        rest = (rest - rest % 2) / 2
+      end
+      TAG_LOW[v + 1], TAG_HIGH[v + 1] = low, high
     end
-    v = (v - v % 2) / 2
   end
-  local function digit(unit, base)
-    return 48 + (x % (unit * base) - x % unit) / unit
+  local v = bxor(slot, TAG_ORIGIN)
+  local low = v % 128
+  local x = bxor(TAG_LOW[low + 1], TAG_HIGH[(v - low) / 128 + 1])
+  local d6 = x % 4
+  x = (x - d6) / 4
+  local d5 = x % 4
+  x = (x - d5) / 4
+  local d4 = x % 4
+  x = (x - d4) / 4
+  local d3 = x % 4
+  x = (x - d3) / 4
+  local d2 = x % 8
+  return char(48 + (x - d2) / 8, 48 + d2, 48 + d3, 48 + d4, 48 + d5, 48 + d6)
+end
+
+-- This server process: it changes on every restart and differs between a primary and the
+-- replica promoted in its place, so a new one starts a new epoch. A user whose ACL denies
+-- INFO gets no epochs: fences then rise from the floor alone, which a restart from the AOF
+-- keeps, but grants a failed primary made and its replica never saw can repeat. The same INFO
+-- tells whether the server is a Redis Cluster node (see keys_of).
+--
+-- A library keeps its Lua state between calls until it is loaded again or the server
+-- restarts, so these facts (fixed for the process) are asked for once: INFO costs a third of
+-- a grant. A script (EVALSHA) starts afresh each call and asks every time it grants.
+local this_run, in_cluster
+local function server_facts()
+  if this_run then
+    return this_run, in_cluster
   end
-  return string.char(digit(2048, 8), digit(256, 8), digit(64, 4), digit(16, 4), digit(4, 4), digit(1, 4))
+  local info = redis.pcall('INFO', 'server', 'cluster')
+  local run = type(info) == 'string' and string.match(info, 'run_id:(%w+)')
+  if not run then
+    return 'no-info', false
+  end
+  this_run, in_cluster = run, string.find(info, 'cluster_enabled:1', 1, true) ~= nil
+  return this_run, in_cluster
 end
 
 -- Lock keys whose floor key this library state has checked: a library's Lua state lives until
@@ -189,15 +240,31 @@ local trusted, trusted_count = {}, 0
 -- fourth value when the keys are wrong. A floor or wake-up list other than the lock key's own
 -- is refused: fences kept in a second floor could repeat, and releases pushed onto another
 -- list would wake nobody.
+--
+-- The floor check: a key this library state has checked before is known; in a Redis Cluster
+-- the server itself refuses keys of two slots in one call (CROSSSLOT), so a floor key of the
+-- right shape is the one of the key's slot (exactly one tag of that shape hashes to each
+-- slot); elsewhere (and on the script form, which cannot remember the INFO) the key's CRC16
+-- decides, a few microseconds for a key of a few dozen bytes.
 local function keys_of(keys)
   local key, floor, wake = keys[1], keys[2], keys[3]
   if #keys < 1 or #keys > 3 then
     return nil, nil, nil, E_KEYS
   end
+  if not bxor then
+    bxor, byte, char, find, sub = bit.bxor, string.byte, string.char, string.find, string.sub
+  end
   if floor ~= nil and trusted[key] ~= floor then
-    local expected = FLOOR_PREFIX .. floor_tag(key_slot(key)) .. '}'
-    if floor ~= expected then
-      return nil, nil, nil, E_FLOOR_KEY .. expected
+    local clustered = false
+    if not as_script then
+      local _
+      _, clustered = server_facts()
+    end
+    if not (clustered and find(floor, FLOOR_SHAPE)) then
+      local expected = FLOOR_PREFIX .. floor_tag(key_slot(key)) .. '}'
+      if floor ~= expected then
+        return nil, nil, nil, E_FLOOR_KEY .. expected
+      end
     end
     if trusted_count >= TRUSTED_MAX then
       trusted, trusted_count = {}, 0
@@ -206,7 +273,7 @@ local function keys_of(keys)
     trusted_count = trusted_count + 1
   end
   if wake ~= nil then
-    local expected = WAKE_PREFIX .. string.sub(floor, #FLOOR_PREFIX + 1) .. ':' .. key
+    local expected = WAKE_PREFIX .. sub(floor, #FLOOR_PREFIX + 1) .. ':' .. key
     if wake ~= expected then
       return nil, nil, nil, E_WAKE_KEY .. expected
     end
@@ -279,28 +346,6 @@ local function find(holders, token)
   return nil
 end
 
--- This server process: it changes on every restart and differs between a primary and the
--- replica promoted in its place, so a new one starts a new epoch. A user whose ACL denies
--- INFO gets no epochs: fences then rise from the floor alone, which a restart from the AOF
--- keeps, but grants a failed primary made and its replica never saw can repeat.
---
--- A library keeps its Lua state between calls until it is loaded again or the server
--- restarts, so the run id (fixed for the process) is asked for once: INFO costs a third of a
--- grant. A script (EVALSHA) starts afresh each call and asks every time.
-local this_run
-local function run_id()
-  if this_run then
-    return this_run
-  end
-  local info = redis.pcall('INFO', 'server')
-  local run = type(info) == 'string' and string.match(info, 'run_id:(%w+)')
-  if not run then
-    return 'no-info'
-  end
-  this_run = run
-  return run
-end
-
 -- The highest fence this library state has issued or raised a lock to (nil before its first,
 -- and in every call of the script form). A floor deleted by FLUSHALL or DEL starts a new epoch
 -- at the wall clock's ms, and two such starts within one ms (two FLUSHALLs, or clients whose
@@ -322,7 +367,7 @@ end
 -- (re)load of the library) cannot know what its predecessor issued in this ms and starts at
 -- the next one.
 local function next_fence(key, floor, key_fence, now)
-  local run = run_id()
+  local run = server_facts()
   local base, seen
   if floor then
     local got = redis.call('HMGET', floor, 'fence', 'run')
