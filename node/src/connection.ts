@@ -57,12 +57,17 @@ export interface Backend {
   close(): Promise<void>;
 }
 
+/** An integer reply that arrived as a lossy JS number: a contract breach on this side, never an outage. */
+export class LossyInteger extends Error {
+  override name = 'LossyInteger';
+}
+
 /** The exact integer of an integer reply that arrived as text or as a safe JS number. */
 export function exactInteger(value: string | number): bigint {
   if (typeof value === 'string') return BigInt(value);
   if (!Number.isSafeInteger(value)) {
     // A lossy number would be a wrong fence: never hand it out.
-    throw new ConnectionFailure(`an integer reply above 2^53 arrived as a JS number (${value}); it cannot be exact`);
+    throw new LossyInteger(`an integer reply above 2^53 arrived as a JS number (${value}); it cannot be exact`);
   }
   return BigInt(value);
 }

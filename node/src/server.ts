@@ -5,7 +5,7 @@
  * own from a small pool (`Pool`): on the module it is `ACQUIRE … BLOCK`, queued on the server;
  * on the Functions engine, attempts woken by the key's wake-up list (`BLPOP`).
  */
-import { ConnectionFailure, ErrorReply, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
+import { ConnectionFailure, ErrorReply, LossyInteger, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
 import { LIBRARY, SCRIPT, request, type Engine, type EngineChoice } from './engine.js';
 import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
 import { BLOCK, COMMANDS, LABEL, LIBRARY_VERSION, MAX_BLOCK_MS, PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
@@ -158,6 +158,7 @@ export class Server {
   /** Turns a failed request into this package's error, naming this server; `secret` never shows. */
   error(err: unknown, secret?: string): Error {
     if (err instanceof ServerError || err instanceof BadReplyError) return err;
+    if (err instanceof LossyInteger) return new BadReplyError(`${this.name}: ${err.message}`);
     const cause = causeOf(err);
     const text = redact(err instanceof Error ? err.message : String(err), secret);
     const code = err instanceof ErrorReply ? err.code : undefined;
