@@ -190,6 +190,14 @@ impl Layout {
     }
 }
 
+/// The payload with its CRC-64 trailer zeroed.
+fn zero_checksum(payload: &[u8]) -> Vec<u8> {
+    let mut out = payload.to_vec();
+    let n = out.len();
+    out[n - 8..].fill(0);
+    out
+}
+
 fn restore(s: &Server, key: &str, payload: &[u8], replace: bool) -> RedisResult<()> {
     let mut cmd = redis::cmd("RESTORE");
     cmd.arg(key).arg(0).arg(payload);
@@ -321,6 +329,11 @@ fn restore_refuses_every_value_that_breaks_an_invariant() {
     let layout = Layout::of(&s);
     let held_fence = grant(&s, "loader:held", SECRET, LONG_TTL);
     let held_before = status_of(&s, "loader:held");
+    // Whether this server skips the checksum when it is zero (Redis 8.6 does; 7.0, 7.4 and
+    // Valkey 9.1 refuse such a payload).
+    let zero_unchecked =
+        restore(&s, "loader:unchecked", &zero_checksum(&layout.payload(3, &mutex(5, None))), false).is_ok();
+    eprintln!("this server restores a payload with a zero checksum: {zero_unchecked}");
     for broken in broken_values(&layout) {
         let payload = layout.framed(broken.value.clone());
         let log_before = s.log_contents().len();
@@ -342,6 +355,23 @@ fn restore_refuses_every_value_that_breaks_an_invariant() {
             assert!(
                 new.contains("fencedlock: refusing a lock value: ") && new.contains(logged),
                 "{}: the log does not say \"{logged}\":\n{new}",
+                broken.what
+            );
+        }
+        // With its checksum zeroed: where the server takes that as "not checked", the module is
+        // all that refuses it.
+        let logged_before = broken.logged.map(|l| s.log_contents().matches(l).count());
+        let unchecked = zero_checksum(&payload);
+        assert!(
+            restore(&s, "loader:dst", &unchecked, false).is_err(),
+            "{}: zero checksum accepted",
+            broken.what
+        );
+        assert!(!exists(&s, "loader:dst"), "{}: a refused RESTORE left a key", broken.what);
+        if let (true, Some(logged), Some(before)) = (zero_unchecked, broken.logged, logged_before) {
+            assert!(
+                s.log_contents().matches(logged).count() > before,
+                "{}: not refused by the module",
                 broken.what
             );
         }
@@ -516,6 +546,7 @@ fn aof_records_that_break_an_invariant_are_not_applied() {
     let mut records = vec![resp(&[b"SELECT", b"0"])];
     let bad_keys = [
         ("loader:aof:fence0", apply("loader:aof:fence0", &[b"1", b"0"])),
+        ("loader:aof:empty-token", apply("loader:aof:empty-token", &[b"1", b"5", b"", minute.as_bytes()])),
         ("loader:aof:expired", apply("loader:aof:expired", &[b"1", b"5", SECRET, b"0"])),
         ("loader:aof:too-long", apply("loader:aof:too-long", &[b"1", b"5", SECRET, too_long.as_bytes()])),
         (
