@@ -51,6 +51,11 @@ export interface Backend {
   readonly isCluster: boolean;
   /** The connection that carries every non-blocking request. */
   shared(): Connection;
+  /**
+   * Sends `args` (a keyless command: loading the library or the script) to the server, or to
+   * every primary of a cluster, where a routed request would reach one random node.
+   */
+  everywhere(args: readonly Arg[]): Promise<void>;
   /** A new connection for blocking requests, owned by the caller. */
   dedicated(): Promise<DedicatedConnection>;
   /** Closes the connections this adapter opened itself (never the user's client). */

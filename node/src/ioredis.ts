@@ -16,6 +16,7 @@ export interface IORedisLike {
   callBuffer(command: string, ...args: Arg[]): Promise<unknown>;
   duplicate(...args: unknown[]): IORedisLike;
   disconnect(): void;
+  nodes?(role: 'master'): IORedisLike[];
   connect(): Promise<void>;
   on(event: string, listener: (...args: unknown[]) => void): unknown;
   readonly options: Record<string, unknown>;
@@ -104,6 +105,16 @@ export class IORedisBackend implements Backend {
     }
     const own = this.#own;
     return { call: (args) => send(own, args) };
+  }
+
+  async everywhere(args: readonly Arg[]): Promise<void> {
+    const conn = stringNumbers(this.client) ? this.client : this.#own;
+    const primaries = this.isCluster ? (conn ?? this.client).nodes?.('master') ?? [] : [];
+    if (primaries.length === 0) {
+      await this.shared().call(args);
+      return;
+    }
+    await Promise.all(primaries.map((node) => send(node, args)));
   }
 
   async dedicated(): Promise<DedicatedConnection> {

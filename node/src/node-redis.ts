@@ -23,7 +23,8 @@ export interface NodeRedisLike {
   on(event: string, listener: (...args: unknown[]) => void): unknown;
   readonly isOpen: boolean;
   readonly options?: Record<string, unknown>;
-  readonly masters?: unknown;
+  readonly masters?: unknown[];
+  nodeClient?(node: unknown): Promise<NodeRedisLike>;
   readonly slots?: unknown;
 }
 
@@ -103,6 +104,20 @@ export class NodeRedisBackend implements Backend {
 
   shared(): Connection {
     return { call: (args, key) => send(this.client, this.isCluster, args, key) };
+  }
+
+  async everywhere(args: readonly Arg[]): Promise<void> {
+    const masters = this.isCluster ? this.client.masters ?? [] : [];
+    if (masters.length === 0 || typeof this.client.nodeClient !== 'function') {
+      await this.shared().call(args);
+      return;
+    }
+    await Promise.all(
+      masters.map(async (master) => {
+        const node = await (this.client.nodeClient as (n: unknown) => Promise<NodeRedisLike>)(master);
+        await send(node, false, args, undefined);
+      }),
+    );
   }
 
   async dedicated(): Promise<DedicatedConnection> {

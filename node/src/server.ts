@@ -69,6 +69,14 @@ export function causeOf(err: unknown): Cause {
   }
 }
 
+/** The load that cures `err`: the script after `NOSCRIPT`, the library after "Function not found". */
+function lost(err: unknown): Arg[] | undefined {
+  if (!(err instanceof ErrorReply)) return undefined;
+  if (err.code === 'NOSCRIPT') return ['SCRIPT', 'LOAD', SCRIPT];
+  if (err.line.startsWith('ERR Function not found')) return ['FUNCTION', 'LOAD', 'REPLACE', LIBRARY];
+  return undefined;
+}
+
 /** Whether `err` is an answer of the server (the connection is in step). */
 export function answered(err: unknown): boolean {
   return err instanceof ErrorReply;
@@ -167,17 +175,20 @@ export class Server {
     return new Kind(this.name, cause, text, code, { cause: err });
   }
 
-  /** One command on the shared connection, within the timeout; a lost script is loaded again once. */
+  /**
+   * One command on the shared connection, within the timeout. A script the server lost (a
+   * restart, a failover, `SCRIPT FLUSH`) or a library a primary lacks (a cluster's new node)
+   * is loaded again, and the command sent once more.
+   */
   async call(args: readonly Arg[], key?: string): Promise<Reply> {
     const conn = this.backend.shared();
     try {
       return await bounded(conn.call(args, key), this.options.timeoutMs);
     } catch (err) {
-      if (err instanceof ErrorReply && err.code === 'NOSCRIPT') {
-        await bounded(conn.call(['SCRIPT', 'LOAD', SCRIPT], key), this.options.timeoutMs);
-        return bounded(conn.call(args, key), this.options.timeoutMs);
-      }
-      throw err;
+      const reload = lost(err);
+      if (!reload) throw err;
+      await bounded(this.backend.everywhere(reload), this.options.timeoutMs);
+      return bounded(conn.call(args, key), this.options.timeoutMs);
     }
   }
 
@@ -251,11 +262,11 @@ export class Server {
   async #loadLibrary(): Promise<void> {
     const version = await this.#libraryVersion();
     if (version !== undefined && version >= LIBRARY_VERSION) return;
-    await this.call(['FUNCTION', 'LOAD', 'REPLACE', LIBRARY]);
+    await bounded(this.backend.everywhere(['FUNCTION', 'LOAD', 'REPLACE', LIBRARY]), this.options.timeoutMs);
   }
 
   async #loadScript(): Promise<void> {
-    await this.call(['SCRIPT', 'LOAD', SCRIPT]);
+    await bounded(this.backend.everywhere(['SCRIPT', 'LOAD', SCRIPT]), this.options.timeoutMs);
   }
 
   #acquireWords(engine: Engine, req: AcquireRequest, waiting: boolean, blockMs?: number): Arg[] {
@@ -379,11 +390,10 @@ export class Server {
       try {
         return await this.#on(conn, args, req.key, ms, signal);
       } catch (err) {
-        if (err instanceof ErrorReply && err.code === 'NOSCRIPT') {
-          await this.#on(conn, ['SCRIPT', 'LOAD', SCRIPT], req.key, timeout, signal);
-          return this.#on(conn, args, req.key, ms, signal);
-        }
-        throw err;
+        const reload = lost(err);
+        if (!reload) throw err;
+        await bounded(this.backend.everywhere(reload), timeout);
+        return this.#on(conn, args, req.key, ms, signal);
       }
     };
     let fence = asFence(await send(attempt), 'ACQUIRE');

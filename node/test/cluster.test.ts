@@ -1,6 +1,7 @@
 /**
- * A Redis Cluster of three primaries with the module, through ioredis `Cluster` and
- * node-redis `createCluster`: leases on keys of every primary, routed by key, and waiting.
+ * A Redis Cluster of three primaries, with the module and as a managed service (the Functions
+ * library, loaded on every primary), through ioredis `Cluster` and node-redis `createCluster`:
+ * leases on keys of every primary, routed by key, and waiting.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -12,10 +13,10 @@ import { createCluster } from 'redis';
 import { Locker } from 'fencedlock';
 import { TestServer } from './support/servers.js';
 
-describe('Redis Cluster (module)', () => {
+for (const setup of ['module', 'managed'] as const) describe(`Redis Cluster (${setup})`, () => {
   const nodes: TestServer[] = [];
   before(async () => {
-    for (let i = 0; i < 3; i++) nodes.push(await TestServer.start({ setup: 'module', args: ['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'] }));
+    for (let i = 0; i < 3; i++) nodes.push(await TestServer.start({ setup, args: ['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'] }));
     execFileSync('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'], { stdio: 'ignore' });
     const deadline = Date.now() + 20_000;
     for (const n of nodes) {
@@ -47,6 +48,7 @@ describe('Redis Cluster (module)', () => {
       const c = await make();
       const locker = new Locker(c.client, { ttl: 5000, timeout: 2000 });
       try {
+        assert.equal(await locker.engine(), setup === 'module' ? 'module' : 'functions');
         const owners = new Set<string>();
         for (let i = 0; i < 12; i++) {
           const key = `cluster:${kind}:${i}`;
@@ -55,7 +57,7 @@ describe('Redis Cluster (module)', () => {
           assert.equal(await locker.acquire(key), null, `${key} is held`);
           const slot = String(await nodes[0]?.admin(['CLUSTER', 'KEYSLOT', key]));
           for (const n of nodes) {
-            const reply = await n.raw(['FENCEDLOCK.STATUS', key]);
+            const reply = await n.raw(setup === 'module' ? ['FENCEDLOCK.STATUS', key] : ['FCALL_RO', 'fencedlock_status', '1', key]);
             if (Array.isArray(reply)) {
               assert.equal(BigInt(String(reply[0])), lease.fence, `${key} (slot ${slot}) on ${n.port}`);
               owners.add(String(n.port));
