@@ -176,17 +176,27 @@ export class Core {
     throw new QuorumNotReachedError(key, votes, this.quorum);
   }
 
-  /** RELEASE everywhere: whether a majority still held it. */
+  /**
+   * RELEASE everywhere: whether a majority still held it. Returns once a majority's answer is
+   * known; the releases to masters that had not answered go on in the background.
+   */
   async release(key: string, token: string): Promise<boolean> {
     if (this.servers.length === 1 && this.servers[0]) return this.servers[0].release(key, token);
-    const votes = await Promise.all(
-      this.servers.map((server) =>
+    const answers = await untilDecided(
+      this.servers.map((server) => () =>
         server.release(key, token).then(
           (held): Vote => (held ? { vote: 'granted', fence: 0n } : { vote: 'refused' }),
           (err: unknown): Vote => ({ vote: 'failed', error: asFailure(server, err, token) }),
         ),
       ),
+      (answers) => {
+        const yes = answers.filter((a) => a?.vote === 'granted').length;
+        const no = answers.filter((a) => a?.vote === 'refused').length;
+        const open = answers.filter((a) => a === undefined).length;
+        return yes >= this.quorum || no >= this.quorum || (yes + open < this.quorum && no + open < this.quorum);
+      },
     );
+    const votes: Vote[] = answers.map((a) => a ?? { vote: 'not-awaited' });
     const yes = votes.filter((v) => v.vote === 'granted').length;
     const no = votes.filter((v) => v.vote === 'refused').length;
     if (yes >= this.quorum) return true;

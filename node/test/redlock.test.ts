@@ -50,7 +50,9 @@ for (const kind of CLIENTS) {
         assert.ok(second, 'two of three grant');
         assert.ok(second.fence > first.fence);
         assert.ok(performance.now() - started < 200, 'the stopped master is not waited for');
+        const releasing = performance.now();
         assert.equal(await second.release(), true);
+        assert.ok(performance.now() - releasing < 150, 'nor by the release: a majority answered');
         masters[1]?.signal('SIGSTOP');
         const none = await redlock.acquire('rl:stop').catch((e: unknown) => e);
         assert.ok(none instanceof QuorumNotReachedError, String(none));
