@@ -7,7 +7,8 @@
  * after an epoch starts, so on a client made without `stringNumbers` the locker sends its
  * requests on one connection of its own, `client.duplicate({ stringNumbers: true })`, opened
  * at the first request and closed by `locker.close()`. A client made with `stringNumbers:
- * true` is used as it is.
+ * true` is used as it is (unless it has a `keyPrefix`: the locker's keys are sent as given,
+ * and a prefix would reach the Functions library's key arguments but not the module's).
  */
 import { ConnectionFailure, ErrorReply, exactInteger, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
 
@@ -56,17 +57,18 @@ async function send(client: IORedisLike, args: readonly Arg[]): Promise<Reply> {
   return normalise(reply);
 }
 
-function stringNumbers(client: IORedisLike): boolean {
+/** Whether the client itself reads integers exactly and sends keys as given. */
+function usableAsIs(client: IORedisLike): boolean {
   const options = client.isCluster ? (client.options['redisOptions'] as Record<string, unknown> | undefined) ?? {} : client.options;
-  return options['stringNumbers'] === true;
+  return options['stringNumbers'] === true && !options['keyPrefix'];
 }
 
 function exactCopy(client: IORedisLike, extra: Record<string, unknown>): IORedisLike {
   if (client.isCluster) {
-    const redisOptions = { ...((client.options['redisOptions'] as object | undefined) ?? {}), stringNumbers: true };
+    const redisOptions = { ...((client.options['redisOptions'] as object | undefined) ?? {}), stringNumbers: true, keyPrefix: '' };
     return client.duplicate([], { ...extra, redisOptions });
   }
-  return client.duplicate({ ...extra, stringNumbers: true });
+  return client.duplicate({ ...extra, stringNumbers: true, keyPrefix: '' });
 }
 
 function addressOf(client: IORedisLike): string {
@@ -96,7 +98,7 @@ export class IORedisBackend implements Backend {
   }
 
   shared(): Connection {
-    if (stringNumbers(this.client)) return { call: (args) => send(this.client, args) };
+    if (usableAsIs(this.client)) return { call: (args) => send(this.client, args) };
     if (this.#closed) return CLOSED;
     if (!this.#own) {
       this.#own = exactCopy(this.client, {});
@@ -108,7 +110,7 @@ export class IORedisBackend implements Backend {
   }
 
   async everywhere(args: readonly Arg[]): Promise<void> {
-    const conn = stringNumbers(this.client) ? this.client : this.#own;
+    const conn = usableAsIs(this.client) ? this.client : this.#own;
     const primaries = this.isCluster ? (conn ?? this.client).nodes?.('master') ?? [] : [];
     if (primaries.length === 0) {
       await this.shared().call(args);

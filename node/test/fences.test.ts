@@ -28,6 +28,7 @@ describe('fences above 2^53 after an epoch (module)', () => {
   const cases: [ClientKind, string, object][] = [
     ['ioredis', 'made without stringNumbers (the default)', {}],
     ['ioredis', 'made with stringNumbers', { stringNumbers: true }],
+    ['ioredis', 'made with stringNumbers and a keyPrefix (not applied to lock keys)', { stringNumbers: true, keyPrefix: 'app:' }],
     ['node-redis', 'as made', {}],
   ];
   for (const [kind, how, options] of cases) {
