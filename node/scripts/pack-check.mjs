@@ -49,8 +49,10 @@ try {
   const out = execFileSync(process.execPath, ['example.mjs'], { cwd: app, encoding: 'utf8', env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${port}` }, timeout: 30_000 });
   if (!/invoice inv_72 sent with fence \d+/.test(out) || !/report built with fence \d+/.test(out)) fail(`the README example printed:\n${out}`);
 
-  const cjs = execFileSync(process.execPath, ['-e', "const f = require('fencedlock'); if (typeof f.Locker !== 'function' || typeof f.Redlock !== 'function') process.exit(1); console.log('cjs ok')"], { cwd: app, encoding: 'utf8' });
-  if (!cjs.includes('cjs ok')) fail('the CommonJS entry does not load');
+  // CommonJS: require() it, and take a lease through Locker.open (its own ioredis connection).
+  const cjsScript = "const { Locker } = require('fencedlock'); (async () => { const l = await Locker.open(process.env.REDIS_URL); const lease = await l.acquire('cjs'); if (typeof lease.fence !== 'bigint') process.exit(1); await lease.release(); await l.close(); console.log('cjs ok'); })();";
+  const cjs = execFileSync(process.execPath, ['-e', cjsScript], { cwd: app, encoding: 'utf8', env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${port}` }, timeout: 30_000 });
+  if (!cjs.includes('cjs ok')) fail(`the CommonJS entry does not work: ${cjs}`);
 
   // The types, as a strict TypeScript user sees them (ESM and CommonJS resolution).
   writeFileSync(join(app, 'check.mts'), "import { Locker, type Lease } from 'fencedlock';\nimport { Redis } from 'ioredis';\nconst l = new Locker(new Redis({ lazyConnect: true }));\nconst lease: Lease | null = await l.acquire('k', { ttl: 1000 });\nconst fence: bigint | undefined = lease?.fence;\nvoid fence;\n");

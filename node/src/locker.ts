@@ -6,8 +6,8 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { IORedisBackend, isIORedis } from './ioredis.js';
-import { NodeRedisBackend, isNodeRedis } from './node-redis.js';
+import { IORedisBackend, isIORedis, type IORedisLike } from './ioredis.js';
+import { NodeRedisBackend, isNodeRedis, type NodeRedisLike } from './node-redis.js';
 import type { Backend } from './connection.js';
 import { Core, mayHold, type Grant } from './core.js';
 import type { Engine } from './engine.js';
@@ -26,6 +26,42 @@ export type RedisClient = object;
 
 /** How a Redlock waiter checks that the master it waits on still answers. */
 const WATCH_EVERY_MS = 1000;
+
+/** A client the locker made from a URL, and how to close it. */
+interface Owned {
+  readonly client: RedisClient;
+  close(): Promise<void>;
+}
+
+function missing(err: unknown): boolean {
+  const code = (err as { code?: string } | null)?.code;
+  return code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
+}
+
+/**
+ * A client for `url`, made with whichever client package is installed (ioredis first, then
+ * node-redis), reading integers exactly; the locker owns it and `close()` closes it.
+ */
+async function clientFor(url: string): Promise<Owned> {
+  try {
+    const { Redis } = (await import('ioredis')) as unknown as { Redis: new (url: string, options: object) => IORedisLike & { disconnect(): void } };
+    const client = new Redis(url, { stringNumbers: true });
+    client.on('error', () => {});
+    return { client, close: async () => client.disconnect() };
+  } catch (err) {
+    if (!missing(err)) throw err;
+  }
+  try {
+    const { createClient } = (await import('redis')) as unknown as { createClient: (options: object) => NodeRedisLike };
+    const client = createClient({ url });
+    client.on('error', () => {});
+    await client.connect();
+    return { client, close: async () => client.destroy?.() };
+  } catch (err) {
+    if (!missing(err)) throw err;
+  }
+  throw new InvalidArgumentError(`a URL (${url}) needs a client package: npm install ioredis (or redis, v5 or later)`);
+}
 
 function backendOf(client: RedisClient): Backend {
   if (isIORedis(client)) return new IORedisBackend(client);
@@ -55,6 +91,8 @@ abstract class Base {
   readonly core: Core;
   /** @internal */
   readonly settings: Settings;
+  /** Clients made from URLs, closed with the locker. */
+  protected readonly owned: Owned[] = [];
 
   protected constructor(clients: readonly RedisClient[], options: LockerOptions | undefined, raise: boolean) {
     this.settings = settle(options);
@@ -118,6 +156,7 @@ abstract class Base {
       server.pool.drain();
       await server.backend.close();
     }
+    for (const owned of this.owned.splice(0)) await owned.close();
   }
 
   /** @internal One acquisition, waiting as the options say. */
@@ -237,6 +276,23 @@ export class Locker extends Base {
     super([client], options, false);
   }
 
+  /**
+   * A locker over a connection of its own to `url` (`redis://[user:password@]host:port[/db]`,
+   * `rediss://` for TLS), made with ioredis or node-redis, whichever is installed, and closed by
+   * `close()`. Prefer `new Locker(client)` where the application already has a client.
+   */
+  static async open(url: string, options?: LockerOptions): Promise<Locker> {
+    const owned = await clientFor(url);
+    try {
+      const locker = new Locker(owned.client, options);
+      locker.owned.push(owned);
+      return locker;
+    } catch (err) {
+      await owned.close();
+      throw err;
+    }
+  }
+
   /** The key's fence and holders (never a token); null for a key without lock state. */
   async status(key: string): Promise<KeyStatus | null> {
     const server = this.core.servers[0];
@@ -255,5 +311,19 @@ export class Redlock extends Base {
   constructor(clients: readonly RedisClient[], options?: LockerOptions & { readonly fencing?: 'raise' | 'quorum-max' }) {
     if (clients.length === 0) throw new InvalidArgumentError('a Redlock needs at least one master');
     super(clients, options, (options?.fencing ?? 'raise') === 'raise');
+  }
+
+  /** A Redlock over connections of its own to `urls`, one per master (see `Locker.open`). */
+  static async open(urls: readonly string[], options?: LockerOptions & { readonly fencing?: 'raise' | 'quorum-max' }): Promise<Redlock> {
+    const owned: Owned[] = [];
+    try {
+      for (const url of urls) owned.push(await clientFor(url));
+      const redlock = new Redlock(owned.map((o) => o.client), options);
+      redlock.owned.push(...owned);
+      return redlock;
+    } catch (err) {
+      for (const o of owned) await o.close();
+      throw err;
+    }
   }
 }

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
-import { InvalidArgumentError, Locker, NoEngineError } from 'fencedlock';
+import { InvalidArgumentError, Locker, NoEngineError, Redlock } from 'fencedlock';
 import { LIBRARY } from '../src/library.js';
 import { CLIENTS, client } from './support/clients.js';
 import { TestServer } from './support/servers.js';
@@ -60,6 +60,26 @@ test('an older library is replaced; a forced engine is used as told', async () =
       await module.close();
       await c.close();
     }
+  } finally {
+    await server.stop();
+  }
+});
+
+test('Locker.open and Redlock.open make a connection of their own from a URL and close it', async () => {
+  const server = await TestServer.start({ setup: 'module' });
+  try {
+    const before = Number(String(await server.admin(['INFO', 'clients'])).match(/connected_clients:(\d+)/)?.[1]);
+    const locker = await Locker.open(`redis://127.0.0.1:${server.port}`, { ttl: 2000 });
+    const redlock = await Redlock.open([`redis://127.0.0.1:${server.port}`]);
+    const lease = await locker.acquire('by-url');
+    assert.ok(lease && lease.fence > 0n);
+    assert.equal(await redlock.acquire('by-url'), null, 'the same server: held');
+    await lease.release();
+    await locker.close();
+    await redlock.close();
+    await new Promise((r) => setTimeout(r, 100));
+    const after = Number(String(await server.admin(['INFO', 'clients'])).match(/connected_clients:(\d+)/)?.[1]);
+    assert.equal(after, before, 'every connection the lockers opened is closed');
   } finally {
     await server.stop();
   }
