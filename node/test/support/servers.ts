@@ -43,6 +43,12 @@ export const ADMIN = { user: 'admin', password: 'admin-secret' };
 
 let nextPort = 24000 + (process.pid % 30) * 100;
 
+/** Every server process still running: killed when the test process exits, however it ends. */
+const running = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
 async function free(port: number): Promise<boolean> {
   return new Promise((ok) => {
     const probe = createServer();
@@ -102,6 +108,8 @@ export class TestServer {
     if (this.spec.setup === 'module' && !existsSync(MODULE)) throw new Error(`the module is not built: ${MODULE} (cargo build --release -p fencedlock-module)`);
     const child = spawn(this.binary, this.#args(), { stdio: 'ignore' });
     this.#child = child;
+    running.add(child);
+    child.once('exit', () => running.delete(child));
     let failed: Error | undefined;
     child.once('error', (err) => (failed = new Error(`cannot start ${this.binary}: ${err.message} (run scripts/setup)`)));
     const deadline = Date.now() + 10_000;
