@@ -24,6 +24,7 @@ import sys
 sys.dont_write_bytecode = True  # no __pycache__ in benches/
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_growth import growth_section  # noqa: E402
+from report_guard import guard_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -471,6 +472,7 @@ def main() -> None:
     functions = load(results / "functions.json")
     growth = load(results / "growth.json")
     redlock_scale = load(results / "redlock_scale.json")
+    guard = load(results / "guard.json")
     if opts.section == "growth":
         print("\n".join(growth_section(growth, redlock_scale)))
         return
@@ -501,6 +503,7 @@ def main() -> None:
     lines += contention_section(contention, estimates)
     lines += functions_section(functions)
     lines += growth_section(growth, redlock_scale)
+    lines += guard_section(guard)
     lines.append("")
     Path(opts.out).write_text("\n".join(lines))
     print(f"wrote {opts.out}")

@@ -15,6 +15,13 @@ pub const MAX_IDENTIFIER_BYTES: usize = 63;
 /// a NUL byte (neither database accepts one) and a name longer than
 /// [`MAX_IDENTIFIER_BYTES`].
 pub fn quote(name: &str) -> Result<String> {
+    let mut quoted = String::with_capacity(name.len() + 2);
+    push_quoted(&mut quoted, name)?;
+    Ok(quoted)
+}
+
+/// Appends [`quote`]`(name)` to `out` (on error, `out` is unchanged).
+pub(crate) fn push_quoted(out: &mut String, name: &str) -> Result<()> {
     let refuse = |reason| Err(Error::Identifier { name: name.to_owned(), reason });
     if name.is_empty() {
         return refuse("empty");
@@ -25,13 +32,33 @@ pub fn quote(name: &str) -> Result<String> {
     if name.len() > MAX_IDENTIFIER_BYTES {
         return refuse("longer than 63 bytes (PostgreSQL would truncate it)");
     }
-    Ok(format!("\"{}\"", name.replace('"', "\"\"")))
+    out.push('"');
+    for part in name.split_inclusive('"') {
+        out.push_str(part);
+        if part.ends_with('"') {
+            out.push('"');
+        }
+    }
+    out.push('"');
+    Ok(())
 }
 
 /// Each name quoted, joined with `, `.
 pub fn quote_list(names: &[&str]) -> Result<String> {
-    let quoted = names.iter().map(|name| quote(name)).collect::<Result<Vec<_>>>()?;
-    Ok(quoted.join(", "))
+    let mut out = String::new();
+    push_quoted_list(&mut out, names)?;
+    Ok(out)
+}
+
+/// Appends [`quote_list`]`(names)` to `out`.
+pub(crate) fn push_quoted_list(out: &mut String, names: &[&str]) -> Result<()> {
+    for (i, name) in names.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        push_quoted(out, name)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -9,9 +9,9 @@
 //! ```
 
 use crate::error::Result;
-use crate::ident::quote_list;
+use crate::ident::{push_quoted, push_quoted_list, quote_list};
 use crate::table::Table;
-use crate::update::{Rendered, Update};
+use crate::update::Update;
 
 /// Which database a statement is for: its placeholders and its fence column type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,10 +25,18 @@ pub enum Dialect {
 impl Dialect {
     /// The placeholder of the 1-based parameter `n`.
     pub fn placeholder(self, n: usize) -> String {
-        match self {
-            Dialect::Postgres => format!("${n}"),
-            Dialect::Sqlite => format!("?{n}"),
-        }
+        let mut out = String::with_capacity(4);
+        self.push_placeholder(&mut out, n);
+        out
+    }
+
+    /// Appends [`Dialect::placeholder`]`(n)` to `out`.
+    pub(crate) fn push_placeholder(self, out: &mut String, n: usize) {
+        use std::fmt::Write as _;
+        let _ = match self {
+            Dialect::Postgres => write!(out, "${n}"),
+            Dialect::Sqlite => write!(out, "?{n}"),
+        };
     }
 
     fn fence_type(self) -> &'static str {
@@ -70,31 +78,35 @@ pub fn claim(table: &Table, dialect: Dialect, returning: &[&str]) -> Result<Stri
 }
 
 /// A guarded write: the update's assignments plus the fence, where the fence is not above ours
-/// and the precondition holds; and the update's values (parameters 3 on).
+/// and the precondition holds; and the update's values (parameters 3 on). Built in one buffer:
+/// it runs on every write.
 pub fn write<'a, P: ?Sized>(
     table: &Table,
     dialect: Dialect,
     update: &Update<'a, P>,
     returning: &[&str],
 ) -> Result<(String, Vec<&'a P>)> {
-    let Rendered { mut sets, conditions, params } = update.render(dialect, FIRST_UPDATE_PARAM)?;
-    let fence = table.quoted_fence()?;
-    let f = dialect.placeholder(FENCE_PARAM);
-    sets.push(format!("{fence} = {f}"));
-    let mut sql = format!(
-        "UPDATE {} SET {} WHERE {} = {} AND {fence} <= {f}",
-        table.quoted_name()?,
-        sets.join(", "),
-        table.quoted_id()?,
-        dialect.placeholder(ID_PARAM),
-    );
-    for condition in conditions {
-        sql.push_str(" AND ");
-        sql.push_str(&condition);
-    }
+    let mut sql = String::with_capacity(160);
+    let mut conditions = String::new();
+    sql.push_str("UPDATE ");
+    table.push_quoted_name(&mut sql)?;
+    sql.push_str(" SET ");
+    let params = update.render(dialect, FIRST_UPDATE_PARAM, &mut sql, &mut conditions)?;
+    push_quoted(&mut sql, table.fence_column_name())?;
+    sql.push_str(" = ");
+    dialect.push_placeholder(&mut sql, FENCE_PARAM);
+    sql.push_str(" WHERE ");
+    push_quoted(&mut sql, table.id_column_name())?;
+    sql.push_str(" = ");
+    dialect.push_placeholder(&mut sql, ID_PARAM);
+    sql.push_str(" AND ");
+    push_quoted(&mut sql, table.fence_column_name())?;
+    sql.push_str(" <= ");
+    dialect.push_placeholder(&mut sql, FENCE_PARAM);
+    sql.push_str(&conditions);
     if !returning.is_empty() {
         sql.push_str(" RETURNING ");
-        sql.push_str(&quote_list(returning)?);
+        push_quoted_list(&mut sql, returning)?;
     }
     Ok((sql, params))
 }

@@ -1,7 +1,7 @@
 //! The fenced table: where the rows a lock protects live, and what to call them.
 
 use crate::error::Result;
-use crate::ident::quote;
+use crate::ident::{push_quoted, quote};
 use crate::sql::{self, Dialect};
 
 /// The column every helper reads and raises unless told otherwise.
@@ -96,6 +96,7 @@ impl Table {
     }
 
     /// The table's name and schema, unquoted.
+    #[cfg(feature = "sqlite")]
     pub(crate) fn name_and_schema(&self) -> (&str, Option<&str>) {
         (&self.name, self.schema.as_deref())
     }
@@ -103,11 +104,21 @@ impl Table {
     /// `"schema"."table"` or `"table"`, quoted as the helpers quote it: for statements of
     /// your own on the same table.
     pub fn quoted_name(&self) -> Result<String> {
-        let table = quote(&self.name)?;
-        Ok(match &self.schema {
-            Some(schema) => format!("{}.{table}", quote(schema)?),
-            None => table,
-        })
+        let mut out = String::new();
+        self.push_quoted_name(&mut out)?;
+        Ok(out)
+    }
+
+    pub(crate) fn push_quoted_name(&self, out: &mut String) -> Result<()> {
+        if let Some(schema) = &self.schema {
+            push_quoted(out, schema)?;
+            out.push('.');
+        }
+        push_quoted(out, &self.name)
+    }
+
+    pub(crate) fn id_column_name(&self) -> &str {
+        &self.id_column
     }
 
     pub(crate) fn quoted_id(&self) -> Result<String> {

@@ -1,7 +1,7 @@
 //! A guarded write's own part: what it sets and the state it requires.
 
 use crate::error::Result;
-use crate::ident::quote;
+use crate::ident::{push_quoted, quote};
 use crate::sql::Dialect;
 
 /// What one guarded `UPDATE` sets and the state precondition it adds to the fence condition.
@@ -78,47 +78,62 @@ impl<'a, P: ?Sized> Update<'a, P> {
         !self.conditions.is_empty()
     }
 
-    /// The `SET` list (without the fence) and the precondition (`AND …` clauses), with
-    /// placeholders numbered from `first`, and the values they bind, in order.
-    pub(crate) fn render(&self, dialect: Dialect, first: usize) -> Result<Rendered<'a, P>> {
-        let mut params = Vec::new();
-        let mut next = |value: &'a P| {
+    /// Appends the `SET` assignments (each followed by `, `, so the fence's comes last) to
+    /// `sets` and the precondition (` AND …` clauses) to `conditions`, with placeholders
+    /// numbered from `first`; returns the values they bind, in order.
+    pub(crate) fn render(
+        &self,
+        dialect: Dialect,
+        first: usize,
+        sets: &mut String,
+        conditions: &mut String,
+    ) -> Result<Vec<&'a P>> {
+        let mut params = Vec::with_capacity(self.sets.len() + self.conditions.len());
+        let mut bind = |out: &mut String, value: &'a P| {
             params.push(value);
-            dialect.placeholder(first + params.len() - 1)
+            dialect.push_placeholder(out, first + params.len() - 1);
         };
-        let mut sets = Vec::with_capacity(self.sets.len());
         for (column, value) in &self.sets {
-            let value = match value {
-                Value::Bound(v) => next(v),
-                Value::Sql(sql) => format!("({sql})"),
-            };
-            sets.push(format!("{} = {value}", quote(column)?));
+            push_quoted(sets, column)?;
+            sets.push_str(" = ");
+            match value {
+                Value::Bound(v) => bind(sets, v),
+                Value::Sql(sql) => push_parenthesized(sets, sql),
+            }
+            sets.push_str(", ");
         }
-        let mut conditions = Vec::with_capacity(self.conditions.len());
         for condition in &self.conditions {
-            conditions.push(match condition {
-                Condition::Equals(column, value) => format!("{} = {}", quote(column)?, next(value)),
+            conditions.push_str(" AND ");
+            match condition {
+                Condition::Equals(column, value) => {
+                    push_quoted(conditions, column)?;
+                    conditions.push_str(" = ");
+                    bind(conditions, value);
+                }
                 Condition::In(column, values) if values.is_empty() => {
-                    quote(column)?;
-                    "FALSE".to_owned()
+                    quote(column)?; // refused names are refused here too
+                    conditions.push_str("FALSE");
                 }
                 Condition::In(column, values) => {
-                    let list = values.iter().map(|v| next(v)).collect::<Vec<_>>().join(", ");
-                    format!("{} IN ({list})", quote(column)?)
+                    push_quoted(conditions, column)?;
+                    conditions.push_str(" IN (");
+                    for (i, value) in values.iter().enumerate() {
+                        if i > 0 {
+                            conditions.push_str(", ");
+                        }
+                        bind(conditions, value);
+                    }
+                    conditions.push(')');
                 }
-                Condition::Sql(sql) => format!("({sql})"),
-            });
+                Condition::Sql(sql) => push_parenthesized(conditions, sql),
+            }
         }
-        Ok(Rendered { sets, conditions, params })
+        Ok(params)
     }
 }
 
-/// An [`Update`] as statement parts.
-pub(crate) struct Rendered<'a, P: ?Sized> {
-    /// `"col" = $n` or `"col" = (expr)`.
-    pub sets: Vec<String>,
-    /// Each precondition clause.
-    pub conditions: Vec<String>,
-    /// The bound values, numbered from the `first` given to `render`.
-    pub params: Vec<&'a P>,
+fn push_parenthesized(out: &mut String, sql: &str) {
+    out.push('(');
+    out.push_str(sql);
+    out.push(')');
 }
