@@ -99,7 +99,7 @@ pub async fn write<C: GenericClient>(
     refused_write(client, table, id, fence, update).await
 }
 
-/// [`write`], returning the `returning` columns of the updated row.
+/// [`write()`], returning the `returning` columns of the updated row.
 pub async fn write_returning<C: GenericClient>(
     client: &C,
     table: &Table,
@@ -117,7 +117,7 @@ pub async fn write_returning<C: GenericClient>(
     refused_write(client, table, id, fence, update).await
 }
 
-/// The full statement [`write`] (empty `returning`) or [`write_returning`] runs for
+/// The full statement [`write()`] (empty `returning`) or [`write_returning`] runs for
 /// `update`: for logs, `EXPLAIN`, or a statement of your own built the same way.
 pub fn write_sql(table: &Table, update: &Update<'_>, returning: &[&str]) -> Result<String> {
     Ok(sql::write(table, Dialect::Postgres, update, returning)?.0)

@@ -107,7 +107,7 @@ pub fn write(
     refused_write(conn, table, id, fence, update)
 }
 
-/// [`write`], returning `map` of the `returning` columns of the updated row.
+/// [`write()`], returning `map` of the `returning` columns of the updated row.
 pub fn write_returning<T>(
     conn: &Connection,
     table: &Table,
@@ -127,7 +127,7 @@ pub fn write_returning<T>(
     }
 }
 
-/// The full statement [`write`] (empty `returning`) or [`write_returning`] runs for
+/// The full statement [`write()`] (empty `returning`) or [`write_returning`] runs for
 /// `update`: for logs, `EXPLAIN`, or a statement of your own built the same way.
 pub fn write_sql(table: &Table, update: &Update<'_>, returning: &[&str]) -> Result<String> {
     Ok(sql::write(table, Dialect::Sqlite, update, returning)?.0)

@@ -6,7 +6,7 @@ use crate::sql::Dialect;
 
 /// What one guarded `UPDATE` sets and the state precondition it adds to the fence condition.
 /// The driver modules name it with their parameter type:
-/// [`postgres::Update`](crate::postgres::Update), [`sqlite::Update`](crate::sqlite::Update).
+/// `postgres::Update` (feature `postgres`), `sqlite::Update` (feature `sqlite`).
 ///
 /// Values are bound parameters; the `*_sql` methods take SQL text the program itself writes
 /// (like any query string), never input.
