@@ -22,12 +22,22 @@ is the median of the per-round ratios, higher = the library faster), using serve
   the busy key (ACQUIRE with another token: nil) vs `SET NX PX` on a held key; RELEASE with a
   wrong token vs the compare-and-delete script with a wrong value.
 
-Floor keys: `fencedlock_protocol::functions::floor_key` names the floor of a key's slot. The
-benchmark keys come from redis-benchmark's `__rand_int__`, so every request names one fixed
-floor key; on a single server any `fencedlock:fn-floor:{N}` is a valid floor for every key
-(slots matter only in a cluster), and each grant still reads and writes a floor hash as it
-would in production. The memory phase uses the real floor of each key (CRC16 slot, the
-slot's tag as the protocol crate computes it), so the floor count there is the real one.
+Floor keys: `fencedlock_protocol::functions::floor_key` names the floor of a key's slot, and
+the library (version 5) refuses any other. The library's benchmark keys share the hash tag
+`{fb}`, so redis-benchmark's random keys all name one slot and its one floor key; each grant
+still reads and writes a floor hash as it would in production (the check is a CRC16 of the
+two-byte tag there, not of the whole key: the server-time phase below measures whole keys).
+redis-benchmark draws each `__rand_int__` on its own, so it cannot name a key's own wake-up
+list, which version 5 requires: a release with the list is measured by the memory phase's
+releases only. The memory phase uses the real floor of each key, so the floor count there is
+the real one.
+
+What the floor checks cost (group "versions", with a third server running the library as it
+was before them, version 4 at BEFORE_REV, read from git): redis-benchmark's fresh-key ACQUIRE
+on both, and a server-time phase: `usec_per_call` of FCALL from `INFO commandstats` for the
+same pipelined requests on realistic keys without a hash tag, each with its own floor key,
+fresh (every key new: a checksum every call) and hot (1,000 keys granted and released over and
+over: checked once, then remembered).
 
 Memory (on the same server, one kind at a time from an empty server): N keys acquired (held),
 then released (idle), `used_memory` delta / N; then "after cleanup". The library makes an
@@ -47,11 +57,14 @@ from __future__ import annotations
 
 import argparse
 import binascii
+import itertools
 import json
 import os
 import random
 import re
 import shutil
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -82,6 +95,9 @@ from server import (  # noqa: E402
 LIBRARY = ROOT / "protocol" / "src" / "functions.lua"
 SLOTS = 16384
 FENCED_PREFIX = "fencedlock:fn-floor:{"  # checked against functions.lua's FLOOR_PREFIX at start
+# The library's benchmark keys share this hash tag, so redis-benchmark's random keys all name
+# one slot and the one floor key the library takes for it.
+BENCH_TAG = "{fb}"
 EXPIRY_WAIT_S = 180.0
 
 
@@ -103,24 +119,18 @@ def key_slot(key: bytes) -> int:
     return binascii.crc_hqx(key, 0) % SLOTS
 
 
-def slot_tags() -> list[int]:
-    """For every slot, the smallest decimal number that hashes there (the protocol's slot_tag)."""
-    tags = [-1] * SLOTS
-    missing, n = SLOTS, 0
-    while missing:
-        s = key_slot(str(n).encode())
-        if tags[s] < 0:
-            tags[s] = n
-            missing -= 1
-        n += 1
-    return tags
+def floor_tags() -> dict[int, bytes]:
+    """For every slot, its floor tag (fencedlock_protocol::functions::floor_tag): the one
+    six-digit string, digits 0-7, 0-7, then four 0-3, whose own slot is that slot."""
+    shapes = (b"01234567", b"01234567", b"0123", b"0123", b"0123", b"0123")
+    return {key_slot(t): t for t in (bytes(d) for d in itertools.product(*shapes))}
 
 
-TAGS = slot_tags()
+TAGS = floor_tags()
 
 
 def floor_key(key: bytes) -> bytes:
-    return FENCED_PREFIX.encode() + str(TAGS[key_slot(key)]).encode() + b"}"
+    return FENCED_PREFIX.encode() + TAGS[key_slot(key)] + b"}"
 
 
 def wake_prefix(source: str) -> str | None:
@@ -137,7 +147,7 @@ def wake_ttl_ms(source: str) -> int | None:
 
 def wake_key(prefix: str, key: bytes) -> bytes:
     """fencedlock_protocol::functions::wake_key: `fencedlock:fn-wake:{tag}:key`, in key's slot."""
-    return prefix.encode() + str(TAGS[key_slot(key)]).encode() + b"}:" + key
+    return prefix.encode() + TAGS[key_slot(key)] + b"}:" + key
 
 
 def check_floor_keys(source: str) -> None:
@@ -148,6 +158,8 @@ def check_floor_keys(source: str) -> None:
     for key, slot in ((b"foo", 12182), (b"somekey", 11058), (b"lockk", 6125)):
         if key_slot(key) != slot:
             raise RuntimeError(f"key_slot({key!r}) = {key_slot(key)}, CLUSTER KEYSLOT says {slot}")
+    if floor_key(b"lockk") != b"fencedlock:fn-floor:{221102}":
+        raise RuntimeError("floor_key(b'lockk') is not the protocol crate's")
     for key in (b"invoice:inv_72", b"{user1}.lock", b"a{b", b""):
         if key_slot(floor_key(key)) != key_slot(key):
             raise RuntimeError(f"floor_key({key!r}) is not in the key's slot")
@@ -212,9 +224,8 @@ def fn_released(port: int, prefix: str, k: int):
 # Groups
 
 
-def group_table(token: str, K: int, floor: str, wake: str | None, shas: tuple[str, str], ports: dict) -> dict:
-    """Every group: name -> (title, members, pairs (a, b, target, label), prepare-once).
-    `wake`: the wake-up list prefix to release with, as the client does (None: no lists)."""
+def group_table(token: str, K: int, floor: str, shas: tuple[str, str], ports: dict) -> dict:
+    """Every group: name -> (title, members, pairs (a, b, target, label), prepare-once)."""
     cad_sha, renew_sha = shas
     fresh, ttl, held_ttl = 100_000_000, str(TTL_MS), str(LOADED_TTL_MS)
 
@@ -234,11 +245,12 @@ def group_table(token: str, K: int, floor: str, wake: str | None, shas: tuple[st
         c.load(cmds(K, lambda n: encode("SET", "bs:" + n, token, "NX", "PX", LOADED_TTL_MS)))
 
     def load_all(c):
-        load_fn("fs:")(c)
+        load_fn("{fb}s:")(c)
         c.load(cmds(K, lambda n: encode("FENCEDLOCK.ACQUIRE", "ml:" + n, token, LOADED_TTL_MS)))
         c.load(cmds(K, lambda n: encode("SET", "bs:" + n, token, "NX", "PX", LOADED_TTL_MS)))
 
     fn_acq, fn_acq_bare = "FCALL fencedlock_acquire (fresh key)", "FCALL fencedlock_acquire (fresh key, no module)"
+    fn_acq_v4 = "FCALL fencedlock_acquire (fresh key, version 4)"
     acq, set_nx = "FENCEDLOCK.ACQUIRE (fresh key)", "SET NX PX (fresh key)"
     fn_rel, rel, cad_lua = "FCALL fencedlock_release (holder)", "FENCEDLOCK.RELEASE (holder)", "EVALSHA compare-and-delete (match)"
     fn_renew, renew, renew_lua = "FCALL fencedlock_renew (holder)", "FENCEDLOCK.RENEW (holder)", "EVALSHA renew (match)"
@@ -246,27 +258,14 @@ def group_table(token: str, K: int, floor: str, wake: str | None, shas: tuple[st
     fn_rel_x, rel_x = "FCALL fencedlock_release (wrong token)", "FENCEDLOCK.RELEASE (wrong token)"
     cad_lua_x = "EVALSHA compare-and-delete (wrong value)"
     fcall = ["FCALL"]
-    fn_rel_wake = "FCALL fencedlock_release (holder, wake-up list)"
-    release_wake = []
-    if wake:
-        # redis-benchmark draws each __rand_int__ on its own, so the list is not the lock key's
-        # own: the same work for the server (a new list per release), on one server.
-        wake_arg = wake + floor[len(FENCED_PREFIX) :].rstrip("}") + "}:fw:__rand_int__"
-        release_wake = [
-            Member(
-                fn_rel_wake, "redis",
-                fcall + ["fencedlock_release", "3", "fw:__rand_int__", floor, wake_arg, token],
-                K, load_fn("fw:"), fn_released(ports["redis"], "fw:", K),
-            )
-        ]
     return {
         "acquire": (
             "functions: acquire (fresh keys)",
             [
-                Member(fn_acq, "redis", fcall + ["fencedlock_acquire", "2", "fa:__rand_int__", floor, token, ttl], fresh, flush, created),
+                Member(fn_acq, "redis", fcall + ["fencedlock_acquire", "2", "{fb}a:__rand_int__", floor, token, ttl], fresh, flush, created),
                 Member(acq, "redis", ["FENCEDLOCK.ACQUIRE", "al:__rand_int__", token, ttl], fresh, flush, created),
                 Member(set_nx, "redis", ["SET", "as:__rand_int__", token, "NX", "PX", ttl], fresh, flush, created),
-                Member(fn_acq_bare, "bare", fcall + ["fencedlock_acquire", "2", "fa:__rand_int__", floor, token, ttl], fresh, flush, created),
+                Member(fn_acq_bare, "bare", fcall + ["fencedlock_acquire", "2", "{fb}a:__rand_int__", floor, token, ttl], fresh, flush, created),
             ],
             [
                 (fn_acq, acq, None, "functions ACQUIRE / module ACQUIRE"),
@@ -278,36 +277,35 @@ def group_table(token: str, K: int, floor: str, wake: str | None, shas: tuple[st
         "release": (
             "functions: release (matching token, keys consumed)",
             [
-                Member(fn_rel, "redis", fcall + ["fencedlock_release", "2", "fr:__rand_int__", floor, token], K, load_fn("fr:"), fn_released(ports["redis"], "fr:", K)),
+                Member(fn_rel, "redis", fcall + ["fencedlock_release", "2", "{fb}r:__rand_int__", floor, token], K, load_fn("{fb}r:"), fn_released(ports["redis"], "{fb}r:", K)),
                 Member(rel, "redis", ["FENCEDLOCK.RELEASE", "ml:__rand_int__", token], K, load_locks, released),
                 Member(cad_lua, "redis", ["EVALSHA", cad_sha, "1", "bs:__rand_int__", token], K, load_strings, deleted),
-                *release_wake,
             ],
             [
                 (fn_rel, rel, None, "functions RELEASE / module RELEASE"),
                 (fn_rel, cad_lua, None, "functions RELEASE / EVALSHA compare-and-delete"),
-            ]
-            + (
-                [
-                    (fn_rel_wake, rel, None, "functions RELEASE with wake-up list / module RELEASE"),
-                    (fn_rel_wake, cad_lua, None, "functions RELEASE with wake-up list / EVALSHA compare-and-delete"),
-                    (fn_rel_wake, fn_rel, None, "functions RELEASE with / without wake-up list"),
-                ]
-                if wake
-                else []
-            ),
+            ],
+            None,
+        ),
+        "versions": (
+            f"functions: acquire on the library before the floor checks (version 4, {BEFORE_REV}) and now",
+            [
+                Member(fn_acq_v4, "before", fcall + ["fencedlock_acquire", "2", "{fb}a:__rand_int__", floor, token, ttl], fresh, flush, created),
+                Member(fn_acq_bare, "bare", fcall + ["fencedlock_acquire", "2", "{fb}a:__rand_int__", floor, token, ttl], fresh, flush, created),
+            ],
+            [(fn_acq_bare, fn_acq_v4, None, "functions ACQUIRE now / before the floor checks")],
             None,
         ),
         "steady": (
             "functions: renew, busy key, wrong token (held keys, steady state)",
             [
-                Member(fn_renew, "redis", fcall + ["fencedlock_renew", "2", "fs:__rand_int__", floor, token, held_ttl], K),
+                Member(fn_renew, "redis", fcall + ["fencedlock_renew", "2", "{fb}s:__rand_int__", floor, token, held_ttl], K),
                 Member(renew, "redis", ["FENCEDLOCK.RENEW", "ml:__rand_int__", token, held_ttl], K),
                 Member(renew_lua, "redis", ["EVALSHA", renew_sha, "1", "bs:__rand_int__", token, held_ttl], K),
-                Member(fn_busy, "redis", fcall + ["fencedlock_acquire", "2", "fs:__rand_int__", floor, MISMATCH, ttl], K),
+                Member(fn_busy, "redis", fcall + ["fencedlock_acquire", "2", "{fb}s:__rand_int__", floor, MISMATCH, ttl], K),
                 Member(busy, "redis", ["FENCEDLOCK.ACQUIRE", "ml:__rand_int__", MISMATCH, ttl], K),
                 Member(set_busy, "redis", ["SET", "bs:__rand_int__", MISMATCH, "NX", "PX", ttl], K),
-                Member(fn_rel_x, "redis", fcall + ["fencedlock_release", "2", "fs:__rand_int__", floor, MISMATCH], K),
+                Member(fn_rel_x, "redis", fcall + ["fencedlock_release", "2", "{fb}s:__rand_int__", floor, MISMATCH], K),
                 Member(rel_x, "redis", ["FENCEDLOCK.RELEASE", "ml:__rand_int__", MISMATCH], K),
                 Member(cad_lua_x, "redis", ["EVALSHA", cad_sha, "1", "bs:__rand_int__", MISMATCH], K),
             ],
@@ -324,7 +322,77 @@ def group_table(token: str, K: int, floor: str, wake: str | None, shas: tuple[st
     }
 
 
-GROUPS = ("acquire", "release", "steady", "memory")
+GROUPS = ("acquire", "release", "steady", "versions", "memory")
+
+# The library before issue 30's floor checks (version 4, which trusted any floor key): the
+# "versions" group and the server-time phase measure what the checks cost, same run.
+BEFORE_REV = "0a2de1d"
+
+
+def library_at(rev: str) -> str:
+    """protocol/src/functions.lua at commit `rev` of this repository."""
+    res = subprocess.run(
+        ["git", "-C", str(ROOT), "show", f"{rev}:protocol/src/functions.lua"], capture_output=True, text=True
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"git show {rev}:protocol/src/functions.lua failed: {res.stderr.strip()}")
+    return res.stdout
+
+
+def fcall_usec(c: Conn) -> float:
+    """INFO commandstats: the server's time per FCALL since the last CONFIG RESETSTAT."""
+    stat = c.info("commandstats").get("cmdstat_fcall", "")
+    m = re.search(r"usec_per_call=([0-9.]+)", stat)
+    if not m:
+        raise RuntimeError(f"no FCALL in commandstats: {stat!r}")
+    return float(m.group(1))
+
+
+def server_time_phase(servers: dict, rounds: int, n: int, token: str) -> dict:
+    """ACQUIRE's server time (usec_per_call of FCALL) on the library before the floor checks
+    ("before") and now ("bare"), alternating, on realistic keys without a hash tag
+    (`invoice:inv_%012d`, 24 bytes), each named with its own slot's floor key:
+    - fresh: n distinct keys, each granted once: the check finds no key it checked before, the
+      worst case (a CRC16 of the whole key every call);
+    - hot: 1,000 keys, each granted and released n/1,000 times (acquire and release both check,
+      after the first time from the library's memory)."""
+    keys = [f"invoice:inv_{i:012d}" for i in range(n)]
+    floors = [floor_key(k.encode()) for k in keys]
+    hot = 1000
+    runs: dict[tuple[str, str], list[float]] = {}
+    for r in range(rounds):
+        for name in (("before", "bare") if r % 2 == 0 else ("bare", "before")):
+            c = Conn(servers[name].port)
+            try:
+                flush(c)
+                c.cmd("CONFIG", "RESETSTAT")
+                c.load(encode("FCALL", "fencedlock_acquire", 2, k, f, token, TTL_MS) for k, f in zip(keys, floors))
+                runs.setdefault(("fresh", name), []).append(fcall_usec(c))
+                flush(c)
+                c.cmd("CONFIG", "RESETSTAT")
+
+                def pairs():
+                    for _ in range(max(n // hot, 1)):
+                        for k, f in zip(keys[:hot], floors[:hot]):
+                            yield encode("FCALL", "fencedlock_acquire", 2, k, f, token, TTL_MS)
+                            yield encode("FCALL", "fencedlock_release", 2, k, f, token)
+
+                c.load(pairs())
+                runs.setdefault(("hot", name), []).append(fcall_usec(c))
+            finally:
+                c.close()
+            log(f"  round {r + 1} {name:<6} server time per FCALL: fresh {runs[('fresh', name)][-1]:.2f} us, hot {runs[('hot', name)][-1]:.2f} us")
+    out = {}
+    for kind in ("fresh", "hot"):
+        per_round = [a / b for a, b in zip(runs[(kind, "bare")], runs[(kind, "before")])]
+        out[kind] = {
+            "usec_before": statistics.median(runs[(kind, "before")]),
+            "usec_now": statistics.median(runs[(kind, "bare")]),
+            "ratio": statistics.median(per_round),
+            "per_round": per_round,
+        }
+        log(f"  {kind}: {out[kind]['usec_now']:.2f} us now vs {out[kind]['usec_before']:.2f} us before: {out[kind]['ratio']:.3f}x")
+    return {"keys": n, "hot_keys": hot, "rev": BEFORE_REV, **out}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -520,13 +588,16 @@ def main() -> int:
 
     token = "%032x" % random.SystemRandom().getrandbits(128)
     # One fixed floor for redis-benchmark's random keys: valid for every key on one server.
-    floor = floor_key(b"fa:000000000000").decode()
+    floor = floor_key(BENCH_TAG.encode()).decode()
     sizes = {1: opts.requests, 16: opts.pipelined_requests}
     used: set[int] = set()
     servers = {
         "redis": Server("redis", opts.redis, opts.module, free_port(used)),
         "bare": BareServer("bare", opts.redis, free_port(used)),
     }
+    if "versions" in wanted:
+        servers["before"] = BareServer("before", opts.redis, free_port(used))
+    sources = {"redis": source, "bare": source, "before": library_at(BEFORE_REV) if "versions" in wanted else ""}
     started = time.monotonic()
     throughput, ratios, memory, version = [], [], None, None
     try:
@@ -534,8 +605,9 @@ def main() -> int:
             s.start()
             c = Conn(s.port)
             try:
-                load_library(c, source)
-                version = c.cmd("FCALL", "fencedlock_version", 0)
+                load_library(c, sources[s.name])
+                if s.name != "before":
+                    version = c.cmd("FCALL", "fencedlock_version", 0)
                 has_module = any("fencedlock" in str(m) for m in c.cmd("MODULE", "LIST"))
                 if has_module != (s.name == "redis"):
                     raise RuntimeError(f"{s.name}: module loaded = {has_module}, not as intended")
@@ -543,7 +615,7 @@ def main() -> int:
                     shas = (c.cmd("SCRIPT", "LOAD", CAD_LUA), c.cmd("SCRIPT", "LOAD", RENEW_LUA))
             finally:
                 c.close()
-        table = group_table(token, opts.keyspace, floor, wake, shas, {k: v.port for k, v in servers.items()})
+        table = group_table(token, opts.keyspace, floor, shas, {k: v.port for k, v in servers.items()})
         for name in GROUPS:
             if name not in wanted or name == "memory":
                 continue
@@ -555,6 +627,11 @@ def main() -> int:
                 c = Conn(servers[s].port)
                 flush(c)
                 c.close()
+        server_time = None
+        if "versions" in wanted:
+            log("server time per FCALL, library before the floor checks and now")
+            server_time = server_time_phase(servers, opts.rounds, opts.requests, token)
+            servers["before"].stop()
         servers["bare"].stop()
         if "memory" in wanted:
             # A fresh process: keys FLUSHALL removed leave the module's reclaim index entries
@@ -591,6 +668,7 @@ def main() -> int:
         "throughput": throughput,
         "ratios": ratios,
         "memory": memory,
+        "server_time": server_time,
         "elapsed_s": time.monotonic() - started,
     }
     out = Path(opts.out)

@@ -105,6 +105,22 @@ fn a_foreign_floor_key_is_refused_and_fences_stay_above_every_earlier_one() {
         names(&err, functions::WRONG_FLOOR_KEY, &canonical);
         let after = acquire(&server, &library, "mix:z", "py").expect("granted with the right floor");
         assert!(after > second, "{form}: {after} after the deleted key's {second}");
+        // The key now exists and remembers its floor: a foreign one is still refused by every
+        // function that takes a floor, and the lease is untouched.
+        for (function, args) in [
+            ("fencedlock_acquire", &[&b"other"[..], b"100000"][..]),
+            ("fencedlock_renew", &[b"py", b"100000"]),
+            ("fencedlock_release", &[b"py"]),
+            ("fencedlock_raise", &[b"py", b"9"]),
+        ] {
+            for floor in [&own_floor[..], &other] {
+                let err = server
+                    .query::<Value>(&raw(&library, function, &[b"mix:z", floor], args))
+                    .expect_err("a foreign floor on a held key is refused");
+                names(&err, functions::WRONG_FLOOR_KEY, &canonical);
+            }
+        }
+        assert!(release(&server, &library, "mix:z", "py"), "{form}: the lease was untouched");
         assert_eq!(keys_of(&server), [String::from_utf8(canonical).expect("ascii"), "mix:z".into()]);
     }
 }

@@ -50,8 +50,6 @@ local FLOOR_PREFIX = 'fencedlock:fn-floor:{'
 local FLOOR_SHAPE = '^fencedlock:fn%-floor:{[0-7][0-7][0-3][0-3][0-3][0-3]}$'
 local WAKE_PREFIX = 'fencedlock:fn-wake:{'
 local WAKE_TTL_MS = 10000
--- At most this many lock keys whose floor key this library state has checked (`trusted`).
-local TRUSTED_MAX = 10000
 -- The `kind` field of every lock key the library writes: a hash of an application's that
 -- happens to have `fence` or `holders` fields is WRONGTYPE, as any other value is.
 local KIND = 'fencedlock'
@@ -75,8 +73,11 @@ local E_KEYS = 'ERR fencedlock: pass the lock key and, optionally, the floor key
 local E_FLOOR_KEY = "ERR fencedlock: wrong floor key; this lock key's is "
 local E_WAKE_KEY = "ERR fencedlock: wrong wake-up list; this lock key's is "
 
--- CRC16-XMODEM of each byte value (the checksum CLUSTER KEYSLOT hashes with), for key_slot.
-local CRC16 = {
+-- CRC16-XMODEM of each byte value (the checksum CLUSTER KEYSLOT hashes with), for key_slot;
+-- made at its first use (by a script, which starts afresh each call, only when it needs it).
+local CRC16
+local function crc16_table()
+  return {
   0, 4129, 8258, 12387, 16516, 20645, 24774, 28903, 33032, 37161, 41290, 45419, 49548, 53677, 57806, 61935,
   4657, 528, 12915, 8786, 21173, 17044, 29431, 25302, 37689, 33560, 45947, 41818, 54205, 50076, 62463, 58334,
   9314, 13379, 1056, 5121, 25830, 29895, 17572, 21637, 42346, 46411, 34088, 38153, 58862, 62927, 50604, 54669,
@@ -93,7 +94,8 @@ local CRC16 = {
   52093, 56156, 60223, 64286, 35833, 39896, 43963, 48026, 19061, 23124, 27191, 31254, 2801, 6864, 10931, 14994,
   64814, 60687, 56684, 52557, 48554, 44427, 40424, 36297, 31782, 27655, 23652, 19525, 15522, 11395, 7392, 3265,
   61215, 65342, 53085, 57212, 44955, 49082, 36825, 40952, 28183, 32310, 20053, 24180, 11923, 16050, 3793, 7920,
-}
+  }
+end
 
 -- floor_tag's inverse of the tag -> slot map: the map is linear over GF(2) in the tag's 14
 -- digit bits (each digit is '0' plus at most 3 bits), offset by the slot of '000000'.
@@ -151,18 +153,19 @@ end
 -- The library functions the key checks use, bound at the first call (a library may not touch
 -- them while it loads): every read of a global goes through the sandbox's lookup, which would
 -- cost more than the checks themselves.
-local bxor, byte, char, find, sub
+local bxor, byte, char, str_find, str_sub
 
 -- CLUSTER KEYSLOT of `key`: the CRC16 of the key, or of its hash tag (the bytes between the
 -- first '{' and the next '}', when there are any), modulo 16384.
 local function key_slot(key)
-  local open = find(key, '{', 1, true)
+  local open = str_find(key, '{', 1, true)
   if open then
-    local close = find(key, '}', open + 1, true)
+    local close = str_find(key, '}', open + 1, true)
     if close and close > open + 1 then
-      key = sub(key, open + 1, close - 1)
+      key = str_sub(key, open + 1, close - 1)
     end
   end
+  CRC16 = CRC16 or crc16_table()
   local hi, lo = 0, 0
   for i = 1, #key do
     local v = CRC16[bxor(hi, byte(key, i)) + 1]
@@ -172,30 +175,18 @@ local function key_slot(key)
   return (hi * 256 + lo) % 16384
 end
 
--- floor_tag's inverse, split in two: the tag bits of the slot's low 7 and high 7 bits (after
--- TAG_ORIGIN), 128 each, from TAG_BASIS at the first call.
-local TAG_LOW, TAG_HIGH
-
 -- The floor tag of `slot` (fencedlock_protocol::functions::floor_tag): six digits, the first
 -- two 0-7 and the other four 0-3 (14 bits, high bits first), whose own slot is `slot`.
 -- Exactly one such tag hashes to each slot, so each slot has exactly one floor key.
 local function floor_tag(slot)
-  if not TAG_LOW then
-    TAG_LOW, TAG_HIGH = {}, {}
-    for v = 0, 127 do
-      local low, high, rest = 0, 0, v
-      for i = 1, 7 do
-        if rest % 2 == 1 then
-          low, high = bxor(low, TAG_BASIS[i]), bxor(high, TAG_BASIS[i + 7])
-        end
-        rest = (rest - rest % 2) / 2
-      end
-      TAG_LOW[v + 1], TAG_HIGH[v + 1] = low, high
+  local v, x = bxor(slot, TAG_ORIGIN), 0
+  for i = 1, 14 do
+    local low = v % 2
+    if low == 1 then
+      x = bxor(x, TAG_BASIS[i])
     end
+    v = (v - low) / 2
   end
-  local v = bxor(slot, TAG_ORIGIN)
-  local low = v % 128
-  local x = bxor(TAG_LOW[low + 1], TAG_HIGH[(v - low) / 128 + 1])
   local d6 = x % 4
   x = (x - d6) / 4
   local d5 = x % 4
@@ -231,61 +222,62 @@ local function server_facts()
   return this_run, in_cluster
 end
 
--- Lock keys whose floor key this library state has checked: a library's Lua state lives until
--- the library is loaded again, so a busy key pays the checksum once. (A script's locals start
--- afresh each call: the script form checks every call.) Started afresh at TRUSTED_MAX keys.
-local trusted, trusted_count = {}, 0
-
 -- The lock key, its floor and its wake-up list (each when given): the error reply as the
--- fourth value when the keys are wrong. A floor or wake-up list other than the lock key's own
--- is refused: fences kept in a second floor could repeat, and releases pushed onto another
--- list would wake nobody.
---
--- The floor check: a key this library state has checked before is known; in a Redis Cluster
--- the server itself refuses keys of two slots in one call (CROSSSLOT), so a floor key of the
--- right shape is the one of the key's slot (exactly one tag of that shape hashes to each
--- slot); elsewhere (and on the script form, which cannot remember the INFO) the key's CRC16
--- decides, a few microseconds for a key of a few dozen bytes.
+-- fourth value when there are too many or too few (their names are checked once the lock key
+-- is read: keys_refusal).
 local function keys_of(keys)
-  local key, floor, wake = keys[1], keys[2], keys[3]
   if #keys < 1 or #keys > 3 then
     return nil, nil, nil, E_KEYS
   end
   if not bxor then
-    bxor, byte, char, find, sub = bit.bxor, string.byte, string.char, string.find, string.sub
+    bxor, byte, char, str_find, str_sub = bit.bxor, string.byte, string.char, string.find, string.sub
   end
-  if floor ~= nil and trusted[key] ~= floor then
+  return keys[1], keys[2], keys[3]
+end
+
+-- The refusal of a floor key or wake-up list other than the lock key's own, nil when they are
+-- its own: fences kept in a second floor could repeat, and releases pushed onto another list
+-- would wake nobody. `lock` is the key's state (nil for a missing key). Called before anything
+-- is written.
+--
+-- The floor is known when it is the one the lock key recorded (`lock.tag`, the tag its last
+-- write was checked with). In a Redis Cluster the server itself refuses keys of two slots in
+-- one call (CROSSSLOT), so a floor key of the right shape is the one of the key's slot (one tag
+-- of that shape hashes to each slot). Elsewhere the key's CRC16 decides: some 40,000
+-- instructions for a key of a few dozen bytes, about a third of a grant, which is why the key
+-- records its tag. (A cache of checked keys in the library's state would cost more: every
+-- object a library keeps is traversed by the collector on every call.)
+local function keys_refusal(key, floor, wake, lock)
+  if floor == nil then
+    return nil
+  end
+  if not (lock and lock.tag and floor == FLOOR_PREFIX .. lock.tag .. '}') then
     local clustered = false
     if not as_script then
       local _
       _, clustered = server_facts()
     end
-    if not (clustered and find(floor, FLOOR_SHAPE)) then
+    if not (clustered and str_find(floor, FLOOR_SHAPE)) then
       local expected = FLOOR_PREFIX .. floor_tag(key_slot(key)) .. '}'
       if floor ~= expected then
-        return nil, nil, nil, E_FLOOR_KEY .. expected
+        return E_FLOOR_KEY .. expected
       end
     end
-    if trusted_count >= TRUSTED_MAX then
-      trusted, trusted_count = {}, 0
-    end
-    trusted[key] = floor
-    trusted_count = trusted_count + 1
   end
   if wake ~= nil then
-    local expected = WAKE_PREFIX .. sub(floor, #FLOOR_PREFIX + 1) .. ':' .. key
+    local expected = WAKE_PREFIX .. str_sub(floor, #FLOOR_PREFIX + 1) .. ':' .. key
     if wake ~= expected then
-      return nil, nil, nil, E_WAKE_KEY .. expected
+      return E_WAKE_KEY .. expected
     end
   end
-  return key, floor, wake
+  return nil
 end
 
 -- The lock key's state: { fence, permits, holders = { {fence, token, deadline_us, label or
 -- false}, ... } } in grant order (expired holders included until the next grant); nil for a
 -- missing key; nil and the error reply for a key that is not a lock.
 local function load(key)
-  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until')
+  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until', 'floor')
   if type(got) == 'table' and got.err then
     return nil, E_WRONG_TYPE
   end
@@ -309,14 +301,18 @@ local function load(key)
       return nil, E_WRONG_TYPE
     end
   end
-  return { fence = fence, permits = permits, holders = holders, wake_until = tonumber(got[5]) or 0 }
+  return { fence = fence, permits = permits, holders = holders, wake_until = tonumber(got[5]) or 0, tag = got[6] }
 end
 
--- Writes the state back; with a floor, the key expires RETENTION_MS after its last lease ends.
+-- Writes the state back; with a floor, the key records its floor's tag (keys_refusal) and
+-- expires RETENTION_MS after its last lease ends.
 local function store(key, floor, lock, now)
-  redis.call('HSET', key, 'kind', KIND, 'fence', int(lock.fence), 'permits', int(lock.permits),
-    'holders', cmsgpack.pack(lock.holders))
-  if floor then
+  local fence, permits, holders = int(lock.fence), int(lock.permits), cmsgpack.pack(lock.holders)
+  if not floor then
+    redis.call('HSET', key, 'kind', KIND, 'fence', fence, 'permits', permits, 'holders', holders)
+  else
+    redis.call('HSET', key, 'kind', KIND, 'fence', fence, 'permits', permits, 'holders', holders,
+      'floor', str_sub(floor, #FLOOR_PREFIX + 1, -2))
     local idle_from = now
     for _, h in ipairs(lock.holders) do
       if h[3] > idle_from then
@@ -434,6 +430,8 @@ local function acquire(keys, args)
 
   local lock, wrong = load(key)
   if wrong then return fail(wrong) end
+  local refused = keys_refusal(key, floor, wake, lock)
+  if refused then return fail(refused) end
   local now = now_us()
   local deadline = now + ttl * 1000
   local holding = {}
@@ -482,6 +480,8 @@ local function renew(keys, args)
   if not ttl then return fail(bad_ttl) end
   local lock, wrong = load(key)
   if wrong then return fail(wrong) end
+  local refused = keys_refusal(key, floor, nil, lock)
+  if refused then return fail(refused) end
   if not lock then return 0 end
   local now = now_us()
   local mine = find(live(lock, now), args[1])
@@ -498,6 +498,8 @@ local function release(keys, args)
   if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
   local lock, wrong = load(key)
   if wrong then return fail(wrong) end
+  local refused = keys_refusal(key, floor, wake, lock)
+  if refused then return fail(refused) end
   if not lock then return 0 end
   local now = now_us()
   local mine, at = find(lock.holders, args[1])
@@ -524,6 +526,8 @@ local function raise(keys, args)
   if fence == nil or fence < 1 or string.rep('0', 20 - #args[2]) .. args[2] > '09223372036854775807' then return fail(E_BAD_FENCE) end
   local lock, wrong = load(key)
   if wrong then return fail(wrong) end
+  local refused = keys_refusal(key, floor, nil, lock)
+  if refused then return fail(refused) end
   if not lock or lock.permits ~= 1 then return false end
   local now = now_us()
   local mine = find(live(lock, now), args[1])
