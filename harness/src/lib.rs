@@ -51,6 +51,7 @@ mod wait;
 pub use blocking::{acquire_cmd, classify, AcquireReply, BlockedAcquire};
 pub use cluster::{Cluster, ClusterBuilder, CLUSTER_TIMEOUT};
 pub use config::Directive;
+pub use digest::{crc64_jones, seal_dump};
 pub use epoch::floor_now;
 pub use error::{HarnessError, Result};
 pub use fencedlock_protocol::epoch::{epoch_of, floor_at};

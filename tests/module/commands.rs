@@ -541,34 +541,18 @@ fn dump_restore_and_copy_round_trip() {
     assert!(grant(&s, "dump:copy", b"next", LONG_TTL) > fence);
 }
 
-/// Redis's CRC-64 (Jones polynomial, reflected) that guards DUMP payloads.
-fn crc64_jones(data: &[u8]) -> u64 {
-    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5;
-    data.iter().fold(0u64, |mut crc, b| {
-        crc ^= u64::from(*b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ POLY_REFLECTED } else { crc >> 1 };
-        }
-        crc
-    })
-}
-
-/// Re-seal a DUMP body (everything before the 8-byte CRC) with a valid checksum.
-fn seal(body: &[u8]) -> Vec<u8> {
-    let mut out = body.to_vec();
-    out.extend_from_slice(&crc64_jones(body).to_le_bytes());
-    out
-}
-
 #[test]
 fn corrupt_dump_payloads_are_refused_without_crashing() {
-    assert_eq!(crc64_jones(b"123456789"), 0xe9c6_d914_c4b8_d9ca, "CRC-64 self-check");
     let s = Server::start();
     let token = b"corrupt-test-token".to_vec();
     grant(&s, "corrupt:src", &token, LONG_TTL);
     let payload: Vec<u8> = s.cmd(&["DUMP", "corrupt:src"]).unwrap();
     let body = &payload[..payload.len() - 8];
-    assert_eq!(seal(body), payload, "our CRC matches the server's, so tampered payloads reach the module");
+    assert_eq!(
+        harness::seal_dump(body),
+        payload,
+        "our CRC matches the server's, so tampered payloads reach the module"
+    );
     // body = [type][module value ...][2-byte RDB version]
     let (value, version) = body.split_at(body.len() - 2);
 
@@ -606,7 +590,7 @@ fn corrupt_dump_payloads_are_refused_without_crashing() {
     for cut in 0..value.len() {
         let mut body = value[..cut].to_vec();
         body.extend_from_slice(version);
-        if !check(&seal(&body)) {
+        if !check(&harness::seal_dump(&body)) {
             refused_cuts += 1;
         }
     }
@@ -632,7 +616,7 @@ fn corrupt_dump_payloads_are_refused_without_crashing() {
             damaged[i] = next() as u8;
         }
         damaged.extend_from_slice(version);
-        if check(&seal(&damaged)) {
+        if check(&harness::seal_dump(&damaged)) {
             accepted += 1;
         }
     }
@@ -676,7 +660,7 @@ fn a_zero_checksum_reaches_the_loader_only_where_the_server_skips_it() {
     let _: i64 = s.cmd(&["DEL", "zero:dst"]).unwrap();
     let (value, version) = body.split_at(body.len() - 2);
     let cut = [&value[..value.len() / 2], version].concat();
-    let sealed = restore(&seal(&cut)).expect_err("the loader refuses the cut value");
+    let sealed = restore(&harness::seal_dump(&cut)).expect_err("the loader refuses the cut value");
     assert!(!checksum_refusal(&error_text(&sealed)), "{}", error_text(&sealed));
     let err = restore(&zeroed(&cut)).expect_err("a cut value with a zero checksum");
     assert_eq!(

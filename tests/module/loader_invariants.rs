@@ -94,25 +94,6 @@ fn read_len(bytes: &[u8]) -> (u64, usize) {
     }
 }
 
-/// Redis's CRC-64 (Jones polynomial, reflected), the trailer of `DUMP` payloads and RDB files.
-fn crc64_jones(data: &[u8]) -> u64 {
-    const POLY_REFLECTED: u64 = 0x95ac_9329_ac4b_c9b5;
-    data.iter().fold(0u64, |mut crc, b| {
-        crc ^= u64::from(*b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ POLY_REFLECTED } else { crc >> 1 };
-        }
-        crc
-    })
-}
-
-/// `body` followed by its CRC-64, little-endian.
-fn sealed(mut body: Vec<u8>) -> Vec<u8> {
-    let crc = crc64_jones(&body);
-    body.extend_from_slice(&crc.to_le_bytes());
-    body
-}
-
 /// How this server frames a `fencelock` value (a module value, `RDB_TYPE_MODULE_2`): the type
 /// byte, the module id (its low 10 bits the encoding version), each field as an opcode (2 a
 /// number, 5 a string) and its bytes, an EOF opcode; a `DUMP` payload adds the server's RDB
@@ -186,7 +167,7 @@ impl Layout {
         let mut body = vec![self.type_byte];
         body.extend(value);
         body.extend_from_slice(&self.rdb_version);
-        sealed(body)
+        harness::seal_dump(&body)
     }
 }
 
@@ -445,7 +426,7 @@ fn with_value_replaced(rdb: &[u8], key: &str, dump: &[u8], value: &[u8]) -> Vec<
     let mut out = rdb[..value_at].to_vec();
     out.extend_from_slice(value);
     out.extend_from_slice(&rdb[value_at + old_value.len()..rdb.len() - 8]);
-    sealed(out)
+    harness::seal_dump(&out)
 }
 
 #[test]

@@ -38,6 +38,21 @@ fn tree_pids(dir: &Path) -> Vec<String> {
     pids
 }
 
+/// `fencedlock run` of the tree on a fresh server, with `extra` options, once the tree runs:
+/// the server, the run, the tree's pids and the scratch directory (kept while the test runs).
+fn run_tree(extra: &[&str]) -> (Server, Running, Vec<String>, tempfile::TempDir) {
+    let server = Server::start();
+    let dir = scratch();
+    let url = server.url();
+    let script = tree_script(dir.path());
+    let mut args = vec!["run", "--redis", &url, "--ttl", TTL];
+    args.extend_from_slice(extra);
+    args.extend(["tree", "--", "sh", "-c", &script]);
+    let run = spawn(&args);
+    let pids = tree_pids(dir.path());
+    (server, run, pids, dir)
+}
+
 /// How long until every pid is gone (at most `limit`, else a panic naming the survivors).
 fn gone_within(pids: &[String], limit: Duration) -> Duration {
     let start = Instant::now();
@@ -51,21 +66,7 @@ fn gone_within(pids: &[String], limit: Duration) -> Duration {
 
 #[test]
 fn a_sigkilled_fencedlock_takes_the_whole_tree_with_it_before_the_lease_could_pass() {
-    let server = Server::start();
-    let dir = scratch();
-    let run = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "--ttl",
-        TTL,
-        "tree",
-        "--",
-        "sh",
-        "-c",
-        &tree_script(dir.path()),
-    ]);
-    let pids = tree_pids(dir.path());
+    let (server, run, pids, _dir) = run_tree(&[]);
     run.signal(libc::SIGKILL);
     let took = gone_within(&pids, Duration::from_secs(1));
     // The dead CLI's lease still holds the key: nobody else could have been granted it yet.
@@ -78,23 +79,7 @@ fn a_sigkilled_fencedlock_takes_the_whole_tree_with_it_before_the_lease_could_pa
 #[test]
 fn sigterm_and_sigint_are_forwarded_and_nothing_of_the_tree_outlives_the_release() {
     for sig in [libc::SIGTERM, libc::SIGINT] {
-        let server = Server::start();
-        let dir = scratch();
-        let run = spawn(&[
-            "run",
-            "--redis",
-            &server.url(),
-            "--ttl",
-            TTL,
-            "--kill-grace",
-            "300ms",
-            "tree",
-            "--",
-            "sh",
-            "-c",
-            &tree_script(dir.path()),
-        ]);
-        let pids = tree_pids(dir.path());
+        let (server, run, pids, _dir) = run_tree(&["--kill-grace", "300ms"]);
         run.signal(sig);
         let out = run.finish_within(HANG);
         // The shell at the top died of the forwarded signal; the SIGTERM-ignoring sleeper and
@@ -123,21 +108,7 @@ fn a_command_that_exits_leaves_nothing_running_after_the_release() {
 
 #[test]
 fn a_killed_guardian_takes_the_command_and_fencedlock_stops_the_rest_and_releases() {
-    let server = Server::start();
-    let dir = scratch();
-    let run = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "--ttl",
-        TTL,
-        "tree",
-        "--",
-        "sh",
-        "-c",
-        &tree_script(dir.path()),
-    ]);
-    let pids = tree_pids(dir.path());
+    let (server, run, pids, _dir) = run_tree(&[]);
     let guardian = fs::read_to_string(format!("/proc/{}/stat", pids[0]))
         .expect("the top shell's stat")
         .rsplit(')')
