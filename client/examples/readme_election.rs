@@ -1,4 +1,4 @@
-//! The README's leader election example. Needs a server to run.
+//! The Rust guide's leader election example (docs/rust.md). Needs a server to run.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! The README's declared failure policy example. Needs a server to run (or none, to see
-//! the fail-open branch).
+//! The Rust guide's declared failure policy example (docs/rust.md). Needs a server to run
+//! (or none, to see the fail-open branch).
 
 use fencedlock::{Acquisition, LockConfig, Locker, OnUnavailable};
 

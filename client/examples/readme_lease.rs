@@ -1,5 +1,5 @@
-//! The README's first Rust example: a lease on one server, a kept-alive lease, and fenced
-//! Redlock. Needs a server (and, for the Redlock part, three masters) to run.
+//! The Rust guide's first example (docs/rust.md): a lease on one server, a kept-alive lease,
+//! and fenced Redlock. Needs a server (and, for the Redlock part, three masters) to run.
 
 use std::time::Duration;
 

@@ -1,4 +1,4 @@
-//! The README's replica-confirmed grants example. Needs a Sentinel group to run.
+//! The Rust guide's replica-confirmed grants example (docs/rust.md). Needs a Sentinel group to run.
 
 use std::time::Duration;
 

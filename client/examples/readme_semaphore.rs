@@ -1,4 +1,4 @@
-//! The README's fenced semaphore example. Needs a server to run.
+//! The Rust guide's fenced semaphore example (docs/rust.md). Needs a server to run.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! The README's TLS example: a private CA and a client certificate. Needs a TLS server and
-//! the three files to run.
+//! The TLS example of docs/deployments.md: a private CA and a client certificate. Needs a
+//! TLS server and the three files to run.
 
 use fencedlock::{LockConfig, Locker, Tls};
 

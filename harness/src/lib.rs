@@ -29,6 +29,7 @@ mod cli;
 mod cluster;
 mod config;
 mod digest;
+pub mod docs;
 mod epoch;
 mod error;
 mod flavor;

@@ -1,6 +1,8 @@
 // The package as a user gets it: `npm pack`, installed with ioredis into an empty temp
-// project, then the README's example (the block marked `<!-- example: readme -->`) run
-// against a real server with the module, and the CommonJS entry and the types checked.
+// project, then the package README's example (the block marked `<!-- example: readme -->`)
+// and the project's front page's (`../README.md`, the block marked `<!-- example: node -->`,
+// its server URL pointed at the test server) run against a real server with the module, and
+// the CommonJS entry and the types checked.
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -19,6 +21,12 @@ const fail = (message) => {
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
 const example = /<!-- example: readme -->\n```js\n([\s\S]*?)```/.exec(readme)?.[1];
 if (!example) fail('README.md has no block marked <!-- example: readme -->');
+// The front page's example names the server scripts/run-server starts.
+const FRONT_PAGE_URL = 'redis://127.0.0.1:6379';
+const frontPage = readFileSync(join(repo, 'README.md'), 'utf8');
+const frontExample = /<!-- example: node -->\n```js\n([\s\S]*?)```/.exec(frontPage)?.[1];
+if (!frontExample) fail('../README.md has no block marked <!-- example: node -->');
+if (!frontExample.includes(`'${FRONT_PAGE_URL}'`)) fail(`the front page's Node example does not name ${FRONT_PAGE_URL}`);
 
 const lock = JSON.parse(readFileSync(join(root, 'package-lock.json'), 'utf8'));
 const ioredis = lock.packages['node_modules/ioredis']?.version;
@@ -49,6 +57,10 @@ try {
   const out = execFileSync(process.execPath, ['example.mjs'], { cwd: app, encoding: 'utf8', env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${port}` }, timeout: 30_000 });
   if (!/invoice inv_72 sent with fence \d+/.test(out) || !/report built with fence \d+/.test(out)) fail(`the README example printed:\n${out}`);
 
+  writeFileSync(join(app, 'front-page.mjs'), frontExample.replace(`'${FRONT_PAGE_URL}'`, `'redis://127.0.0.1:${port}'`));
+  const front = execFileSync(process.execPath, ['front-page.mjs'], { cwd: app, encoding: 'utf8', timeout: 30_000 });
+  if (!/^report built with fence \d+$/m.test(front)) fail(`the front page's example printed:\n${front}`);
+
   // CommonJS: require() it, and take a lease through Locker.open (its own ioredis connection).
   const cjsScript = "const { Locker } = require('fencedlock'); (async () => { const l = await Locker.open(process.env.REDIS_URL); const lease = await l.acquire('cjs'); if (typeof lease.fence !== 'bigint') process.exit(1); await lease.release(); await l.close(); console.log('cjs ok'); })();";
   const cjs = execFileSync(process.execPath, ['-e', cjsScript], { cwd: app, encoding: 'utf8', env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${port}` }, timeout: 30_000 });
@@ -59,7 +71,7 @@ try {
   writeFileSync(join(app, 'check.cts'), "import { Locker } from 'fencedlock';\nexport const make = (c: object): Locker => new Locker(c);\n");
   writeFileSync(join(app, 'tsconfig.json'), JSON.stringify({ compilerOptions: { strict: true, noEmit: true, module: 'NodeNext', moduleResolution: 'NodeNext', target: 'ES2022', skipLibCheck: false, types: ['node'] }, files: ['check.mts', 'check.cts'] }));
   execFileSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', app], { cwd: app, stdio: 'inherit' });
-  console.log(`pack-check: ${packed[0].filename} (${files.length} files) installs into an empty project; the README example, the CommonJS entry and the types work`);
+  console.log(`pack-check: ${packed[0].filename} (${files.length} files) installs into an empty project; the README's and the front page's examples, the CommonJS entry and the types work`);
 } finally {
   server?.kill('SIGKILL');
   rmSync(work, { recursive: true, force: true });

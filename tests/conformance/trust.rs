@@ -224,13 +224,13 @@ fn on_the_script_form_two_flushalls_in_one_millisecond_can_repeat_a_fence() {
     assert!(repeated, "two FLUSHALLs in one transaction gave the same fence at least once in 20 tries");
 }
 
-/// The README states the floor key rule with a Python snippet a caller can copy: it must name
-/// the keys the protocol crate names (and the library takes).
+/// The Functions engine's page (`docs/functions.md`) states the floor key rule with a Python
+/// snippet a caller can copy: it must name the keys the protocol crate names (and the library
+/// takes).
 #[test]
-fn the_readmes_floor_key_snippet_names_the_protocols_keys() {
-    let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).expect("README.md");
-    let after = readme
+fn the_functions_pages_floor_key_snippet_names_the_protocols_keys() {
+    let guide = harness::docs::page("docs/functions.md");
+    let after = guide
         .split_once("`fencedlock functions --floor-key KEY` prints both")
         .expect("the rule's paragraph")
         .1;

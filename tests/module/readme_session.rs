@@ -1,14 +1,17 @@
-//! The README's "A session with redis-cli", typed at a human's pace: each command line of its
-//! blocks goes through a real `redis-cli` a few seconds after the previous one, and the replies
-//! must be the ones the README shows. Only what varies between runs is compared by shape: the
-//! ms left in `STATUS` (annotated "ms left"), and redis-cli's `(6.84s)` timing line, which it
-//! prints only to a terminal (the test checks instead that the blocked call returned only after
-//! the release). An `INFO` reply ending in `...` must contain the lines shown, in that order.
+//! The manual's redis-cli sessions, typed into a real `redis-cli`: the command reference's "A
+//! session with redis-cli" (`docs/commands.md`) at a human's pace, each command line of its
+//! blocks a few seconds after the previous one, and the front page's short one (`README.md`).
+//! The replies must be the ones the page shows. Only what varies between runs is compared by
+//! shape: the ms left in `STATUS` (annotated "ms left"), and redis-cli's `(6.84s)` timing line,
+//! which it prints only to a terminal (the test checks instead that the blocked call returned
+//! only after the release). An `INFO` reply ending in `...` must contain the lines shown, in
+//! that order.
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{redis_cli, workspace_root, Server};
+use harness::docs::{page, section, FRONT_PAGE};
+use harness::{redis_cli, Server};
 
 /// The pause between two typed lines: the issue's "a few seconds" of a human at a keyboard.
 const TYPING_PAUSE: Duration = Duration::from_millis(2_500);
@@ -16,11 +19,14 @@ const TYPING_PAUSE: Duration = Duration::from_millis(2_500);
 const NARRATED_SLACK: Duration = Duration::from_secs(1);
 /// The longest a blocked call may take to answer after the line that releases it.
 const BLOCKED_ANSWER_LIMIT: Duration = Duration::from_secs(10);
-const SECTION: &str = "## A session with redis-cli";
+/// Where the whole session is, and where the front page's short one is.
+const REFERENCE_PAGE: &str = "docs/commands.md";
+const REFERENCE_SECTION: &str = "## A session with redis-cli";
+const FRONT_SECTION: &str = "### redis-cli";
 /// An annotation after a reply: two or more spaces, then `#`.
 const ANNOTATION: &str = "  #";
 
-/// One line of the session as the README shows it.
+/// One line of the session as the page shows it.
 #[derive(Debug, Clone, PartialEq)]
 enum Line {
     /// A command typed after the prompt, with the reply lines shown under it (empty: the
@@ -46,10 +52,8 @@ enum Expected {
     More,
 }
 
-fn section_blocks(readme: &str) -> Vec<Vec<String>> {
-    let start = readme.find(SECTION).expect("README has the redis-cli session section");
-    let rest = &readme[start + SECTION.len()..];
-    let body = &rest[..rest.find("\n## ").unwrap_or(rest.len())];
+/// The ```text blocks of a section's body, line by line.
+fn section_blocks(body: &str) -> Vec<Vec<String>> {
     let mut blocks = Vec::new();
     let mut current: Option<Vec<String>> = None;
     for line in body.lines() {
@@ -96,9 +100,9 @@ fn narrated_pause(text: &str) -> Option<Duration> {
     Some(Duration::from_secs(secs))
 }
 
-fn parse(readme: &str) -> Vec<Line> {
+fn parse(section: &str) -> Vec<Line> {
     let mut session = Vec::new();
-    for block in section_blocks(readme) {
+    for block in section_blocks(section) {
         let has_prompt = block.iter().any(|l| l.contains("> "));
         if !has_prompt {
             session.push(Line::BlockedReply(block.iter().filter_map(|l| expected(l)).collect()));
@@ -160,13 +164,26 @@ fn ttl_of(words: &[String]) -> u64 {
 }
 
 #[test]
-fn the_readme_session_typed_at_human_speed_gets_the_replies_shown() {
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("read README.md");
-    let session = parse(&readme);
+fn the_reference_session_typed_at_human_speed_gets_the_replies_shown() {
+    let session = parse(&section(&page(REFERENCE_PAGE), REFERENCE_SECTION));
     let commands = session.iter().filter(|l| matches!(l, Line::Command { .. })).count();
     assert!(commands >= 10, "the session was not parsed: {session:?}");
     assert!(session.iter().any(|l| matches!(l, Line::Pause(_))), "no narrated pause parsed");
+    type_session(&session, TYPING_PAUSE);
+}
 
+/// The front page's short session: no narrated pause, so it is typed without one.
+#[test]
+fn the_front_page_session_gets_the_replies_shown() {
+    let session = parse(&section(&page(FRONT_PAGE), FRONT_SECTION));
+    let commands = session.iter().filter(|l| matches!(l, Line::Command { .. })).count();
+    assert!(commands >= 4, "the session was not parsed: {session:?}");
+    type_session(&session, Duration::ZERO);
+}
+
+/// Types `session` into `redis-cli` against a fresh server, `typing_pause` between two
+/// command lines, and panics at the first reply that is not the one shown.
+fn type_session(session: &[Line], typing_pause: Duration) {
     let s = Server::start();
     let began = Instant::now();
     let mut last_ttl = 0;
@@ -180,7 +197,7 @@ fn the_readme_session_typed_at_human_speed_gets_the_replies_shown() {
             }
             Line::Command { words, reply } => {
                 if i > 0 {
-                    std::thread::sleep(TYPING_PAUSE);
+                    std::thread::sleep(typing_pause);
                 }
                 if ttl_of(words) > 0 {
                     last_ttl = ttl_of(words);
@@ -197,7 +214,7 @@ fn the_readme_session_typed_at_human_speed_gets_the_replies_shown() {
                 }
                 let actual = reply_lines(&out);
                 if let Some(why) = mismatch(reply, &actual, last_ttl) {
-                    panic!("`{}`: {why}\nREADME: {reply:?}\nserver: {actual:?}", words.join(" "));
+                    panic!("`{}`: {why}\npage: {reply:?}\nserver: {actual:?}", words.join(" "));
                 }
             }
             Line::BlockedReply(reply) => {
@@ -212,17 +229,17 @@ fn the_readme_session_typed_at_human_speed_gets_the_replies_shown() {
                 assert!(released.elapsed() < BLOCKED_ANSWER_LIMIT, "the blocked call answered late");
                 let actual = reply_lines(&out);
                 if let Some(why) = mismatch(reply, &actual, ttl) {
-                    panic!("blocked call: {why}\nREADME: {reply:?}\nserver: {actual:?}");
+                    panic!("blocked call: {why}\npage: {reply:?}\nserver: {actual:?}");
                 }
             }
         }
     }
-    assert!(blocked.is_none(), "a blocked command had no reply in the README");
+    assert!(blocked.is_none(), "a blocked command had no reply on the page");
 }
 
 #[test]
 fn the_session_parser_reads_commands_pauses_and_varying_lines() {
-    let readme = concat!(
+    let page = concat!(
         "## A session with redis-cli\n```text\n",
         "h:1> FENCEDLOCK.STATUS k\n",
         "1) (integer) 1                 # fence\n",
@@ -232,7 +249,7 @@ fn the_session_parser_reads_commands_pauses_and_varying_lines() {
         "                               # ... blocked ...\n",
         "```\n\n```text\n(integer) 4   # B\n(6.84s)\n```\n## Next\n```text\nh:1> PING\n```\n",
     );
-    let session = parse(readme);
+    let session = parse(&section(page, REFERENCE_SECTION));
     let exact = |s: &str| Expected::Exact(s.to_string());
     assert_eq!(
         session,

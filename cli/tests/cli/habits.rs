@@ -211,11 +211,11 @@ fn a_build_without_the_demo_says_how_to_run_it() {
     assert!(!out.stdout.contains("  demo "), "no demo among the subcommands of a build without it: {out:?}");
 }
 
-/// The exit-code table in the README and `--help` say the same, code by code.
+/// The exit-code table of the CLI guide (`docs/cli.md`) and `--help` say the same, code by code.
 #[test]
-fn the_readme_and_help_list_the_same_exit_codes() {
-    let readme = fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let table: Vec<(String, String)> = readme
+fn the_cli_guide_and_help_list_the_same_exit_codes() {
+    let guide = harness::docs::section(&harness::docs::page("docs/cli.md"), "## Exit codes");
+    let table: Vec<(String, String)> = guide
         .lines()
         .skip_while(|l| !l.starts_with("| exit code | meaning |"))
         .skip(2)
@@ -237,7 +237,7 @@ fn the_readme_and_help_list_the_same_exit_codes() {
         }
     }
     assert!(listed.len() >= 10, "{help}");
-    assert_eq!(table, listed, "README exit codes (left) differ from --help (right)");
+    assert_eq!(table, listed, "docs/cli.md's exit codes (left) differ from --help (right)");
     let sixty_nine = &listed.iter().find(|(c, _)| c == "69").expect("69").1;
     assert!(sixty_nine.contains("wrong password"), "{sixty_nine}");
 }
