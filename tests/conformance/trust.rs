@@ -6,8 +6,8 @@
 //!   key the CLI uses got a second floor, and after a `DEL` its fences went below the CLI's.
 //! - Two `FLUSHALL`s in one millisecond: each takes the floor, and the next grant starts a new
 //!   epoch at the wall clock's ms. The library remembers what it issued and starts above it; the
-//!   script form starts afresh every call and cannot, which the README's guarantees table says
-//!   (the last test shows it).
+//!   script form starts afresh every call and cannot, which the guarantees table
+//!   (`docs/guarantees.md`) says (the last test shows it).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Barrier};
@@ -214,8 +214,8 @@ fn two_flushalls_in_one_millisecond_never_repeat_a_library_fence() {
 
 #[test]
 fn on_the_script_form_two_flushalls_in_one_millisecond_can_repeat_a_fence() {
-    // Not held, and the README's guarantees table says so: a script keeps nothing between
-    // calls, so two epochs that start in one ms (two floor deletions) start at one fence.
+    // Not held, and the guarantees table (`docs/guarantees.md`) says so: a script keeps
+    // nothing between calls, so two epochs that start in one ms (two floor deletions) start at one fence.
     let (server, library) = managed_with_script(functions::eval_script());
     let repeated = (0..20).any(|_| {
         let fences = flushes_in_one_transaction(&server, &library, 2);
