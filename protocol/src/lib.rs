@@ -4,7 +4,8 @@
 //! them and decode the replies. Each fact lives here and nowhere else: a command's name and
 //! arguments ([`command`]), a request that one type both builds and parses ([`Acquire`]), the
 //! limits both sides check ([`limits`]), the configs ([`config`]), the keys the module writes
-//! itself ([`cluster`]), the Functions library that serves the same commands without the
+//! itself ([`cluster`]), how lock keys and fencedlock's other keys look in a keyspace
+//! ([`keyspace`]), the Functions library that serves the same commands without the
 //! module ([`functions`]), the `STATUS` reply shapes ([`LockStatus`], [`SemaphoreStatus`]) and
 //! the error replies ([`ReplyError`]).
 //!
@@ -20,6 +21,7 @@ pub mod epoch;
 mod error;
 pub mod functions;
 pub mod key;
+pub mod keyspace;
 pub mod limits;
 pub mod request;
 mod status;

@@ -57,7 +57,7 @@ fn file(lock: &mut Lock, db: i32, name: &[u8]) {
 }
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
-    "fencelock",
+    fencedlock_protocol::keyspace::MODULE_TYPE,
     record::ENCODING_VERSION,
     raw::RedisModuleTypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
