@@ -26,7 +26,7 @@ async fn main() -> Result<(), Error> {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 println!("step {step}/10 with fence {}, {:?} left", lease.fence(), lease.remaining());
             }
-            "done"
+            Ok::<_, Error>("done")
         })
         .await;
     match result {

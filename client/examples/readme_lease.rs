@@ -19,7 +19,8 @@ async fn main() -> Result<(), fencedlock::Error> {
     send_invoice(lease.fence()).await; // the resource checks the fence
     lease.release().await?;
 
-    // Kept alive (renewed every ttl/3); the work is dropped if a renewal fails.
+    // Kept alive (renewed every ttl/3); the work is dropped if a renewal fails. Its own error
+    // and the lock's come out of one `?`.
     locker.with_lease("nightly-report", |lease| async move { build_report(lease.fence()).await }).await?;
 
     // Fenced Redlock over independent masters: a majority must grant, and the fence still
@@ -37,6 +38,7 @@ async fn send_invoice(fence: u64) {
     println!("invoice sent with fence {fence}");
 }
 
-async fn build_report(fence: u64) {
+async fn build_report(fence: u64) -> Result<(), fencedlock::Error> {
     println!("report built with fence {fence}");
+    Ok(())
 }

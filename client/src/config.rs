@@ -8,6 +8,7 @@ use fencedlock_protocol::limits::MAX_MAX_TTL_MS;
 use crate::backend::EngineChoice;
 use crate::backoff::Backoff;
 use crate::error::Error;
+use crate::terms::check_label;
 use crate::tls::Tls;
 use crate::token::{Token, TokenFormat};
 use crate::validity;
@@ -19,10 +20,14 @@ use crate::validity;
 /// the setting, and changes nothing.
 pub const MAX_TTL: Duration = Duration::from_millis(MAX_MAX_TTL_MS);
 
-/// The per-node timeout of a new [`Node`](crate::Node) and of a default [`LockConfig`]:
-/// long enough for a healthy server's answer, short enough that a stopped one costs a Redlock
-/// round little. A [`Locker`](crate::Locker) or [`Redlock`](crate::Redlock) applies its
-/// configured timeout to its nodes.
+/// The per-node timeout of a new [`Node`](crate::Node), of a default [`LockConfig`] and of
+/// the CLI (`--timeout`): one default for every client of this crate. It bounds each request,
+/// connecting included: a healthy server answers in well under a millisecond on a LAN and a
+/// TLS connect takes a few, so 250 ms leaves a wide margin, while a stopped or paused server
+/// costs a Redlock round, a renewal or a cron run at most this long before the failure policy
+/// decides (a renewal that fails early leaves the holder more of its lease to stop in). A
+/// [`Locker`](crate::Locker) or [`Redlock`](crate::Redlock) applies its configured timeout to
+/// its nodes; raise it for servers far away.
 pub const DEFAULT_NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
 /// Default of [`LockConfigBuilder::max_blocking`]: waiting acquisitions per server, each on a
@@ -52,6 +57,7 @@ pub struct LockConfig {
     confirm_timeout: Duration,
     tls: Tls,
     engine: EngineChoice,
+    label: Option<Vec<u8>>,
 }
 
 /// What [`Locker::acquire_with_policy`](crate::Locker::acquire_with_policy) does when the lock
@@ -93,6 +99,7 @@ impl LockConfig {
             confirm_timeout: DEFAULT_CONFIRM_TIMEOUT,
             tls: Tls::new(),
             engine: EngineChoice::Auto,
+            label: None,
         }
     }
 
@@ -173,6 +180,11 @@ impl LockConfig {
         &self.tls
     }
 
+    /// The public label every lease of a locker with this configuration carries, if any.
+    pub fn label(&self) -> Option<&[u8]> {
+        self.label.as_deref()
+    }
+
     fn validate(&self) -> Result<(), Error> {
         let bad = |msg: String| Err(Error::Config(msg));
         if self.ttl < Duration::from_millis(1) {
@@ -206,6 +218,9 @@ impl LockConfig {
                     self.ttl - self.drift()
                 ));
             }
+        }
+        if let Some(label) = &self.label {
+            check_label(label)?;
         }
         if self.confirm_replicas > 0 {
             if self.confirm_timeout.is_zero() {
@@ -355,6 +370,18 @@ impl LockConfigBuilder {
         self
     }
 
+    /// A public label for every lease taken with this configuration (`ACQUIRE … LABEL`):
+    /// `STATUS` shows it next to the fence to anyone who may read the key, so operators see
+    /// who holds a lock (a host name and process id, a job's run id). 1 to
+    /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes ([`Error::Config`] from
+    /// [`build`](Self::build) otherwise); never put a secret in it. A
+    /// [`Semaphore`](crate::Semaphore) uses it unless given its own; an
+    /// [`Election`](crate::Election)'s candidates campaign with their own. Default: none.
+    pub fn label(mut self, label: impl Into<Vec<u8>>) -> Self {
+        self.config.label = Some(label.into());
+        self
+    }
+
     /// Checks the options; [`Error::Config`] names the first one that makes no sense.
     pub fn build(self) -> Result<LockConfig, Error> {
         self.config.validate()?;
@@ -429,5 +456,16 @@ mod tests {
         assert_eq!(LockConfig::default().confirm_timeout(), DEFAULT_CONFIRM_TIMEOUT);
         // Without confirmation the confirm options are not checked.
         assert!(LockConfig::builder().max_blocking(0).confirm_timeout(Duration::ZERO).build().is_ok());
+    }
+
+    #[test]
+    fn a_label_follows_the_protocol_limits() {
+        assert_eq!(LockConfig::default().label(), None);
+        let labelled = LockConfig::builder().label("host-a:4711").build().unwrap();
+        assert_eq!(labelled.label(), Some(&b"host-a:4711"[..]));
+        assert!(err(LockConfig::builder().label("")).contains("label"));
+        let longest = vec![b'x'; crate::MAX_LABEL_LEN];
+        assert!(LockConfig::builder().label(longest.clone()).build().is_ok());
+        assert!(err(LockConfig::builder().label([longest, vec![b'y']].concat())).contains("label"));
     }
 }

@@ -37,11 +37,16 @@
 //! expiry). Leadership across failures of the server is what replication with
 //! `appendfsync always` and the module's epoch jump on promotion give a [`Locker`].
 
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use fencedlock_protocol::keyspace::{
+    journal_key, JOURNAL_EPOCH, JOURNAL_LABEL, JOURNAL_LENGTH, JOURNAL_RETENTION_MS,
+};
 use futures::Stream;
 use tokio_util::sync::CancellationToken;
 
+use crate::cause::Cause;
 use crate::error::Error;
 use crate::keepalive::{KeptLease, LeaseHandle};
 use crate::lease::{Attempts, Lease};
@@ -156,7 +161,30 @@ impl Election {
                 other => break other?,
             }
         };
+        self.record(lease.fence(), &label).await;
         Ok(Leadership { kept: lease.keep_alive(), label })
+    }
+
+    /// Appends the new leader to the election's journal
+    /// ([`journal_key`](fencedlock_protocol::keyspace::journal_key)), where watchers find it
+    /// even if it resigns before their next poll. Best effort: a journal that cannot be
+    /// written (an ACL that allows only the lock keys, a slow server) costs the leader nothing
+    /// more than the attempt, and watchers then see this leader by `STATUS` alone.
+    async fn record(&self, epoch: u64, label: &[u8]) {
+        let journal = journal_key(self.key.as_bytes());
+        let mut add = redis::cmd("XADD");
+        add.arg(&journal).arg("MAXLEN").arg("~").arg(JOURNAL_LENGTH).arg("*");
+        add.arg(JOURNAL_EPOCH).arg(epoch).arg(JOURNAL_LABEL).arg(label);
+        let mut expire = redis::cmd("PEXPIRE");
+        expire.arg(&journal).arg(JOURNAL_RETENTION_MS);
+        let node = self.locker.node();
+        let written = async {
+            node.call::<redis::Value>(&add, "XADD").await?;
+            node.call::<redis::Value>(&expire, "PEXPIRE").await
+        };
+        if let Err(err) = written.await {
+            tracing::debug!(key = %self.key, epoch, error = %err, "the election journal was not written; watchers see this leader by STATUS only");
+        }
     }
 
     /// Who leads now, from the server's `STATUS`: `None` while nobody does.
@@ -178,8 +206,29 @@ impl Election {
     /// lease runs out earlier: a resignation is seen within one interval, a leader that died
     /// without resigning (its successor elected at its lease's expiry) about one millisecond
     /// after the expiry. No candidate is involved: observing never takes part in the election.
+    ///
+    /// # Leaders shorter than a poll
+    ///
+    /// A leader that is elected and resigns between two polls leaves no trace in `STATUS`.
+    /// Every leader this crate elects also appends its epoch and label to the election's
+    /// journal (a capped stream beside the key, see
+    /// [`journal_key`](fencedlock_protocol::keyspace::journal_key)), and each poll reads the
+    /// journal from where the last one stopped before it asks `STATUS`: such a leader is
+    /// yielded in epoch order, with [`Leader::remaining`] zero (it no longer leads). Only
+    /// leaders whose journal entry was written are seen this way (candidates of other clients
+    /// keep none, and an ACL may deny a leader the journal's key or a watcher its reads); a
+    /// leader that does not resign still leads for a whole lease, longer than a poll interval
+    /// shorter than the ttl, so `STATUS` sees it.
     pub fn observe(&self) -> impl Stream<Item = Result<Option<Leader>, Error>> + Send + 'static {
-        let state = Observed { election: self.clone(), last: None, pause: Duration::ZERO };
+        let state = Observed {
+            election: self.clone(),
+            last: None,
+            last_epoch: 0,
+            pause: Duration::ZERO,
+            journal: Journal::Unread,
+            unplaced: Vec::new(),
+            pending: VecDeque::new(),
+        };
         futures::stream::unfold(state, |mut state| async move {
             let item = state.next_change().await;
             Some((item, state))
@@ -187,32 +236,125 @@ impl Election {
     }
 }
 
-/// An observer's state: the identity last yielded (`Some(None)`: nobody led) and the pause
-/// before the next poll.
+/// An observer's state: the identity last yielded (`Some(None)`: nobody led), the highest
+/// epoch yielded, the pause before the next poll, where it stands in the journal, the journal
+/// entries read but not yet placed (a poll failed after reading them), and the changes found
+/// but not yet yielded.
 struct Observed {
     election: Election,
     last: Option<Option<(u64, Option<Vec<u8>>)>>,
+    last_epoch: u64,
     pause: Duration,
+    journal: Journal,
+    unplaced: Vec<(u64, Vec<u8>)>,
+    pending: VecDeque<Option<Leader>>,
+}
+
+/// Where an observer stands in the election's journal.
+enum Journal {
+    /// Not read yet: the first read only finds its end (earlier leaders are history).
+    Unread,
+    /// The id of the last entry read (`0-0`: none yet).
+    At(String),
+    /// This watcher may not read it (an ACL, a server without streams): `STATUS` alone.
+    Off,
 }
 
 impl Observed {
     /// Polls until the leadership differs from the last one yielded (or a poll fails).
     async fn next_change(&mut self) -> Result<Option<Leader>, Error> {
         loop {
+            if let Some(change) = self.pending.pop_front() {
+                return Ok(change);
+            }
             tokio::time::sleep(self.pause).await;
             self.pause = self.election.poll;
+            // The journal first: every entry read was written before the STATUS that
+            // follows, so a journaled leader that STATUS does not show had resigned by then.
+            let entries = self.read_journal().await;
+            self.unplaced.extend(entries);
             let leader = self.election.leader().await?;
             if let Some(leader) = &leader {
                 // Look again just after this lease would run out, unless it is renewed.
                 let expiry = leader.remaining.saturating_add(Duration::from_millis(1));
                 self.pause = self.pause.min(expiry).max(MIN_POLL_INTERVAL);
             }
+            let now = leader.as_ref().map(|l| l.epoch);
+            let mut gone = std::mem::take(&mut self.unplaced);
+            gone.sort_unstable_by_key(|(epoch, _)| *epoch);
+            for (epoch, label) in gone {
+                if epoch > self.last_epoch && Some(epoch) != now {
+                    self.last_epoch = epoch;
+                    self.last = Some(Some((epoch, Some(label.clone()))));
+                    let leader = Leader { label: Some(label), epoch, remaining: Duration::ZERO };
+                    self.pending.push_back(Some(leader));
+                }
+            }
             let identity = leader.as_ref().map(|l| (l.epoch, l.label.clone()));
             if self.last.as_ref() != Some(&identity) {
                 self.last = Some(identity);
-                return Ok(leader);
+                self.last_epoch = self.last_epoch.max(now.unwrap_or(0));
+                self.pending.push_back(leader);
             }
         }
+    }
+
+    /// The journal's entries since the last read, as `(epoch, label)`. A failed read is
+    /// retried at the next poll (nothing is lost: the stream keeps them), except a refusal
+    /// that will not pass (an ACL), which turns the journal off for this watcher.
+    async fn read_journal(&mut self) -> Vec<(u64, Vec<u8>)> {
+        let journal = journal_key(self.election.key.as_bytes());
+        let node = self.election.locker.node();
+        let read = match &self.journal {
+            Journal::Off => return Vec::new(),
+            Journal::Unread => {
+                let mut last = redis::cmd("XREVRANGE");
+                last.arg(&journal).arg("+").arg("-").arg("COUNT").arg(1);
+                node.call::<Vec<JournalEntry>>(&last, "XREVRANGE").await.map(|entries| {
+                    let end = entries.into_iter().next().map_or_else(|| "0-0".to_owned(), |e| e.id);
+                    self.journal = Journal::At(end);
+                    Vec::new()
+                })
+            }
+            Journal::At(after) => {
+                let mut since = redis::cmd("XRANGE");
+                since.arg(&journal).arg(format!("({after}")).arg("+").arg("COUNT").arg(JOURNAL_LENGTH);
+                node.call::<Vec<JournalEntry>>(&since, "XRANGE").await.map(|entries| {
+                    if let Some(last) = entries.last() {
+                        self.journal = Journal::At(last.id.clone());
+                    }
+                    entries.into_iter().filter_map(|e| e.epoch.map(|epoch| (epoch, e.label))).collect()
+                })
+            }
+        };
+        read.unwrap_or_else(|err| {
+            let refused = matches!(&err, Error::Server { source, .. }
+                if matches!(Cause::of(source), Cause::NoPermission | Cause::NoModule));
+            tracing::debug!(key = %self.election.key, error = %err, refused, "the election journal could not be read");
+            if refused {
+                self.journal = Journal::Off;
+            }
+            Vec::new()
+        })
+    }
+}
+
+/// One entry of an election's journal: its stream id, the leader's epoch (`None` when the
+/// entry is not one of ours) and label.
+struct JournalEntry {
+    id: String,
+    epoch: Option<u64>,
+    label: Vec<u8>,
+}
+
+impl redis::FromRedisValue for JournalEntry {
+    fn from_redis_value(v: redis::Value) -> Result<Self, redis::ParsingError> {
+        let (id, fields) = <(String, Vec<Vec<u8>>)>::from_redis_value(v)?;
+        let field = |name: &str| {
+            fields.chunks_exact(2).find(|pair| pair[0] == name.as_bytes()).map(|pair| pair[1].clone())
+        };
+        let epoch = field(JOURNAL_EPOCH).and_then(|e| String::from_utf8(e).ok()?.parse().ok());
+        Ok(JournalEntry { id, epoch, label: field(JOURNAL_LABEL).unwrap_or_default() })
     }
 }
 

@@ -237,22 +237,24 @@ async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationTok
     }
 }
 
-/// Keeps `lease` alive while `work` runs; drops `work` if the lease is lost.
-pub(crate) async fn with_lease<F, Fut, T>(lease: Lease, work: F) -> Result<T, Error>
+/// Keeps `lease` alive while `work` runs; drops `work` if the lease is lost. The lease is
+/// released after `work` whether it succeeded or not.
+pub(crate) async fn with_lease<F, Fut, T, E>(lease: Lease, work: F) -> Result<T, E>
 where
     F: FnOnce(LeaseHandle) -> Fut,
-    Fut: Future<Output = T>,
+    Fut: Future<Output = Result<T, E>>,
+    E: From<Error>,
 {
     let kept = lease.keep_alive();
     let handle = kept.handle();
     let output = tokio::select! {
         biased;
         // Dropping `kept` stops the keep-alive and releases what is left in the background.
-        loss = handle.lost() => return Err(loss),
+        loss = handle.lost() => return Err(E::from(loss)),
         output = work(handle.clone()) => output,
     };
     if let Err(err) = kept.release().await {
         tracing::warn!(key = handle.key(), error = %err, "release after work failed; the lease expires after its ttl");
     }
-    Ok(output)
+    output
 }

@@ -55,7 +55,7 @@ pub(crate) enum Attempts {
 impl Lease {
     /// Takes a lease on `key` for `token` in rounds of `engine`, waiting on the server where
     /// it can, and records the call's outcome and duration. Every ACQUIRE is on `terms` (a
-    /// label, a semaphore's permits; [`Terms::MUTEX`] for a plain lock).
+    /// label, a semaphore's permits; [`Terms::mutex`] for a plain lock).
     pub(crate) async fn acquire(
         engine: &Arc<Engine>,
         key: &str,

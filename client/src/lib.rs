@@ -1,4 +1,7 @@
-//! Leases with fencing tokens on Redis / Valkey servers running the `fencedlock` module.
+//! Leases with fencing tokens on Redis and Valkey servers: served by the `fencedlock` module
+//! where a server has it loaded, and elsewhere (managed services) by the `fencedlock` Functions
+//! library, which the client loads itself (or runs as a script where `FUNCTION` is denied); see
+//! [`EngineChoice`]. The API and the guarantees are the same on either engine.
 //!
 //! This crate owns the client side of a lease: tokens, validity on the local monotonic clock,
 //! Redlock quorums and the fenced raise, keep-alive, and errors by kind. The command shapes,
@@ -28,9 +31,9 @@
 //! - [`Locker::renew_token`] / [`Locker::release_token`] (on a [`Redlock`] too):
 //!   renew or end a lease known only by its token, e.g. one handed over by another process.
 //! - [`KeptLease`] / [`LeaseHandle`]: background renewal at ttl / 3 that cancels a
-//!   [`CancellationToken`](tokio_util::sync::CancellationToken) on the first failed renewal;
-//!   [`Locker::with_lease`] runs a closure under a kept-alive lease and drops it when the lease
-//!   is lost.
+//!   [`CancellationToken`] (re-exported from `tokio-util`) on the first failed renewal;
+//!   [`Locker::with_lease`] runs fallible work under a kept-alive lease and drops it when the
+//!   lease is lost.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), fencedlock::Error> {
@@ -45,7 +48,7 @@
 //! let rows = locker
 //!     .with_lease("billing:run", |lease| async move {
 //!         // Every write carries lease.fence(); the database refuses older fences.
-//!         lease.fence()
+//!         Ok::<_, fencedlock::Error>(lease.fence())
 //!     })
 //!     .await?;
 //! # let _ = rows; Ok(()) }
@@ -207,6 +210,7 @@ mod error;
 mod fenced;
 mod keepalive;
 mod lease;
+mod listing;
 mod locker;
 pub mod metrics;
 mod node;
@@ -241,6 +245,7 @@ pub use fencedlock_protocol::key::{check as check_key, KeyProblem};
 pub use fencedlock_protocol::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus, StatusError};
 pub use keepalive::{KeptLease, LeaseHandle};
 pub use lease::Lease;
+pub use listing::{FoundKey, KeyScan, ScanLimits};
 pub use locker::{Locker, Redlock};
 pub use node::Node;
 pub use policy::Acquisition;
@@ -251,3 +256,6 @@ pub use redis;
 pub use semaphore::Semaphore;
 pub use tls::Tls;
 pub use token::{Token, TokenFormat, TOKEN_BYTES};
+// What a kept-alive lease, a leadership and `with_lease`'s work select on: named here so that
+// callers need no `tokio-util` dependency of their own to hold or pass one.
+pub use tokio_util::sync::CancellationToken;

@@ -70,7 +70,7 @@ impl Locker {
     /// one round: on failure every node is asked to release, and the error
     /// ([`Error::QuorumNotReached`]) reports how each node voted.
     pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once, Terms::MUTEX).await
+        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once, self.terms()).await
     }
 
     /// Waits until granted, a non-retryable error occurs, or the configured maximum wait
@@ -91,7 +91,7 @@ impl Locker {
             key,
             self.engine.config.new_token(),
             Attempts::UntilMaxWait,
-            Terms::MUTEX,
+            self.terms(),
         )
         .await
     }
@@ -109,17 +109,34 @@ impl Locker {
     /// on some master) is an error after the maximum wait; no majority because too many
     /// masters could not answer and none refused is "unavailable".
     pub async fn acquire_with_policy(&self, key: &str) -> Result<Acquisition, Error> {
-        policy::acquire(&self.engine, key, Terms::MUTEX).await
+        policy::acquire(&self.engine, key, self.terms()).await
     }
 
-    /// Runs `work` under a kept-alive lease on `key`, then releases it.
+    /// Runs fallible `work` under a kept-alive lease on `key`, then releases it; `work`'s own
+    /// result, or the lock's error converted into the work's error type (`E: From<Error>`,
+    /// which `fencedlock::Error` itself is), so there is one `?` for both.
     ///
     /// If a renewal fails, `work`'s future is dropped at its next `.await` and the result is
-    /// [`Error::LeaseLost`].
-    pub async fn with_lease<F, Fut, T>(&self, key: &str, work: F) -> Result<T, Error>
+    /// [`Error::LeaseLost`]. The lease is released whether `work` succeeded or failed.
+    ///
+    /// ```no_run
+    /// # async fn demo(locker: fencedlock::Locker) -> Result<(), Box<dyn std::error::Error>> {
+    /// # async fn build_report(_fence: u64) -> std::io::Result<u64> { Ok(0) }
+    /// #[derive(Debug)]
+    /// enum JobError { Lock(fencedlock::Error), Io(std::io::Error) }
+    /// impl From<fencedlock::Error> for JobError {
+    ///     fn from(e: fencedlock::Error) -> Self { JobError::Lock(e) }
+    /// }
+    /// let rows = locker
+    ///     .with_lease("report", |lease| async move { build_report(lease.fence()).await.map_err(JobError::Io) })
+    ///     .await;
+    /// # let _ = rows; Ok(()) }
+    /// ```
+    pub async fn with_lease<F, Fut, T, E>(&self, key: &str, work: F) -> Result<T, E>
     where
         F: FnOnce(LeaseHandle) -> Fut,
-        Fut: Future<Output = T>,
+        Fut: Future<Output = Result<T, E>>,
+        E: From<Error>,
     {
         keepalive::with_lease(self.acquire(key).await?, work).await
     }
@@ -128,7 +145,7 @@ impl Locker {
     /// restarted. ACQUIRE is idempotent for the holder: if `token` still holds the lease, the
     /// same fence is returned and the lease restarts for a full ttl.
     pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, token.clone(), Attempts::Once, Terms::MUTEX).await
+        Lease::acquire(&self.engine, key, token.clone(), Attempts::Once, self.terms()).await
     }
 
     /// Waits for the releases still finishing in the background: those to nodes that had not
@@ -190,6 +207,12 @@ impl Locker {
     /// The options.
     pub fn config(&self) -> &LockConfig {
         &self.engine.config
+    }
+
+    /// A plain lock's terms: one permit, labelled as configured
+    /// ([`LockConfigBuilder::label`](crate::LockConfigBuilder::label)).
+    fn terms(&self) -> Terms<'_> {
+        Terms::mutex(self.engine.config.label())
     }
 
     /// The shared engine, for the election and the semaphore built on this locker.

@@ -664,6 +664,84 @@ impl Node {
         self.query(&cmd, Some(token.as_bytes())).await
     }
 
+    /// Any other command on the shared connection (routed by its key on a cluster), within the
+    /// per-node timeout, its failure named after `operation`. For the requests around the
+    /// leases (an election's journal), never for a lease's own commands.
+    pub(crate) async fn call<T: FromRedisValue>(&self, cmd: &Cmd, operation: &'static str) -> Result<T, Error> {
+        self.query(cmd, None).await.map_err(|f| self.error(operation, f))
+    }
+
+    /// `cmd` on every server this node stands for: the server itself, or each primary of a
+    /// cluster. Each one's reply by its address (a primary's error reply as
+    /// `Value::ServerError`, to be told apart by the caller), for commands with no key whose
+    /// answer is per server (`SCAN`).
+    pub(crate) async fn on_every_primary(
+        &self,
+        cmd: &Cmd,
+        operation: &'static str,
+    ) -> Result<Vec<(String, redis::Value)>, Error> {
+        use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+        match &self.transport {
+            Transport::Standalone { .. } => Ok(vec![(self.name.clone(), self.call(cmd, operation).await?)]),
+            Transport::Cluster { .. } => {
+                let every = RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None));
+                match self.routed(cmd, every).await.map_err(|f| self.error(operation, f))? {
+                    redis::Value::Map(replies) => Ok(replies
+                        .into_iter()
+                        .map(|(address, reply)| (String::from_redis_value(address).unwrap_or_default(), reply))
+                        .collect()),
+                    other => Err(Error::Server {
+                        node: self.name.clone(),
+                        source: redis::make_extension_error(
+                            "BADREPLY".to_owned(),
+                            Some(format!("expected a reply per primary, got {other:?}")),
+                        ),
+                    }),
+                }
+            }
+        }
+    }
+
+    /// `cmd` on the one server at `address`, as [`Node::on_every_primary`] named it.
+    pub(crate) async fn on_server(
+        &self,
+        address: &str,
+        cmd: &Cmd,
+        operation: &'static str,
+    ) -> Result<redis::Value, Error> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        match &self.transport {
+            Transport::Standalone { .. } => self.call(cmd, operation).await,
+            Transport::Cluster { .. } => {
+                let (host, port) = address
+                    .rsplit_once(':')
+                    .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
+                    .ok_or_else(|| Error::Config(format!("not a cluster node's address: {address:?}")))?;
+                let one = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
+                let reply = self.routed(cmd, one).await.map_err(|f| self.error(operation, f))?;
+                Ok(reply)
+            }
+        }
+    }
+
+    /// `cmd` sent by the cluster connection to `routing`'s nodes, within the per-node timeout.
+    async fn routed(
+        &self,
+        cmd: &Cmd,
+        routing: redis::cluster_routing::RoutingInfo,
+    ) -> Result<redis::Value, Failure> {
+        let request = async {
+            match self.connection().await? {
+                Conn::Cluster(mut conn) => conn.route_command(cmd.clone(), routing).await,
+                Conn::Standalone(mut conn, _) => cmd.query_async(&mut conn).await,
+            }
+        };
+        match tokio::time::timeout(self.timeout, request).await {
+            Ok(result) => result.map_err(|e| self.failure(e, None)),
+            Err(_elapsed) => Err(Failure::TimedOut),
+        }
+    }
+
     /// Turns a failed request into the crate error, naming this node.
     pub(crate) fn error(&self, operation: &'static str, failure: Failure) -> Error {
         match failure {

@@ -74,7 +74,8 @@ impl Semaphore {
         Ok(Semaphore { locker, key: key.into(), permits, label: None })
     }
 
-    /// The same semaphore, every permit it grants carrying the public `label` (1 to
+    /// The same semaphore, every permit it grants carrying the public `label` (instead of the
+    /// locker's [`label`](crate::LockConfigBuilder::label), if it has one) (1 to
     /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes, [`Error::Config`] otherwise): `STATUS`
     /// shows it next to the holder's fence, so operators see who holds which permit. Never
     /// put a secret in it.
@@ -131,6 +132,7 @@ impl Semaphore {
     }
 
     fn terms(&self) -> Terms<'_> {
-        Terms { label: self.label.as_deref(), permits: self.permits }
+        let label = self.label.as_deref().or(self.locker.config().label());
+        Terms { label, permits: self.permits }
     }
 }

@@ -20,9 +20,11 @@ pub(crate) struct Terms<'a> {
     pub(crate) permits: u32,
 }
 
-impl Terms<'static> {
-    /// A plain lease: no label, one permit.
-    pub(crate) const MUTEX: Terms<'static> = Terms { label: None, permits: 1 };
+impl<'a> Terms<'a> {
+    /// A plain lock's terms: one permit, with the configured label if any.
+    pub(crate) fn mutex(label: Option<&'a [u8]>) -> Terms<'a> {
+        Terms { label, permits: 1 }
+    }
 }
 
 impl<'a> Terms<'a> {
@@ -38,7 +40,7 @@ impl<'a> Terms<'a> {
 pub(crate) fn check_label(label: &[u8]) -> Result<(), Error> {
     if !label_len_ok(label) {
         return Err(Error::Config(format!(
-            "an election label must be 1 to {MAX_LABEL_LEN} bytes, got {}",
+            "a label must be 1 to {MAX_LABEL_LEN} bytes (it is public: STATUS shows it), got {}",
             label.len()
         )));
     }

@@ -91,7 +91,7 @@ async fn with_lease_runs_the_work_and_releases() {
                 lease.ensure_valid().expect("still held");
                 assert!(s.lock_held("job"));
             }
-            lease.fence()
+            Ok::<_, Error>(lease.fence())
         })
         .await
         .expect("work completes");
@@ -136,7 +136,7 @@ async fn with_lease_drops_the_work_when_the_lease_is_lost() {
                 st.fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            lease.fence()
+            Ok::<_, Error>(lease.fence())
         })
         .await;
     thief.await.unwrap();
