@@ -10,6 +10,7 @@ use fencedlock::redis::RedisError;
 use fencedlock::{Cause, Error, QuorumReport, ReplyError, Vote};
 use fencedlock_protocol::command::{ACL_CATEGORY, ACQUIRE, RAISE, RELEASE, RENEW, STATUS};
 
+use crate::args::ServerArgs;
 use crate::duration;
 use crate::error::CliError;
 
@@ -20,6 +21,17 @@ pub struct Context<'a> {
     pub key: &'a str,
     /// How long `--wait` allowed (zero: a single attempt).
     pub waited: Duration,
+    /// Whether the `--redis` URLs carry credentials (a refused login then means wrong ones,
+    /// not missing ones).
+    pub credentials: bool,
+}
+
+impl<'a> Context<'a> {
+    /// The context of a request on `key` to the servers of `server`, after waiting up to
+    /// `waited`.
+    pub fn new(key: &'a str, waited: Duration, server: &ServerArgs) -> Context<'a> {
+        Context { key, waited, credentials: crate::servers::has_credentials(server) }
+    }
 }
 
 /// The CLI error for a client error.
@@ -154,8 +166,11 @@ fn server(node: &str, source: &RedisError, unavailable: bool, ctx: Context<'_>) 
         Cause::TimedOut => CliError::Unavailable(format!(
             "no answer from {node} ({text}): check that the server is up and not paused, or raise --timeout"
         )),
+        Cause::Credentials if ctx.credentials => CliError::Unavailable(format!(
+            "the server at {node} refused the user or password in the URL ({text}): check them (redis://USER:PASSWORD@HOST:PORT; a password alone: redis://:PASSWORD@HOST:PORT), and that the user is enabled (ACL LIST)"
+        )),
         Cause::Credentials => CliError::Unavailable(format!(
-            "the server at {node} refused to authenticate ({text}): put the credentials in the URL, redis://USER:PASSWORD@HOST:PORT"
+            "the server at {node} requires a login ({text}): give the credentials in the URL, redis://USER:PASSWORD@HOST:PORT (a password alone: redis://:PASSWORD@HOST:PORT)"
         )),
         Cause::NoPermission => no_permission(node, source, ctx),
         Cause::Tls => tls(node, source),
@@ -241,7 +256,7 @@ mod tests {
     use crate::error::code;
     use fencedlock::redis::ErrorKind;
 
-    const CTX: Context<'static> = Context { key: "k", waited: Duration::ZERO };
+    const CTX: Context<'static> = Context { key: "k", waited: Duration::ZERO, credentials: false };
 
     /// A server's error reply `line` (code and detail) as the client hands it over.
     fn reply(line: &str) -> RedisError {
@@ -352,6 +367,16 @@ mod tests {
         for err in misconfigured {
             assert!(!err.is_unavailable(), "a policy must not fail open on {err}");
         }
+    }
+
+    #[test]
+    fn a_refused_login_blames_the_given_credentials_or_asks_for_them() {
+        let wrong = from_server(reply("WRONGPASS invalid username-password pair or user is disabled."));
+        let given = explain(&wrong, Context { credentials: true, ..CTX }).one_line();
+        assert!(given.contains("refused the user or password in the URL"), "{given}");
+        assert!(!given.contains("give the credentials"), "{given}");
+        let missing = explain(&from_server(reply("NOAUTH Authentication required.")), CTX).one_line();
+        assert!(missing.contains("give the credentials in the URL"), "{missing}");
     }
 
     #[test]

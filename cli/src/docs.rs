@@ -5,6 +5,7 @@
 use std::io::Write;
 
 use clap::CommandFactory;
+use clap_mangen::Man;
 
 use crate::args::{Cli, CompletionsArgs, ManArgs};
 use crate::error::{code, CliError};
@@ -33,11 +34,69 @@ pub fn man(args: &ManArgs) -> Result<u8, CliError> {
             sub.clone().name(page.clone()).bin_name(page).version(env!("CARGO_PKG_VERSION"))
         }
     };
+    let after = cmd.get_after_help().map(|text| text.to_string());
+    let man = clap_mangen::Man::new(cmd.clone());
     let mut page = Vec::new();
-    clap_mangen::Man::new(cmd)
-        .render(&mut page)
-        .map_err(|e| CliError::Internal(format!("cannot render the manual page: {e}")))?;
+    let sections = [
+        Man::render_title,
+        Man::render_name_section,
+        Man::render_synopsis_section,
+        Man::render_description_section,
+        Man::render_options_section,
+    ];
+    let mut rendered: std::io::Result<()> = sections.iter().try_for_each(|section| section(&man, &mut page));
+    if cmd.has_subcommands() {
+        rendered = rendered.and_then(|()| man.render_subcommands_section(&mut page));
+    }
+    if let Some(after) = after {
+        page.extend_from_slice(verbatim_section("NOTES", &after).as_bytes());
+    }
+    rendered = rendered.and_then(|()| man.render_version_section(&mut page));
+    rendered.map_err(|e| CliError::Internal(format!("cannot render the manual page: {e}")))?;
     emit(&page)
+}
+
+/// A manual section whose text keeps its lines as written (`.nf`): the notes, examples and
+/// exit-code table after the options are laid out by hand, and filling them would run the
+/// examples together into one paragraph.
+fn verbatim_section(title: &str, text: &str) -> String {
+    let mut roff = format!(".SH {title}\n.nf\n");
+    for line in text.lines() {
+        roff.push_str(&escape_roff_line(line));
+        roff.push('\n');
+    }
+    roff.push_str(".fi\n");
+    roff
+}
+
+/// One line of text as roff shows it: backslashes and hyphens escaped (a `-` would print as a
+/// hyphen, not the minus of an option), and a leading `.` or `'` kept from being a request.
+fn escape_roff_line(line: &str) -> String {
+    let mut escaped = String::with_capacity(line.len() + 8);
+    if line.starts_with('.') || line.starts_with('\'') {
+        escaped.push_str("\\&");
+    }
+    for c in line.chars() {
+        match c {
+            '\\' => escaped.push_str("\\e"),
+            '-' => escaped.push_str("\\-"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verbatim_text_stays_text() {
+        assert_eq!(escape_roff_line(".hidden"), "\\&.hidden");
+        assert_eq!(escape_roff_line("a --flag \\n"), "a \\-\\-flag \\en");
+        let section = verbatim_section("NOTES", "Examples:\n  fencedlock run k -- true");
+        assert_eq!(section, ".SH NOTES\n.nf\nExamples:\n  fencedlock run k \\-\\- true\n.fi\n");
+    }
 }
 
 /// Stdout, where a closed pipe (`| head`) is an I/O failure, not a panic.

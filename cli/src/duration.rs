@@ -61,6 +61,16 @@ pub fn parse_ttl(text: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+/// [`parse`] for a timeout or an interval, which must be positive: a request timeout of 0
+/// would fail every request, and the error would blame something else.
+pub fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let timeout = parse(text)?;
+    if timeout.is_zero() {
+        return Err(format!("invalid duration {text:?}: it must be positive, e.g. 250ms or 1s"));
+    }
+    Ok(timeout)
+}
+
 /// A short human rendering: `500ms`, `30s`, `1.5s`, `5m`, `1h`, `2m5s`.
 pub fn format(d: Duration) -> String {
     let ms = d.as_millis();

@@ -1,5 +1,6 @@
 //! `fencedlock`: run a command under a distributed lease with a fencing token (cron
-//! coordination), script-level acquire / renew / release / status, lease sizing (`plan`), shell
+//! coordination), script-level acquire / hold / renew / release / status, the held locks
+//! (`list`), leader election from the shell (`elect`, `leader`), lease sizing (`plan`), shell
 //! completions and the manual page, and (with the `demo` feature) the billing demo.
 //!
 //! Owns the command line: options, exit codes, messages, the child process. Takes every lease
@@ -12,13 +13,17 @@ mod demo;
 mod diagnose;
 mod docs;
 mod duration;
+mod elect;
 mod error;
+mod hold;
+mod list;
 mod logging;
 mod output;
 mod plan;
 mod run;
 mod script;
 mod servers;
+mod show;
 mod token_io;
 
 use std::process::ExitCode;
@@ -35,12 +40,14 @@ fn main() -> ExitCode {
     if args.get(1).is_some_and(|arg| arg == run::guardian::ARG) {
         return run::guardian::main(&args[2..]);
     }
-    let cli = match Cli::try_parse() {
+    let args = args::leading::move_after_subcommand(args);
+    let cli = match Cli::try_parse_from(&args) {
         Ok(cli) => cli,
-        Err(err) => return usage_error(&err),
+        Err(err) => return usage_error(&err, &args),
     };
-    logging::init(cli.global.verbose, cli.global.quiet);
-    let out = Output { json: cli.global.json, quiet: cli.global.quiet };
+    let output = cli.command.output();
+    logging::init(output.verbose, output.quiet);
+    let out = Output { json: output.json, quiet: output.quiet };
     // One thread is all a CLI needs (the command runs under its guardian, `run/guardian.rs`).
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -62,20 +69,20 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
-    let global = &cli.global;
+    let signals = || Signals::install().map_err(|e| CliError::Internal(format!("cannot install signal handlers: {e}")));
     match &cli.command {
-        Command::Run(args) => {
-            let mut signals = Signals::install()
-                .map_err(|e| CliError::Internal(format!("cannot install signal handlers: {e}")))?;
-            run::run(args, global, out, &mut signals).await
-        }
-        Command::Acquire(args) => script::acquire(args, global, out).await,
-        Command::Renew(args) => script::renew(args, global, out).await,
-        Command::Release(args) => script::release(args, global, out).await,
-        Command::Status(args) => script::status(args, global, out).await,
+        Command::Run(args) => run::run(args, out, &mut signals()?).await,
+        Command::Acquire(args) => script::acquire(args, out).await,
+        Command::Hold(args) => hold::hold(args, out, &mut signals()?).await,
+        Command::Renew(args) => script::renew(args, out).await,
+        Command::Release(args) => script::release(args, out).await,
+        Command::Status(args) => script::status(args, out).await,
+        Command::List(args) => list::list(args, out).await,
+        Command::Elect(args) => elect::elect(args, out, &mut signals()?).await,
+        Command::Leader(args) => elect::leader(args, out, &mut signals()?).await,
         Command::Plan(args) => plan::run(args, out),
         #[cfg(feature = "demo")]
-        Command::Demo(args) => demo::run(args, global, out).await,
+        Command::Demo(args) => demo::run(args, out).await,
         #[cfg(not(feature = "demo"))]
         Command::Demo(_) => Err(CliError::Usage(
             "this fencedlock was built without the billing demo (it brings SQLite); run it from a checkout: cargo run -p fencedlock-cli --features demo -- demo".into(),
@@ -106,7 +113,7 @@ async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
 }
 
 /// Prints clap's help / version as usual, and any parse error as one line with exit 64.
-fn usage_error(err: &clap::Error) -> ExitCode {
+fn usage_error(err: &clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
     use clap::error::ErrorKind;
     match err.kind() {
         ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
@@ -125,27 +132,32 @@ fn usage_error(err: &clap::Error) -> ExitCode {
     let line = line.strip_prefix("error: ").unwrap_or(&line);
     // Subcommand names from the parser itself, so a new subcommand gets its own help hint.
     let parser = <Cli as clap::CommandFactory>::command();
-    let subcommand =
-        std::env::args().skip(1).find(|a| parser.get_subcommands().any(|sub| sub.get_name() == a));
+    let words = || args.iter().skip(1).map(|a| a.to_string_lossy());
+    let subcommand = words().find(|a| parser.get_subcommands().any(|sub| sub.get_name() == a));
     let help = match &subcommand {
         Some(sub) => format!("fencedlock {sub} --help"),
         None => "fencedlock --help".to_string(),
     };
-    let json = std::env::args().any(|a| a == "--json");
-    let hint = if subcommand.as_deref() == Some("run") && !names_a_command() {
-        "; the command goes after `--` (fencedlock run KEY -- CMD ARGS...), or is a shell string in -c 'CMD'"
+    let json = words().any(|a| a == "--json");
+    let starts_a_command = matches!(subcommand.as_deref(), Some("run" | "elect"));
+    let hint = if starts_a_command && !names_a_command(args) {
+        let sub = subcommand.as_deref().unwrap_or("run");
+        format!("; the command goes after `--` (fencedlock {sub} KEY -- CMD ARGS...), or is a shell string in -c 'CMD'")
+    } else if subcommand.as_deref() == Some("renew") && err.kind() == clap::error::ErrorKind::MissingRequiredArgument && line.contains("--ttl") {
+        "; renew needs the lease's ttl: the server keeps only the lease's deadline, not the ttl it was granted with".to_string()
     } else {
-        ""
+        String::new()
     };
     let err = CliError::Usage(format!("{line}{hint} (see `{help}`)"));
     Output { json, quiet: false }.error(&err);
     ExitCode::from(code::USAGE)
 }
 
-/// Whether `run`'s command line has its command: a `--` or a `-c` string. Without either, a
-/// flock or etcdctl habit (`run KEY CMD ARGS`) is the likeliest cause of the parse error.
-fn names_a_command() -> bool {
-    std::env::args_os().skip(1).any(|a| {
+/// Whether `run`'s (or `elect`'s) command line has its command: a `--` or a `-c` string.
+/// Without either, a flock or etcdctl habit (`run KEY CMD ARGS`) is the likeliest cause of the
+/// parse error.
+fn names_a_command(args: &[std::ffi::OsString]) -> bool {
+    args.iter().skip(1).any(|a| {
         let a = a.to_string_lossy();
         a == "--" || a == "-c" || a.starts_with("--command") || (a.starts_with("-c") && !a.starts_with("--"))
     })

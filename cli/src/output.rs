@@ -24,10 +24,18 @@ impl Output {
         let _ = out.flush();
     }
 
+    /// A line of a stream of results on stdout (`leader --watch`); `false` once stdout is
+    /// closed (`| head`), which ends the stream.
+    pub fn stream(&self, text: &str, value: Value) -> bool {
+        let mut out = std::io::stdout().lock();
+        let written = if self.json { writeln!(out, "{value}") } else { writeln!(out, "{text}") };
+        written.and_then(|()| out.flush()).is_ok()
+    }
+
     /// A record on stderr (used by `run`, whose stdout belongs to the command).
     pub fn record(&self, text: Option<&str>, value: Value) {
         if self.json {
-            eprintln!("{value}");
+            stderr(&value.to_string());
         } else if let Some(text) = text {
             self.notice(text);
         }
@@ -36,28 +44,34 @@ impl Output {
     /// A one-line notice on stderr, unless `-q` (or `--json`, which prints records instead).
     pub fn notice(&self, text: &str) {
         if !self.quiet && !self.json {
-            eprintln!("fencedlock: {text}");
+            stderr(&format!("fencedlock: {text}"));
         }
     }
 
     /// A warning on stderr: shown even with `-q`, since it means something went wrong.
     pub fn warning(&self, text: &str) {
         if self.json {
-            eprintln!("{}", json!({ "warning": text }));
+            stderr(&json!({ "warning": text }).to_string());
         } else {
-            eprintln!("fencedlock: warning: {text}");
+            stderr(&format!("fencedlock: warning: {text}"));
         }
     }
 
     /// The error that ends the process, as one line on stderr.
     pub fn error(&self, err: &CliError) {
         if self.json {
-            eprintln!(
-                "{}",
-                json!({ "error": err.kind(), "message": err.one_line(), "exit_code": err.exit_code() })
+            stderr(
+                &json!({ "error": err.kind(), "message": err.one_line(), "exit_code": err.exit_code() })
+                    .to_string(),
             );
         } else {
-            eprintln!("fencedlock: error: {}", err.one_line());
+            stderr(&format!("fencedlock: error: {}", err.one_line()));
         }
     }
+}
+
+/// One line on stderr. A stderr that is gone (a `hold` whose shell exited, a closed pipe) loses
+/// the line rather than panicking as `eprintln!` would, so the exit code stays fencedlock's.
+fn stderr(line: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }

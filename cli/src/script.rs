@@ -3,29 +3,30 @@
 
 use std::time::Duration;
 
-use fencedlock::{Engine, PermitStatus, Redlock, SemaphoreStatus};
+use fencedlock::{Engine, Redlock};
 use serde_json::json;
 
-use crate::args::{AcquireArgs, AcquireOnUnavailable, Global, ReleaseArgs, RenewArgs, StatusArgs};
+use crate::args::{AcquireArgs, AcquireOnUnavailable, ReleaseArgs, RenewArgs, ServerArgs, StatusArgs};
 use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
 use crate::servers::{self, LeaseOptions, NodeStatus};
+use crate::show::{describe, describe_semaphore, label_text, semaphore_json};
 use crate::token_io;
 
-fn open(global: &Global, ttl: Duration, wait: Duration) -> Result<Redlock, CliError> {
-    servers::open(global, LeaseOptions { ttl, wait, timeout: global.timeout })
+/// The servers, for a request that takes no lease (so it carries no label).
+fn open(server: &ServerArgs, ttl: Duration, wait: Duration) -> Result<Redlock, CliError> {
+    servers::open(server, LeaseOptions { ttl, wait, timeout: server.timeout, label: None })
 }
 
 /// Takes a lease and leaves it held (detached) for later `renew` / `release`.
-pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result<u8, CliError> {
-    let lock = servers::open_confirmed(
-        global,
-        LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
-        Some(&args.confirm),
-    )?;
-    let ctx = Context { key: args.key.name(), waited: args.wait };
+pub async fn acquire(args: &AcquireArgs, out: Output) -> Result<u8, CliError> {
+    let server = &args.server;
+    let options =
+        LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: server.timeout, label: args.label.value() };
+    let lock = servers::open_confirmed(server, options, Some(&args.confirm))?;
+    let ctx = Context::new(args.key.name(), args.wait, &args.server);
     // With no --wait (max_wait zero) this is a single attempt.
     let acquired = match servers::semaphore(&lock, args.key.name(), args.permits.count)? {
         Some(semaphore) => semaphore.acquire().await,
@@ -65,10 +66,10 @@ pub async fn acquire(args: &AcquireArgs, global: &Global, out: Output) -> Result
 }
 
 /// Extends a lease by its token.
-pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8, CliError> {
+pub async fn renew(args: &RenewArgs, out: Output) -> Result<u8, CliError> {
     let token = token_io::read(&args.token)?;
-    let lock = open(global, args.ttl, Duration::ZERO)?;
-    let ctx = Context { key: args.key.name(), waited: Duration::ZERO };
+    let lock = open(&args.server, args.ttl, Duration::ZERO)?;
+    let ctx = Context::new(args.key.name(), Duration::ZERO, &args.server);
     let held = lock.renew_token(args.key.name(), &token).await.map_err(|e| diagnose::explain(&e, ctx))?;
     if !held {
         return Err(CliError::LeaseLost(format!(
@@ -84,10 +85,10 @@ pub async fn renew(args: &RenewArgs, global: &Global, out: Output) -> Result<u8,
 }
 
 /// Ends a lease by its token.
-pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result<u8, CliError> {
+pub async fn release(args: &ReleaseArgs, out: Output) -> Result<u8, CliError> {
     let token = token_io::read(&args.token)?;
-    let lock = open(global, Duration::from_secs(1), Duration::ZERO)?;
-    let ctx = Context { key: args.key.name(), waited: Duration::ZERO };
+    let lock = open(&args.server, Duration::from_secs(1), Duration::ZERO)?;
+    let ctx = Context::new(args.key.name(), Duration::ZERO, &args.server);
     let held = lock.release_token(args.key.name(), &token).await;
     servers::settle(&lock).await;
     let held = held.map_err(|e| diagnose::explain(&e, ctx))?;
@@ -108,9 +109,9 @@ pub async fn release(args: &ReleaseArgs, global: &Global, out: Output) -> Result
 }
 
 /// Shows the key's state on every server, and the majority's view.
-pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u8, CliError> {
-    let lock = open(global, Duration::from_secs(1), Duration::ZERO)?;
-    let ctx = Context { key: args.key.name(), waited: Duration::ZERO };
+pub async fn status(args: &StatusArgs, out: Output) -> Result<u8, CliError> {
+    let lock = open(&args.server, Duration::from_secs(1), Duration::ZERO)?;
+    let ctx = Context::new(args.key.name(), Duration::ZERO, &args.server);
     let answers = servers::status(&lock, args.key.name()).await;
     let quorum = lock.quorum();
     let mut lines = Vec::new();
@@ -132,12 +133,12 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
             }
             Ok(state) => {
                 answered += 1;
-                // A lock key: at most one holder.
+                // A lock key: at most one holder. No record, no fence (see `describe_lease`).
                 let holder = state.as_ref().and_then(|s| s.holders.first());
-                let fence = state.as_ref().map_or(0, |s| s.fence);
+                let fence = state.as_ref().map(|s| s.fence);
                 let (held, pttl) = (holder.is_some(), holder.map(|h| h.remaining.as_millis() as u64));
                 let label = holder.and_then(label_text);
-                fences.push(fence);
+                fences.extend(fence);
                 if held {
                     remaining.push(pttl.unwrap_or(0));
                     labels.extend(label.clone());
@@ -178,7 +179,7 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
     remaining.sort_unstable_by(|a, b| b.cmp(a));
     let held = remaining.len() >= quorum;
     let pttl = held.then(|| remaining[quorum - 1]);
-    let fence = fences.iter().copied().max().unwrap_or(0);
+    let fence = fences.iter().copied().max();
     // The holder's label: the one a majority of servers show.
     let label =
         labels.iter().find(|l| held && labels.iter().filter(|other| other == l).count() >= quorum).cloned();
@@ -196,72 +197,4 @@ pub async fn status(args: &StatusArgs, global: &Global, out: Output) -> Result<u
         }),
     );
     Ok(code::OK)
-}
-
-/// A holder's public label as text: arbitrary bytes, shown lossily (quoted and escaped by
-/// the caller's `{:?}`).
-fn label_text(holder: &PermitStatus) -> Option<String> {
-    holder.label_lossy().map(|label| label.into_owned())
-}
-
-/// A semaphore's fence and permits, then one indented line per holder (lowest fence first).
-fn describe_semaphore(semaphore: &SemaphoreStatus) -> String {
-    let held = semaphore.holders.len();
-    let mut text = format!("fence {}  permits {held} of {} held", semaphore.fence, semaphore.permits);
-    for holder in &semaphore.holders {
-        let pttl = Some(holder.remaining.as_millis() as u64);
-        text.push_str(&format!("\n  {}", describe(holder.fence, true, pttl, label_text(holder).as_deref())));
-    }
-    text
-}
-
-/// `--json` for a semaphore: `into`'s fields, then its fence, permits and holders (never a
-/// token); `held` while anyone holds a permit.
-fn semaphore_json(semaphore: &SemaphoreStatus, mut into: serde_json::Value) -> serde_json::Value {
-    let holders: Vec<_> = semaphore
-        .holders
-        .iter()
-        .map(|h| json!({ "fence": h.fence, "pttl_ms": h.remaining.as_millis() as u64, "label": label_text(h) }))
-        .collect();
-    into["fence"] = json!(semaphore.fence);
-    into["held"] = json!(!holders.is_empty());
-    into["permits"] = json!(semaphore.permits);
-    into["holders"] = json!(holders);
-    into
-}
-
-fn describe(fence: u64, held: bool, pttl: Option<u64>, label: Option<&str>) -> String {
-    let text = describe_lease(fence, held, pttl);
-    match label {
-        Some(label) => format!("{text}  label {label:?}"),
-        None => text,
-    }
-}
-
-fn describe_lease(fence: u64, held: bool, pttl: Option<u64>) -> String {
-    match (held, pttl) {
-        (true, Some(ms)) => {
-            format!("fence {fence}  held  {} left", duration::format(Duration::from_millis(ms)))
-        }
-        (true, None) => format!("fence {fence}  held"),
-        // STATUS answers nil both for a key never locked and for one reclaimed after its
-        // lease ended: only "no record" is known, and the next fence is above every earlier one.
-        (false, _) if fence == 0 => {
-            "fence 0  free  (no record: never locked, or reclaimed after its lease ended; the next fence still exceeds every earlier one)".to_string()
-        }
-        (false, _) => format!("fence {fence}  free"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_holders_label_is_shown_quoted_and_escaped() {
-        assert_eq!(describe(7, true, None, Some("node-a")), "fence 7  held  label \"node-a\"");
-        // Arbitrary bytes cannot break the line or the terminal.
-        assert_eq!(describe(7, true, None, Some("a\nb\u{1b}")), "fence 7  held  label \"a\\nb\\u{1b}\"");
-        assert_eq!(describe(7, false, None, None), "fence 7  free");
-    }
 }

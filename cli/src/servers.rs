@@ -11,7 +11,7 @@ use fencedlock::{
 use fencedlock_protocol::limits::DEFAULT_MAX_TTL_MS;
 use futures::future::join_all;
 
-use crate::args::{ConfirmArgs, Global, TlsArgs};
+use crate::args::{ConfirmArgs, ServerArgs, TlsArgs};
 use crate::diagnose;
 use crate::duration;
 use crate::error::CliError;
@@ -27,7 +27,7 @@ pub async fn settle(lock: &Redlock) {
 }
 
 /// Options for a lease taken from the command line.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LeaseOptions {
     /// Lease time.
     pub ttl: Duration,
@@ -35,6 +35,8 @@ pub struct LeaseOptions {
     pub wait: Duration,
     /// Per-server request timeout.
     pub timeout: Duration,
+    /// The public label of every lease taken (`--label`), if any.
+    pub label: Option<String>,
 }
 
 /// One server's answer to `FENCEDLOCK.STATUS`.
@@ -50,14 +52,14 @@ pub struct NodeStatus {
 
 /// Checks the URLs (`--redis`) and builds the lock over them, with `--tls-*` for rediss://
 /// servers. Nothing connects yet.
-pub fn open(global: &Global, options: LeaseOptions) -> Result<Redlock, CliError> {
+pub fn open(global: &ServerArgs, options: LeaseOptions) -> Result<Redlock, CliError> {
     open_confirmed(global, options, None)
 }
 
 /// [`open`], with each grant confirmed on replicas first when `confirm` asks for any
 /// (`--confirm-replicas`).
 pub fn open_confirmed(
-    global: &Global,
+    global: &ServerArgs,
     options: LeaseOptions,
     confirm: Option<&ConfirmArgs>,
 ) -> Result<Redlock, CliError> {
@@ -79,6 +81,9 @@ pub fn open_confirmed(
         .node_timeout(options.timeout)
         .engine(global.engine.choice())
         .token_format(TokenFormat::Hex);
+    if let Some(label) = &options.label {
+        builder = builder.label(label.as_bytes());
+    }
     if let Some(confirm) = confirm.filter(|c| c.confirm_replicas > 0) {
         if confirm.confirm_timeout.is_zero() {
             return Err(CliError::Usage(
@@ -89,10 +94,13 @@ pub fn open_confirmed(
         builder = builder.confirm_replicas(confirm.confirm_replicas).confirm_timeout(confirm.confirm_timeout);
     }
     let config = builder.build().map_err(|e| match e {
-        Error::Config(msg) => CliError::Usage(format!(
+        // The other options were checked as they were parsed: what is left is the ttl's
+        // relation to the drift allowance.
+        Error::Config(msg) if msg.starts_with("ttl") || msg.starts_with("drift") => CliError::Usage(format!(
             "{msg}; use e.g. --ttl 30s (each server allows up to its fencedlock.max-ttl-ms, {} by default)",
             duration::format(Duration::from_millis(DEFAULT_MAX_TTL_MS))
         )),
+        Error::Config(msg) => CliError::Usage(msg),
         other => CliError::Internal(other.to_string()),
     })?;
     // The topology's own refusals (a server twice, replica confirmation over several).
@@ -187,6 +195,15 @@ fn tls(args: &TlsArgs) -> Result<Tls, CliError> {
     Tls::from_files(args.tls_cacert.as_deref(), client).map_err(|e| match e {
         Error::Config(msg) => CliError::Usage(msg),
         other => CliError::Internal(other.to_string()),
+    })
+}
+
+/// Whether any `--redis` URL carries a user or password (`redis://USER:PASS@HOST`).
+pub fn has_credentials(server: &ServerArgs) -> bool {
+    server.redis.iter().flat_map(|value| split(value)).any(|url| {
+        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+        let authority = rest.split(['/', '?']).next().unwrap_or_default();
+        authority.contains('@')
     })
 }
 

@@ -28,7 +28,7 @@ use futures::future::join_all;
 use serde_json::json;
 use tokio::sync::watch;
 
-use crate::args::{DemoArgs, Global};
+use crate::args::DemoArgs;
 use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
@@ -115,15 +115,17 @@ impl Race {
 }
 
 /// Runs the demo; exit 0 if [`INVARIANT`] holds, 65 if it was violated.
-pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, CliError> {
+pub async fn run(args: &DemoArgs, out: Output) -> Result<u8, CliError> {
+    let global = &args.server;
     let guard = if args.no_fence { Guard::Unguarded } else { Guard::Fenced };
     let options = LeaseOptions {
         ttl: args.ttl,
         // Long enough for the takeover after the stalled lease expires.
         wait: args.ttl * 4 + Duration::from_secs(10),
         timeout: global.timeout,
+        label: None,
     };
-    let probe = servers::open(global, options)?;
+    let probe = servers::open(global, options.clone())?;
     preflight(&probe, &args.key).await?;
 
     let tmp;
@@ -154,7 +156,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
 
     let workers = (1..=WORKERS).map(|i| {
         let race = Arc::clone(&race);
-        let lock = servers::open(global, options);
+        let lock = servers::open(global, options.clone());
         async move {
             let name = format!("worker-{i}");
             let result = match lock {
@@ -180,7 +182,7 @@ pub async fn run(args: &DemoArgs, global: &Global, out: Output) -> Result<u8, Cl
 
 /// Fails early, with the usual one-line advice, if the server is unusable.
 async fn preflight(lock: &Redlock, key: &str) -> Result<(), CliError> {
-    let ctx = Context { key, waited: Duration::ZERO };
+    let ctx = Context { key, waited: Duration::ZERO, credentials: false };
     let answers = servers::status(lock, key).await;
     let mut ok = 0;
     let mut first_error = None;
@@ -232,7 +234,7 @@ async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliEr
         t.log(name, "lock busy (another worker holds it); waiting for it");
     })
     .await
-    .map_err(|e| diagnose::explain(&e, Context { key: &race.key, waited: lock.config().max_wait() }))?;
+    .map_err(|e| diagnose::explain(&e, Context { key: &race.key, waited: lock.config().max_wait(), credentials: false }))?;
     let fence = lease.fence();
     let role = match race.grants.fetch_add(1, Ordering::SeqCst) {
         0 => Role::Stalled,

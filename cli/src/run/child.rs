@@ -28,6 +28,8 @@ const ANSWER_LIMIT: Duration = Duration::from_secs(5);
 const ENV_KEY: &str = "FENCEDLOCK_KEY";
 const ENV_FENCE: &str = "FENCEDLOCK_FENCE";
 const ENV_TTL_MS: &str = "FENCEDLOCK_TTL_MS";
+/// An elected leader's epoch (`elect`): its lease's fence, under the name elections give it.
+const ENV_EPOCH: &str = "FENCEDLOCK_EPOCH";
 
 /// What the command learns about its lease.
 pub struct LeaseEnv<'a> {
@@ -37,6 +39,8 @@ pub struct LeaseEnv<'a> {
     pub fence: u64,
     /// `FENCEDLOCK_TTL_MS`.
     pub ttl_ms: u64,
+    /// Whether the fence is a leader's epoch, also given as `FENCEDLOCK_EPOCH`.
+    pub epoch: bool,
 }
 
 /// Where the command stands, as the guardian reports it.
@@ -90,9 +94,14 @@ impl Job {
                 cmd.env(ENV_KEY, env.key)
                     .env(ENV_FENCE, env.fence.to_string())
                     .env(ENV_TTL_MS, env.ttl_ms.to_string());
+                match env.epoch {
+                    true => cmd.env(ENV_EPOCH, env.fence.to_string()),
+                    // An outer election's epoch is no epoch of this lease.
+                    false => cmd.env_remove(ENV_EPOCH),
+                };
             }
             None => {
-                for var in [ENV_KEY, ENV_FENCE, ENV_TTL_MS] {
+                for var in [ENV_KEY, ENV_FENCE, ENV_TTL_MS, ENV_EPOCH] {
                     cmd.env_remove(var);
                 }
             }

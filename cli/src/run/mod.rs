@@ -10,37 +10,37 @@ pub mod guardian;
 pub mod signals;
 mod tree;
 
+pub(crate) use child::{exit_code, Job, LeaseEnv};
+
 use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use fencedlock::{KeptLease, Lease, Redlock, Vote};
+use fencedlock::{KeptLease, Lease, LeaseHandle, Redlock, Vote};
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::args::{Global, OnUnavailable, RunArgs};
+use crate::args::{OnUnavailable, RunArgs};
 use crate::diagnose::{self, Context};
 use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
 use crate::servers::{self, LeaseOptions};
-use child::{exit_code, Job, LeaseEnv};
 use signals::Signals;
 
 /// Runs the command under the lease; the exit code to leave with.
-pub async fn run(
-    args: &RunArgs,
-    global: &Global,
-    out: Output,
-    signals: &mut Signals,
-) -> Result<u8, CliError> {
-    let lock = servers::open_confirmed(
-        global,
-        LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: global.timeout },
-        Some(&args.confirm),
-    )?;
+pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u8, CliError> {
+    if args.shared {
+        return Err(CliError::Usage(
+            "-s/--shared: shared leases are not supported yet; a lease is exclusive (-x, the default), or one of N holders with --permits N".into(),
+        ));
+    }
+    let server = &args.server;
+    let options =
+        LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: server.timeout, label: args.label.value() };
+    let lock = servers::open_confirmed(server, options, Some(&args.confirm))?;
     let semaphore = servers::semaphore(&lock, args.key.name(), args.permits.count)?;
-    let ctx = Context { key: args.key.name(), waited: args.wait };
+    let ctx = Context::new(args.key.name(), args.wait, &args.server);
 
     let acquire = servers::acquire(&lock, args.key.name(), semaphore.as_ref(), |err| {
         tracing::info!(key = %args.key.name(), error = %err, "lock busy, waiting up to {}", duration::format(args.wait));
@@ -84,8 +84,8 @@ pub async fn run(
     // A terminal's Ctrl-C reaches the whole foreground group anyway, and an interactive
     // command must stay in it to read the terminal; under cron it gets a group of its own.
     let own_group = !std::io::stdin().is_terminal();
-    let env = LeaseEnv { key: args.key.name(), fence, ttl_ms: lock.config().ttl_ms() };
-    let mut job = match Job::spawn(&args.argv(), Some(env), own_group).await {
+    let env = LeaseEnv { key: args.key.name(), fence, ttl_ms: lock.config().ttl_ms(), epoch: false };
+    let mut job = match Job::spawn(&args.command.argv(), Some(env), own_group).await {
         Ok(job) => job,
         Err(err) => {
             if let Err(e) = lease.release().await {
@@ -96,7 +96,8 @@ pub async fn run(
     };
     tracing::debug!(pid = job.pid(), own_group, "command started");
     let kept = lease.keep_alive();
-    let outcome = supervise(&mut job, &kept, args, signals, out).await;
+    let held = Held::lease(kept.handle());
+    let outcome = supervise(&mut job, &held, args.kill_grace, signals, out).await;
     match outcome {
         Supervised::Exited(status) => {
             hold(&kept, granted_at + args.min_hold, signals).await;
@@ -161,7 +162,7 @@ async fn run_unlocked(
         err.one_line()
     ));
     let own_group = !std::io::stdin().is_terminal();
-    let mut job = Job::spawn(&args.argv(), None, own_group).await?;
+    let mut job = Job::spawn(&args.command.argv(), None, own_group).await?;
     let status = loop {
         tokio::select! {
             biased;
@@ -182,7 +183,7 @@ async fn run_unlocked(
 /// Stops what the exited command left running (background processes, daemons) before the
 /// lease is released: once it is, another host may run the job, and nothing of this run may
 /// still be at work.
-async fn stop_left_behind(job: Job, grace: Duration, out: Output) {
+pub(crate) async fn stop_left_behind(job: Job, grace: Duration, out: Output) {
     let left = job.finish(grace).await;
     if left > 0 {
         out.warning(&format!(
@@ -213,20 +214,53 @@ pub(crate) fn warn_about_minority(lease: &Lease, out: Output) {
     }
 }
 
-enum Supervised {
+/// How a command's run under a kept-alive lease ended.
+pub(crate) enum Supervised {
+    /// The command exited (the lease is still held, or was lost just before).
     Exited(std::process::ExitStatus),
+    /// The lease was lost and the command terminated.
     Lost { reason: String, status: std::io::Result<std::process::ExitStatus> },
+    /// fencedlock lost track of the command.
     Failed(std::io::Error),
 }
 
-async fn supervise(
+/// What the command runs under, for the supervisor's messages: a lease (`run`) or a
+/// leadership (`elect`), and its number (the fence, the epoch).
+pub(crate) struct Held {
+    handle: LeaseHandle,
+    /// "the lease on" / "the leadership of".
+    what: &'static str,
+    /// "fence" / "epoch".
+    number: &'static str,
+}
+
+impl Held {
+    /// A lease, as `run` holds it.
+    pub(crate) fn lease(handle: LeaseHandle) -> Held {
+        Held { handle, what: "the lease on", number: "fence" }
+    }
+
+    /// A leadership, as `elect` holds it.
+    pub(crate) fn leadership(handle: LeaseHandle) -> Held {
+        Held { handle, what: "the leadership of", number: "epoch" }
+    }
+
+    /// "the lease on \"k\" (fence 7)".
+    fn describe(&self) -> String {
+        format!("{} {:?} ({} {})", self.what, self.handle.key(), self.number, self.handle.fence())
+    }
+}
+
+/// Waits for the command while the lease is kept alive, forwarding signals; terminates it
+/// (SIGTERM, SIGKILL after `kill_grace` or at the lease's validity end) once the lease is lost.
+pub(crate) async fn supervise(
     job: &mut Job,
-    kept: &KeptLease,
-    args: &RunArgs,
+    held: &Held,
+    kill_grace: Duration,
     signals: &mut Signals,
     out: Output,
 ) -> Supervised {
-    let lost = kept.cancellation();
+    let lost = held.handle.cancellation();
     loop {
         tokio::select! {
             biased;
@@ -234,7 +268,7 @@ async fn supervise(
                 return match status {
                     Ok(status) => {
                         if lost.is_cancelled() {
-                            out.warning(&format!("the lease on {:?} was lost shortly before the command exited", args.key.name()));
+                            out.warning(&format!("{} was lost shortly before the command exited", held.describe()));
                         }
                         Supervised::Exited(status)
                     }
@@ -242,28 +276,27 @@ async fn supervise(
                 };
             }
             _ = lost.cancelled() => {
-                let reason = match kept.handle().loss() {
+                let reason = match held.handle.loss() {
                     Some(fencedlock::Error::LeaseLost { cause, .. }) => cause.to_string(),
                     Some(other) => other.to_string(),
                     None => "the keep-alive stopped".into(),
                 };
                 let now = Instant::now();
-                let valid_until = Instant::from_std(kept.handle().valid_until());
-                let kill_at = kill_deadline(now, args.kill_grace, valid_until);
+                let valid_until = Instant::from_std(held.handle.valid_until());
+                let kill_at = kill_deadline(now, kill_grace, valid_until);
                 let when = if kill_at <= now {
                     "at once (the lease's validity has ended; a command that needs a graceful shutdown needs a longer --ttl)".to_string()
-                } else if kill_at < now + args.kill_grace {
+                } else if kill_at < now + kill_grace {
                     format!(
                         "in {} (the lease's validity ends then; --kill-grace is longer, and a command that needs a longer shutdown needs a longer --ttl)",
                         duration::format(round_to_ms(kill_at - now))
                     )
                 } else {
-                    format!("in {}", duration::format(args.kill_grace))
+                    format!("in {}", duration::format(kill_grace))
                 };
                 out.warning(&format!(
-                    "lease on {:?} (fence {}) lost: {reason}; sending SIGTERM to the command, SIGKILL {when}",
-                    args.key.name(),
-                    kept.fence(),
+                    "{} lost: {reason}; sending SIGTERM to the command, SIGKILL {when}",
+                    held.describe(),
                 ));
                 let status = terminate(job, kill_at, signals).await;
                 return Supervised::Lost { reason, status };
@@ -322,7 +355,7 @@ async fn hold(kept: &KeptLease, until: Instant, signals: &mut Signals) {
 
 /// Stops the keep-alive and gives the lease back; a failure only costs the rest of the ttl.
 /// Releases to servers that had not answered when a majority did get a short grace to land.
-async fn release(lock: &Redlock, kept: KeptLease, out: Output) {
+pub(crate) async fn release(lock: &Redlock, kept: KeptLease, out: Output) {
     let key = kept.key().to_owned();
     match kept.release().await {
         Ok(true) => {}
@@ -337,7 +370,7 @@ async fn release(lock: &Redlock, kept: KeptLease, out: Output) {
 
 /// How the terminated command ended. Asks the status for a signal rather than reading it back
 /// from the shell-style exit code: a command that itself exits with 130 was not killed.
-fn describe_status(status: std::io::Result<std::process::ExitStatus>) -> String {
+pub(crate) fn describe_status(status: std::io::Result<std::process::ExitStatus>) -> String {
     match status {
         Ok(s) => match s.signal() {
             Some(sig) => format!("killed by signal {sig}"),

@@ -90,7 +90,7 @@ fn an_unreachable_server_is_named_with_what_to_do() {
         vec!["status", "-k", "k", "--redis", &url],
         vec!["acquire", "-k", "k", "--redis", &url],
         vec!["release", "-k", "k", "--token", "abc", "--redis", &url],
-        vec!["renew", "-k", "k", "--token", "abc", "--redis", &url],
+        vec!["renew", "-k", "k", "--ttl", "30s", "--token", "abc", "--redis", &url],
     ];
     if cfg!(feature = "demo") {
         subcommands.push(vec!["demo", "--redis", &url]);
@@ -111,7 +111,7 @@ fn a_server_without_the_module_says_to_load_it() {
     let mut subcommands = vec![
         vec!["status", "-k", "k", "--redis", &url],
         vec!["acquire", "-k", "k", "--redis", &url],
-        vec!["renew", "-k", "k", "--token", "abc", "--redis", &url],
+        vec!["renew", "-k", "k", "--ttl", "30s", "--token", "abc", "--redis", &url],
         vec!["release", "-k", "k", "--token", "abc", "--redis", &url],
     ];
     if cfg!(feature = "demo") {
@@ -170,7 +170,7 @@ fn empty_blank_and_control_character_keys_are_refused_before_any_request() {
     assert!(empty.stderr.contains("unset"), "names the likely source: {empty:?}");
     let out = run(&["acquire", "--redis", nowhere, "--key", "job\n"]);
     assert_one_line_error(&out, USAGE, &["control character"]);
-    for sub in [&["status", ""][..], &["release", "", "--token", "t"], &["renew", "", "--token", "t"]] {
+    for sub in [&["status", ""][..], &["release", "", "--token", "t"], &["renew", "", "--ttl", "30s", "--token", "t"]] {
         let mut args = sub.to_vec();
         args.extend(["--redis", nowhere]);
         assert_eq!(run(&args).code(), USAGE, "{args:?}");

@@ -1,4 +1,11 @@
-//! Command-line arguments (clap derive), with the examples and exit codes shown by `--help`.
+//! Command-line arguments (clap derive). The options that say where the servers are and how
+//! to print belong to the subcommands that use them (`ServerArgs`, `OutputArgs`); given before
+//! the subcommand they are moved after it (`leading`), so `fencedlock --redis URL status k`
+//! still works while `plan`, `man` and `completions` take none of them. The text after the
+//! options, the exit-code table included, is in `help`.
+
+pub mod help;
+pub mod leading;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -6,252 +13,78 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use clap::{ArgAction, Args, Parser, Subcommand, ValueEnum};
-use fencedlock::{KeyProblem, DEFAULT_CONFIRM_TIMEOUT, MAX_PERMITS};
+use fencedlock::{KeyProblem, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_NODE_TIMEOUT, MAX_LABEL_LEN, MAX_PERMITS};
 
 use crate::duration;
 use crate::error::code::BUSY as BUSY_EXIT;
+use help::*;
 
-/// The exit codes, as `--help` shows them.
-pub const EXIT_CODES: &str = "\
-Exit codes:
-  0        success (run: the command exited 0; demo: the invariant held)
-  1-255    run: the command's own exit code; 128+N if it died from signal N
-  64       usage: bad option, duration, URL or token file; ttl out of range; key of another
-           type; --permits out of range, with several servers, or another count than the key's
-  65       demo: invariant violated (the double send --no-fence and --stale-first show)
-  69       unavailable: server unreachable, timing out, loading, out of memory or in its
-           restart grace; grant not confirmed by --confirm-replicas; no majority (these are
-           what --on-unavailable decides); module not loaded; commands or key denied by ACL;
-           wrong password or user (give them in the URL: redis://USER:PASSWORD@HOST:PORT)
-  70       internal: unexpected server reply
-  74       the token file could not be written (the lease is given back at once), or stdout
-           (completions, man)
-  75       busy: another owner holds the lock (skipped, or --wait ran out; run
-           --conflict-exit-code N picks another code); a server that cannot answer under
-           --on-unavailable skip
-  76       lease lost: run terminated the command; renew/release found the lease gone
-  78       TLS: the server's certificate does not verify against --tls-cacert, or the server
-           refused the client certificate. Not 69: no retry or --on-unavailable policy can
-           fix a certificate
-  126/127  run: the command is not executable / not found";
+/// The help heading of the server options.
+const SERVER_OPTIONS: &str = "Server options";
+/// The help heading of the output options.
+const OUTPUT_OPTIONS: &str = "Output options";
 
-const ROOT_AFTER: &str = "\
-Examples:
-  fencedlock run nightly-report --ttl 30s -- ./report.sh
-  fencedlock run nightly-report -c './report.sh > /var/log/report.log'
-  fencedlock run --key backup --ttl 5m --wait 1m --redis redis://lock1:6379 -- backup.sh
-  fencedlock run --key sync --redis redis://a:6379,redis://b:6379,redis://c:6379 -- sync.sh
-  fencedlock status nightly-report --json
-  fencedlock plan --ttl 30s --renew-every 10s --pause 45s
-
-One --redis (or FENCEDLOCK_REDIS) is a single-server lease; several are fenced Redlock
-(a majority must grant, and the fence still increases across grants).
-Log detail: -v / -vv / -vvv, or FENCEDLOCK_LOG=debug.";
-
-const RUN_AFTER: &str = "\
-KEY comes first, as with flock, `etcdctl lock` and `consul lock` (--key KEY works too). Unlike
-them, a busy lock is skipped at once (exit 75, or --conflict-exit-code N) unless --wait says
-how long to wait: one cron line on many hosts runs the job on one of them.
-The command gets FENCEDLOCK_KEY, FENCEDLOCK_FENCE and FENCEDLOCK_TTL_MS in its environment;
-send FENCEDLOCK_FENCE with every write and have the resource refuse lower fences.
-The lease is renewed every ttl/3 while the command runs. If a renewal fails, the command
-(its whole process group) gets SIGTERM, then SIGKILL after --kill-grace or when the lease's
-validity (as last renewed, by fencedlock's clock) ends, whichever comes first, and fencedlock
-exits 76: the command never outlives its lease. A command that needs a long graceful shutdown
-needs a longer --ttl: a failed renewal leaves it about 2/3 of the ttl (see `fencedlock plan`).
-With --min-hold, fencedlock itself stays running after the command exits, renewing the lease
-until the hold ends, then releases it and exits with the command's code.
-SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command; the
-lease is released when it exits. When stdin is not a terminal (cron, systemd) the command
-runs in its own process group so that a lost lease stops all of it.
-
-Examples:
-  # crontab on every host: one of them runs the report, the others exit 75 quietly;
-  # --min-hold keeps the lock for 1m so a host whose clock lags cannot run it again
-  */5 * * * * fencedlock run -q report --ttl 2m --min-hold 1m -- /opt/report.sh
-  # wait up to a minute for the previous run to finish
-  fencedlock run migrate --ttl 30s --wait 1m -- ./migrate.sh
-  # fenced Redlock over three independent servers
-  fencedlock run sync --ttl 30s --redis redis://a:6379,redis://b:6379,redis://c:6379 -- ./sync.sh
-  # use the fence in a shell string (run by sh -c)
-  fencedlock run k --ttl 10s -c 'psql -c \"UPDATE jobs SET fence=$FENCEDLOCK_FENCE WHERE fence <= $FENCEDLOCK_FENCE\"'
-  # a skipped run is no failure for this cron job (flock -E 0)
-  fencedlock run report -E 0 -- ./report.sh
-  # a cache warm-up whose duplicate is harmless: run it even when the lock server is down
-  fencedlock run warm --ttl 1m --on-unavailable run -- ./warm-cache.sh
-  # at most 3 exports at once across all hosts; each gets its own FENCEDLOCK_FENCE
-  fencedlock run nightly-export --permits 3 --wait 10m -- ./export.sh
-";
-
-/// `--on-unavailable`, with the lesson's guidance: decide in advance, by what a duplicate run
-/// costs, not during the outage.
-const RUN_POLICY: &str = "\
-When the lock service cannot answer (a server unreachable, timing out, loading, out of
-memory or in its restart grace, no majority answering, a grant not confirmed by
---confirm-replicas), --on-unavailable decides, and --wait first waits that long:
-  fail  (default) exit 69; the command does not run. For work that nothing else protects,
-        where two copies running at once do damage.
-  skip  exit 75 with a one-line notice, as when another host holds the lock. For periodic
-        work that the next run catches up on, when missing a run is cheaper than risking two.
-  run   run the command WITHOUT the lock: FENCEDLOCK_FENCE, FENCEDLOCK_KEY and
-        FENCEDLOCK_TTL_MS are unset and a warning goes to stderr; the exit code is the
-        command's. For work whose duplicate is harmless, or whose resource enforces its own
-        invariant (e.g. refuses writes without a current fence).
-A misconfiguration (module not loaded, commands or key denied by ACL, a key of another type,
-bad arguments) always fails with its own exit code: failing open on it would run every job
-unlocked, forever, with nothing down to notice.";
-
-const ACQUIRE_POLICY: &str = "\
-When the lock service cannot answer, --on-unavailable fail (default) exits 69 and skip exits
-75 with a one-line notice, as for a busy lock. There is no `run`: acquire has no work to run
-unlocked, and it never prints a lease it does not hold.";
-
-const ACQUIRE_AFTER: &str = "\
-Prints \"TOKEN FENCE\" (or only the fence with --token-file). The lease stays held until its
-ttl runs out, `fencedlock renew` extends it, or `fencedlock release` ends it. The token is a
-secret: prefer --token-file (written with mode 0600) over the command line.
-
-Examples:
-  read -r token fence < <(fencedlock acquire --key deploy --ttl 5m)
-  fence=$(fencedlock acquire --key deploy --ttl 5m --token-file /run/deploy.token)
-  fencedlock acquire --key deploy --ttl 5m --wait 30s --json";
-
-const RENEW_AFTER: &str = "\
-Exits 0 if the lease was still held and now runs --ttl from now; 76 if it is gone.
-
-Examples:
-  fencedlock renew --key deploy --ttl 5m --token-file /run/deploy.token
-  FENCEDLOCK_TOKEN=$token fencedlock renew --key deploy --ttl 5m";
-
-const RELEASE_AFTER: &str = "\
-Exits 0 if the lease was still held and is now released; 76 if it had already expired or
-been taken over (the work it protected may have overlapped with another owner's).
-
-Examples:
-  fencedlock release --key deploy --token-file /run/deploy.token
-  fencedlock release --key deploy --token \"$token\"";
-
-const STATUS_AFTER: &str = "\
-Shows the key's fence, whether a lease holds it and how long it has left; never the token.
-With several servers, one line per server, then the majority's view. A semaphore key
-(`run --permits N`) shows its permits and one line per holder: fence, time left, label.
-
-Examples:
-  fencedlock status deploy
-  fencedlock status deploy --json";
-
-const PLAN_AFTER: &str = "\
-The worker freezes just as a renewal falls due, the worst moment (the lesson's trade-off):
-  freeze absorbed   ttl - renew interval - the client's clock-drift allowance: a longer
-                    freeze loses the lease (the holder's own clock says it expired)
-  failed renewals   renewal attempts that fit in one lease (before ttl - drift), minus the
-  tolerated         last one; `run` stops the command at the first failed renewal, so for
-                    it this is the margin left for a stall or a slow server
-  recovery          after a crash, up to the ttl: the lease must run out (a successor
-                    waiting with --wait is granted it at expiry)
-  stale window      for --pause beyond ttl - renew interval: how long another owner may hold
-                    the lock while the paused worker still thinks it does; only the
-                    resource's fence check protects it then
-Warnings: --renew-every at or beyond the ttl (the lease lapses between renewals), a renewal
-interval that leaves no failed renewal tolerated (beyond about ttl/2), a pause beyond the
-freeze. Exit 0, or 64 on invalid input.
-
-Examples:
-  fencedlock plan --ttl 30s
-  fencedlock plan --ttl 30s --renew-every 10s --pause 45s
-  fencedlock plan --ttl 2m --renew-every 20s --json";
-
-const DEMO_AFTER: &str = "\
-Three workers race for the invoice lock. The first to get it reads the invoice, passes its
-lease check, then stalls (a stop-the-world pause) longer than its lease. Another worker
-takes over with a higher fence and sends the invoice. When the stalled worker wakes up and
-writes, the table refuses its write because its fence is lower:
-  UPDATE invoices SET sent = sent + 1, last_fence = :fence
-   WHERE id = :id AND last_fence <= :fence
---no-fence runs the same race with the fence check removed from the UPDATE: a double send.
-
---stale-first is the other ordering: the stale write reaches the table after the new owner
-read the invoice but before its first write. No newer fence is in the table yet, so the
-stale write is accepted and the new owner then sends from what it read before: fencing is
-an ordering boundary, not a cancellation. --claim makes each owner's first step a claim
-that raises the fence in the same statement as its read:
-  UPDATE invoices SET last_fence = :fence
-   WHERE id = :id AND last_fence <= :fence RETURNING sent
-and the stale write is refused wherever it lands.
-
-The invoices live in SQLite by default; --database postgres://… runs the same race on
-PostgreSQL (in a schema of its own, fencedlock_demo). The claim and the fenced UPDATE are
-fencedlock-guard's, the same on both; the header prints the exact statements.
-
-Invariant: the invoice is sent exactly once, the stale write is refused, and no worker
-sends from state that changed after it read it. Exit 0: it holds (default, --claim,
---stale-first --claim). Exit 65: violated (--no-fence, --stale-first).
-
-Examples:
-  fencedlock demo
-  fencedlock demo --no-fence
-  fencedlock demo --stale-first
-  fencedlock demo --stale-first --claim
-  fencedlock demo --database postgres://postgres@127.0.0.1:5432/postgres --claim
-  fencedlock demo --redis redis://127.0.0.1:6380 --ttl 1s";
-
-/// Run a command under a distributed lease, so a job scheduled on many hosts runs once.
+/// Run a command under a distributed lease with a fencing token, so a job scheduled on many
+/// hosts runs once
 #[derive(Debug, Parser)]
-#[command(name = "fencedlock", version, about, after_help = format!("{ROOT_AFTER}\n\n{EXIT_CODES}"))]
+#[command(name = "fencedlock", version, after_help = format!("{ROOT_AFTER}\n\n{}", exit_codes()))]
 pub struct Cli {
-    /// Options shared by every subcommand.
-    #[command(flatten)]
-    pub global: Global,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
-/// Options accepted by every subcommand.
+/// Where the lock servers are and how to reach them: for the subcommands that talk to them.
 #[derive(Debug, Args)]
-pub struct Global {
+#[command(next_help_heading = SERVER_OPTIONS)]
+pub struct ServerArgs {
     /// Lock server URL: redis://, rediss:// (TLS) or redis+sentinel://HOST:PORT[,HOST:PORT…]/SERVICE.
     /// Repeat it (or separate with commas before each scheme) for fenced Redlock over
     /// independent servers.
-    #[arg(
-        long = "redis",
-        value_name = "URL",
-        global = true,
-        env = "FENCEDLOCK_REDIS",
-        default_value = "redis://127.0.0.1:6379"
-    )]
+    #[arg(long = "redis", value_name = "URL", env = "FENCEDLOCK_REDIS", default_value = "redis://127.0.0.1:6379")]
     pub redis: Vec<String>,
 
     /// The --redis URLs are nodes of one Redis Cluster (any of them will do): each key goes to
     /// its slot's primary, following slot moves. Without it, a cluster node answers MOVED for
     /// keys it does not own.
-    #[arg(long, global = true, env = "FENCEDLOCK_CLUSTER")]
+    #[arg(long, env = "FENCEDLOCK_CLUSTER")]
     pub cluster: bool,
 
     /// Which engine serves the leases: the module where a server has it and the Functions
     /// library elsewhere (auto, loading the library if missing or older), or only one of them.
-    #[arg(long, value_enum, global = true, env = "FENCEDLOCK_ENGINE", default_value_t = EngineArg::Auto)]
+    #[arg(long, value_enum, env = "FENCEDLOCK_ENGINE", default_value_t = EngineArg::Auto)]
     pub engine: EngineArg,
 
-    /// Per-server request timeout (connecting included).
-    #[arg(long, value_name = "DURATION", global = true, default_value = "500ms", value_parser = duration::parse)]
+    /// Per-server request timeout, connecting included (the client library's default too).
+    #[arg(long, value_name = "DURATION", default_value = default_timeout(), value_parser = duration::parse_timeout)]
     pub timeout: Duration,
 
     /// TLS for rediss:// servers.
     #[command(flatten)]
     pub tls: TlsArgs,
+}
 
-    /// Machine-readable output: one JSON object per result (on stderr for `run`).
-    #[arg(long, global = true)]
+/// How fencedlock prints: for every subcommand that prints results or notices.
+#[derive(Debug, Args, Clone, Copy)]
+#[command(next_help_heading = OUTPUT_OPTIONS)]
+pub struct OutputArgs {
+    /// Machine-readable output: one JSON object per result (on stderr for `run` and `elect`).
+    #[arg(long)]
     pub json: bool,
 
     /// Print only errors (not the "skipped" notice).
-    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    #[arg(short, long, conflicts_with = "verbose")]
     pub quiet: bool,
 
     /// More log detail on stderr (-v info, -vv debug, -vvv trace).
-    #[arg(short, long, global = true, action = ArgAction::Count)]
+    #[arg(short, long, action = ArgAction::Count)]
     pub verbose: u8,
+}
+
+/// The client's [`DEFAULT_NODE_TIMEOUT`] as clap wants a default: text that lives forever.
+fn default_timeout() -> &'static str {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    TEXT.get_or_init(|| duration::format(DEFAULT_NODE_TIMEOUT))
 }
 
 /// `--engine`.
@@ -294,6 +127,9 @@ pub struct FunctionsArgs {
     /// `FCALL fencedlock_acquire 2 KEY FLOOR token ttl_ms`.
     #[arg(long, value_name = "KEY", value_parser = lock_key)]
     pub floor_key: Option<String>,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `--tls-cacert`, `--tls-cert`, `--tls-key`: TLS settings for every `rediss://` server.
@@ -301,15 +137,15 @@ pub struct FunctionsArgs {
 pub struct TlsArgs {
     /// PEM file of the certificate authority that signed the servers' certificates (instead
     /// of the system's). Only with rediss:// URLs.
-    #[arg(long, value_name = "FILE", global = true, env = "FENCEDLOCK_TLS_CACERT")]
+    #[arg(long, value_name = "FILE", env = "FENCEDLOCK_TLS_CACERT")]
     pub tls_cacert: Option<PathBuf>,
 
     /// PEM client certificate for mutual TLS (with --tls-key).
-    #[arg(long, value_name = "FILE", global = true, env = "FENCEDLOCK_TLS_CERT", requires = "tls_key")]
+    #[arg(long, value_name = "FILE", env = "FENCEDLOCK_TLS_CERT", requires = "tls_key")]
     pub tls_cert: Option<PathBuf>,
 
     /// PEM private key of --tls-cert.
-    #[arg(long, value_name = "FILE", global = true, env = "FENCEDLOCK_TLS_KEY", requires = "tls_cert")]
+    #[arg(long, value_name = "FILE", env = "FENCEDLOCK_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
 }
 
@@ -317,30 +153,43 @@ pub struct TlsArgs {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run COMMAND while holding the lease on KEY (skip it if another owner holds it).
-    #[command(after_help = format!("{RUN_AFTER}\n{RUN_POLICY}\n\n{EXIT_CODES}"))]
+    #[command(after_help = format!("{RUN_AFTER}\n{RUN_POLICY}\n\n{}", exit_codes()))]
     Run(RunArgs),
     /// Take a lease and print its token and fence, for shell scripts.
-    #[command(after_help = format!("{ACQUIRE_AFTER}\n\n{ACQUIRE_POLICY}\n\n{EXIT_CODES}"))]
+    #[command(after_help = format!("{ACQUIRE_AFTER}\n\n{ACQUIRE_POLICY}\n\n{}", exit_codes()))]
     Acquire(AcquireArgs),
+    /// Take a lease, print its fence, and keep it for the rest of a shell script.
+    #[command(after_help = format!("{HOLD_AFTER}\n\n{}", exit_codes()))]
+    Hold(HoldArgs),
     /// Extend a lease taken with `acquire`.
-    #[command(after_help = format!("{RENEW_AFTER}\n\n{EXIT_CODES}"))]
+    #[command(after_help = format!("{RENEW_AFTER}\n\n{}", exit_codes()))]
     Renew(RenewArgs),
     /// End a lease taken with `acquire`.
-    #[command(after_help = format!("{RELEASE_AFTER}\n\n{EXIT_CODES}"))]
+    #[command(after_help = format!("{RELEASE_AFTER}\n\n{}", exit_codes()))]
     Release(ReleaseArgs),
-    /// Show a key's fence, whether it is held, and the time left.
-    #[command(after_help = format!("{STATUS_AFTER}\n\n{EXIT_CODES}"))]
+    /// Show a key's fence, whether it is held, the time left and the holder's label.
+    #[command(after_help = format!("{STATUS_AFTER}\n\n{}", exit_codes()))]
     Status(StatusArgs),
+    /// List the held locks and semaphores (of a key prefix): fence, holders, labels, time left.
+    #[command(visible_alias = "ls", after_help = format!("{LIST_AFTER}\n\n{}", exit_codes()))]
+    List(ListArgs),
+    /// Run COMMAND while this process leads the election NAME; stop it when leadership is lost.
+    #[command(after_help = format!("{ELECT_AFTER}\n\n{}", exit_codes()))]
+    Elect(ElectArgs),
+    /// Print who leads the election NAME (label and epoch); --watch follows every change.
+    #[command(after_help = format!("{LEADER_AFTER}\n\n{}", exit_codes()))]
+    Leader(LeaderArgs),
     /// Size a lease: the freeze it absorbs, the failed renewals it tolerates, the recovery
     /// time after a crash, and the stale window of a longer pause.
     #[command(after_help = PLAN_AFTER)]
     Plan(PlanArgs),
     /// The billing demo: why only a fence checked by the resource stops a paused worker.
     /// Only in builds with the `demo` feature (it brings SQLite).
-    #[command(after_help = format!("{DEMO_AFTER}\n\n{EXIT_CODES}"), hide = cfg!(not(feature = "demo")))]
+    #[command(after_help = format!("{DEMO_AFTER}\n\n{}", exit_codes()), hide = cfg!(not(feature = "demo")))]
     Demo(DemoArgs),
     /// Print the Functions library, the engine for servers that cannot load the module:
     /// `fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE`.
+    #[command(after_help = FUNCTIONS_AFTER)]
     Functions(FunctionsArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to stdout.
     #[command(after_help = COMPLETIONS_AFTER)]
@@ -350,17 +199,27 @@ pub enum Command {
     Man(ManArgs),
 }
 
-const COMPLETIONS_AFTER: &str = "\
-Examples:
-  fencedlock completions bash > ~/.local/share/bash-completion/completions/fencedlock
-  fencedlock completions zsh > \"${fpath[1]}/_fencedlock\"
-  fencedlock completions fish > ~/.config/fish/completions/fencedlock.fish";
-
-const MAN_AFTER: &str = "\
-Examples:
-  fencedlock man | man -l -
-  fencedlock man > /usr/local/share/man/man1/fencedlock.1
-  fencedlock man run > /usr/local/share/man/man1/fencedlock-run.1";
+impl Command {
+    /// How this subcommand prints (`completions` and `man` print only what they generate).
+    pub fn output(&self) -> OutputArgs {
+        let quiet = OutputArgs { json: false, quiet: false, verbose: 0 };
+        match self {
+            Command::Run(a) => a.output,
+            Command::Acquire(a) => a.output,
+            Command::Hold(a) => a.output,
+            Command::Renew(a) => a.output,
+            Command::Release(a) => a.output,
+            Command::Status(a) => a.output,
+            Command::List(a) => a.output,
+            Command::Elect(a) => a.output,
+            Command::Leader(a) => a.output,
+            Command::Plan(a) => a.output,
+            Command::Demo(a) => a.output,
+            Command::Functions(a) => a.output,
+            Command::Completions(_) | Command::Man(_) => quiet,
+        }
+    }
+}
 
 /// `fencedlock completions`.
 #[derive(Debug, Args)]
@@ -428,6 +287,13 @@ pub struct RunArgs {
     /// spell it out).
     #[arg(long, short = 'n', conflicts_with = "wait")]
     pub nonblock: bool,
+    /// An exclusive lease: the only kind (flock's -x, its default, accepted as such).
+    #[arg(long, short = 'x', conflicts_with = "shared")]
+    pub exclusive: bool,
+    /// A shared lease (flock's -s): not supported yet, refused with exit 64 (several holders
+    /// at once: --permits N).
+    #[arg(long, short = 's')]
+    pub shared: bool,
     /// Exit with N instead of 75 when the lock is busy (skipped, or --wait ran out), as
     /// flock's -E: e.g. 0 for a cron job whose skip is no failure.
     #[arg(long, short = 'E', value_name = "N", default_value_t = BUSY_EXIT)]
@@ -449,23 +315,88 @@ pub struct RunArgs {
     /// Permits.
     #[command(flatten)]
     pub permits: PermitsArg,
+    /// The lease's public label.
+    #[command(flatten)]
+    pub label: LabelArg,
+    /// The command.
+    #[command(flatten)]
+    pub command: CommandArg,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// The command `run` and `elect` start: after `--`, or a shell string with `-c`.
+#[derive(Debug, Args)]
+pub struct CommandArg {
     /// Run this string with `sh -c` instead of a command after `--` (flock's -c), for
     /// pipes, redirections and $FENCEDLOCK_FENCE expansions.
     #[arg(short = 'c', long = "command", value_name = "STRING", conflicts_with = "argv")]
     pub shell: Option<OsString>,
     /// The command and its arguments, after `--`.
     #[arg(id = "argv", last = true, required_unless_present = "shell", num_args = 1.., value_name = "COMMAND")]
-    pub command: Vec<OsString>,
+    pub argv: Vec<OsString>,
 }
 
-impl RunArgs {
+impl CommandArg {
     /// The program and its arguments: those after `--`, or `sh -c STRING` for `-c`.
     pub fn argv(&self) -> Vec<OsString> {
         match &self.shell {
             Some(script) => vec!["sh".into(), "-c".into(), script.clone()],
-            None => self.command.clone(),
+            None => self.argv.clone(),
         }
     }
+}
+
+/// `--label` / `--no-label`: the public label a lease carries, shown by `status`, `list` and
+/// `leader` to anyone who may read the key.
+#[derive(Debug, Args, Clone)]
+pub struct LabelArg {
+    /// A public label for the lease, shown by status, list and leader (never put a secret in
+    /// it; 1 to 256 bytes). Default: this host's name and fencedlock's pid, HOST:PID. An empty
+    /// label ('') is none, as --no-label.
+    #[arg(long, value_name = "TEXT", value_parser = label, conflicts_with = "no_label")]
+    pub label: Option<String>,
+    /// Take the lease without a label.
+    #[arg(long)]
+    pub no_label: bool,
+}
+
+impl LabelArg {
+    /// The label to send: the one given, none (`--no-label`, `--label ''`), or `HOST:PID`.
+    pub fn value(&self) -> Option<String> {
+        match (&self.label, self.no_label) {
+            (_, true) => None,
+            (Some(given), false) => (!given.is_empty()).then(|| given.clone()),
+            (None, false) => Some(default_label()),
+        }
+    }
+}
+
+/// `HOST:PID`: who holds a lease, as an operator looking at `status` wants to know it.
+fn default_label() -> String {
+    let mut name = [0u8; 256];
+    // SAFETY: gethostname writes at most `name.len()` bytes into the buffer it is given.
+    let rc = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    let host = if rc == 0 && end > 0 { String::from_utf8_lossy(&name[..end]).into_owned() } else { "localhost".into() };
+    let label = format!("{host}:{}", std::process::id());
+    // A host name near 255 bytes would make the label too long: keep its end (the pid).
+    match label.len() <= MAX_LABEL_LEN {
+        true => label,
+        false => label[label.len() - MAX_LABEL_LEN..].to_owned(),
+    }
+}
+
+/// A label the protocol accepts (at most its length; empty means none).
+fn label(text: &str) -> Result<String, String> {
+    if text.len() > MAX_LABEL_LEN {
+        return Err(format!("a label has at most {MAX_LABEL_LEN} bytes, this one {}", text.len()));
+    }
+    Ok(text.to_owned())
 }
 
 /// `fencedlock acquire`.
@@ -478,8 +409,8 @@ pub struct AcquireArgs {
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_ttl)]
     pub ttl: Duration,
     /// If the lock is busy, wait up to this long instead of failing with 75 (in the server's
-    /// queue, like `run --wait`).
-    #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
+    /// queue, like `run --wait`; flock's -w).
+    #[arg(long, short = 'w', value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
     pub wait: Duration,
     /// Write the token to this file (mode 0600) instead of printing it.
     #[arg(long, value_name = "PATH")]
@@ -493,6 +424,155 @@ pub struct AcquireArgs {
     /// Permits.
     #[command(flatten)]
     pub permits: PermitsArg,
+    /// The lease's public label.
+    #[command(flatten)]
+    pub label: LabelArg,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `fencedlock hold`.
+#[derive(Debug, Args)]
+pub struct HoldArgs {
+    /// The lock key.
+    #[command(flatten)]
+    pub key: KeyArg,
+    /// Lease time; renewed every ttl/3 while held (500ms, 30s, 5m, 1h, 1d).
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_ttl)]
+    pub ttl: Duration,
+    /// If the lock is busy, wait up to this long instead of failing with 75 (flock's -w).
+    #[arg(long, short = 'w', value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
+    pub wait: Duration,
+    /// When the lock service cannot answer: fail (exit 69) or skip (exit 75).
+    #[arg(long, value_name = "POLICY", value_enum, default_value_t = AcquireOnUnavailable::Fail)]
+    pub on_unavailable: AcquireOnUnavailable,
+    /// The signal sent to the shell that started hold when the lease is lost: a name (TERM,
+    /// USR1, ...) or number, or none.
+    #[arg(long, value_name = "SIGNAL", default_value = "TERM", value_parser = loss_signal)]
+    pub signal: LossSignal,
+    /// Watch this process instead of hold's parent: the lease is released when it exits, and
+    /// it gets --signal on a loss.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<i32>,
+    /// Permits.
+    #[command(flatten)]
+    pub permits: PermitsArg,
+    /// The lease's public label.
+    #[command(flatten)]
+    pub label: LabelArg,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `hold --signal`: the signal a lost lease sends to the shell, or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LossSignal(pub Option<i32>);
+
+/// A signal by name (`TERM`, `SIGTERM`, `usr1`), number, or `none`.
+fn loss_signal(text: &str) -> Result<LossSignal, String> {
+    const NAMES: [(&str, i32); 8] = [
+        ("HUP", libc::SIGHUP),
+        ("INT", libc::SIGINT),
+        ("QUIT", libc::SIGQUIT),
+        ("KILL", libc::SIGKILL),
+        ("USR1", libc::SIGUSR1),
+        ("USR2", libc::SIGUSR2),
+        ("ALRM", libc::SIGALRM),
+        ("TERM", libc::SIGTERM),
+    ];
+    let upper = text.trim().to_ascii_uppercase();
+    if upper == "NONE" || upper == "0" {
+        return Ok(LossSignal(None));
+    }
+    let name = upper.strip_prefix("SIG").unwrap_or(&upper);
+    if let Some((_, number)) = NAMES.iter().find(|(n, _)| *n == name) {
+        return Ok(LossSignal(Some(*number)));
+    }
+    match upper.parse::<i32>() {
+        Ok(number) if (1..=64).contains(&number) => Ok(LossSignal(Some(number))),
+        _ => Err(format!(
+            "unknown signal {text:?}: use one of TERM, INT, HUP, QUIT, USR1, USR2, ALRM, KILL, a number, or none"
+        )),
+    }
+}
+
+/// `fencedlock list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Only keys that start with this (all keys without it); matched as text, not a pattern.
+    #[arg(value_name = "PREFIX", default_value = "")]
+    pub prefix: String,
+    /// Show lock keys nobody holds too (their fence).
+    #[arg(long)]
+    pub all: bool,
+    /// How many keys each SCAN call looks at (its COUNT): the server's work per call.
+    #[arg(long, value_name = "N", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub count: u64,
+    /// Stop after the servers looked at about this many keys (SCAN calls × --count), and say
+    /// the listing is incomplete.
+    #[arg(long, value_name = "N", default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_scan: u64,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `fencedlock elect`.
+#[derive(Debug, Args)]
+pub struct ElectArgs {
+    /// The election's key.
+    #[command(flatten)]
+    pub key: KeyArg,
+    /// Leadership lease time; renewed every ttl/3 while the command runs. A leader that dies
+    /// is replaced after at most this long.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_ttl)]
+    pub ttl: Duration,
+    /// After SIGTERM on lost leadership, wait this long before SIGKILL.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration::parse)]
+    pub kill_grace: Duration,
+    /// The leader's public label.
+    #[command(flatten)]
+    pub label: LabelArg,
+    /// The command.
+    #[command(flatten)]
+    pub command: CommandArg,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// `fencedlock leader`.
+#[derive(Debug, Args)]
+pub struct LeaderArgs {
+    /// The election's key.
+    #[command(flatten)]
+    pub key: KeyArg,
+    /// Print a line at each change of leader, until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+    /// How often --watch polls (at least 10ms).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration::parse_timeout, requires = "watch")]
+    pub interval: Duration,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `--permits`, for `run` and `acquire`.
@@ -562,6 +642,9 @@ pub struct PlanArgs {
     /// A stall to check against the lease (GC pause, VM freeze, suspend).
     #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     pub pause: Option<Duration>,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// Where `renew` / `release` find the token.
@@ -582,12 +665,19 @@ pub struct RenewArgs {
     /// The lock key.
     #[command(flatten)]
     pub key: KeyArg,
-    /// New lease time, counted from now (500ms, 30s, 5m, 1h, 1d).
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration::parse_ttl)]
+    /// New lease time, counted from now (500ms, 30s, 5m, 1h, 1d). Required: the server
+    /// keeps the lease's deadline, not the ttl it was granted with.
+    #[arg(long, value_name = "DURATION", required = true, value_parser = duration::parse_ttl)]
     pub ttl: Duration,
     /// The lease's token.
     #[command(flatten)]
     pub token: TokenSource,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `fencedlock release`.
@@ -599,6 +689,12 @@ pub struct ReleaseArgs {
     /// The lease's token.
     #[command(flatten)]
     pub token: TokenSource,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `fencedlock status`.
@@ -607,6 +703,12 @@ pub struct StatusArgs {
     /// The lock key.
     #[command(flatten)]
     pub key: KeyArg,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `fencedlock demo`.
@@ -637,6 +739,12 @@ pub struct DemoArgs {
     /// demo's tables go in a schema of its own, `fencedlock_demo`, dropped and created anew.
     #[arg(long, value_name = "URL", conflicts_with = "db", value_parser = postgres_url)]
     pub database: Option<String>,
+    /// Where the servers are.
+    #[command(flatten)]
+    pub server: ServerArgs,
+    /// How to print.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// `--database`: a PostgreSQL URL (the demo speaks no other database over a URL).
