@@ -81,6 +81,16 @@ pub struct OutputArgs {
     pub verbose: u8,
 }
 
+/// `--json` alone, for the subcommands that compute rather than talk to servers (`plan`,
+/// `functions`): they log nothing and have no notices to silence.
+#[derive(Debug, Args, Clone, Copy)]
+#[command(next_help_heading = OUTPUT_OPTIONS)]
+pub struct JsonArg {
+    /// Machine-readable output: one JSON object per result.
+    #[arg(long)]
+    pub json: bool,
+}
+
 /// The client's [`DEFAULT_NODE_TIMEOUT`] as clap wants a default: text that lives forever.
 fn default_timeout() -> &'static str {
     static TEXT: OnceLock<String> = OnceLock::new();
@@ -129,7 +139,7 @@ pub struct FunctionsArgs {
     pub floor_key: Option<String>,
     /// How to print.
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub output: JsonArg,
 }
 
 /// `--tls-cacert`, `--tls-cert`, `--tls-key`: TLS settings for every `rediss://` server.
@@ -203,6 +213,7 @@ impl Command {
     /// How this subcommand prints (`completions` and `man` print only what they generate).
     pub fn output(&self) -> OutputArgs {
         let quiet = OutputArgs { json: false, quiet: false, verbose: 0 };
+        // `..quiet` below: only --json is theirs.
         match self {
             Command::Run(a) => a.output,
             Command::Acquire(a) => a.output,
@@ -213,9 +224,9 @@ impl Command {
             Command::List(a) => a.output,
             Command::Elect(a) => a.output,
             Command::Leader(a) => a.output,
-            Command::Plan(a) => a.output,
+            Command::Plan(a) => OutputArgs { json: a.output.json, ..quiet },
             Command::Demo(a) => a.output,
-            Command::Functions(a) => a.output,
+            Command::Functions(a) => OutputArgs { json: a.output.json, ..quiet },
             Command::Completions(_) | Command::Man(_) => quiet,
         }
     }
@@ -644,7 +655,7 @@ pub struct PlanArgs {
     pub pause: Option<Duration>,
     /// How to print.
     #[command(flatten)]
-    pub output: OutputArgs,
+    pub output: JsonArg,
 }
 
 /// Where `renew` / `release` find the token.

@@ -210,34 +210,3 @@ fn a_build_without_the_demo_says_how_to_run_it() {
     let out = run(&["--help"]);
     assert!(!out.stdout.contains("  demo "), "no demo among the subcommands of a build without it: {out:?}");
 }
-
-/// The exit-code table of the CLI guide (`docs/cli.md`) and `--help` say the same, code by code.
-#[test]
-fn the_cli_guide_and_help_list_the_same_exit_codes() {
-    let guide = harness::docs::section(&harness::docs::page("docs/cli.md"), "## Exit codes");
-    let table: Vec<(String, String)> = guide
-        .lines()
-        .skip_while(|l| !l.starts_with("| exit code | meaning |"))
-        .skip(2)
-        .take_while(|l| l.starts_with('|'))
-        .map(|row| {
-            let cells: Vec<&str> = row.trim_matches('|').split(" | ").map(str::trim).collect();
-            (cells[0].replace(' ', ""), cells[1].replace('`', ""))
-        })
-        .collect();
-    let help = run(&["--help"]).stdout;
-    let mut listed: Vec<(String, String)> = Vec::new();
-    for line in help.lines().skip_while(|l| *l != "Exit codes:").skip(1) {
-        let body = line.trim();
-        if line.starts_with("  ") && !line.starts_with("   ") {
-            let (code, text) = body.split_once(' ').expect("CODE MEANING");
-            listed.push((code.to_string(), text.trim().to_string()));
-        } else if let Some(last) = listed.last_mut() {
-            last.1 = format!("{} {body}", last.1);
-        }
-    }
-    assert!(listed.len() >= 10, "{help}");
-    assert_eq!(table, listed, "docs/cli.md's exit codes (left) differ from --help (right)");
-    let sixty_nine = &listed.iter().find(|(c, _)| c == "69").expect("69").1;
-    assert!(sixty_nine.contains("wrong password"), "{sixty_nine}");
-}

@@ -14,6 +14,7 @@ mod demo;
 mod errors;
 mod functions;
 mod habits;
+mod help;
 mod plan;
 mod policy;
 mod process_tree;
