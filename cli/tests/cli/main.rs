@@ -16,6 +16,7 @@ mod functions;
 mod habits;
 mod help;
 mod labels;
+mod list;
 mod plan;
 mod policy;
 mod process_tree;
