@@ -15,6 +15,7 @@ mod errors;
 mod functions;
 mod habits;
 mod help;
+mod hold;
 mod labels;
 mod list;
 mod plan;
