@@ -8,6 +8,7 @@ mod support;
 mod cluster;
 mod confirm;
 mod deadline;
+mod elect;
 // The billing demo is in builds with the `demo` feature only (it brings SQLite).
 #[cfg(feature = "demo")]
 mod demo;
