@@ -67,6 +67,28 @@ fn bad_urls_say_what_a_url_looks_like() {
 }
 
 #[test]
+fn a_zero_timeout_names_the_timeout() {
+    let out = run(&["run", "k", "--timeout", "0s", "--", "true"]);
+    assert_one_line_error(&out, USAGE, &["--timeout", "positive"]);
+    assert!(!out.stderr.contains("--ttl"), "not the ttl's hint: {out:?}");
+}
+
+#[test]
+fn a_refused_login_blames_the_given_credentials_or_asks_for_them() {
+    let server = Server::start();
+    let port = server.port();
+    // From now on every connection must log in (the harness's own stays logged in).
+    let _: () = server.cmd(&["CONFIG", "SET", "requirepass", "secret"]).unwrap();
+    let wrong = run(&["status", "k", "--redis", &format!("redis://:nope@127.0.0.1:{port}")]);
+    assert_one_line_error(&wrong, UNAVAILABLE, &["refused the user or password in the URL"]);
+    assert!(!wrong.stderr.contains("give the credentials") && !wrong.stderr.contains("nope"), "{wrong:?}");
+    let missing = run(&["status", "k", "--redis", &format!("redis://127.0.0.1:{port}")]);
+    assert_one_line_error(&missing, UNAVAILABLE, &["requires a login", "redis://USER:PASSWORD@HOST:PORT"]);
+    let right = run(&["status", "k", "--redis", &format!("redis://:secret@127.0.0.1:{port}")]);
+    assert_eq!(right.code(), 0, "{right:?}");
+}
+
+#[test]
 fn missing_arguments_are_named() {
     let out = refused(&["run", "--ttl", "1s", "--", "true"]);
     assert_one_line_error(&out, USAGE, &["--key"]);

@@ -105,6 +105,29 @@ fn flock_short_options_wait_and_nonblock() {
     assert!(out.elapsed >= Duration::from_millis(300), "it waited: {out:?}");
     let out = run(&["run", "w", "-n", "-w", "1s", "--redis", &url, "--", "true"]);
     assert_one_line_error(&out, USAGE, &["--nonblock", "--wait"]);
+    // acquire takes -w as run does.
+    assert_eq!(run(&["acquire", "w2", "--ttl", "700ms", "--redis", &url]).code(), 0);
+    let out = run(&["acquire", "w2", "-w", "10s", "--redis", &url]);
+    assert_eq!(out.code(), 0, "granted once the first lease ran out: {out:?}");
+    assert!(out.elapsed >= Duration::from_millis(300), "it waited: {out:?}");
+}
+
+#[test]
+fn flock_exclusive_is_the_default_and_shared_is_refused() {
+    let server = Server::start();
+    let url = server.url();
+    let dir = scratch();
+    let ran = p(dir.path(), "ran");
+    let out = run(&["run", "x", "-x", "--redis", &url, "--", "touch", ran.to_str().unwrap()]);
+    assert_eq!(out.code(), 0, "{out:?}");
+    assert!(ran.exists());
+    fs::remove_file(&ran).unwrap();
+    for shared in ["-s", "--shared"] {
+        let out = run(&["run", "x", shared, "--redis", &url, "--", "touch", ran.to_str().unwrap()]);
+        assert_one_line_error(&out, USAGE, &["shared leases are not supported yet", "--permits"]);
+        assert!(!ran.exists(), "the command did not run");
+    }
+    assert_eq!(server.lock_status("x").map(|st| st.fence), Some(1), "no lease taken for -s");
 }
 
 #[test]

@@ -123,6 +123,24 @@ fn json_output_is_machine_readable() {
 }
 
 #[test]
+fn renew_needs_its_ttl_and_without_it_leaves_the_lease_alone() {
+    let server = Server::start();
+    let url = server.url();
+    let acquired = run(&["acquire", "long", "--ttl", "5m", "--redis", &url]);
+    let token = acquired.stdout.split_whitespace().next().expect("TOKEN FENCE").to_owned();
+    // Without --ttl: refused, with why, and nothing sent (a 30 s default used to shorten the
+    // 5 m lease without a word).
+    let out = run(&["renew", "long", "--token", &token, "--redis", &url]);
+    assert_one_line_error(&out, USAGE, &["--ttl", "deadline"]);
+    let left = server.lock_status("long").and_then(|st| st.remaining).expect("held");
+    assert!(left > Duration::from_secs(270), "the 5 m lease is untouched: {left:?}");
+    // With it, the lease runs that long from now.
+    assert_eq!(run(&["renew", "long", "--ttl", "10m", "--token", &token, "--redis", &url]).code(), 0);
+    let left = server.lock_status("long").and_then(|st| st.remaining).expect("held");
+    assert!(left > Duration::from_secs(590), "{left:?}");
+}
+
+#[test]
 fn status_text_shows_fence_held_and_time_left() {
     let server = Server::start();
     let url = server.url();
