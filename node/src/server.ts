@@ -8,8 +8,21 @@
 import { ConnectionFailure, ErrorReply, LossyInteger, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
 import { LIBRARY, SCRIPT, request, type Engine, type EngineChoice } from './engine.js';
 import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
-import { BLOCK, COMMANDS, LABEL, LIBRARY_VERSION, MAX_BLOCK_MS, PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
+import { BLOCK, COMMANDS, LABEL, LIBRARY_NAME, LIBRARY_VERSION, MAX_BLOCK_MS, PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
 import { Pool } from './pool.js';
+
+/** The `library_code` of the first library in a `FUNCTION LIST … WITHCODE` reply (a flat
+ *  field/value list per library), `undefined` when there is none. */
+export function libraryCode(reply: Reply): Buffer | undefined {
+  const first = Array.isArray(reply) ? reply[0] : undefined;
+  if (!Array.isArray(first)) return undefined;
+  for (let i = 0; i + 1 < first.length; i += 2) {
+    const name = first[i];
+    const value = first[i + 1];
+    if (Buffer.isBuffer(name) && name.toString() === 'library_code') return Buffer.isBuffer(value) ? value : undefined;
+  }
+  return undefined;
+}
 
 /** What an ACQUIRE asks for besides its key. */
 export interface AcquireRequest {
@@ -259,10 +272,25 @@ export class Server {
     }
   }
 
+  /** Loads this package's library unless the server has it or a newer one. A library of this
+   *  version whose code differs (changed without a version raise) is replaced too. */
   async #loadLibrary(): Promise<void> {
     const version = await this.#libraryVersion();
-    if (version !== undefined && version >= LIBRARY_VERSION) return;
+    if (version !== undefined && version > LIBRARY_VERSION) return;
+    if (version === LIBRARY_VERSION && !(await this.#libraryDiffers())) return;
     await bounded(this.backend.everywhere(['FUNCTION', 'LOAD', 'REPLACE', LIBRARY]), this.options.timeoutMs);
+  }
+
+  /** Whether the server's library code is other than this package's (`FUNCTION LIST …
+   *  WITHCODE`); false when the server will not say (an ACL that denies `FUNCTION LIST`). */
+  async #libraryDiffers(): Promise<boolean> {
+    try {
+      const code = libraryCode(await this.call(['FUNCTION', 'LIST', 'LIBRARYNAME', LIBRARY_NAME, 'WITHCODE']));
+      return code === undefined || !code.equals(Buffer.from(LIBRARY));
+    } catch (err) {
+      if (answered(err)) return false;
+      throw err;
+    }
   }
 
   async #loadScript(): Promise<void> {

@@ -33,6 +33,28 @@ test('a server with neither engine is a NoEngineError, and nothing is written', 
   }
 });
 
+test('a library of this version with other code is replaced, through either client', async () => {
+  const server = await TestServer.start({ setup: 'managed' });
+  try {
+    for (const kind of CLIENTS) {
+      const altered = LIBRARY.replace('\nlocal RETENTION_MS = ', '\n-- altered\nlocal RETENTION_MS = ');
+      await server.admin(['FUNCTION', 'LOAD', 'REPLACE', altered]);
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client);
+      try {
+        assert.equal(await locker.engine(), 'functions');
+        const listed = await server.raw(['FUNCTION', 'LIST', 'LIBRARYNAME', 'fencedlock', 'WITHCODE']);
+        assert.ok(!String(listed).includes('-- altered'), `${kind}: the package's own library is loaded now`);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    }
+  } finally {
+    await server.stop();
+  }
+});
+
 test('an older library is replaced; a forced engine is used as told', async () => {
   const server = await TestServer.start({ setup: 'managed' });
   try {
