@@ -86,6 +86,16 @@ fn escape_roff_line(line: &str) -> String {
     escaped
 }
 
+/// Stdout, where a closed pipe (`| head`) is an I/O failure, not a panic.
+fn emit(bytes: &[u8]) -> Result<u8, CliError> {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map_err(|e| CliError::Io(format!("cannot write to stdout: {e}")))?;
+    Ok(code::OK)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,14 +107,4 @@ mod tests {
         let section = verbatim_section("NOTES", "Examples:\n  fencedlock run k -- true");
         assert_eq!(section, ".SH NOTES\n.nf\nExamples:\n  fencedlock run k \\-\\- true\n.fi\n");
     }
-}
-
-/// Stdout, where a closed pipe (`| head`) is an I/O failure, not a panic.
-fn emit(bytes: &[u8]) -> Result<u8, CliError> {
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(bytes)
-        .and_then(|()| stdout.flush())
-        .map_err(|e| CliError::Io(format!("cannot write to stdout: {e}")))?;
-    Ok(code::OK)
 }

@@ -40,7 +40,8 @@ pub async fn elect(args: &ElectArgs, out: Output, signals: &mut Signals) -> Resu
     let key = args.key.name();
     let Some(label) = args.label.value() else {
         return Err(CliError::Usage(
-            "a leader has a label (`fencedlock leader` shows it): leave out --no-label, or give --label TEXT".into(),
+            "a leader has a label (`fencedlock leader` shows it): leave out --no-label, or give --label TEXT"
+                .into(),
         ));
     };
     let (lock, election) = election(&args.server, key, args.ttl)?;
@@ -73,7 +74,10 @@ pub async fn elect(args: &ElectArgs, out: Output, signals: &mut Signals) -> Resu
             run::stop_left_behind(job, args.kill_grace, out).await;
             resign(&lock, leadership, out).await;
             let exit = exit_code(status);
-            out.record(None, json!({ "outcome": "completed", "key": key, "epoch": epoch, "exit_code": exit }));
+            out.record(
+                None,
+                json!({ "outcome": "completed", "key": key, "epoch": epoch, "exit_code": exit }),
+            );
             Ok(exit)
         }
         Supervised::Lost { reason, status } => {
@@ -103,7 +107,12 @@ pub async fn elect(args: &ElectArgs, out: Output, signals: &mut Signals) -> Resu
 /// Waits until elected. A server that cannot answer for a while (down, paused, failing
 /// over) does not end the campaign: the candidate says so once and keeps trying, as a
 /// standing candidate should; anything else (a misconfiguration) does.
-async fn campaign(election: &Election, label: &str, ctx: Context<'_>, out: Output) -> Result<Leadership, CliError> {
+async fn campaign(
+    election: &Election,
+    label: &str,
+    ctx: Context<'_>,
+    out: Output,
+) -> Result<Leadership, CliError> {
     let mut told = false;
     loop {
         match election.campaign(label).await {
@@ -169,7 +178,10 @@ pub async fn leader(args: &LeaderArgs, out: Output, signals: &mut Signals) -> Re
 /// election's journal recorded and a poll no longer found leading.
 fn describe(key: &str, leader: Option<&Leader>) -> (String, serde_json::Value) {
     let Some(leader) = leader else {
-        return (format!("{key}  no leader"), json!({ "key": key, "leader": null, "epoch": null, "pttl_ms": null }));
+        return (
+            format!("{key}  no leader"),
+            json!({ "key": key, "leader": null, "epoch": null, "pttl_ms": null }),
+        );
     };
     let label = leader.label_lossy();
     let who = match &label {
@@ -182,6 +194,6 @@ fn describe(key: &str, leader: Option<&Leader>) -> (String, serde_json::Value) {
         false => format!("{} left", duration::format(leader.remaining)),
     };
     let text = format!("{key}  {who}  epoch {}  {when}", leader.epoch);
-    let pttl = (!gone).then(|| leader.remaining.as_millis() as u64);
+    let pttl = (!gone).then_some(leader.remaining.as_millis() as u64);
     (text, json!({ "key": key, "leader": label, "epoch": leader.epoch, "pttl_ms": pttl, "leading": !gone }))
 }

@@ -43,13 +43,15 @@ pub async fn hold(args: &HoldArgs, out: Output, signals: &mut Signals) -> Result
     let parent = args.pid.is_none();
     // SAFETY: getppid has no preconditions.
     let watched = args.pid.unwrap_or_else(|| unsafe { libc::getppid() });
-    let process = Process::open(watched, parent)
-        .map_err(|e| CliError::Usage(format!("cannot watch process {watched}: {e}; give a running process with --pid")))?;
+    let process = Process::open(watched, parent).map_err(|e| {
+        CliError::Usage(format!("cannot watch process {watched}: {e}; give a running process with --pid"))
+    })?;
     let process = Arc::new(process);
     let mut done = watch(Arc::clone(&process));
 
     let server = &args.server;
-    let options = LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: server.timeout, label: args.label.value() };
+    let options =
+        LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: server.timeout, label: args.label.value() };
     let lock = servers::open(server, options)?;
     let semaphore = servers::semaphore(&lock, key, args.permits.count)?;
     let ctx = Context::new(key, args.wait, server);
@@ -125,7 +127,9 @@ struct Process {
 impl Process {
     fn open(pid: libc::pid_t, parent: bool) -> std::io::Result<Process> {
         if pid <= 1 {
-            return Err(std::io::Error::other("it is not a process hold can outlive (init, or already gone)"));
+            return Err(std::io::Error::other(
+                "it is not a process hold can outlive (init, or already gone)",
+            ));
         }
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -164,8 +168,13 @@ impl Process {
         let rc = match &self.pidfd {
             // SAFETY: pidfd_send_signal on a pidfd we own, no siginfo, no flags.
             Some(fd) => unsafe {
-                libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig, std::ptr::null::<libc::siginfo_t>(), 0)
-                    as i32
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    fd.as_raw_fd(),
+                    sig,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0,
+                ) as i32
             },
             None if self.alive() => {
                 // SAFETY: kill(2) has no memory-safety preconditions.
@@ -227,6 +236,7 @@ fn is_pipe(fd: i32) -> bool {
     // SAFETY: fstat writes into the zeroed struct it is given.
     unsafe {
         let mut stat: libc::stat = std::mem::zeroed();
-        libc::fstat(fd, &mut stat) == 0 && matches!(stat.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
+        libc::fstat(fd, &mut stat) == 0
+            && matches!(stat.st_mode & libc::S_IFMT, libc::S_IFIFO | libc::S_IFSOCK)
     }
 }

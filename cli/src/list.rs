@@ -29,7 +29,12 @@ struct Row {
 /// Lists the (held) lock keys of every server.
 pub async fn list(args: &ListArgs, out: Output) -> Result<u8, CliError> {
     let server = &args.server;
-    let options = LeaseOptions { ttl: Duration::from_secs(1), wait: Duration::ZERO, timeout: server.timeout, label: None };
+    let options = LeaseOptions {
+        ttl: Duration::from_secs(1),
+        wait: Duration::ZERO,
+        timeout: server.timeout,
+        label: None,
+    };
     let lock = servers::open(server, options)?;
     let ctx = Context::new(&args.prefix, Duration::ZERO, server);
     let limits = ScanLimits { count: args.count, max_visited: args.max_scan };
@@ -81,7 +86,10 @@ pub async fn list(args: &ListArgs, out: Output) -> Result<u8, CliError> {
 }
 
 /// Every key's `STATUS`, a few at a time, in the order found.
-async fn statuses(node: &Node, keys: Vec<FoundKey>) -> Vec<(FoundKey, Result<Option<SemaphoreStatus>, Error>)> {
+async fn statuses(
+    node: &Node,
+    keys: Vec<FoundKey>,
+) -> Vec<(FoundKey, Result<Option<SemaphoreStatus>, Error>)> {
     stream::iter(keys)
         .map(|found| async move {
             let status = node.semaphore_status(&found.key).await;
@@ -148,12 +156,16 @@ impl Unread {
     fn note(&mut self, found: &FoundKey, err: &Error, ctx: Context<'_>) {
         self.count += 1;
         let ctx = Context { key: &found.key, ..ctx };
-        self.first.get_or_insert_with(|| format!("{:?}: {}", found.key, diagnose::explain(err, ctx).one_line()));
+        self.first
+            .get_or_insert_with(|| format!("{:?}: {}", found.key, diagnose::explain(err, ctx).one_line()));
     }
 
     fn report(&self, out: Output) {
         if let Some(first) = &self.first {
-            out.warning(&format!("{} lock key(s) could not be read and are not listed; the first: {first}", self.count));
+            out.warning(&format!(
+                "{} lock key(s) could not be read and are not listed; the first: {first}",
+                self.count
+            ));
         }
         if self.not_text > 0 {
             out.warning(&format!("{} lock key(s) whose names are not UTF-8 are not listed", self.not_text));

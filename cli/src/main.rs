@@ -69,7 +69,8 @@ fn main() -> ExitCode {
 }
 
 async fn dispatch(cli: &Cli, out: Output) -> Result<u8, CliError> {
-    let signals = || Signals::install().map_err(|e| CliError::Internal(format!("cannot install signal handlers: {e}")));
+    let signals =
+        || Signals::install().map_err(|e| CliError::Internal(format!("cannot install signal handlers: {e}")));
     match &cli.command {
         Command::Run(args) => run::run(args, out, &mut signals()?).await,
         Command::Acquire(args) => script::acquire(args, out).await,
@@ -143,7 +144,10 @@ fn usage_error(err: &clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
     let hint = if starts_a_command && !names_a_command(args) {
         let sub = subcommand.as_deref().unwrap_or("run");
         format!("; the command goes after `--` (fencedlock {sub} KEY -- CMD ARGS...), or is a shell string in -c 'CMD'")
-    } else if subcommand.as_deref() == Some("renew") && err.kind() == clap::error::ErrorKind::MissingRequiredArgument && line.contains("--ttl") {
+    } else if subcommand.as_deref() == Some("renew")
+        && err.kind() == clap::error::ErrorKind::MissingRequiredArgument
+        && line.contains("--ttl")
+    {
         "; renew needs the lease's ttl: the server keeps only the lease's deadline, not the ttl it was granted with".to_string()
     } else {
         String::new()

@@ -20,7 +20,10 @@ pub fn describe_semaphore(semaphore: &SemaphoreStatus) -> String {
     let mut text = format!("fence {}  permits {held} of {} held", semaphore.fence, semaphore.permits);
     for holder in &semaphore.holders {
         let pttl = Some(holder.remaining.as_millis() as u64);
-        text.push_str(&format!("\n  {}", describe(Some(holder.fence), true, pttl, label_text(holder).as_deref())));
+        text.push_str(&format!(
+            "\n  {}",
+            describe(Some(holder.fence), true, pttl, label_text(holder).as_deref())
+        ));
     }
     text
 }
@@ -74,7 +77,10 @@ mod tests {
     fn a_holders_label_is_shown_quoted_and_escaped() {
         assert_eq!(describe(Some(7), true, None, Some("node-a")), "fence 7  held  label \"node-a\"");
         // Arbitrary bytes cannot break the line or the terminal.
-        assert_eq!(describe(Some(7), true, None, Some("a\nb\u{1b}")), "fence 7  held  label \"a\\nb\\u{1b}\"");
+        assert_eq!(
+            describe(Some(7), true, None, Some("a\nb\u{1b}")),
+            "fence 7  held  label \"a\\nb\\u{1b}\""
+        );
         assert_eq!(describe(Some(7), false, None, None), "fence 7  free");
     }
 

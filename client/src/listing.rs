@@ -114,7 +114,8 @@ impl KeyScan {
         }
         let (cursor, keys) = <(String, Vec<Vec<u8>>)>::from_redis_value(reply)
             .map_err(|e| bad(format!("SCAN on {server} replied {e}")))?;
-        let cursor = cursor.parse().map_err(|_| bad(format!("SCAN on {server} replied cursor {cursor:?}")))?;
+        let cursor =
+            cursor.parse().map_err(|_| bad(format!("SCAN on {server} replied cursor {cursor:?}")))?;
         for key in keys.into_iter().filter(|key| !keyspace::is_internal(key)) {
             match String::from_utf8(key) {
                 Ok(key) => self.keys.push(FoundKey { server: server.to_owned(), key }),

@@ -667,7 +667,11 @@ impl Node {
     /// Any other command on the shared connection (routed by its key on a cluster), within the
     /// per-node timeout, its failure named after `operation`. For the requests around the
     /// leases (an election's journal), never for a lease's own commands.
-    pub(crate) async fn call<T: FromRedisValue>(&self, cmd: &Cmd, operation: &'static str) -> Result<T, Error> {
+    pub(crate) async fn call<T: FromRedisValue>(
+        &self,
+        cmd: &Cmd,
+        operation: &'static str,
+    ) -> Result<T, Error> {
         self.query(cmd, None).await.map_err(|f| self.error(operation, f))
     }
 
@@ -688,7 +692,9 @@ impl Node {
                 match self.routed(cmd, every).await.map_err(|f| self.error(operation, f))? {
                     redis::Value::Map(replies) => Ok(replies
                         .into_iter()
-                        .map(|(address, reply)| (String::from_redis_value(address).unwrap_or_default(), reply))
+                        .map(|(address, reply)| {
+                            (String::from_redis_value(address).unwrap_or_default(), reply)
+                        })
                         .collect()),
                     other => Err(Error::Server {
                         node: self.name.clone(),

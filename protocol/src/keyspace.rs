@@ -37,12 +37,8 @@ pub const JOURNAL_LABEL: &str = "label";
 
 /// The prefixes of the keys fencedlock writes beside lock keys (floors, wake-up lists,
 /// journals): never lock keys themselves, so a listing leaves them out.
-pub const INTERNAL_PREFIXES: [&str; 4] = [
-    cluster::FLOOR_KEY_PREFIX,
-    functions::FLOOR_KEY_PREFIX,
-    functions::WAKE_KEY_PREFIX,
-    JOURNAL_KEY_PREFIX,
-];
+pub const INTERNAL_PREFIXES: [&str; 4] =
+    [cluster::FLOOR_KEY_PREFIX, functions::FLOOR_KEY_PREFIX, functions::WAKE_KEY_PREFIX, JOURNAL_KEY_PREFIX];
 
 /// The journal of the election on `key`: `fencedlock:elected:{tag}:key`, in `key`'s slot.
 pub fn journal_key(key: &[u8]) -> Vec<u8> {

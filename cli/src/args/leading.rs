@@ -22,8 +22,9 @@ struct Known {
 pub fn move_after_subcommand(argv: Vec<OsString>) -> Vec<OsString> {
     let root = Cli::command();
     let known = options(&root);
-    let is_subcommand =
-        |word: &OsStr| root.get_subcommands().any(|sub| sub.get_all_aliases().chain([sub.get_name()]).any(|n| word == n));
+    let is_subcommand = |word: &OsStr| {
+        root.get_subcommands().any(|sub| sub.get_all_aliases().chain([sub.get_name()]).any(|n| word == n))
+    };
     let mut leading = Vec::new();
     let mut at = 1;
     while let Some(word) = argv.get(at) {
@@ -53,7 +54,13 @@ fn option_words(word: &OsStr, next: Option<&OsString>, known: &[Known]) -> usize
             None => (long, false),
         };
         return match known.iter().find(|k| k.long == name) {
-            Some(k) if k.takes_value && !inline => if next.is_some() { 2 } else { 1 },
+            Some(k) if k.takes_value && !inline => {
+                if next.is_some() {
+                    2
+                } else {
+                    1
+                }
+            }
             Some(_) => 1,
             None => 0,
         };

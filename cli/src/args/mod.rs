@@ -41,7 +41,12 @@ pub struct ServerArgs {
     /// Lock server URL: redis://, rediss:// (TLS) or redis+sentinel://HOST:PORT[,HOST:PORT…]/SERVICE.
     /// Repeat it (or separate with commas before each scheme) for fenced Redlock over
     /// independent servers.
-    #[arg(long = "redis", value_name = "URL", env = "FENCEDLOCK_REDIS", default_value = "redis://127.0.0.1:6379")]
+    #[arg(
+        long = "redis",
+        value_name = "URL",
+        env = "FENCEDLOCK_REDIS",
+        default_value = "redis://127.0.0.1:6379"
+    )]
     pub redis: Vec<String>,
 
     /// The --redis URLs are nodes of one Redis Cluster (any of them will do): each key goes to
@@ -393,7 +398,11 @@ fn default_label() -> String {
     // SAFETY: gethostname writes at most `name.len()` bytes into the buffer it is given.
     let rc = unsafe { libc::gethostname(name.as_mut_ptr().cast(), name.len()) };
     let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    let host = if rc == 0 && end > 0 { String::from_utf8_lossy(&name[..end]).into_owned() } else { "localhost".into() };
+    let host = if rc == 0 && end > 0 {
+        String::from_utf8_lossy(&name[..end]).into_owned()
+    } else {
+        "localhost".into()
+    };
     let label = format!("{host}:{}", std::process::id());
     // A host name near 255 bytes would make the label too long: keep its end (the pid).
     match label.len() <= MAX_LABEL_LEN {

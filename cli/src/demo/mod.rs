@@ -234,7 +234,12 @@ async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliEr
         t.log(name, "lock busy (another worker holds it); waiting for it");
     })
     .await
-    .map_err(|e| diagnose::explain(&e, Context { key: &race.key, waited: lock.config().max_wait(), credentials: false }))?;
+    .map_err(|e| {
+        diagnose::explain(
+            &e,
+            Context { key: &race.key, waited: lock.config().max_wait(), credentials: false },
+        )
+    })?;
     let fence = lease.fence();
     let role = match race.grants.fetch_add(1, Ordering::SeqCst) {
         0 => Role::Stalled,

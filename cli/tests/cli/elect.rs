@@ -29,11 +29,15 @@ fn the_next_candidate_leads_when_the_leaders_command_exits() {
     let url = server.url();
     let dir = scratch();
     let (started, go) = (p(dir.path(), "started"), p(dir.path(), "go"));
-    let first = format!("echo $FENCEDLOCK_EPOCH > '{}'; {}", p(dir.path(), "a").display(), hold_until(&started, &go));
+    let first =
+        format!("echo $FENCEDLOCK_EPOCH > '{}'; {}", p(dir.path(), "a").display(), hold_until(&started, &go));
     let a = spawn(&["elect", "sched", "--ttl", "2s", "--label", "A", "--redis", &url, "-c", &first]);
     wait_for_file(&started, HANG);
     let epoch_a = read_number(&p(dir.path(), "a"));
-    let second = format!("echo $FENCEDLOCK_EPOCH $FENCEDLOCK_FENCE $FENCEDLOCK_KEY > '{}'", p(dir.path(), "b").display());
+    let second = format!(
+        "echo $FENCEDLOCK_EPOCH $FENCEDLOCK_FENCE $FENCEDLOCK_KEY > '{}'",
+        p(dir.path(), "b").display()
+    );
     let b = spawn(&["elect", "sched", "--ttl", "2s", "--label", "B", "--redis", &url, "-c", &second]);
     // A leads, B waits (its command has not run), and anyone can ask who leads.
     let now = leader_json(&url, "sched");
@@ -67,13 +71,36 @@ fn a_leader_whose_server_is_paused_stops_its_command_and_another_leads_after() {
     let dir = scratch();
     let pid_file = p(dir.path(), "a.pid");
     let leader_cmd = format!("echo $$ > '{}'; exec sleep 60", pid_file.display());
-    let a = spawn(&["elect", "paused", "--ttl", "1500ms", "--timeout", "200ms", "--label", "A", "--redis", &url, "-c", &leader_cmd]);
+    let a = spawn(&[
+        "elect",
+        "paused",
+        "--ttl",
+        "1500ms",
+        "--timeout",
+        "200ms",
+        "--label",
+        "A",
+        "--redis",
+        &url,
+        "-c",
+        &leader_cmd,
+    ]);
     wait_for_file(&pid_file, HANG);
     let a_pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();
     let epoch_a = leader_json(&url, "paused")["epoch"].as_u64().expect("A leads");
     let b_file = p(dir.path(), "b");
     let b = spawn(&[
-        "elect", "paused", "--ttl", "1500ms", "--timeout", "200ms", "--label", "B", "--redis", &url, "-c",
+        "elect",
+        "paused",
+        "--ttl",
+        "1500ms",
+        "--timeout",
+        "200ms",
+        "--label",
+        "B",
+        "--redis",
+        &url,
+        "-c",
         &format!("echo $FENCEDLOCK_EPOCH > '{}'", b_file.display()),
     ]);
     std::thread::sleep(Duration::from_millis(200));

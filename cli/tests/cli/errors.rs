@@ -192,7 +192,11 @@ fn empty_blank_and_control_character_keys_are_refused_before_any_request() {
     assert!(empty.stderr.contains("unset"), "names the likely source: {empty:?}");
     let out = run(&["acquire", "--redis", nowhere, "--key", "job\n"]);
     assert_one_line_error(&out, USAGE, &["control character"]);
-    for sub in [&["status", ""][..], &["release", "", "--token", "t"], &["renew", "", "--ttl", "30s", "--token", "t"]] {
+    for sub in [
+        &["status", ""][..],
+        &["release", "", "--token", "t"],
+        &["renew", "", "--ttl", "30s", "--token", "t"],
+    ] {
         let mut args = sub.to_vec();
         args.extend(["--redis", nowhere]);
         assert_eq!(run(&args).code(), USAGE, "{args:?}");

@@ -119,7 +119,11 @@ fn one_exit_code_table_in_the_guide_every_help_and_every_man_page() {
     for denied in ["FUNCTION", "SCRIPT", "EVAL", "TLS"] {
         assert!(seventy_eight.contains(denied), "78 names {denied}: {seventy_eight}");
     }
-    assert_eq!(exit_codes_in(&help(&["--help"])), guide, "fencedlock --help (right) differs from docs/cli.md");
+    assert_eq!(
+        exit_codes_in(&help(&["--help"])),
+        guide,
+        "fencedlock --help (right) differs from docs/cli.md"
+    );
     assert_eq!(exit_codes_in(&man_text(&man(None))), guide, "fencedlock(1)");
     for sub in WITH_EXIT_CODES {
         assert_eq!(exit_codes_in(&help(&[sub, "--help"])), guide, "fencedlock {sub} --help");
@@ -147,15 +151,25 @@ fn the_subcommand_table_is_what_help_and_the_man_pages_say() {
     let run_help = help(&["run", "--help"]);
     let server = long_options(&run_help, Some("Server options:"));
     let output = long_options(&run_help, Some("Output options:"));
-    assert!(server.contains("--redis") && server.contains("--tls-key") && output.contains("--json"), "{run_help}");
+    assert!(
+        server.contains("--redis") && server.contains("--tls-key") && output.contains("--json"),
+        "{run_help}"
+    );
     for row in &rows {
         let sub = row[0].trim_matches('`');
         // What it does: the man page's subcommand list and the page's own name line.
         let about = row[1].replace('`', "");
         let entry = format!("fencedlock-{sub}(1)\n{about}");
-        assert!(root_man.replace("\\fB", "").replace("\\fR", "").replace('`', "").contains(&entry), "fencedlock(1) lacks {entry:?}");
+        assert!(
+            root_man.replace("\\fB", "").replace("\\fR", "").replace('`', "").contains(&entry),
+            "fencedlock(1) lacks {entry:?}"
+        );
         let page = man_text(&man(Some(sub)));
-        assert!(page.replace('`', "").contains(&format!(".SH NAME\nfencedlock-{sub} - {about}\n")), "fencedlock-{sub}(1)'s name line: {}", &page[..400.min(page.len())]);
+        assert!(
+            page.replace('`', "").contains(&format!(".SH NAME\nfencedlock-{sub} - {about}\n")),
+            "fencedlock-{sub}(1)'s name line: {}",
+            &page[..400.min(page.len())]
+        );
         // Its options: the named ones, and the server and output groups.
         let mut documented = BTreeSet::new();
         for word in row[2].split([' ', ',']).filter(|w| !w.is_empty()) {
@@ -168,7 +182,11 @@ fn the_subcommand_table_is_what_help_and_the_man_pages_say() {
             }
         }
         let sub_help = help(&[sub, "--help"]);
-        assert_eq!(documented, long_options(&sub_help, None), "docs/cli.md's options of {sub} (left) and its --help (right)");
+        assert_eq!(
+            documented,
+            long_options(&sub_help, None),
+            "docs/cli.md's options of {sub} (left) and its --help (right)"
+        );
     }
 }
 
@@ -176,7 +194,9 @@ fn the_subcommand_table_is_what_help_and_the_man_pages_say() {
 fn server_and_output_options_are_only_where_they_act() {
     for sub in ["plan", "completions", "man", "functions"] {
         let text = help(&[sub, "--help"]);
-        for option in ["--redis", "--cluster", "--engine", "--timeout", "--tls-cacert", "--quiet", "--verbose"] {
+        for option in
+            ["--redis", "--cluster", "--engine", "--timeout", "--tls-cacert", "--quiet", "--verbose"]
+        {
             assert!(!text.contains(option), "{sub} --help offers {option}, which does nothing there");
         }
         // Given before the subcommand, as scripts did, it is refused as after it.
@@ -186,7 +206,9 @@ fn server_and_output_options_are_only_where_they_act() {
     // `run --help`: run's own options first, then the server and the output options, each
     // under its heading.
     let text = help(&["run", "--help"]);
-    let at = |heading: &str| text.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading:?}: {text}"));
+    let at = |heading: &str| {
+        text.find(&format!("\n{heading}\n")).unwrap_or_else(|| panic!("no {heading:?}: {text}"))
+    };
     assert!(at("Options:") < at("Server options:") && at("Server options:") < at("Output options:"));
     let own = long_options(&text, Some("Options:"));
     assert!(own.contains("--ttl") && own.contains("--label") && !own.contains("--redis"), "{own:?}");

@@ -53,7 +53,8 @@ fn the_lease_lives_past_its_ttl_until_the_descriptor_is_closed_or_the_shell_exit
     );
     assert_eq!(out.code(), 0, "{out:?}");
     assert!(out.stdout.contains("free while the shell runs"), "{out:?}");
-    let fence: u64 = out.stdout.lines().next().and_then(|l| l.strip_prefix("fence ")).unwrap().parse().unwrap();
+    let fence: u64 =
+        out.stdout.lines().next().and_then(|l| l.strip_prefix("fence ")).unwrap().parse().unwrap();
     assert!(out.stdout.contains(&format!("script:k  fence {fence}  held")), "held after 2.5 s: {out:?}");
     assert!(out.stdout.contains("label \"step\""), "{out:?}");
     assert!(released_not_expired(&server, "script:k", released), "given back at exec 9<&-");
@@ -89,7 +90,11 @@ fn a_lost_lease_signals_the_shell_and_exits_76() {
         for i in $(seq 1 300); do sleep 0.02; done
         echo "never signalled" > outcome"#;
     let mut cmd = Command::new("bash");
-    cmd.arg("-c").arg(script).current_dir(dir.path()).env("FL", env!("CARGO_BIN_EXE_fencedlock")).env("URL", &url);
+    cmd.arg("-c")
+        .arg(script)
+        .current_dir(dir.path())
+        .env("FL", env!("CARGO_BIN_EXE_fencedlock"))
+        .env("URL", &url);
     let shell = spawn_cmd(&mut cmd);
     wait_for_file(&dir.path().join("started"), HANG);
     // Another party takes the key away: the next renewal fails.

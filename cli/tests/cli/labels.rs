@@ -37,7 +37,8 @@ fn leases_are_labelled_with_host_and_pid_unless_told_otherwise() {
     // `run` labels its lease too, while the command runs.
     let dir = scratch();
     let (started, go) = (p(dir.path(), "started"), p(dir.path(), "go"));
-    let runner = spawn(&["run", "lbl:run", "--label", "nightly", "--redis", &url, "-c", &hold_until(&started, &go)]);
+    let runner =
+        spawn(&["run", "lbl:run", "--label", "nightly", "--redis", &url, "-c", &hold_until(&started, &go)]);
     wait_for_file(&started, HANG);
     assert_eq!(label_of(&server, "lbl:run").as_deref(), Some("nightly"));
     std::fs::write(&go, "").unwrap();

@@ -45,7 +45,10 @@ fn a_cluster_lists_the_held_locks_of_every_primary() {
     let token = out.stdout.split_whitespace().next().expect("TOKEN FENCE").to_owned();
     assert_eq!(cli(&["release", "ls:job:gone", "--token", &token]).code(), 0);
     for label in ["a", "b"] {
-        assert_eq!(cli(&["acquire", "ls:pool", "--permits", "3", "--ttl", "60s", "--label", label]).code(), 0);
+        assert_eq!(
+            cli(&["acquire", "ls:pool", "--permits", "3", "--ttl", "60s", "--label", label]).code(),
+            0
+        );
     }
     assert_eq!(cli(&["acquire", "other:x", "--ttl", "60s"]).code(), 0);
 
@@ -69,14 +72,20 @@ fn a_cluster_lists_the_held_locks_of_every_primary() {
         assert_eq!(labels[key].as_str(), Some(format!("worker-{}", &key["ls:job:".len()..]).as_str()));
     }
     let pool = list["locks"].as_array().unwrap().iter().find(|l| l["key"] == "ls:pool").unwrap();
-    let holders: Vec<&str> = pool["holders"].as_array().unwrap().iter().map(|h| h["label"].as_str().unwrap()).collect();
+    let holders: Vec<&str> =
+        pool["holders"].as_array().unwrap().iter().map(|h| h["label"].as_str().unwrap()).collect();
     assert_eq!((pool["permits"].as_u64(), holders), (Some(3), vec!["a", "b"]));
 
     // The text: a line per lock (with its primary), a line per semaphore holder.
     let out = cli(&["ls", "ls:job:"]);
     assert_eq!(out.code(), 0, "{out:?}");
     assert_eq!(out.stdout.lines().count(), 9, "{out:?}");
-    assert!(out.stdout.lines().all(|l| l.contains("held") && l.contains("label \"worker-") && l.contains(" on 127.0.0.1:")), "{out:?}");
+    assert!(
+        out.stdout
+            .lines()
+            .all(|l| l.contains("held") && l.contains("label \"worker-") && l.contains(" on 127.0.0.1:")),
+        "{out:?}"
+    );
 }
 
 #[test]

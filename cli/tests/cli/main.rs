@@ -25,6 +25,6 @@ mod process_tree;
 mod run;
 mod script;
 mod semaphore;
-mod server_config;
 mod sentinel;
+mod server_config;
 mod tls;

@@ -110,7 +110,8 @@ fn json_output_is_machine_readable() {
     assert!(st["pttl_ms"].as_u64().unwrap() <= 3000);
     assert!(!st.to_string().contains(&token), "status never shows the token");
 
-    let renewed = json(&run(&["renew", "--json", "--redis", &url, "-k", "j", "--ttl", "3s", "--token", &token]));
+    let renewed =
+        json(&run(&["renew", "--json", "--redis", &url, "-k", "j", "--ttl", "3s", "--token", &token]));
     assert_eq!(renewed["renewed"], true);
     let released = json(&run(&["release", "--json", "--redis", &url, "-k", "j", "--token", &token]));
     assert_eq!(released["released"], true);
@@ -171,7 +172,8 @@ fn several_servers_acquire_by_majority_with_one_fence() {
     assert_eq!(st["held"], true);
     assert_eq!(st["servers"].as_array().unwrap().len(), 3);
     assert_eq!(
-        json(&run(&["renew", "--json", "--redis", &urls, "-k", "m", "--ttl", "30s", "--token", &token]))["renewed"],
+        json(&run(&["renew", "--json", "--redis", &urls, "-k", "m", "--ttl", "30s", "--token", &token]))
+            ["renewed"],
         true
     );
     assert_eq!(

@@ -38,7 +38,13 @@ fn the_repository_config_starts_a_server_with_the_module_from_the_checkout() {
         }
         if let Ok(Some(exit)) = server.try_wait() {
             let mut log = String::new();
-            for pipe in [server.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read>), server.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read>)].into_iter().flatten() {
+            for pipe in [
+                server.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read>),
+                server.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read>),
+            ]
+            .into_iter()
+            .flatten()
+            {
                 let mut pipe = pipe;
                 let _ = pipe.read_to_string(&mut log);
             }
@@ -118,7 +124,7 @@ fn run_server_builds_the_module_only_when_its_sources_changed() {
     }
     fs::write(checkout.path("target/release/libfencedlock_module.so"), "").unwrap();
     checkout.touch("target/release/libfencedlock_module.so", "2024-06-01");
-    assert_eq!(checkout.run_server(), [serve.clone()]);
+    assert_eq!(checkout.run_server(), std::slice::from_ref(&serve));
     // A source changed since: built again.
     checkout.touch("protocol/src/lib.rs", "2024-07-01");
     assert_eq!(checkout.run_server(), [build, serve]);
