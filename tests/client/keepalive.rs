@@ -103,6 +103,35 @@ async fn with_lease_runs_the_work_and_releases() {
     );
 }
 
+/// Fallible work: its own error comes back as is (one `?` for it and the lock's), and the
+/// lease is released all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_lease_returns_the_works_error_and_releases() {
+    #[derive(Debug)]
+    enum JobError {
+        Lock(Error),
+        Failed(u64),
+    }
+    impl From<Error> for JobError {
+        fn from(e: Error) -> Self {
+            JobError::Lock(e)
+        }
+    }
+    let server = Server::start();
+    let locker = Locker::open(&server.url(), config(450, 120)).unwrap();
+    let result: Result<(), JobError> =
+        locker.with_lease("failing", |lease| async move { Err(JobError::Failed(lease.fence())) }).await;
+    assert!(matches!(result, Err(JobError::Failed(fence)) if fence > 0), "{result:?}");
+    wait_released(&[&server], "failing", Duration::from_secs(2)).await;
+    // The lock's own error converts into the work's type.
+    let _held = locker.try_acquire("taken").await.unwrap();
+    let once =
+        fencedlock::LockConfig::builder().ttl(Duration::from_millis(450)).max_wait(Duration::ZERO).build();
+    let busy = Locker::open(&server.url(), once.unwrap()).unwrap();
+    let result: Result<(), JobError> = busy.with_lease("taken", |_| async { Ok(()) }).await;
+    assert!(matches!(result, Err(JobError::Lock(Error::Contended { .. }))), "{result:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_lease_drops_the_work_when_the_lease_is_lost() {
     let server = Server::start();
