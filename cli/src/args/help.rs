@@ -219,8 +219,8 @@ The shell idiom, beside flock's:
   # flock: the lock lives as long as fd 9 is open
   exec 9>/var/lock/deploy.lock; flock -n 9 || exit 75
   # fencedlock: the lease lives as long as fd 9 is open (and the shell runs)
-  exec 9< <(fencedlock hold deploy --ttl 30s); read -r fence <&9 || exit 75
   trap 'echo \"lease lost\" >&2; exit 76' TERM
+  exec 9< <(fencedlock hold deploy --ttl 30s); read -r fence <&9 || exit 75
   ./step1.sh \"$fence\"; ./step2.sh \"$fence\"
   exec 9<&-    # release now (flock: flock -u 9, or exec 9>&-); or let the script end
 A step that must stop the moment the lease is lost belongs under `fencedlock run`: a shell
