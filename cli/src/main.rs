@@ -134,7 +134,13 @@ fn usage_error(err: &clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
     // Subcommand names from the parser itself, so a new subcommand gets its own help hint.
     let parser = <Cli as clap::CommandFactory>::command();
     let words = || args.iter().skip(1).map(|a| a.to_string_lossy());
-    let subcommand = words().find(|a| parser.get_subcommands().any(|sub| sub.get_name() == a));
+    // By name or alias (`ls`), as the subcommand's own name.
+    let subcommand = words().find_map(|word| {
+        parser
+            .get_subcommands()
+            .find(|sub| sub.get_name() == word || sub.get_all_aliases().any(|alias| alias == word))
+            .map(|sub| sub.get_name().to_owned())
+    });
     let help = match &subcommand {
         Some(sub) => format!("fencedlock {sub} --help"),
         None => "fencedlock --help".to_string(),
