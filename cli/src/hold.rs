@@ -126,10 +126,9 @@ struct Process {
 
 impl Process {
     fn open(pid: libc::pid_t, parent: bool) -> std::io::Result<Process> {
-        if pid <= 1 {
-            return Err(std::io::Error::other(
-                "it is not a process hold can outlive (init, or already gone)",
-            ));
+        // Pid 1 stays allowed: a container's shell is its namespace's init.
+        if pid <= 0 {
+            return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
         }
         // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
         let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
