@@ -16,13 +16,13 @@ static SCRIPT_SHA: LazyLock<String> =
 /// The engine a server runs the lease commands with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Engine {
-    /// The `fencedlock` module (`FENCEDLOCK.*` commands): every guarantee in the README's
-    /// table, waiting on the server (`BLOCK`).
+    /// The `fencedlock` module (`FENCEDLOCK.*` commands): every guarantee in the table of
+    /// `docs/guarantees.md`, waiting on the server (`BLOCK`).
     Module,
     /// The `fencedlock` Functions library (`FCALL fencedlock_*`): the same replies, leases on
     /// the server's wall clock, and waiting in the client between attempts, woken by a
-    /// release (`BLPOP` on the key's wake-up list) or the holder's expiry (see the README's
-    /// guarantees table, functions column).
+    /// release (`BLPOP` on the key's wake-up list) or the holder's expiry (see `docs/guarantees.md`,
+    /// functions column).
     Functions,
     /// The Functions library's source run as a script (`EVALSHA`), for servers that deny
     /// `FUNCTION`: the Functions engine's replies and guarantees, the script loaded again

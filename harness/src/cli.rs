@@ -1,4 +1,4 @@
-//! Running the system `redis-cli` against a server, as a README reader would.
+//! Running the system `redis-cli` against a server, as a reader of the docs would.
 
 use std::ffi::OsStr;
 use std::process::{Command, Output, Stdio};

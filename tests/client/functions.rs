@@ -316,7 +316,7 @@ async fn a_user_denied_function_runs_the_library_as_a_script() {
     assert!(after.fence() > fence);
 }
 
-/// Not held on this engine (the README's guarantees table says so): the library keeps its
+/// Not held on this engine (docs/guarantees.md says so): the library keeps its
 /// holders in the lock key's hash, so whoever may read the key reads the tokens, while the
 /// module's value shows no token to any command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

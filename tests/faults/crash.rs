@@ -214,7 +214,7 @@ fn power_loss_with_everysec_can_lose_acknowledged_leases_but_never_repeats_a_fen
 fn restart_grace_closes_the_lease_gap_after_a_power_loss() {
     let rt = runtime();
     let mut s = aof_server("everysec");
-    // The grace must be at least the longest ttl (README: "Guarantees").
+    // The grace must be at least the longest ttl (docs/guarantees.md).
     let grace = Duration::from_millis(LOST_TTL_MS + 300);
     s.set_restart_arg("fencedlock.restart-grace-ms", &grace.as_millis().to_string());
     let (history, lost) = power_loss(&mut s, &rt, LOST_TTL_MS);

@@ -9,7 +9,7 @@
 //! the clock is behind it. An idle lock key expires `RETENTION_MS` after its last lease ends.
 //!
 //! Each test is named for what it shows; the ones named for a failure show where the library
-//! does not give a guarantee the module gives, so the README's functions column is honest:
+//! does not give a guarantee the module gives, so the functions column of docs/guarantees.md is honest:
 //!
 //! - `crash`: `kill -9` and restarts from an fsync-always AOF, and a power loss of the AOF's
 //!   tail with `everysec`.
@@ -237,7 +237,7 @@ where
     }
 }
 
-/// A resource that checks fences as the README tells one to: it takes a write whose fence is
+/// A resource that checks fences as docs/resource.md tells one to: it takes a write whose fence is
 /// at least the largest it has taken (the same holder may write again) and refuses a lower
 /// one. The check is the point of the fence, so the tests ask it, not only compare numbers.
 #[derive(Debug, Default)]

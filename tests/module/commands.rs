@@ -1,4 +1,4 @@
-//! The module's command contract (README "Command reference") against a real server of the
+//! The module's command contract (docs/commands.md) against a real server of the
 //! flavor in `FENCEDLOCK_FLAVOR`: replies, the paused-worker A/B timeline, fences,
 //! bad input (clear error, nothing changed), secrets, configs, counters, DUMP/RESTORE/COPY.
 
@@ -759,7 +759,7 @@ fn commands_declare_their_key_and_flags() {
 }
 
 // ---------------------------------------------------------------------------------------
-// redis-cli, as a README reader types it
+// redis-cli, as a reader of the docs types it
 // ---------------------------------------------------------------------------------------
 
 #[test]

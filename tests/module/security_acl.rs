@@ -5,7 +5,7 @@
 //!   ACL categories (Valkey 8+, Redis 7.4+), `+@fencedlock` grants them all.
 //! - Tokens never show in INFO (every section), STATUS, error replies, ACL LOG, CLIENT LIST or
 //!   the server log (at `loglevel debug`), nor next to a lease's public label. `MONITOR` and `SLOWLOG` show command arguments, the
-//!   token included, as for any Redis command (README, "Guarantees"); a lock user with
+//!   token included, as for any Redis command (docs/guarantees.md); a lock user with
 //!   `-@all +<commands>` (or `-monitor -slowlog`) cannot run them.
 //!
 //! Token checks for keyspace events and every bad-input error are in

@@ -1,4 +1,4 @@
-//! Where the library does not give what the module gives, shown so the README's functions
+//! Where the library does not give what the module gives, shown so docs/guarantees.md's functions
 //! column can say "not held" with a test behind it:
 //!
 //! - No FIFO: a script cannot block, so a release only wakes a waiter, which asks again; a
