@@ -3,10 +3,12 @@
 //! as a script where `FUNCTION` is denied too. Detected per server on the first request, or
 //! forced by [`LockConfigBuilder::engine`](crate::LockConfigBuilder::engine).
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use fencedlock_protocol::command::{Command, ACQUIRE};
 use fencedlock_protocol::functions;
+use fencedlock_protocol::request::{Acquire, Request};
 use redis::{Cmd, ErrorKind, RedisError};
 
 /// The SHA1 of [`functions::eval_script`], by which `EVALSHA` names it.
@@ -46,50 +48,46 @@ impl Engine {
         self == Engine::Module
     }
 
-    /// The request for `command` on `key`; `rest` appends the arguments after the key. The
-    /// Functions form also names the key's floor key where the function takes it, so fences
-    /// survive the deletion or expiry of the lock key, and a release the key's wake-up list,
-    /// so waiters are woken by it.
-    pub(crate) fn command(self, command: &Command, key: &[u8], rest: impl FnOnce(&mut Cmd)) -> Cmd {
-        self.request(command, key, false, rest)
+    /// `request` as this engine's command, word for word as the protocol builds it, the name
+    /// and the key replaced by the engine's form of them. The Functions form also names the
+    /// key's floor key where the function takes it, so fences survive the deletion or expiry
+    /// of the lock key, and a release the key's wake-up list, so waiters are woken by it.
+    pub(crate) fn call<'a, R: Request<'a>>(self, request: &R) -> Cmd {
+        self.form(&R::COMMAND, &request.words(), false)
     }
 
-    /// `ACQUIRE` as a waiter sends it: the Functions form names the key's wake-up list, so a
-    /// refusal asks the releases to come to wake the waiter (most releases have nobody to
-    /// wake, and skip the list).
-    pub(crate) fn waiting_acquire(self, key: &[u8], rest: impl FnOnce(&mut Cmd)) -> Cmd {
-        self.request(&ACQUIRE, key, true, rest)
+    /// An `ACQUIRE` as a waiter sends it: the Functions form names the key's wake-up list, so
+    /// a refusal asks the releases to come to wake the waiter (most releases have nobody to
+    /// wake and skip the list).
+    pub(crate) fn waiting_call(self, request: &Acquire<'_>) -> Cmd {
+        self.form(&ACQUIRE, &request.words(), true)
     }
 
-    fn request(self, command: &Command, key: &[u8], waiting: bool, rest: impl FnOnce(&mut Cmd)) -> Cmd {
+    fn form(self, command: &Command, words: &[Cow<'_, [u8]>], waiting: bool) -> Cmd {
+        let (key, rest) = match words {
+            [_name, key, rest @ ..] => (&key[..], rest),
+            // Every request has its key; a bug here must not send a malformed command.
+            _ => (&b""[..], &[][..]),
+        };
         let mut cmd = match (self, functions::function(command)) {
             (Engine::Functions | Engine::Script, Some(function)) => {
-                let wakes = waiting || functions::takes_wake(command);
-                let keys = if wakes {
-                    vec![functions::floor_key(key), functions::wake_key(key)]
-                } else if functions::takes_floor(command) {
-                    vec![functions::floor_key(key)]
-                } else {
-                    Vec::new()
-                };
+                let keys = functions::call_keys(command, key, waiting);
                 // FCALL names the function before the keys; the script takes it as ARGV[1].
                 let mut cmd = match self {
                     Engine::Script => redis::cmd("EVALSHA").arg(SCRIPT_SHA.as_str()).take(),
                     _ => redis::cmd("FCALL").arg(function).take(),
                 };
-                cmd.arg(1 + keys.len()).arg(key).arg(keys);
+                cmd.arg(keys.len()).arg(keys);
                 if self == Engine::Script {
                     cmd.arg(function);
                 }
                 cmd
             }
-            _ => {
-                let mut cmd = redis::cmd(command.name);
-                cmd.arg(key);
-                cmd
-            }
+            _ => redis::cmd(command.name).arg(key).take(),
         };
-        rest(&mut cmd);
+        for word in rest {
+            cmd.arg(&word[..]);
+        }
         cmd
     }
 }
@@ -147,7 +145,8 @@ pub enum EngineChoice {
 mod tests {
     use super::*;
     use crate::node::tests::words;
-    use fencedlock_protocol::command::{RELEASE, RENEW, STATUS};
+    use fencedlock_protocol::request::Status;
+    use fencedlock_protocol::{Raise, Release, Renew};
 
     #[test]
     fn the_library_code_is_found_in_a_function_list_reply() {
@@ -171,34 +170,33 @@ mod tests {
 
     #[test]
     fn each_engine_names_the_command_its_own_way() {
-        let renew = |engine: Engine| {
-            words(&engine.command(&RENEW, b"k", |c| {
-                c.arg("t").arg(5);
-            }))
-        };
+        let renew = |engine: Engine| words(&engine.call(&Renew { key: b"k", token: b"t", ttl_ms: 5 }));
         assert_eq!(renew(Engine::Module), ["FENCEDLOCK.RENEW", "k", "t", "5"]);
         let floor = String::from_utf8(functions::floor_key(b"k")).expect("ascii");
         assert_eq!(
             renew(Engine::Functions),
             ["FCALL", "fencedlock_renew", "2", "k", floor.as_str(), "t", "5"]
         );
-        let status = words(&Engine::Functions.command(&STATUS, b"k", |_| {}));
+        let script = words(&Engine::Script.call(&Raise { key: b"k", token: b"t", fence: 9 }));
+        assert_eq!(
+            script,
+            ["EVALSHA", SCRIPT_SHA.as_str(), "2", "k", floor.as_str(), "fencedlock_raise", "t", "9"]
+        );
+        let status = words(&Engine::Functions.call(&Status { key: b"k" }));
         assert_eq!(status, ["FCALL", "fencedlock_status", "1", "k"]);
         let wake = String::from_utf8(functions::wake_key(b"k")).expect("ascii");
-        let release = words(&Engine::Functions.command(&RELEASE, b"k", |c| {
-            c.arg("t");
-        }));
+        let release = words(&Engine::Functions.call(&Release { key: b"k", token: b"t" }));
         assert_eq!(release, ["FCALL", "fencedlock_release", "3", "k", floor.as_str(), wake.as_str(), "t"]);
-        let waiting = words(&Engine::Functions.waiting_acquire(b"k", |c| {
-            c.arg("t").arg(5);
-        }));
+        let acquire = Acquire::mutex(b"k", b"t", 5);
+        let waiting = words(&Engine::Functions.waiting_call(&acquire));
         assert_eq!(
             waiting,
             ["FCALL", "fencedlock_acquire", "3", "k", floor.as_str(), wake.as_str(), "t", "5"]
         );
-        let module = words(&Engine::Module.waiting_acquire(b"k", |c| {
-            c.arg("t").arg(5);
-        }));
-        assert_eq!(module, ["FENCEDLOCK.ACQUIRE", "k", "t", "5"]);
+        assert_eq!(words(&Engine::Module.waiting_call(&acquire)), ["FENCEDLOCK.ACQUIRE", "k", "t", "5"]);
+        assert_eq!(
+            words(&Engine::Functions.call(&acquire)),
+            ["FCALL", "fencedlock_acquire", "2", "k", floor.as_str(), "t", "5"]
+        );
     }
 }

@@ -44,7 +44,7 @@ pub enum Cause {
     /// The TLS handshake failed: the certificates do not match.
     Tls,
     /// Neither engine: no module, and the Functions library could not be loaded (the client's
-    /// own error, code [`NO_ENGINE`]).
+    /// own error, code `NOENGINE`).
     NoEngine,
     /// Anything else: the module's own refusals ([`crate::ReplyError`]), `WRONGTYPE`, a
     /// broken reply.

@@ -8,7 +8,6 @@ use fencedlock_protocol::limits::MAX_MAX_TTL_MS;
 use crate::backend::EngineChoice;
 use crate::backoff::Backoff;
 use crate::error::Error;
-use crate::terms::check_label;
 use crate::tls::Tls;
 use crate::token::{Token, TokenFormat};
 use crate::validity;
@@ -220,7 +219,7 @@ impl LockConfig {
             }
         }
         if let Some(label) = &self.label {
-            check_label(label)?;
+            Error::check_label(label)?;
         }
         if self.confirm_replicas > 0 {
             if self.confirm_timeout.is_zero() {

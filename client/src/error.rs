@@ -2,7 +2,9 @@
 
 use std::time::Duration;
 
+use fencedlock_protocol::command::{label_len_ok, permits_ok};
 use fencedlock_protocol::key::KeyProblem;
+use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS};
 use fencedlock_protocol::{ReplyError, StatusError};
 
 use crate::cause::Cause;
@@ -183,7 +185,27 @@ impl Error {
     /// `Ok` for a key the clients send ([`fencedlock_protocol::key::check`]), else
     /// [`Error::InvalidKey`]: checked before any request.
     pub(crate) fn check_key(key: &str) -> Result<(), Error> {
-        fencedlock_protocol::key::check(key).map_err(|problem| Error::InvalidKey { key: key.to_owned(), problem })
+        fencedlock_protocol::key::check(key)
+            .map_err(|problem| Error::InvalidKey { key: key.to_owned(), problem })
+    }
+
+    /// The label rules of the protocol, checked before anything is sent.
+    pub(crate) fn check_label(label: &[u8]) -> Result<(), Error> {
+        if !label_len_ok(label) {
+            return Err(Error::Config(format!(
+                "a label must be 1 to {MAX_LABEL_LEN} bytes (it is public: STATUS shows it), got {}",
+                label.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The permit rules of the protocol, checked before anything is sent.
+    pub(crate) fn check_permits(permits: u32) -> Result<(), Error> {
+        if !permits_ok(u64::from(permits)) {
+            return Err(Error::Config(format!("a semaphore has 1 to {MAX_PERMITS} permits, got {permits}")));
+        }
+        Ok(())
     }
 
     /// The module's error reply behind an [`Error::Server`], by kind: a bad request, the
@@ -222,6 +244,21 @@ mod tests {
     use crate::quorum::Vote;
     use redis::{ErrorKind, RedisError, ServerErrorKind};
 
+    #[test]
+    fn labels_follow_the_protocol_limits() {
+        assert!(matches!(Error::check_label(b""), Err(Error::Config(_))));
+        assert!(Error::check_label(b"a").is_ok());
+        assert!(Error::check_label(&[b'x'; MAX_LABEL_LEN]).is_ok());
+        assert!(matches!(Error::check_label(&[b'x'; MAX_LABEL_LEN + 1]), Err(Error::Config(_))));
+    }
+
+    #[test]
+    fn permits_follow_the_protocol_limits() {
+        assert!(matches!(Error::check_permits(0), Err(Error::Config(_))));
+        assert!(Error::check_permits(1).is_ok() && Error::check_permits(MAX_PERMITS).is_ok());
+        assert!(matches!(Error::check_permits(MAX_PERMITS + 1), Err(Error::Config(_))));
+    }
+
     fn server(kind: ErrorKind, text: &'static str) -> Error {
         Error::Server { node: "n".into(), source: RedisError::from((kind, text)) }
     }
@@ -238,7 +275,10 @@ mod tests {
         assert!(!Error::Config("bad".into()).is_retryable());
         let empty = Error::check_key("").expect_err("refused");
         assert!(!empty.is_retryable() && !empty.is_unavailable());
-        assert_eq!(empty.to_string(), "invalid lock key \"\": the lock key is empty (an unset variable expands to nothing)");
+        assert_eq!(
+            empty.to_string(),
+            "invalid lock key \"\": the lock key is empty (an unset variable expands to nothing)"
+        );
         assert!(Error::check_key("invoice:inv_72").is_ok());
         let lost = Error::LeaseLost { key: "k".into(), cause: LossCause::Expired };
         assert!(!lost.is_retryable());

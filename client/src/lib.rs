@@ -21,10 +21,15 @@
 //!   grants even though they come from different majorities (see [`Fencing`] for the raise
 //!   step and its safety argument). Every lease method is the [`Locker`]'s.
 //!
-//! Inside, one engine runs every lease; which way (one server, with or without replica
-//! confirmation, or a quorum, with or without the raise step) is decided once, when the
-//! locker is built. Every ACQUIRE is the protocol crate's `Acquire` request, built in one
-//! place from the lease's terms (label, permits) and sent through one entry point per server.
+//! Inside, three layers, each using only the ones below: the primitives (lockers, keep-alive,
+//! the failure policy, elections, semaphores), the acquisition layer, whose coordinator alone
+//! knows the topology (one server, with or without replica confirmation, or a quorum, with or
+//! without the raise step; decided once, when the locker is built) and picks each round, and
+//! the node, one server's connections and requests. Every request is the protocol crate's
+//! typed request (`Acquire`, `Renew`, `Release`, `Raise`, `Status`), each ACQUIRE built once
+//! from the lease's terms (label, permits) and sent through one entry point per server.
+//! TLS, Sentinel, Cluster and metrics are cargo features, all on by default (`docs/rust.md`,
+//! *Cargo features*).
 //! - [`Lease`]: key, fence, 128-bit random token, validity on the local monotonic clock
 //!   measured from *before* the request minus clock drift; [`Lease::ensure_valid`],
 //!   [`Lease::renew`], [`Lease::release`].
@@ -199,37 +204,23 @@
 
 #![warn(missing_docs)]
 
+mod acquisition;
 mod backend;
 mod backoff;
 mod cause;
 mod config;
-mod confirm;
-mod election;
-mod engine;
 mod error;
-mod fenced;
-mod keepalive;
-mod lease;
-mod listing;
-mod locker;
 pub mod metrics;
 mod node;
-mod policy;
-mod pool;
+mod primitives;
 mod quorum;
 mod redact;
-mod replicas;
-mod round;
-mod semaphore;
-mod sentinel;
-mod terms;
 mod tls;
 mod token;
-mod trailing;
 mod validity;
-mod waiting;
-mod wake;
 
+pub use acquisition::fenced::Fencing;
+pub use acquisition::lease::Lease;
 pub use backend::{Engine, EngineChoice};
 pub use backoff::Backoff;
 pub use cause::Cause;
@@ -237,23 +228,21 @@ pub use config::{
     LockConfig, LockConfigBuilder, OnUnavailable, DEFAULT_CONFIRM_TIMEOUT, DEFAULT_MAX_BLOCKING,
     DEFAULT_NODE_TIMEOUT, MAX_TTL,
 };
-pub use election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW, MIN_POLL_INTERVAL};
 pub use error::{Error, LossCause};
-pub use fenced::Fencing;
-pub use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
 pub use fencedlock_protocol::key::{check as check_key, KeyProblem};
+pub use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
 pub use fencedlock_protocol::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus, StatusError};
-pub use keepalive::{KeptLease, LeaseHandle};
-pub use lease::Lease;
-pub use listing::{FoundKey, KeyScan, ScanLimits};
-pub use locker::{Locker, Redlock};
 pub use node::Node;
-pub use policy::Acquisition;
+pub use primitives::election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW, MIN_POLL_INTERVAL};
+pub use primitives::keepalive::{KeptLease, LeaseHandle};
+pub use primitives::listing::{FoundKey, KeyScan, ScanLimits};
+pub use primitives::locker::{Locker, Redlock};
+pub use primitives::policy::Acquisition;
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell
 // server errors apart: callers match on the very `redis` version this crate was built with.
+pub use primitives::semaphore::Semaphore;
 pub use redis;
-pub use semaphore::Semaphore;
 pub use tls::Tls;
 pub use token::{Token, TokenFormat, TOKEN_BYTES};
 // What a kept-alive lease, a leadership and `with_lease`'s work select on: named here so that

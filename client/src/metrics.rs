@@ -25,10 +25,45 @@
 //! Events (a lease lost, an acquisition that failed open, a release that failed) are logged
 //! with `tracing` as well: the numbers aggregate across processes and over time, the events
 //! say which key, which fence and why.
+//!
+//! A build without the `metrics` feature keeps the names and records nothing.
 
 use std::time::{Duration, Instant};
 
+#[cfg(feature = "metrics")]
+use metrics::{counter, histogram};
+
 use crate::error::Error;
+
+/// Without the `metrics` feature the recording calls below compile to nothing.
+#[cfg(not(feature = "metrics"))]
+mod off {
+    /// The counter or histogram of a build without metrics: it records nothing.
+    pub(super) struct Off;
+
+    impl Off {
+        pub(super) fn increment(&self, _: u64) {}
+        pub(super) fn record(&self, _: f64) {}
+    }
+
+    /// The facade's macros' shape: a name, then `label => value` pairs (evaluated, so the
+    /// code reads the same with and without the feature, and dropped).
+    macro_rules! counter {
+        ($name:expr $(, $label:expr => $value:expr)*) => {{
+            let _ = ($name $(, $label, $value)*);
+            off::Off
+        }};
+    }
+    macro_rules! histogram {
+        ($name:expr $(, $label:expr => $value:expr)*) => {{
+            let _ = ($name $(, $label, $value)*);
+            off::Off
+        }};
+    }
+    pub(super) use {counter, histogram};
+}
+#[cfg(not(feature = "metrics"))]
+use off::{counter, histogram};
 
 /// Histogram, seconds: how long each acquisition call took (`try_acquire`, `acquire`,
 /// `with_lease`, `acquire_with_policy`), labelled with its [`OUTCOME`].
@@ -101,12 +136,18 @@ pub const ALL: [&str; 10] = [
 /// the lock's own. Call it where the conditional write (`… WHERE last_fence <= :fence`)
 /// matched no row.
 pub fn record_fence_refusal() {
-    metrics::counter!(FENCE_REFUSALS_TOTAL).increment(1);
+    counter!(FENCE_REFUSALS_TOTAL).increment(1);
 }
 
 /// Describes every metric (unit and help text) to the installed recorder; exporters show
 /// the text. Optional: the metrics are recorded either way.
 pub fn describe() {
+    #[cfg(feature = "metrics")]
+    describe_all();
+}
+
+#[cfg(feature = "metrics")]
+fn describe_all() {
     use metrics::Unit;
     metrics::describe_histogram!(ACQUIRE_SECONDS, Unit::Seconds, "Duration of acquisition calls, by outcome");
     metrics::describe_histogram!(
@@ -181,46 +222,41 @@ fn is_contention(err: &Error) -> bool {
 /// Records one acquisition call that started at `start`; `waits`: whether the call could wait.
 pub(crate) fn acquired(start: Instant, waits: bool, outcome: Outcome) {
     let took = start.elapsed().as_secs_f64();
-    metrics::histogram!(ACQUIRE_SECONDS, OUTCOME => outcome.label()).record(took);
+    histogram!(ACQUIRE_SECONDS, OUTCOME => outcome.label()).record(took);
     if waits && matches!(outcome, Outcome::Locked | Outcome::Contended) {
-        metrics::histogram!(WAIT_SECONDS).record(took);
+        histogram!(WAIT_SECONDS).record(took);
     }
 }
 
 /// Records one acquisition attempt (round) that failed with `err`.
 pub(crate) fn attempt_failed(err: &Error) {
     match Outcome::of_error(err) {
-        Outcome::Contended => metrics::counter!(CONTENDED_TOTAL).increment(1),
-        Outcome::Unavailable => metrics::counter!(UNAVAILABLE_TOTAL).increment(1),
+        Outcome::Contended => counter!(CONTENDED_TOTAL).increment(1),
+        Outcome::Unavailable => counter!(UNAVAILABLE_TOTAL).increment(1),
         _ => {}
     }
 }
 
 /// Records a renewal's result.
 pub(crate) fn renewed(ok: bool) {
-    if ok {
-        metrics::counter!(RENEWALS_TOTAL).increment(1);
-    } else {
-        metrics::counter!(RENEWAL_FAILURES_TOTAL).increment(1);
-    }
+    counter!(if ok { RENEWALS_TOTAL } else { RENEWAL_FAILURES_TOTAL }).increment(1);
 }
 
 /// Records a lease lost while held (the caller makes sure each lease counts once).
 pub(crate) fn lease_lost() {
-    metrics::counter!(LEASES_LOST_TOTAL).increment(1);
+    counter!(LEASES_LOST_TOTAL).increment(1);
 }
 
 /// Records the end of a lease held for `held` out of a `ttl` lease.
 pub(crate) fn released(held: Duration, ttl: Duration) {
     let held = held.as_secs_f64();
-    metrics::histogram!(HOLD_SECONDS).record(held);
-    metrics::histogram!(HOLD_RATIO).record(held / ttl.as_secs_f64());
+    histogram!(HOLD_SECONDS).record(held);
+    histogram!(HOLD_RATIO).record(held / ttl.as_secs_f64());
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
     #[test]
     fn names_are_distinct_and_prefixed() {
@@ -231,8 +267,10 @@ mod tests {
         assert!(ALL.iter().all(|n| n.starts_with("fencedlock_")));
     }
 
+    #[cfg(feature = "metrics")]
     #[test]
     fn records_go_to_the_installed_recorder() {
+        use metrics_util::debugging::{DebugValue, DebuggingRecorder};
         let recorder = DebuggingRecorder::new();
         let snapshotter = recorder.snapshotter();
         metrics::with_local_recorder(&recorder, || {

@@ -10,7 +10,9 @@
 
 use std::path::Path;
 
-use redis::{ClientTlsConfig, ErrorKind, RedisError, TlsCertificates};
+use redis::RedisError;
+#[cfg(feature = "tls")]
+use redis::{ClientTlsConfig, ErrorKind, TlsCertificates};
 
 use crate::error::Error;
 
@@ -73,7 +75,44 @@ impl Tls {
         self != &Tls::default()
     }
 
+    /// A client for the server at `url` with these settings.
+    pub(crate) fn client(&self, url: &str) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        if self.is_configured() {
+            return redis::Client::build_with_tls(url, self.certificates());
+        }
+        redis::Client::open(url)
+    }
+
+    /// A cluster client for `seeds` with these settings.
+    #[cfg(feature = "cluster")]
+    pub(crate) fn cluster_client(
+        &self,
+        seeds: Vec<&str>,
+    ) -> redis::RedisResult<redis::cluster::ClusterClient> {
+        let builder = redis::cluster::ClusterClient::builder(seeds);
+        #[cfg(feature = "tls")]
+        let builder = if self.is_configured() { builder.certs(self.certificates()) } else { builder };
+        builder.build()
+    }
+
+    /// `builder` presenting these settings to the sentinels and to the primary they name.
+    #[cfg(feature = "sentinel")]
+    pub(crate) fn sentinel_client(
+        &self,
+        builder: redis::sentinel::SentinelClientBuilder,
+    ) -> redis::sentinel::SentinelClientBuilder {
+        #[cfg(feature = "tls")]
+        if self.is_configured() {
+            return builder
+                .set_client_to_redis_certificates(self.certificates())
+                .set_client_to_sentinel_certificates(self.certificates());
+        }
+        builder
+    }
+
     /// The settings as the `redis` crate takes them.
+    #[cfg(feature = "tls")]
     pub(crate) fn certificates(&self) -> TlsCertificates {
         TlsCertificates {
             client_tls: self
@@ -84,8 +123,12 @@ impl Tls {
         }
     }
 
-    /// Refuses settings that `url` would silently ignore: a plaintext URL with TLS options.
+    /// Refuses settings that `url` would silently ignore (a plaintext URL with TLS options),
+    /// and a TLS URL in a build without the `tls` feature.
     pub(crate) fn check_url(&self, url: &str) -> Result<(), Error> {
+        if is_tls_url(url) {
+            supported()?;
+        }
         if self.is_configured() && !is_tls_url(url) {
             return Err(Error::Config(format!(
                 "TLS options were given but {url:?} is plaintext: use rediss:// for a TLS server"
@@ -110,17 +153,27 @@ pub(crate) fn is_tls_url(url: &str) -> bool {
     url.trim_start().get(..9).is_some_and(|scheme| scheme.eq_ignore_ascii_case("rediss://"))
 }
 
+/// `Ok` in a build with the `tls` feature; without it, the error a TLS URL gets.
+pub(crate) fn supported() -> Result<(), Error> {
+    if cfg!(feature = "tls") {
+        return Ok(());
+    }
+    Err(Error::Config("this build of fencedlock has no TLS: enable the client's `tls` feature".into()))
+}
+
 /// `err` as a configuration error if a TLS handshake failed, else unchanged. The `redis`
 /// crate reports a failed handshake as an I/O error, which would read as an outage.
 pub(crate) fn classify(err: RedisError) -> RedisError {
-    match handshake_failure(&err) {
-        Some(reason) => RedisError::from((ErrorKind::InvalidClientConfig, "TLS handshake failed", reason)),
-        None => err,
+    #[cfg(feature = "tls")]
+    if let Some(reason) = handshake_failure(&err) {
+        return RedisError::from((ErrorKind::InvalidClientConfig, "TLS handshake failed", reason));
     }
+    err
 }
 
 /// The TLS error inside `err`, as text. rustls reports it inside an I/O error, which the
 /// `redis` crate keeps behind an `Arc` (the chain's links are typed, so this is no text match).
+#[cfg(feature = "tls")]
 fn handshake_failure(err: &RedisError) -> Option<String> {
     type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
     let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(err);
@@ -146,6 +199,14 @@ fn handshake_failure(err: &RedisError) -> Option<String> {
 mod tests {
     use super::*;
 
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn without_the_feature_a_tls_url_is_a_configuration_error() {
+        assert!(matches!(Tls::new().check_url("rediss://127.0.0.1:1"), Err(Error::Config(_))));
+        assert!(Tls::new().check_url("redis://127.0.0.1:1").is_ok());
+    }
+
+    #[cfg(feature = "tls")]
     #[test]
     fn a_plaintext_url_with_tls_options_is_refused() {
         let tls = Tls::new().ca_cert_pem("x");
@@ -155,6 +216,7 @@ mod tests {
         assert!(Tls::new().check_url("redis://127.0.0.1:1").is_ok());
     }
 
+    #[cfg(feature = "tls")]
     #[test]
     fn a_failed_handshake_is_a_configuration_error_and_other_errors_are_unchanged() {
         let io = std::io::Error::new(

@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::{Acquire, ReplyError};
+use fencedlock_protocol::{Acquire, ReplyError, Request};
 use redis::Value;
 
 use crate::reply::{error_text, parse_info};

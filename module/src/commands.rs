@@ -2,7 +2,7 @@
 //! effect, count and reply. Arity was checked by `ffi::run` against the protocol's shape.
 //! Every error is returned before anything is written.
 
-use fencedlock_protocol::request::Acquire;
+use fencedlock_protocol::request::{Acquire, Raise, Release, Renew};
 
 use crate::error::LockError;
 use crate::fence::HighWater;
@@ -10,7 +10,7 @@ use crate::ffi::{clock, int, replication, Call, Reply};
 use crate::lock::{record, Acquired, Ask, Lock, Micros, Released};
 use crate::server::SERVER;
 use crate::store::Store;
-use crate::{args, blocking, counters, floor};
+use crate::{blocking, counters, floor};
 
 /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label] [PERMITS n]` → fence,
 /// or nil while the key is held (by another token, or by `n` of them) or others wait for it.
@@ -114,8 +114,11 @@ fn count_refusal(outcome: Result<Acquired, LockError>) -> Result<Reply, LockErro
 
 /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs `ttl_ms`.
 pub fn renew(call: &Call) -> Result<Reply, LockError> {
-    let token = args::token(call.arg(2))?;
-    let ttl = args::ttl(call.arg(3), SERVER.max_ttl_ms())?;
+    let max_ttl_ms = SERVER.max_ttl_ms();
+    let Renew { token, ttl_ms, .. } = Renew::parse(&[call.arg(1), call.arg(2), call.arg(3)], max_ttl_ms)
+        .map_err(|refused| LockError::refused(refused, max_ttl_ms))?;
+    // The parser bounds the ttl so that this cannot overflow.
+    let ttl = ttl_ms.saturating_mul(1000);
     owner_change(call, &counters::RENEW_FAILURES, Ends::No, |lock, now| {
         let renewed = lock.renew(token, ttl, now);
         if renewed {
@@ -128,7 +131,8 @@ pub fn renew(call: &Call) -> Result<Reply, LockError> {
 /// `FENCEDLOCK.RELEASE key token` → 1 if the caller held an unexpired lease; the fence stays.
 /// The head waiter, if any, is granted the lease in the same command.
 pub fn release(call: &Call) -> Result<Reply, LockError> {
-    let token = args::token(call.arg(2))?;
+    let Release { token, .. } =
+        Release::parse(&[call.arg(1), call.arg(2)]).map_err(|refused| LockError::refused(refused, 0))?;
     let reply = owner_change(call, &counters::RELEASE_FAILURES, Ends::Lease, |lock, now| {
         match lock.release(token, now) {
             Released::Ended { span } => {
@@ -181,8 +185,8 @@ fn owner_change(
 /// `FENCEDLOCK.RAISE key token fence` → the key's fence, now at least `fence`, if the caller
 /// holds the lease; nil otherwise. Fenced Redlock lifts every node to the quorum's maximum.
 pub fn raise(call: &Call) -> Result<Reply, LockError> {
-    let token = args::token(call.arg(2))?;
-    let fence = args::fence(call.arg(3))?;
+    let Raise { token, fence, .. } = Raise::parse(&[call.arg(1), call.arg(2), call.arg(3)])
+        .map_err(|refused| LockError::refused(refused, 0))?;
     let mut key = Store::write(call);
     let now = clock::now();
     let mut mark = SERVER.high_water();

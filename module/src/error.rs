@@ -7,16 +7,13 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{}", self.reply().0.message(self.reply().1))]
 pub enum LockError {
-    BadTtl,
-    TtlTooLarge {
-        max_ms: u64,
+    /// A request the protocol's parser refused (`fencedlock_protocol::request`): a bad ttl,
+    /// token, fence, timeout, label, permit count or option; `number` is what the reply names
+    /// (the maximum ttl for [`ReplyError::TtlTooLarge`], else 0).
+    Refused {
+        kind: ReplyError,
+        number: u64,
     },
-    BadToken,
-    BadFence,
-    BadTimeout,
-    BadLabel,
-    BadPermits,
-    Syntax,
     /// A key held with another permit count (the key's count).
     PermitsMismatch {
         permits: u32,
@@ -35,33 +32,17 @@ pub enum LockError {
 }
 
 impl LockError {
-    /// A request the protocol's parser refused (`fencedlock_protocol::request`), as the error
-    /// the module replies; `max_ttl_ms` is the bound the parser was given.
+    /// A request the protocol's parser refused, as the error the module replies; `max_ttl_ms`
+    /// is the bound the parser was given, which a ttl above it is told.
     pub fn refused(kind: ReplyError, max_ttl_ms: u64) -> LockError {
-        match kind {
-            ReplyError::BadTtl => LockError::BadTtl,
-            ReplyError::TtlTooLarge => LockError::TtlTooLarge { max_ms: max_ttl_ms },
-            ReplyError::BadToken => LockError::BadToken,
-            ReplyError::BadTimeout => LockError::BadTimeout,
-            ReplyError::BadLabel => LockError::BadLabel,
-            ReplyError::BadPermits => LockError::BadPermits,
-            ReplyError::Syntax => LockError::Syntax,
-            // The parser refuses nothing else: anything more is a bug of ours.
-            _ => LockError::Internal,
-        }
+        let number = if kind == ReplyError::TtlTooLarge { max_ttl_ms } else { 0 };
+        LockError::Refused { kind, number }
     }
 
     /// The reply's kind and the number it carries (0 where it has none).
     fn reply(&self) -> (ReplyError, u64) {
         match *self {
-            LockError::BadTtl => (ReplyError::BadTtl, 0),
-            LockError::TtlTooLarge { max_ms } => (ReplyError::TtlTooLarge, max_ms),
-            LockError::BadToken => (ReplyError::BadToken, 0),
-            LockError::BadFence => (ReplyError::BadFence, 0),
-            LockError::BadTimeout => (ReplyError::BadTimeout, 0),
-            LockError::BadLabel => (ReplyError::BadLabel, 0),
-            LockError::BadPermits => (ReplyError::BadPermits, 0),
-            LockError::Syntax => (ReplyError::Syntax, 0),
+            LockError::Refused { kind, number } => (kind, number),
             LockError::PermitsMismatch { permits } => (ReplyError::PermitsMismatch, u64::from(permits)),
             LockError::WaitInterrupted => (ReplyError::WaitInterrupted, 0),
             LockError::FencesExhausted => (ReplyError::FencesExhausted, 0),
@@ -81,11 +62,11 @@ mod tests {
     #[test]
     fn replies_keep_their_wording() {
         assert_eq!(
-            LockError::BadTtl.to_string(),
+            LockError::refused(ReplyError::BadTtl, 100).to_string(),
             "ERR ttl must be a positive integer number of milliseconds"
         );
         assert_eq!(
-            LockError::TtlTooLarge { max_ms: 100 }.to_string(),
+            LockError::refused(ReplyError::TtlTooLarge, 100).to_string(),
             "ERR ttl exceeds fencedlock.max-ttl-ms (100)"
         );
         assert_eq!(

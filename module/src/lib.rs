@@ -4,7 +4,7 @@
 //! - **Pure core** (decisions as functions of state, the high-water mark and an injected clock,
 //!   unit-tested without a server): `lock/` (a key's value and every decision about it; one file
 //!   per kind, the shared words in `lock::terms`, the travelling record in `lock::record`),
-//!   `fence`, `args`, `reclaim`, `slot`, `waiting`, `histogram`, `error`.
+//!   `fence`, `reclaim`, `slot`, `waiting`, `histogram`, `error`.
 //! - **Glue**, safe code: `server` (all server-wide state, one `SERVER`), `store` (the only code
 //!   that opens, stores and deletes lock values, and files them for reclaim), `commands`,
 //!   `blocking`, `sweeper`, `floor`, `epoch`, `counters` (a leaf), `info` (renders `INFO`).
@@ -16,7 +16,6 @@
 
 #![cfg_attr(test, allow(dead_code))] // the FFI glue is only reached from `redis_module!`, not built in tests
 
-mod args;
 mod blocking;
 mod commands;
 mod counters;

@@ -39,7 +39,9 @@ pub const SOURCE_DIGEST: u64 = 0xee9d69cec460616c;
 
 /// FNV-1a (64 bits) of the library's source: a change detector, not a security measure.
 pub fn source_digest() -> u64 {
-    LIBRARY.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+    LIBRARY
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
 /// The function that replies the loaded library's [`VERSION`] (read-only, like `_status`).
@@ -143,8 +145,12 @@ fn tag_of_bits(bits: u16) -> [u8; FLOOR_TAG_LEN] {
 
 /// The wake-up list of `key`: `fencedlock:fn-wake:{tag}:key`, in `key`'s slot.
 pub fn wake_key(key: &[u8]) -> Vec<u8> {
+    wake_key_tagged(&floor_tag(key_slot(key)), key)
+}
+
+fn wake_key_tagged(tag: &[u8], key: &[u8]) -> Vec<u8> {
     let mut name = WAKE_KEY_PREFIX.as_bytes().to_vec();
-    name.extend_from_slice(&floor_tag(key_slot(key)));
+    name.extend_from_slice(tag);
     name.extend_from_slice(b"}:");
     name.extend_from_slice(key);
     name
@@ -154,10 +160,29 @@ pub fn wake_key(key: &[u8]) -> Vec<u8> {
 /// so it hashes to the same slot as `key` on any Redis Cluster (and is one of at most 16,384
 /// keys elsewhere).
 pub fn floor_key(key: &[u8]) -> Vec<u8> {
+    floor_key_tagged(&floor_tag(key_slot(key)))
+}
+
+fn floor_key_tagged(tag: &[u8]) -> Vec<u8> {
     let mut name = FLOOR_KEY_PREFIX.as_bytes().to_vec();
-    name.extend_from_slice(&floor_tag(key_slot(key)));
+    name.extend_from_slice(tag);
     name.push(b'}');
     name
+}
+
+/// The keys a call of `command`'s function names, in order: the lock key, then its floor key
+/// where the function [`takes_floor`], then its wake-up list where it [`takes_wake`] or where
+/// a waiter's `ACQUIRE` asks for wake-ups (`waiting`). Every client builds its calls from this.
+pub fn call_keys(command: &Command, key: &[u8], waiting: bool) -> Vec<Vec<u8>> {
+    let mut keys = vec![key.to_vec()];
+    if takes_floor(command) {
+        let tag = floor_tag(key_slot(key));
+        keys.push(floor_key_tagged(&tag));
+        if takes_wake(command) || (waiting && command.name == ACQUIRE.name) {
+            keys.push(wake_key_tagged(&tag, key));
+        }
+    }
+    keys
 }
 
 #[cfg(test)]
@@ -270,6 +295,15 @@ mod tests {
         }
         assert_ne!(FLOOR_KEY_PREFIX, crate::cluster::FLOOR_KEY_PREFIX);
         assert_ne!(wake_key(b"a"), wake_key(b"b"), "one list per lock key");
+        for key in [&b"lockk"[..], b"{0}k", b""] {
+            let (floor, wake) = (floor_key(key), wake_key(key));
+            assert_eq!(call_keys(&STATUS, key, true), [key.to_vec()]);
+            assert_eq!(call_keys(&CAD, key, false), [key.to_vec()]);
+            assert_eq!(call_keys(&RENEW, key, true), [key.to_vec(), floor.clone()], "only ACQUIRE waits");
+            assert_eq!(call_keys(&ACQUIRE, key, false), [key.to_vec(), floor.clone()]);
+            assert_eq!(call_keys(&ACQUIRE, key, true), [key.to_vec(), floor.clone(), wake.clone()]);
+            assert_eq!(call_keys(&RELEASE, key, false), [key.to_vec(), floor, wake]);
+        }
         // Values the README and the other languages' tests show.
         assert_eq!(floor_key(b"lockk"), b"fencedlock:fn-floor:{221102}");
         assert_eq!(&floor_tag(0), b"253312");
@@ -283,7 +317,10 @@ mod tests {
             let tag = floor_tag(slot);
             assert_eq!(key_slot(&tag), slot);
             let (high, low) = tag.split_at(2);
-            assert!(high.iter().all(|d| (b'0'..=b'7').contains(d)) && low.iter().all(|d| (b'0'..=b'3').contains(d)));
+            assert!(
+                high.iter().all(|d| (b'0'..=b'7').contains(d))
+                    && low.iter().all(|d| (b'0'..=b'3').contains(d))
+            );
             tags.insert(tag);
         }
         // 8 * 8 * 4^4 strings of that shape, each the tag of one slot: no slot has a second.
@@ -304,8 +341,10 @@ mod tests {
             .collect::<Vec<_>>()
             .chunks(16)
             .map(|row| {
-                let crcs: Vec<String> =
-                    row.iter().map(|&b| crate::cluster::crc16_of_byte(u8::try_from(b).unwrap()).to_string()).collect();
+                let crcs: Vec<String> = row
+                    .iter()
+                    .map(|&b| crate::cluster::crc16_of_byte(u8::try_from(b).unwrap()).to_string())
+                    .collect();
                 format!("  {},", crcs.join(", "))
             })
             .collect();

@@ -2,7 +2,8 @@
 //!
 //! The module parses and answers these commands; the client crate, the CLI and the tests send
 //! them and decode the replies. Each fact lives here and nowhere else: a command's name and
-//! arguments ([`command`]), a request that one type both builds and parses ([`Acquire`]), the
+//! arguments ([`command`]), each request as one type that both builds and parses it ([`Acquire`],
+//! [`Renew`], [`Release`], [`Raise`], and the one token, ttl and decimal rule in [`request`]), the
 //! limits both sides check ([`limits`]), the configs ([`config`]), the keys the module writes
 //! itself ([`cluster`]), how lock keys and fencedlock's other keys look in a keyspace
 //! ([`keyspace`]), the Functions library that serves the same commands without the
@@ -28,5 +29,5 @@ mod status;
 
 pub use command::{Arg, ArgKind, Command, Opt};
 pub use error::ReplyError;
-pub use request::Acquire;
+pub use request::{Acquire, Raise, Release, Renew, Request};
 pub use status::{LockStatus, PermitReply, PermitStatus, SemaphoreStatus, StatusError};

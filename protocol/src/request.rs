@@ -1,11 +1,25 @@
 //! Requests as values: the one type per command that both builds its words (clients, the test
-//! harness) and parses them (the module), so the two sides cannot drift apart.
+//! harness) and parses them (the module), so the two sides cannot drift apart. The rules every
+//! command shares (a token's length, a ttl, a decimal) are written once, here.
 
 use std::borrow::Cow;
 
-use crate::command::{label_len_ok, permits_ok, token_len_ok, ACQUIRE, BLOCK, LABEL, PERMITS};
+use crate::command::{
+    label_len_ok, permits_ok, token_len_ok, Command, ACQUIRE, BLOCK, LABEL, PERMITS, RAISE, RELEASE, RENEW,
+    STATUS,
+};
 use crate::error::ReplyError;
-use crate::limits::MAX_BLOCK_MS;
+use crate::limits::{MAX_BLOCK_MS, MAX_FENCE};
+
+/// What every request shares: the command it calls and its words, the name first and the key
+/// second, which is how an engine other than the module (the Functions library) rewrites the
+/// call into its own form.
+pub trait Request<'a> {
+    /// The command this request calls.
+    const COMMAND: Command;
+    /// The words, the command's name first, then the key.
+    fn words(&self) -> Vec<Cow<'a, [u8]>>;
+}
 
 /// `FENCEDLOCK.ACQUIRE key token ttl_ms [LABEL label] [PERMITS n] [BLOCK timeout_ms]`, see
 /// [`ACQUIRE`] for what each part means.
@@ -31,29 +45,6 @@ impl<'a> Acquire<'a> {
         Acquire { key, token, ttl_ms, block_ms: None, label: None, permits: 1 }
     }
 
-    /// The request's words, the command name first. `PERMITS` is sent only above 1, so a mutex
-    /// request stays byte for byte what it always was (and what modules older than semaphores
-    /// accept); `BLOCK` goes last, so a caller that re-sends with less time left changes only
-    /// the last word.
-    pub fn words(&self) -> Vec<Cow<'a, [u8]>> {
-        let mut words: Vec<Cow<'a, [u8]>> = vec![
-            Cow::Borrowed(ACQUIRE.name.as_bytes()),
-            Cow::Borrowed(self.key),
-            Cow::Borrowed(self.token),
-            decimal(self.ttl_ms),
-        ];
-        if let Some(label) = self.label {
-            words.extend([Cow::Borrowed(LABEL.as_bytes()), Cow::Borrowed(label)]);
-        }
-        if self.permits > 1 {
-            words.extend([Cow::Borrowed(PERMITS.as_bytes()), decimal(u64::from(self.permits))]);
-        }
-        if let Some(ms) = self.block_ms {
-            words.extend([Cow::Borrowed(BLOCK.as_bytes()), decimal(ms)]);
-        }
-        words
-    }
-
     /// Parses the arguments after the command name (the key first), refusing what the module
     /// refuses, checked in the module's order: the token, the ttl (a positive integer up to
     /// `max_ttl_ms`, the server's `fencedlock.max-ttl-ms`), then the options, the words in any
@@ -62,15 +53,7 @@ impl<'a> Acquire<'a> {
     /// check refuses those before any parsing).
     pub fn parse(args: &[&'a [u8]], max_ttl_ms: u64) -> Result<Acquire<'a>, ReplyError> {
         let [key, token, ttl, options @ ..] = args else { return Err(ReplyError::Syntax) };
-        if !token_len_ok(token) {
-            return Err(ReplyError::BadToken);
-        }
-        let ttl_ms = parse_u64(ttl).filter(|ms| *ms > 0).ok_or(ReplyError::BadTtl)?;
-        // Beyond the maximum, or so large that the module's microseconds would overflow.
-        if ttl_ms > max_ttl_ms || ttl_ms.checked_mul(1000).is_none() {
-            return Err(ReplyError::TtlTooLarge);
-        }
-        let mut request = Acquire::mutex(key, token, ttl_ms);
+        let mut request = Acquire::mutex(key, parse_token(token)?, parse_ttl_ms(ttl, max_ttl_ms)?);
         let mut permits = None;
         for pair in options.chunks(2) {
             let [word, value] = pair else { return Err(ReplyError::Syntax) };
@@ -94,6 +77,156 @@ impl<'a> Acquire<'a> {
     }
 }
 
+impl<'a> Request<'a> for Acquire<'a> {
+    const COMMAND: Command = ACQUIRE;
+
+    /// `PERMITS` is sent only above 1, so a mutex request stays byte for byte what it always
+    /// was (and what modules older than semaphores accept); `BLOCK` goes last, so a caller that
+    /// re-sends with less time left changes only the last word.
+    fn words(&self) -> Vec<Cow<'a, [u8]>> {
+        let mut words: Vec<Cow<'a, [u8]>> = vec![
+            Cow::Borrowed(ACQUIRE.name.as_bytes()),
+            Cow::Borrowed(self.key),
+            Cow::Borrowed(self.token),
+            decimal(self.ttl_ms),
+        ];
+        if let Some(label) = self.label {
+            words.extend([Cow::Borrowed(LABEL.as_bytes()), Cow::Borrowed(label)]);
+        }
+        if self.permits > 1 {
+            words.extend([Cow::Borrowed(PERMITS.as_bytes()), decimal(u64::from(self.permits))]);
+        }
+        if let Some(ms) = self.block_ms {
+            words.extend([Cow::Borrowed(BLOCK.as_bytes()), decimal(ms)]);
+        }
+        words
+    }
+}
+
+/// `FENCEDLOCK.RENEW key token ttl_ms`, see [`RENEW`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Renew<'a> {
+    /// The lock key.
+    pub key: &'a [u8],
+    /// The holder's token (a secret).
+    pub token: &'a [u8],
+    /// The new lease time in milliseconds, from now.
+    pub ttl_ms: u64,
+}
+
+impl<'a> Renew<'a> {
+    /// Parses the arguments after the command name, checked as [`Acquire::parse`] checks its
+    /// first three.
+    pub fn parse(args: &[&'a [u8]], max_ttl_ms: u64) -> Result<Renew<'a>, ReplyError> {
+        let [key, token, ttl] = args else { return Err(ReplyError::Syntax) };
+        Ok(Renew { key, token: parse_token(token)?, ttl_ms: parse_ttl_ms(ttl, max_ttl_ms)? })
+    }
+}
+
+impl<'a> Request<'a> for Renew<'a> {
+    const COMMAND: Command = RENEW;
+
+    fn words(&self) -> Vec<Cow<'a, [u8]>> {
+        vec![
+            Cow::Borrowed(RENEW.name.as_bytes()),
+            Cow::Borrowed(self.key),
+            Cow::Borrowed(self.token),
+            decimal(self.ttl_ms),
+        ]
+    }
+}
+
+/// `FENCEDLOCK.RELEASE key token`, see [`RELEASE`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Release<'a> {
+    /// The lock key.
+    pub key: &'a [u8],
+    /// The holder's token (a secret).
+    pub token: &'a [u8],
+}
+
+impl<'a> Release<'a> {
+    /// Parses the arguments after the command name.
+    pub fn parse(args: &[&'a [u8]]) -> Result<Release<'a>, ReplyError> {
+        let [key, token] = args else { return Err(ReplyError::Syntax) };
+        Ok(Release { key, token: parse_token(token)? })
+    }
+}
+
+impl<'a> Request<'a> for Release<'a> {
+    const COMMAND: Command = RELEASE;
+
+    fn words(&self) -> Vec<Cow<'a, [u8]>> {
+        vec![Cow::Borrowed(RELEASE.name.as_bytes()), Cow::Borrowed(self.key), Cow::Borrowed(self.token)]
+    }
+}
+
+/// `FENCEDLOCK.RAISE key token fence`, see [`RAISE`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Raise<'a> {
+    /// The lock key.
+    pub key: &'a [u8],
+    /// The holder's token (a secret).
+    pub token: &'a [u8],
+    /// The fence to raise the key's to: 1 to [`MAX_FENCE`].
+    pub fence: u64,
+}
+
+impl<'a> Raise<'a> {
+    /// Parses the arguments after the command name: the token, then the fence.
+    pub fn parse(args: &[&'a [u8]]) -> Result<Raise<'a>, ReplyError> {
+        let [key, token, fence] = args else { return Err(ReplyError::Syntax) };
+        let token = parse_token(token)?;
+        let fence = parse_u64(fence).filter(|f| (1..=MAX_FENCE).contains(f)).ok_or(ReplyError::BadFence)?;
+        Ok(Raise { key, token, fence })
+    }
+}
+
+impl<'a> Request<'a> for Raise<'a> {
+    const COMMAND: Command = RAISE;
+
+    fn words(&self) -> Vec<Cow<'a, [u8]>> {
+        vec![
+            Cow::Borrowed(RAISE.name.as_bytes()),
+            Cow::Borrowed(self.key),
+            Cow::Borrowed(self.token),
+            decimal(self.fence),
+        ]
+    }
+}
+
+/// `FENCEDLOCK.STATUS key`, see [`STATUS`]. (Its reply is [`LockStatus`](crate::LockStatus) or
+/// [`SemaphoreStatus`](crate::SemaphoreStatus).)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status<'a> {
+    /// The lock key.
+    pub key: &'a [u8],
+}
+
+impl<'a> Request<'a> for Status<'a> {
+    const COMMAND: Command = STATUS;
+
+    fn words(&self) -> Vec<Cow<'a, [u8]>> {
+        vec![Cow::Borrowed(STATUS.name.as_bytes()), Cow::Borrowed(self.key)]
+    }
+}
+
+/// A token: 1 to [`MAX_TOKEN_LEN`](crate::limits::MAX_TOKEN_LEN) opaque bytes.
+fn parse_token(token: &[u8]) -> Result<&[u8], ReplyError> {
+    token_len_ok(token).then_some(token).ok_or(ReplyError::BadToken)
+}
+
+/// A ttl: a positive decimal number of milliseconds up to `max_ttl_ms` (the server's
+/// `fencedlock.max-ttl-ms`), and small enough that the module's microseconds cannot overflow.
+/// The one ttl rule of every command that takes one.
+pub fn parse_ttl_ms(ttl: &[u8], max_ttl_ms: u64) -> Result<u64, ReplyError> {
+    let ttl_ms = parse_u64(ttl).filter(|ms| *ms > 0).ok_or(ReplyError::BadTtl)?;
+    if ttl_ms > max_ttl_ms || ttl_ms.checked_mul(1000).is_none() {
+        return Err(ReplyError::TtlTooLarge);
+    }
+    Ok(ttl_ms)
+}
+
 impl std::fmt::Debug for Acquire<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Acquire")
@@ -107,13 +240,32 @@ impl std::fmt::Debug for Acquire<'_> {
     }
 }
 
+/// `Debug` for the requests that carry a token: the key and the other fields as they are, the
+/// token only by its length (it is a secret).
+macro_rules! debug_without_token {
+    ($($request:ident { $($field:ident),* }),*) => {$(
+        impl std::fmt::Debug for $request<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($request))
+                    .field("key", &String::from_utf8_lossy(self.key))
+                    .field("token_len", &self.token.len())
+                    $(.field(stringify!($field), &self.$field))*
+                    .finish()
+            }
+        }
+    )*};
+}
+
+debug_without_token!(Renew { ttl_ms }, Release {}, Raise { fence });
+
 /// `n` in decimal ASCII, as the server reads integers.
 fn decimal(n: u64) -> Cow<'static, [u8]> {
     Cow::Owned(n.to_string().into_bytes())
 }
 
-/// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.
-fn parse_u64(bytes: &[u8]) -> Option<u64> {
+/// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow. The one
+/// integer rule of the protocol's arguments and the module's state records.
+pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
     if bytes.is_empty() || bytes.len() > 20 {
         return None;
     }
@@ -255,9 +407,70 @@ mod tests {
     }
 
     #[test]
+    fn renew_release_and_raise_build_and_parse_back() {
+        let renew = Renew { key: b"k", token: b"\x00t", ttl_ms: 500 };
+        let release = Release { key: b"k", token: b"\x00t" };
+        let raise = Raise { key: b"k", token: b"\x00t", fence: MAX_FENCE };
+        let args = |words: Vec<Cow<'static, [u8]>>| {
+            words.into_iter().skip(1).map(Cow::into_owned).collect::<Vec<_>>()
+        };
+        let (r, l, f) = (args(renew.words()), args(release.words()), args(raise.words()));
+        assert_eq!(Renew::parse(&r.iter().map(Vec::as_slice).collect::<Vec<_>>(), MAX), Ok(renew));
+        assert_eq!(Release::parse(&l.iter().map(Vec::as_slice).collect::<Vec<_>>()), Ok(release));
+        assert_eq!(Raise::parse(&f.iter().map(Vec::as_slice).collect::<Vec<_>>()), Ok(raise));
+        assert_eq!(renew.words()[0], RENEW.name.as_bytes());
+        assert_eq!(Status { key: b"k" }.words(), [STATUS.name.as_bytes(), b"k"]);
+    }
+
+    #[test]
+    fn renew_takes_the_ttl_rule_of_acquire() {
+        assert_eq!(Renew::parse(&[b"k", b"t", b"0010"], MAX).map(|r| r.ttl_ms), Ok(10));
+        assert_eq!(Renew::parse(&[b"k", b"", b"x"], MAX), Err(ReplyError::BadToken), "the token first");
+        for bad in [&b""[..], b"0", b"-5", b"+5", b" 5", b"1.5", b"abc", b"99999999999999999999"] {
+            assert_eq!(Renew::parse(&[b"k", b"t", bad], MAX), Err(ReplyError::BadTtl), "{bad:?}");
+        }
+        assert_eq!(Renew::parse(&[b"k", b"t", b"101"], 100), Err(ReplyError::TtlTooLarge));
+        assert_eq!(
+            Renew::parse(&[b"k", b"t", b"9223372036854775808"], u64::MAX),
+            Err(ReplyError::TtlTooLarge)
+        );
+        assert_eq!(Renew::parse(&[b"k", b"t"], MAX), Err(ReplyError::Syntax));
+    }
+
+    #[test]
+    fn a_fence_to_raise_to_is_1_to_max_fence() {
+        let fence = |f: &'static [u8]| Raise::parse(&[b"k", b"t", f]).map(|r| r.fence);
+        assert_eq!(fence(b"1"), Ok(1));
+        assert_eq!(fence(b"9223372036854775807"), Ok(MAX_FENCE));
+        for bad in [&b"0"[..], b"9223372036854775808", b"-1", b"x", b""] {
+            assert_eq!(fence(bad), Err(ReplyError::BadFence), "{bad:?}");
+        }
+        assert_eq!(Raise::parse(&[b"k", b"", b"x"]), Err(ReplyError::BadToken), "the token first");
+        assert_eq!(Release::parse(&[b"k", &[0; MAX_TOKEN_LEN + 1]]), Err(ReplyError::BadToken));
+        assert_eq!(Release::parse(&[b"k"]), Err(ReplyError::Syntax));
+    }
+
+    #[test]
+    fn decimals_round_trip_and_nothing_else_parses() {
+        for n in [0, 1, 9, 10, 4_294_967_296, u64::MAX] {
+            assert_eq!(parse_u64(n.to_string().as_bytes()), Some(n));
+        }
+        for bad in [&b""[..], b"-1", b"+1", b" 1", b"1 ", b"1.0", b"18446744073709551616", b"\xff"] {
+            assert_eq!(parse_u64(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
     fn debug_never_shows_the_token() {
         let shown = format!("{:?}", Acquire::mutex(b"k", b"s3cret", 5));
         assert!(!shown.contains("s3cret") && shown.contains("token_len: 6"), "{shown}");
+        for shown in [
+            format!("{:?}", Renew { key: b"k", token: b"s3cret", ttl_ms: 5 }),
+            format!("{:?}", Release { key: b"k", token: b"s3cret" }),
+            format!("{:?}", Raise { key: b"k", token: b"s3cret", fence: 5 }),
+        ] {
+            assert!(!shown.contains("s3cret") && shown.contains("token_len: 6"), "{shown}");
+        }
     }
 
     #[test]
@@ -267,7 +480,25 @@ mod tests {
             for b in samples {
                 let _ = parse(&[a, b, a, b]);
                 let _ = parse(&[b"k", b"t", b"1", a, b, a]);
+                let _ = (Renew::parse(&[a, b, a], MAX), Raise::parse(&[a, b, b]), Release::parse(&[a, b]));
             }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn no_bytes_make_a_parser_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let _ = parse_ttl_ms(&bytes, u64::MAX);
+            let _ = Raise::parse(&[b"k", b"t", &bytes]);
+            let _ = Renew::parse(&[b"k", &bytes, &bytes], u64::MAX);
+            let _ = Acquire::parse(&[b"k", b"t", b"1", &bytes, &bytes], u64::MAX);
+        }
+
+        #[test]
+        fn every_fence_round_trips(fence in 1u64..=MAX_FENCE) {
+            let raise = Raise { key: b"k", token: b"t", fence };
+            let words = raise.words();
+            proptest::prop_assert_eq!(Raise::parse(&[&words[1], &words[2], &words[3]]), Ok(raise));
         }
     }
 }

@@ -90,13 +90,8 @@ pub fn call<T: FromRedisValue>(
     let name = functions::function(command).expect("the library serves this command");
     let mut cmd = redis::cmd("FCALL");
     cmd.arg(name);
-    if functions::takes_wake(command) {
-        cmd.arg(3).arg(key).arg(floor(key)).arg(functions::wake_key(key.as_bytes()));
-    } else if functions::takes_floor(command) {
-        cmd.arg(2).arg(key).arg(floor(key));
-    } else {
-        cmd.arg(1).arg(key);
-    }
+    let keys = functions::call_keys(command, key.as_bytes(), false);
+    cmd.arg(keys.len()).arg(keys);
     for arg in rest {
         cmd.arg(*arg);
     }

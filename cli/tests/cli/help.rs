@@ -145,8 +145,7 @@ fn the_subcommand_table_is_what_help_and_the_man_pages_say() {
         .map(|l| l.split_whitespace().next().unwrap().to_string())
         .filter(|name| name != "help")
         .collect();
-    let mut documented: BTreeSet<String> =
-        rows.iter().map(|r| r[0].trim_matches('`').to_string()).collect();
+    let mut documented: BTreeSet<String> = rows.iter().map(|r| r[0].trim_matches('`').to_string()).collect();
     // `demo` is listed only by builds with the `demo` feature (the suite runs both ways); the
     // guide names it under the table, with the feature it needs.
     if listed.contains("demo") {

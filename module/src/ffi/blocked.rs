@@ -34,7 +34,7 @@ pub trait Waits {
 
 /// An answer on its way to a blocked client. `if_lost` runs if the client goes away before the
 /// answer reaches it, e.g. to give back a lease nobody will use.
-struct Answer {
+struct Delivery {
     reply: Result<Reply, LockError>,
     if_lost: Option<Box<dyn FnOnce()>>,
 }
@@ -86,7 +86,7 @@ impl Call<'_> {
 /// Unblocks `client` with `reply`, sent from the event loop right after the current command or
 /// timer. Only for clients still blocked (the queues guarantee that).
 pub fn answer(client: BlockedClient, reply: Result<Reply, LockError>, if_lost: Option<Box<dyn FnOnce()>>) {
-    let answer = Box::into_raw(Box::new(Answer { reply, if_lost }));
+    let answer = Box::into_raw(Box::new(Delivery { reply, if_lost }));
     // SAFETY: a live blocked-client handle (the caller's promise); Redis hands `answer` to
     // `reply_answer` and `free_answer`, which frees it exactly once.
     unsafe {
@@ -105,7 +105,7 @@ unsafe extern "C" fn reply_answer(ctx: RawCtx, _argv: *mut RawString, _argc: c_i
     let answer =
         unsafe { raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| f(ctx)) };
     // SAFETY: as above.
-    let reply = match unsafe { answer.cast::<Answer>().as_ref() } {
+    let reply = match unsafe { answer.cast::<Delivery>().as_ref() } {
         Some(answer) => answer.reply.clone(),
         None => Err(LockError::Internal),
     };
@@ -126,12 +126,12 @@ unsafe extern "C" fn timed_out<W: Waits>(ctx: RawCtx, _argv: *mut RawString, _ar
 /// # Safety
 /// Called by Redis when a blocked client goes away, answered (not yet replied) or not.
 unsafe extern "C" fn disconnected<W: Waits>(ctx: RawCtx, bc: *mut raw::RedisModuleBlockedClient) {
-    // SAFETY: the privdata of an answered client is our `Answer` (null before `answer`); Redis
+    // SAFETY: the privdata of an answered client is our `Delivery` (null before `answer`); Redis
     // frees it later through `free_answer`, on this thread.
     let answer =
         unsafe { raw::RedisModule_GetBlockedClientPrivateData.map_or(std::ptr::null_mut(), |f| f(ctx)) };
     // SAFETY: as above.
-    match unsafe { answer.cast::<Answer>().as_mut() } {
+    match unsafe { answer.cast::<Delivery>().as_mut() } {
         Some(answer) => {
             if let Some(if_lost) = answer.if_lost.take() {
                 guard("lost answer", (), if_lost);
@@ -145,8 +145,8 @@ unsafe extern "C" fn disconnected<W: Waits>(ctx: RawCtx, bc: *mut raw::RedisModu
 /// Called by Redis once per answer, after it was replied or its client went away.
 unsafe extern "C" fn free_answer(_ctx: RawCtx, answer: *mut c_void) {
     if !answer.is_null() {
-        // SAFETY: every privdata we give Redis is a `Box<Answer>`, freed only here.
-        drop(unsafe { Box::from_raw(answer.cast::<Answer>()) });
+        // SAFETY: every privdata we give Redis is a `Box<Delivery>`, freed only here.
+        drop(unsafe { Box::from_raw(answer.cast::<Delivery>()) });
     }
 }
 

@@ -11,7 +11,9 @@
 use fencedlock_protocol::limits::MAX_PERMITS;
 use thiserror::Error;
 
-use super::terms::{parse_u64, Micros};
+use fencedlock_protocol::request::parse_u64;
+
+use super::terms::Micros;
 use super::validate::{self, Broken};
 use crate::error::LockError;
 
@@ -409,6 +411,15 @@ mod tests {
             &[b"9", b"3", b"2"],
         ] {
             assert_eq!(parse_applysem(bad), Err(LockError::BadRecord));
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn parsing_any_record_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let _ = parse_apply(&[&bytes, &bytes, &bytes, &bytes]);
+            let _ = parse_apply(&[&bytes, &bytes, &bytes, &bytes, &bytes]);
+            let _ = parse_applysem(&[&bytes, &bytes, &bytes, &bytes]);
         }
     }
 }

@@ -2,10 +2,6 @@
 //! answer, and the checks on a request's bytes (a strict decimal, a token's length). A leaf: it
 //! imports nothing of the crate but the error type.
 
-use fencedlock_protocol::command::token_len_ok;
-
-use crate::error::LockError;
-
 /// Microseconds of the server's monotonic clock.
 pub type Micros = u64;
 
@@ -68,20 +64,4 @@ pub struct Span {
 pub struct Expired {
     /// Grant to deadline (renewals included); `None` for a lease of unknown grant time.
     pub lifetime: Option<Micros>,
-}
-
-/// Checks a token's length. Its content is opaque bytes.
-pub fn check_token(token: &[u8]) -> Result<(), LockError> {
-    token_len_ok(token).then_some(()).ok_or(LockError::BadToken)
-}
-
-/// A strict unsigned decimal: ASCII digits only, no sign, no spaces, no overflow.
-pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
-    if bytes.is_empty() || bytes.len() > 20 {
-        return None;
-    }
-    bytes.iter().try_fold(0u64, |acc, b| {
-        let digit = b.checked_sub(b'0').filter(|d| *d <= 9)?;
-        acc.checked_mul(10)?.checked_add(u64::from(digit))
-    })
 }

@@ -1,7 +1,6 @@
 //! The lock value's decisions, tested without a server.
 use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_TOKEN_LEN};
 
-use super::terms::check_token;
 use super::*;
 
 const MS: Micros = 1000;
@@ -345,13 +344,6 @@ fn pttl_rounds_up_so_a_held_lease_never_shows_zero() {
     let (mut lock, mut hw) = (Lock::new(), HighWater::default());
     granted(lock.acquire(&mut hw, b"a", None, 1, 0, 0));
     assert_eq!(lock.status(0).pttl_ms, Some(1));
-}
-
-#[test]
-fn tokens_are_bounded() {
-    assert_eq!(check_token(b""), Err(LockError::BadToken));
-    assert_eq!(check_token(&[7u8; MAX_TOKEN_LEN]), Ok(()));
-    assert_eq!(check_token(&[7u8; MAX_TOKEN_LEN + 1]), Err(LockError::BadToken));
 }
 
 fn semaphore(lock: &Lock, now: Micros) -> Vec<(u64, u64)> {

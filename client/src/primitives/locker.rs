@@ -6,16 +6,16 @@ use std::future::Future;
 use std::ops::Deref;
 use std::sync::Arc;
 
-use crate::backend::Engine as ServerEngine;
+use crate::acquisition::coordinator::Coordinator;
+use crate::acquisition::fenced::Fencing;
+use crate::acquisition::lease::{Attempts, Lease};
+use crate::acquisition::terms::Terms;
+use crate::backend::Engine;
 use crate::config::LockConfig;
-use crate::engine::Engine;
 use crate::error::Error;
-use crate::fenced::Fencing;
-use crate::keepalive::{self, LeaseHandle};
-use crate::lease::{Attempts, Lease};
 use crate::node::Node;
-use crate::policy::{self, Acquisition};
-use crate::terms::Terms;
+use crate::primitives::keepalive::{self, LeaseHandle};
+use crate::primitives::policy::{self, Acquisition};
 use crate::token::Token;
 
 /// Takes leases from one server, or from one Redis Cluster (the key's slot owner); built as a
@@ -39,7 +39,7 @@ use crate::token::Token;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Locker {
-    engine: Arc<Engine>,
+    coordinator: Arc<Coordinator>,
 }
 
 impl Locker {
@@ -63,14 +63,21 @@ impl Locker {
 
     /// A locker over `nodes` with `fencing`: what a [`Redlock`](crate::Redlock) is.
     pub(crate) fn over(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Result<Locker, Error> {
-        Ok(Locker { engine: Engine::new(nodes, config, fencing)? })
+        Ok(Locker { coordinator: Arc::new(Coordinator::new(nodes, config, fencing)?) })
     }
 
     /// One attempt: [`Error::Contended`] if another token holds the key. Over several masters,
     /// one round: on failure every node is asked to release, and the error
     /// ([`Error::QuorumNotReached`]) reports how each node voted.
     pub async fn try_acquire(&self, key: &str) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, self.engine.config.new_token(), Attempts::Once, self.terms()).await
+        Lease::acquire(
+            &self.coordinator,
+            key,
+            self.coordinator.config().new_token(),
+            Attempts::Once,
+            self.terms(),
+        )
+        .await
     }
 
     /// Waits until granted, a non-retryable error occurs, or the configured maximum wait
@@ -87,9 +94,9 @@ impl Locker {
     /// and no queued waiter in any queue.
     pub async fn acquire(&self, key: &str) -> Result<Lease, Error> {
         Lease::acquire(
-            &self.engine,
+            &self.coordinator,
             key,
-            self.engine.config.new_token(),
+            self.coordinator.config().new_token(),
             Attempts::UntilMaxWait,
             self.terms(),
         )
@@ -109,7 +116,7 @@ impl Locker {
     /// on some master) is an error after the maximum wait; no majority because too many
     /// masters could not answer and none refused is "unavailable".
     pub async fn acquire_with_policy(&self, key: &str) -> Result<Acquisition, Error> {
-        policy::acquire(&self.engine, key, self.terms()).await
+        policy::acquire(&self.coordinator, key, self.terms()).await
     }
 
     /// Runs fallible `work` under a kept-alive lease on `key`, then releases it; `work`'s own
@@ -145,7 +152,7 @@ impl Locker {
     /// restarted. ACQUIRE is idempotent for the holder: if `token` still holds the lease, the
     /// same fence is returned and the lease restarts for a full ttl.
     pub async fn try_acquire_with_token(&self, key: &str, token: &Token) -> Result<Lease, Error> {
-        Lease::acquire(&self.engine, key, token.clone(), Attempts::Once, self.terms()).await
+        Lease::acquire(&self.coordinator, key, token.clone(), Attempts::Once, self.terms()).await
     }
 
     /// Waits for the releases still finishing in the background: those to nodes that had not
@@ -153,7 +160,7 @@ impl Locker {
     /// about to exit calls this, bounded as it likes, so that its last releases are not cut off
     /// with the runtime and a node is not left holding a lease until its ttl runs out.
     pub async fn settle(&self) {
-        self.engine.settle().await;
+        self.coordinator.rounds.settle().await;
     }
 
     /// Releases `key` for a token obtained elsewhere (for example printed by another process).
@@ -161,7 +168,7 @@ impl Locker {
     /// `Ok(false)` if a majority no longer did; an error when the nodes that did not answer
     /// could tip it).
     pub async fn release_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
-        self.engine.release(key, token).await
+        self.coordinator.rounds.release(key, token).await
     }
 
     /// Renews `key` for a token obtained elsewhere (for example printed by another process),
@@ -174,50 +181,50 @@ impl Locker {
     /// same quorum round as [`Lease::renew`]: `Ok(true)` when a majority still held it, and
     /// `Err` when too many nodes timed out or failed, or the round took longer than the lease.
     pub async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
-        self.engine.renew_token(key, token).await
+        self.coordinator.rounds.renew_token(key, token).await
     }
 
     /// The server (over several masters: the first).
     pub fn node(&self) -> &Node {
-        &self.engine.nodes[0]
+        &self.coordinator.rounds.nodes[0]
     }
 
     /// The servers, in configuration order: one, or a Redlock's masters.
     pub fn nodes(&self) -> &[Node] {
-        &self.engine.nodes
+        &self.coordinator.rounds.nodes
     }
 
     /// The engine the server serves leases with (over several masters: the first's; each
     /// master's is [`Node::engine`] of [`nodes`](Self::nodes)), once a request has found it
     /// out; `None` before that. See [`Node::detect_engine`] to ask at once.
-    pub fn engine(&self) -> Option<ServerEngine> {
+    pub fn engine(&self) -> Option<Engine> {
         self.node().engine()
     }
 
     /// Votes needed for a grant: `N / 2 + 1` (1 for one server).
     pub fn quorum(&self) -> usize {
-        self.engine.quorum()
+        self.coordinator.rounds.quorum()
     }
 
     /// The fencing mode (its raise step runs only over several masters).
     pub fn fencing(&self) -> Fencing {
-        self.engine.fencing
+        self.coordinator.fencing
     }
 
     /// The options.
     pub fn config(&self) -> &LockConfig {
-        &self.engine.config
+        self.coordinator.config()
     }
 
     /// A plain lock's terms: one permit, labelled as configured
     /// ([`LockConfigBuilder::label`](crate::LockConfigBuilder::label)).
     fn terms(&self) -> Terms<'_> {
-        Terms::mutex(self.engine.config.label())
+        Terms::mutex(self.coordinator.config().label())
     }
 
-    /// The shared engine, for the election and the semaphore built on this locker.
-    pub(crate) fn shared_engine(&self) -> &Arc<Engine> {
-        &self.engine
+    /// The shared coordinator, for the election and the semaphore built on this locker.
+    pub(crate) fn coordinator(&self) -> &Arc<Coordinator> {
+        &self.coordinator
     }
 }
 

@@ -1,7 +1,7 @@
 //! A held lease: what the holder needs to do fenced work and to give the lock back, and the
 //! claim that releases it on every node when nobody holds it any more.
 //!
-//! Taking a lease is here too, not in the engine: the claim is armed across the rounds, so a
+//! Taking a lease is here too, not in the coordinator: the claim is armed across the rounds, so a
 //! caller that gives up midway (drops the future) leaves no lease behind — nor a waiter in a
 //! server's queue, since a waiting request's connection is closed when its future is dropped.
 
@@ -9,15 +9,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::confirm;
-use crate::engine::{Engine, Grant, Topology};
+use crate::acquisition::coordinator::Coordinator;
+use crate::acquisition::rounds::Grant;
+use crate::acquisition::terms::Terms;
+use crate::acquisition::waiting::Turn;
 use crate::error::{Error, LossCause};
 use crate::metrics::{self, Outcome};
 use crate::quorum::QuorumReport;
-use crate::terms::Terms;
 use crate::token::Token;
 use crate::validity;
-use crate::waiting::{self, Turn};
 
 /// A lease on one key, granted by one server or by a Redlock majority.
 ///
@@ -30,7 +30,7 @@ use crate::waiting::{self, Turn};
 /// is available; otherwise the lease simply expires after its ttl). Dropping never blocks.
 #[must_use = "a lease is released as soon as it is dropped"]
 pub struct Lease {
-    /// Engine, key and token; disarmed once released or detached, else dropping releases.
+    /// Coordinator, key and token; disarmed once released or detached, else dropping releases.
     claim: Claim,
     fence: u64,
     deadline: Instant,
@@ -53,19 +53,19 @@ pub(crate) enum Attempts {
 }
 
 impl Lease {
-    /// Takes a lease on `key` for `token` in rounds of `engine`, waiting on the server where
+    /// Takes a lease on `key` for `token` in rounds the `coordinator` picks, waiting on the server where
     /// it can, and records the call's outcome and duration. Every ACQUIRE is on `terms` (a
     /// label, a semaphore's permits; [`Terms::mutex`] for a plain lock).
     pub(crate) async fn acquire(
-        engine: &Arc<Engine>,
+        coordinator: &Arc<Coordinator>,
         key: &str,
         token: Token,
         attempts: Attempts,
         terms: Terms<'_>,
     ) -> Result<Lease, Error> {
         let start = Instant::now();
-        let give_up = start + engine.config.max_wait();
-        let result = Lease::take(engine, key, token, attempts, give_up, terms).await;
+        let give_up = start + coordinator.config().max_wait();
+        let result = Lease::take(coordinator, key, token, attempts, give_up, terms).await;
         metrics::acquired(start, attempts == Attempts::UntilMaxWait, Outcome::of(&result));
         result
     }
@@ -79,7 +79,7 @@ impl Lease {
     /// One token serves every round of the call: ACQUIRE is idempotent for its holder, so a
     /// node that granted in a round whose reply (or release) was lost simply grants again.
     pub(crate) async fn take(
-        engine: &Arc<Engine>,
+        coordinator: &Arc<Coordinator>,
         key: &str,
         token: Token,
         attempts: Attempts,
@@ -87,8 +87,14 @@ impl Lease {
         terms: Terms<'_>,
     ) -> Result<Lease, Error> {
         Error::check_key(key)?;
-        let mut claim =
-            Claim { engine: Arc::clone(engine), key: key.to_owned(), token, armed: false, waited: false };
+        let mut claim = Claim {
+            coordinator: Arc::clone(coordinator),
+            key: key.to_owned(),
+            token,
+            armed: false,
+            waited: false,
+        };
+        let request = terms.request(key, &claim.token, coordinator.config().ttl_ms());
         let mut round = 0u32;
         loop {
             // Armed while anything may be held, a waiting request in flight included: the
@@ -97,7 +103,7 @@ impl Lease {
             let waits = attempts == Attempts::UntilMaxWait && Instant::now() < give_up;
             let turn = if waits {
                 claim.waited = true;
-                waiting::take_turn(engine, key, &claim.token, give_up, terms).await
+                coordinator.take_turn(request, give_up).await
             } else {
                 Turn::Poll
             };
@@ -109,17 +115,17 @@ impl Lease {
                 Turn::Reserved => {
                     // Not-awaited waiting requests of the round are closed as it ends, and the
                     // round's release may reach a node before the close does: stay armed.
-                    let block = Some(engine.config.node_timeout());
-                    let result = attempt(engine, key, &claim.token, block, terms).await;
+                    let block = Some(coordinator.config().node_timeout());
+                    let result = coordinator.attempt(request, block).await;
                     (result, true, false)
                 }
-                Turn::Poll => (attempt(engine, key, &claim.token, None, terms).await, false, false),
-                Turn::TimedOut if engine.nodes.len() == 1 => {
+                Turn::Poll => (coordinator.attempt(request, None).await, false, false),
+                Turn::TimedOut if coordinator.timed_out_is_final() => {
                     (Err(Error::Contended { key: key.to_owned() }), false, true)
                 }
                 // Redlock: the designated node kept us waiting to the end; one last plain round
                 // tells how every node stands (and may still be granted).
-                Turn::TimedOut => (attempt(engine, key, &claim.token, None, terms).await, false, true),
+                Turn::TimedOut => (coordinator.attempt(request, None).await, false, true),
                 Turn::Failed { error, may_hold } => (Err(error), may_hold, false),
             };
             let err = match result {
@@ -132,7 +138,7 @@ impl Lease {
             if last || attempts == Attempts::Once || !err.is_retryable() || now >= give_up {
                 return Err(err);
             }
-            let delay = engine.config.backoff().delay(round, &mut rand::rng());
+            let delay = coordinator.config().backoff().delay(round, &mut rand::rng());
             tracing::debug!(key, round, ?delay, error = %err, "lock busy, retrying");
             tokio::time::sleep(delay.min(give_up - now)).await;
             round = round.saturating_add(1);
@@ -214,7 +220,7 @@ impl Lease {
     /// is the same round for a token without a lease.
     pub async fn renew(&mut self) -> Result<(), Error> {
         self.ensure_valid()?;
-        match self.claim.engine.renew(&self.claim.key, &self.claim.token).await {
+        match self.claim.coordinator.rounds.renew(&self.claim.key, &self.claim.token).await {
             Ok(deadline) => {
                 metrics::renewed(true);
                 self.deadline = deadline;
@@ -236,8 +242,8 @@ impl Lease {
     /// too few nodes answered to tell.
     pub async fn release(mut self) -> Result<bool, Error> {
         self.claim.armed = false;
-        metrics::released(self.granted_at.elapsed(), self.claim.engine.config.ttl());
-        let held = self.claim.engine.release(&self.claim.key, &self.claim.token).await;
+        metrics::released(self.granted_at.elapsed(), self.claim.coordinator.config().ttl());
+        let held = self.claim.coordinator.rounds.release(&self.claim.key, &self.claim.token).await;
         if let Ok(false) = held {
             self.record_loss();
         }
@@ -266,26 +272,9 @@ impl Lease {
     /// produced the current deadline was sent (`deadline - (ttl - drift)`), so a lease kept
     /// alive late in its life is renewed at once rather than a full interval later.
     pub(crate) fn renewal_due(&self) -> Instant {
-        let config = &self.claim.engine.config;
+        let config = self.claim.coordinator.config();
         let window = config.ttl().saturating_sub(config.drift());
         self.deadline.checked_sub(window).map_or(self.deadline, |sent| sent + config.renew_interval())
-    }
-}
-
-/// One acquisition round as the engine's topology runs it: replica-confirmed (which never
-/// waits on the server, so `block` does not apply) or the plain round.
-async fn attempt(
-    engine: &Engine,
-    key: &str,
-    token: &Token,
-    block: Option<Duration>,
-    terms: Terms<'_>,
-) -> Result<Grant, Error> {
-    match (engine.topology, engine.nodes.as_slice()) {
-        (Topology::Single { confirm: Some(confirm) }, [node]) => {
-            confirm::attempt(engine, node, key, token, &confirm, terms).await
-        }
-        _ => engine.attempt(key, token, block, terms).await,
     }
 }
 
@@ -293,7 +282,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         // Dropped while held: the claim releases it in the background, which ends the hold.
         if self.claim.armed {
-            metrics::released(self.granted_at.elapsed(), self.claim.engine.config.ttl());
+            metrics::released(self.granted_at.elapsed(), self.claim.coordinator.config().ttl());
         }
     }
 }
@@ -309,7 +298,7 @@ impl std::fmt::Debug for Lease {
     }
 }
 
-/// Our claim on a key: the engine, the key and our token. While armed, dropping it releases
+/// Our claim on a key: the coordinator, the key and our token. While armed, dropping it releases
 /// on every node in a background task, so neither a cancelled acquisition (dropped while a
 /// round is in flight) nor a dropped [`Lease`] (which owns the claim after the grant) leaves
 /// a node holding a lease nobody knows about. Dropping never blocks a runtime thread; without
@@ -320,7 +309,7 @@ impl std::fmt::Debug for Lease {
 /// dropped, but the release goes out on another connection and may reach the server first;
 /// if the lease is handed to the waiter between the two, only the later release ends it.
 struct Claim {
-    engine: Arc<Engine>,
+    coordinator: Arc<Coordinator>,
     key: String,
     token: Token,
     armed: bool,
@@ -333,15 +322,16 @@ impl Drop for Claim {
         if !self.armed {
             return;
         }
-        let (engine, key, token) = (Arc::clone(&self.engine), self.key.clone(), self.token.clone());
+        let (rounds, key, token) =
+            (Arc::clone(&self.coordinator.rounds), self.key.clone(), self.token.clone());
         let waited = self.waited;
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
-                    let _ = engine.release_report(&key, &token).await;
+                    let _ = rounds.release_report(&key, &token).await;
                     if waited {
-                        tokio::time::sleep(engine.config.node_timeout()).await;
-                        let _ = engine.release_report(&key, &token).await;
+                        tokio::time::sleep(rounds.config.node_timeout()).await;
+                        let _ = rounds.release_report(&key, &token).await;
                     }
                 });
             }

@@ -25,7 +25,7 @@
 //! A designated node that cannot queue us (unreachable, silent, refusing) is passed over for
 //! the next in the ranking — every client that sees the same failure picks the same node —
 //! and one that did not answer is passed over for a while
-//! ([`PASS_OVER_FOR`](crate::pool::PASS_OVER_FOR)) before it is tried first again. A node
+//! ([`PASS_OVER_FOR`](crate::node::pool::PASS_OVER_FOR)) before it is tried first again. A node
 //! that answers nothing while we wait on it would stall everyone who queued there, so it is
 //! watched: a `PING` on its shared connection at once and then every [`WATCH_EVERY`]; a ping
 //! without an answer within the node timeout abandons the wait (closing its connection) for
@@ -40,13 +40,12 @@ use std::time::{Duration, Instant};
 
 use fencedlock_protocol::ReplyError;
 
+use crate::acquisition::rounds::{Grant, Rounds};
+use crate::acquisition::terms::Request;
 use crate::cause;
-use crate::confirm::{self, Unconfirmed};
-use crate::engine::{Engine, Grant, Topology};
 use crate::error::Error;
-use crate::node::{Answer, Failure, Node};
-use crate::replicas::Confirm;
-use crate::terms::Terms;
+use crate::node::replicas::Confirm;
+use crate::node::{AcquireReply, Failure, Node};
 use crate::token::Token;
 
 /// How often a Redlock waiter checks that the node it waits on still answers.
@@ -72,90 +71,45 @@ pub(crate) enum Turn {
     Failed { error: Error, may_hold: bool },
 }
 
-/// One waiting step for `token` on `key`, waiting on the server until `until` at most; a
-/// grant is on `terms` (label and permits).
-pub(crate) async fn take_turn(
-    engine: &Engine,
-    key: &str,
-    token: &Token,
-    until: Instant,
-    terms: Terms<'_>,
-) -> Turn {
-    match (engine.nodes.as_slice(), engine.topology) {
-        ([node], Topology::Single { confirm: Some(confirm) }) => {
-            confirmed(engine, node, key, token, until, &confirm, terms).await
-        }
-        ([node], Topology::Single { confirm: None }) => single(engine, node, key, token, until, terms).await,
-        // Several nodes are always a quorum (`Topology::of`).
-        (nodes, _) => reserve(engine, nodes, key, token, until, terms).await,
-    }
-}
-
-/// N = 1 with replica confirmation: the blocked ACQUIRE and, once granted, its `WAIT` on the
-/// same dedicated connection (see the `confirm` module).
-async fn confirmed(
-    engine: &Engine,
+/// N = 1: the blocked ACQUIRE is the grant; with replica confirmation, once its `WAIT` on
+/// the same dedicated connection (see the `confirm` module) says enough replicas have it.
+pub(crate) async fn single(
+    rounds: &Rounds,
     node: &Node,
-    key: &str,
-    token: &Token,
+    request: Request<'_>,
     until: Instant,
-    confirm: &Confirm,
-    terms: Terms<'_>,
+    confirm: Option<&Confirm>,
 ) -> Turn {
     let sent = Instant::now();
-    let request = terms.request(key, token, engine.config.ttl_ms());
-    match node.acquire(request, Some(until), Some(confirm)).await {
-        Ok(Answer::Granted { fence, acked }) => match confirm::settle(node, key, token, confirm, acked).await
-        {
-            Ok(()) => match anchor(engine, key, token, fence, sent).await {
-                Ok(grant) => Turn::Granted(grant),
-                Err(error) => Turn::Failed { error, may_hold: true },
-            },
-            Err(Unconfirmed { error, may_hold }) => Turn::Failed { error, may_hold },
-        },
-        Ok(Answer::Nil) => Turn::TimedOut,
-        Ok(Answer::Unsupported) => Turn::Poll,
-        Err(failure) => failed(node, failure),
-    }
-}
-
-/// N = 1: the blocked ACQUIRE is the grant.
-async fn single(
-    engine: &Engine,
-    node: &Node,
-    key: &str,
-    token: &Token,
-    until: Instant,
-    terms: Terms<'_>,
-) -> Turn {
-    let sent = Instant::now();
-    match node.acquire(terms.request(key, token, engine.config.ttl_ms()), Some(until), None).await {
-        Ok(Answer::Granted { fence, .. }) => match anchor(engine, key, token, fence, sent).await {
-            Ok(grant) => Turn::Granted(grant),
-            Err(error) => Turn::Failed { error, may_hold: true },
-        },
-        Ok(Answer::Nil) => Turn::TimedOut,
-        Ok(Answer::Unsupported) => Turn::Poll,
-        Err(failure) => failed(node, failure),
+    let fence = match node.acquire(request.acquire, Some(until), confirm).await {
+        Ok(AcquireReply::Granted { fence }) => fence,
+        Ok(AcquireReply::Unconfirmed { error, may_hold }) => return Turn::Failed { error, may_hold },
+        Ok(AcquireReply::Nil) => return Turn::TimedOut,
+        Ok(AcquireReply::Unsupported) => return Turn::Poll,
+        Err(failure) => return failed(node, failure),
+    };
+    match anchor(rounds, request.key, request.token, fence, sent).await {
+        Ok(grant) => Turn::Granted(grant),
+        Err(error) => Turn::Failed { error, may_hold: true },
     }
 }
 
 /// The grant of a blocked ACQUIRE sent at `sent`, re-anchored by a RENEW if the wait ate
 /// more than a quarter of the usable lease time.
 async fn anchor(
-    engine: &Engine,
+    rounds: &Rounds,
     key: &str,
     token: &Token,
     fence: u64,
     sent: Instant,
 ) -> Result<Grant, Error> {
-    let (ttl, drift) = (engine.config.ttl(), engine.config.drift());
-    let granted = |from: Instant| engine.single_grant(key, fence, from);
+    let (ttl, drift) = (rounds.config.ttl(), rounds.config.drift());
+    let granted = |from: Instant| rounds.single_grant(key, fence, from);
     let grant = granted(sent);
     if !needs_anchor(grant.report.elapsed, ttl.saturating_sub(drift)) {
         return Ok(grant);
     }
-    match engine.renew(key, token).await {
+    match rounds.renew(key, token).await {
         // The RENEW's deadline runs from before it was sent.
         Ok(deadline) => Ok(granted(deadline.checked_sub(ttl.saturating_sub(drift)).unwrap_or(sent))),
         Err(error) if grant.report.validity.is_some() && !error.is_lease_lost() => {
@@ -173,17 +127,10 @@ fn needs_anchor(waited: Duration, window: Duration) -> bool {
 }
 
 /// N > 1: queue on the designated node (or the next in the ranking) for a reservation.
-async fn reserve(
-    engine: &Engine,
-    nodes: &[Node],
-    key: &str,
-    token: &Token,
-    until: Instant,
-    terms: Terms<'_>,
-) -> Turn {
+pub(crate) async fn reserve(rounds: &Rounds, nodes: &[Node], request: Request<'_>, until: Instant) -> Turn {
     // Once this many candidates failed, too few nodes are left for a majority anyway.
-    let candidates = nodes.len() - engine.quorum() + 1;
-    let ranked = ranking(key, nodes.iter().map(Node::name));
+    let candidates = nodes.len() - rounds.quorum() + 1;
+    let ranked = ranking(request.key, nodes.iter().map(Node::name));
     // A node that recently failed to queue anyone is passed over while a later one has not.
     let (fresh, passed_over): (Vec<usize>, Vec<usize>) =
         ranked.into_iter().take(candidates).partition(|&i| !nodes[i].pool().recently_failed());
@@ -192,26 +139,28 @@ async fn reserve(
         if !node.may_block() {
             return Turn::Poll;
         }
-        if engine.release_left_behind(i, key, token).await {
+        if rounds.release_left_behind(i, request.key, request.token).await {
             tracing::debug!(
-                key,
+                request.key,
                 node = node.name(),
                 "a release of ours is unanswered there; trying the next"
             );
             continue;
         }
-        let wait = node.acquire(terms.request(key, token, engine.config.ttl_ms()), Some(until), None);
+        let wait = node.acquire(request.acquire, Some(until), None);
         match watched(node, wait).await {
-            Ok(Answer::Granted { .. }) => return Turn::Reserved,
-            Ok(Answer::Nil) => return Turn::TimedOut,
-            Ok(Answer::Unsupported) => return Turn::Poll,
+            Ok(AcquireReply::Granted { .. }) => return Turn::Reserved,
+            // Not asked for: Redlock's nodes have no replica confirmation (the coordinator refuses it).
+            Ok(AcquireReply::Unconfirmed { error, may_hold }) => return Turn::Failed { error, may_hold },
+            Ok(AcquireReply::Nil) => return Turn::TimedOut,
+            Ok(AcquireReply::Unsupported) => return Turn::Poll,
             Err(failure) => match failed(node, failure) {
                 Turn::Failed { error, may_hold } => {
                     if may_hold {
                         node.pool().mark_failed();
                     }
                     // Whatever it may have granted is released by the rounds that follow.
-                    tracing::debug!(key, node = node.name(), %error, "cannot wait on this node; trying the next");
+                    tracing::debug!(request.key, node = node.name(), %error, "cannot wait on this node; trying the next");
                 }
                 again => return again,
             },
@@ -224,8 +173,8 @@ async fn reserve(
 /// soon as the node stops answering pings on its shared connection.
 async fn watched(
     node: &Node,
-    wait: impl Future<Output = Result<Answer, Failure>>,
-) -> Result<Answer, Failure> {
+    wait: impl Future<Output = Result<AcquireReply, Failure>>,
+) -> Result<AcquireReply, Failure> {
     let watchdog = async {
         loop {
             match node.ping().await {

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::acquisition::coordinator::Coordinator;
+use crate::acquisition::lease::{Attempts, Lease};
+use crate::acquisition::terms::Terms;
 use crate::config::OnUnavailable;
-use crate::engine::Engine;
 use crate::error::Error;
-use crate::lease::{Attempts, Lease};
 use crate::metrics::{self, Outcome};
-use crate::terms::Terms;
 
 /// The result of [`Locker::acquire_with_policy`](crate::Locker::acquire_with_policy) or
 /// [`Redlock`](crate::Redlock)'s: a lease, or (only
@@ -65,14 +65,20 @@ impl Acquisition {
     }
 }
 
-/// `acquire` under the engine's declared policy, every ACQUIRE on `terms`.
-pub(crate) async fn acquire(engine: &Arc<Engine>, key: &str, terms: Terms<'_>) -> Result<Acquisition, Error> {
+/// `acquire` under the locker's declared policy, every ACQUIRE on `terms`.
+pub(crate) async fn acquire(
+    coordinator: &Arc<Coordinator>,
+    key: &str,
+    terms: Terms<'_>,
+) -> Result<Acquisition, Error> {
     let start = Instant::now();
-    let give_up = start + engine.config.max_wait();
-    let token = engine.config.new_token();
-    let result = Lease::take(engine, key, token, Attempts::UntilMaxWait, give_up, terms).await;
+    let give_up = start + coordinator.config().max_wait();
+    let token = coordinator.config().new_token();
+    let result = Lease::take(coordinator, key, token, Attempts::UntilMaxWait, give_up, terms).await;
     let outcome = match &result {
-        Err(err) if err.is_unavailable() && engine.config.on_unavailable() == OnUnavailable::FailOpen => {
+        Err(err)
+            if err.is_unavailable() && coordinator.config().on_unavailable() == OnUnavailable::FailOpen =>
+        {
             tracing::warn!(key, error = %err, "lock service unavailable; running unlocked (fail open)");
             Outcome::Unlocked
         }

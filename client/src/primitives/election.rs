@@ -46,12 +46,12 @@ use fencedlock_protocol::keyspace::{
 use futures::Stream;
 use tokio_util::sync::CancellationToken;
 
+use crate::acquisition::lease::{Attempts, Lease};
+use crate::acquisition::terms::Terms;
 use crate::cause::Cause;
 use crate::error::Error;
-use crate::keepalive::{KeptLease, LeaseHandle};
-use crate::lease::{Attempts, Lease};
-use crate::locker::Locker;
-use crate::terms::{check_label, Terms};
+use crate::primitives::keepalive::{KeptLease, LeaseHandle};
+use crate::primitives::locker::Locker;
 
 /// The shortest time one campaign request waits in the server's queue before it is sent
 /// again; the window is the locker's [`max_wait`](crate::LockConfig::max_wait) if longer. A
@@ -145,18 +145,18 @@ impl Election {
     /// called inside a Tokio runtime (the keep-alive is a task).
     pub async fn campaign(&self, label: impl Into<Vec<u8>>) -> Result<Leadership, Error> {
         let label = label.into();
-        check_label(&label)?;
-        let engine = self.locker.shared_engine();
+        Error::check_label(&label)?;
+        let coordinator = self.locker.coordinator();
         // One token for every window: ACQUIRE is idempotent for its holder.
-        let token = engine.config.new_token();
-        let window = engine.config.max_wait().max(MIN_CAMPAIGN_WINDOW);
+        let token = coordinator.config().new_token();
+        let window = coordinator.config().max_wait().max(MIN_CAMPAIGN_WINDOW);
         // Not recorded as an acquisition: a campaign may wait for hours, which would swamp the
         // acquire latency and wait-time histograms (each window's contention is counted).
         let lease = loop {
             let give_up = Instant::now() + window;
             let attempt = Attempts::UntilMaxWait;
             let terms = Terms { label: Some(&label), permits: 1 };
-            match Lease::take(engine, &self.key, token.clone(), attempt, give_up, terms).await {
+            match Lease::take(coordinator, &self.key, token.clone(), attempt, give_up, terms).await {
                 Err(Error::Contended { .. }) => continue,
                 other => break other?,
             }

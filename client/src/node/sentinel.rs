@@ -158,14 +158,11 @@ impl SentinelUrl {
             builder = builder.set_client_to_sentinel_password(password);
         }
         if self.tls {
-            builder = builder
-                .set_client_to_redis_tls_mode(TlsMode::Secure)
-                .set_client_to_sentinel_tls_mode(TlsMode::Secure);
-            if tls.is_configured() {
-                builder = builder
-                    .set_client_to_redis_certificates(tls.certificates())
-                    .set_client_to_sentinel_certificates(tls.certificates());
-            }
+            builder = tls.sentinel_client(
+                builder
+                    .set_client_to_redis_tls_mode(TlsMode::Secure)
+                    .set_client_to_sentinel_tls_mode(TlsMode::Secure),
+            );
         }
         builder.build()
     }
@@ -199,6 +196,9 @@ pub(crate) struct Primary {
 impl Primary {
     /// For `url`, with `tls`'s settings on a `rediss+sentinel://` URL (refused on a plaintext one).
     pub(crate) fn new(url: &SentinelUrl, tls: &Tls) -> Result<Primary, Error> {
+        if url.tls {
+            crate::tls::supported()?;
+        }
         if tls.is_configured() && !url.tls {
             return Err(Error::Config(
                 "TLS options were given but the Sentinel URL is plaintext: use rediss+sentinel:// for TLS"

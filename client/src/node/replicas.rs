@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use redis::Cmd;
 
+use super::pool;
 use crate::config::LockConfig;
-use crate::pool;
 
 /// How many replicas must confirm a grant, and for how long to wait for them.
 #[derive(Debug, Clone, Copy)]

@@ -34,59 +34,54 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::acquisition::rounds::{Grant, Rounds};
+use crate::acquisition::terms::Request;
 use crate::cause;
-use crate::engine::{Engine, Grant};
 use crate::error::Error;
-use crate::node::{Answer, Failure, Node};
+use crate::node::replicas::Confirm;
+use crate::node::{AcquireReply, Failure, Node};
 use crate::quorum::Phase;
-use crate::replicas::Confirm;
-use crate::terms::Terms;
 use crate::token::Token;
 
-/// One non-waiting acquisition round on the engine's single `node` with `confirm`: ACQUIRE
-/// (on `terms`) and WAIT on a dedicated connection; the grant when it was confirmed,
-/// released otherwise.
+/// One non-waiting acquisition round on the single `node` with `confirm`: `request`'s ACQUIRE
+/// and WAIT on a dedicated connection; the grant when it was confirmed, released otherwise.
 pub(crate) async fn attempt(
-    engine: &Engine,
+    rounds: &Rounds,
     node: &Node,
-    key: &str,
-    token: &Token,
+    request: Request<'_>,
     confirm: &Confirm,
-    terms: Terms<'_>,
 ) -> Result<Grant, Error> {
     // Never overtake a release of an earlier round still in flight (see the `trailing` module).
-    if engine.release_left_behind(0, key, token).await {
+    if rounds.release_left_behind(0, request.key, request.token).await {
         return Err(node.error("ACQUIRE", Failure::TimedOut));
     }
-    let mut guard = Unsettled::new(engine, key, token);
+    let mut guard = Unsettled::new(rounds, request.key, request.token);
     let sent = Instant::now();
-    let request = terms.request(key, token, engine.config.ttl_ms());
-    let answer = node.acquire(request, None, Some(confirm)).await;
+    let answer = node.acquire(request.acquire, None, Some(confirm)).await;
     match answer {
-        Ok(Answer::Granted { fence, acked }) => match settle(node, key, token, confirm, acked).await {
-            Ok(()) => {
-                let grant = engine.single_grant(key, fence, sent);
-                if grant.report.validity.is_some() {
-                    guard.disarm();
-                    return Ok(grant);
-                }
-                // Confirmed too late to be of use: give it back like any expired round.
-                if node.release(key, token).await.is_ok() {
-                    guard.disarm();
-                }
-                Err(engine.round_error(grant.report, Phase::Acquire))
+        Ok(AcquireReply::Granted { fence }) => {
+            let grant = rounds.single_grant(request.key, fence, sent);
+            if grant.report.validity.is_some() {
+                guard.disarm();
+                return Ok(grant);
             }
-            Err(Unconfirmed { error, may_hold }) => {
-                if !may_hold {
-                    guard.disarm();
-                }
-                Err(error)
+            // Confirmed too late to be of use: give it back like any expired round.
+            if node.release(request.key, request.token).await.is_ok() {
+                guard.disarm();
             }
-        },
+            Err(rounds.round_error(grant.report, Phase::Acquire))
+        }
+        // Released by the node already, unless that release got no answer.
+        Ok(AcquireReply::Unconfirmed { error, may_hold }) => {
+            if !may_hold {
+                guard.disarm();
+            }
+            Err(error)
+        }
         // Without BLOCK, the module cannot answer "unsupported": only nil (busy).
-        Ok(Answer::Nil | Answer::Unsupported) => {
+        Ok(AcquireReply::Nil | AcquireReply::Unsupported) => {
             guard.disarm();
-            Err(Error::Contended { key: key.to_owned() })
+            Err(Error::Contended { key: request.key.to_owned() })
         }
         // An error reply: the server answered, nothing was granted. Anything else (no answer,
         // a broken connection) leaves a grant possible: the guard releases it.
@@ -98,42 +93,6 @@ pub(crate) async fn attempt(
     }
 }
 
-/// A grant that could not be handed out: the error, and whether the lease may still be held
-/// (the release did not get an answer).
-pub(crate) struct Unconfirmed {
-    pub(crate) error: Error,
-    pub(crate) may_hold: bool,
-}
-
-/// What a grant's `WAIT` answer (`acked`) means: `Ok` when enough replicas confirmed it;
-/// otherwise the grant is released on `node`, and the error says why.
-pub(crate) async fn settle(
-    node: &Node,
-    key: &str,
-    token: &Token,
-    confirm: &Confirm,
-    acked: Option<Result<usize, Failure>>,
-) -> Result<(), Unconfirmed> {
-    let error = match acked {
-        Some(Ok(acked)) if acked >= confirm.replicas() => return Ok(()),
-        Some(Ok(acked)) => {
-            Error::NotConfirmed { node: node.name().to_owned(), wanted: confirm.replicas(), confirmed: acked }
-        }
-        Some(Err(failure)) => node.error("WAIT", failure),
-        // The caller asked for no confirmation: nothing to settle.
-        None => return Ok(()),
-    };
-    tracing::debug!(key, node = node.name(), %error, "grant not confirmed by replicas; releasing it");
-    let may_hold = match node.release(key, token).await {
-        Ok(_held) => false,
-        Err(failure) => {
-            tracing::debug!(key, node = node.name(), error = %node.error("RELEASE", failure), "could not release an unconfirmed grant; it expires after the ttl");
-            true
-        }
-    };
-    Err(Unconfirmed { error, may_hold })
-}
-
 /// Releases `token` on `key` in the background unless disarmed: a confirmed acquisition
 /// dropped (or failed) while its ACQUIRE or WAIT was unanswered may have left a grant.
 ///
@@ -142,33 +101,33 @@ pub(crate) async fn settle(
 /// later (as the lease's claim does after a waiting request). Releasing by our token cannot
 /// end anyone else's lease.
 struct Unsettled {
-    engine: Option<Arc<Engine>>,
+    rounds: Option<Arc<Rounds>>,
     key: String,
     token: Token,
 }
 
 impl Unsettled {
-    fn new(engine: &Engine, key: &str, token: &Token) -> Unsettled {
-        Unsettled { engine: engine.shared(), key: key.to_owned(), token: token.clone() }
+    fn new(rounds: &Rounds, key: &str, token: &Token) -> Unsettled {
+        Unsettled { rounds: rounds.shared(), key: key.to_owned(), token: token.clone() }
     }
 
     fn disarm(&mut self) {
-        self.engine = None;
+        self.rounds = None;
     }
 }
 
 impl Drop for Unsettled {
     fn drop(&mut self) {
-        let Some(engine) = self.engine.take() else { return };
+        let Some(rounds) = self.rounds.take() else { return };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             tracing::debug!(key = %self.key, "no Tokio runtime to release on drop; the lease expires after its ttl");
             return;
         };
         let (key, token) = (std::mem::take(&mut self.key), self.token.clone());
         runtime.spawn(async move {
-            let _ = engine.release_report(&key, &token).await;
-            tokio::time::sleep(engine.config.node_timeout()).await;
-            let _ = engine.release_report(&key, &token).await;
+            let _ = rounds.release_report(&key, &token).await;
+            tokio::time::sleep(rounds.config.node_timeout()).await;
+            let _ = rounds.release_report(&key, &token).await;
         });
     }
 }

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::acquisition::lease::Lease;
 use crate::error::{Error, LossCause};
-use crate::lease::Lease;
 use crate::metrics;
 use crate::validity;
 

@@ -1,9 +1,9 @@
 //! The raise step of fenced Redlock. What it is for, and why it makes fences increase across
 //! majorities, is documented on [`Fencing`].
 
+use crate::acquisition::round;
 use crate::node::Node;
 use crate::quorum::{QuorumReport, Vote};
-use crate::round;
 use crate::token::Token;
 
 /// How a [`Redlock`](crate::Redlock) derives a lease's fence from the per-node fences.

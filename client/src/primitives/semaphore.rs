@@ -34,11 +34,11 @@
 
 use fencedlock_protocol::SemaphoreStatus;
 
+use crate::acquisition::lease::{Attempts, Lease};
+use crate::acquisition::terms::Terms;
 use crate::error::Error;
-use crate::lease::{Attempts, Lease};
-use crate::locker::Locker;
-use crate::policy::{self, Acquisition};
-use crate::terms::{check_label, check_permits, Terms};
+use crate::primitives::locker::Locker;
+use crate::primitives::policy::{self, Acquisition};
 
 /// A fenced semaphore on one key of a [`Locker`]'s server: up to `permits` holders at once.
 ///
@@ -70,7 +70,7 @@ impl Semaphore {
     /// (a mutex, the same key as [`Locker::acquire`]'s) to [`MAX_PERMITS`](crate::MAX_PERMITS)
     /// ([`Error::Config`] otherwise).
     pub fn new(locker: Locker, key: impl Into<String>, permits: u32) -> Result<Semaphore, Error> {
-        check_permits(permits)?;
+        Error::check_permits(permits)?;
         Ok(Semaphore { locker, key: key.into(), permits, label: None })
     }
 
@@ -81,7 +81,7 @@ impl Semaphore {
     /// put a secret in it.
     pub fn with_label(mut self, label: impl Into<Vec<u8>>) -> Result<Semaphore, Error> {
         let label = label.into();
-        check_label(&label)?;
+        Error::check_label(&label)?;
         self.label = Some(label);
         Ok(self)
     }
@@ -99,8 +99,9 @@ impl Semaphore {
     /// One attempt at a permit: [`Error::Contended`] while all permits are held (or others
     /// wait for one: nobody barges).
     pub async fn try_acquire(&self) -> Result<Lease, Error> {
-        let engine = self.locker.shared_engine();
-        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::Once, self.terms()).await
+        let coordinator = self.locker.coordinator();
+        Lease::acquire(coordinator, &self.key, coordinator.config().new_token(), Attempts::Once, self.terms())
+            .await
     }
 
     /// Waits for a permit up to the locker's [`max_wait`](crate::LockConfig::max_wait), in
@@ -109,15 +110,21 @@ impl Semaphore {
     /// at once, not waited out. Cancel-safe: dropping the future leaves no permit and no
     /// queued waiter behind.
     pub async fn acquire(&self) -> Result<Lease, Error> {
-        let engine = self.locker.shared_engine();
-        Lease::acquire(engine, &self.key, engine.config.new_token(), Attempts::UntilMaxWait, self.terms())
-            .await
+        let coordinator = self.locker.coordinator();
+        Lease::acquire(
+            coordinator,
+            &self.key,
+            coordinator.config().new_token(),
+            Attempts::UntilMaxWait,
+            self.terms(),
+        )
+        .await
     }
 
     /// [`acquire`](Self::acquire) under the locker's declared failure policy, as
     /// [`Locker::acquire_with_policy`]: busy permits are never "unlocked".
     pub async fn acquire_with_policy(&self) -> Result<Acquisition, Error> {
-        policy::acquire(self.locker.shared_engine(), &self.key, self.terms()).await
+        policy::acquire(self.locker.coordinator(), &self.key, self.terms()).await
     }
 
     /// The key's permits and unexpired holders (each one's fence, time left and label; never

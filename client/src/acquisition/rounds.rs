@@ -1,4 +1,4 @@
-//! The one lease algorithm every locker runs, on one server or on N independent masters.
+//! The rounds every locker runs, on one server or on N independent masters.
 //!
 //! A single server is simply N = 1 (quorum 1), so [`Locker`](crate::Locker) and
 //! [`Redlock`](crate::Redlock) share this code: send the command to every node in parallel
@@ -7,8 +7,9 @@
 //! charge the time the round took against the lease: `validity = ttl - elapsed - drift`, with
 //! `elapsed` measured from *before* the first request.
 //!
-//! Each method here is one round. Retrying rounds, and releasing what a caller gave up on
-//! midway, belong to the lease being taken (the lease module's `Claim`), which holds its engine.
+//! Each method here is one round. Which rounds an acquisition runs (plain, replica-confirmed,
+//! waiting) is the coordinator's choice; retrying rounds, and releasing what a caller gave up
+//! on midway, belong to the lease being taken (the lease module's `Claim`).
 //!
 //! Releases never make a caller wait for a node the majority already outvoted: a release
 //! round returns once a majority's answer is known, and a failed acquisition round returns
@@ -23,70 +24,28 @@ use std::time::{Duration, Instant};
 use futures::future::{join, join_all, BoxFuture};
 use futures::FutureExt;
 
+use crate::acquisition::fenced;
+use crate::acquisition::round::{self, Stragglers};
+use crate::acquisition::terms::Request;
+use crate::acquisition::trailing::Trailing;
 use crate::config::LockConfig;
 use crate::error::{Error, LossCause};
-use crate::fenced::{self, Fencing};
-use crate::node::{Answer, Failure, Node};
+use crate::node::{AcquireReply, Failure, Node};
 use crate::quorum::{quorum, NodeVote, Phase, QuorumReport, Vote};
-use crate::replicas::Confirm;
-use crate::round::{self, Stragglers};
-use crate::terms::Terms;
 use crate::token::Token;
-use crate::trailing::Trailing;
 use crate::validity;
 
-/// The shared state of a locker: its nodes and options, and how they decide a grant.
+/// The nodes of a locker and its options, and the rounds run on them.
 #[derive(Debug)]
-pub(crate) struct Engine {
+pub(crate) struct Rounds {
     pub(crate) nodes: Vec<Node>,
     pub(crate) config: LockConfig,
-    /// The fencing mode asked for (the raise step runs only where the topology has a quorum).
-    pub(crate) fencing: Fencing,
-    /// Decided once, from the nodes and the options, when the locker is built.
-    pub(crate) topology: Topology,
+    /// Whether a granted round takes fenced Redlock's raise step (the coordinator decides).
+    raise: bool,
     /// Releases finishing in the background.
     trailing: Trailing,
-    /// This engine, for the background tasks that finish its releases.
-    me: Weak<Engine>,
-}
-
-/// How a locker's nodes decide a grant, chosen once when it is built.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Topology {
-    /// One server, or one Redis Cluster routing by key; each grant confirmed on replicas first
-    /// where configured.
-    Single { confirm: Option<Confirm> },
-    /// A majority of N independent masters; `raise`: fenced Redlock's raise step.
-    Quorum { raise: bool },
-}
-
-impl Topology {
-    /// The topology of `nodes` under `config` and `fencing`, or the [`Error::Config`] that
-    /// refuses options these nodes cannot honour, before anything connects.
-    fn of(nodes: &[Node], config: &LockConfig, fencing: Fencing) -> Result<Topology, Error> {
-        let refused = |why: &str| Err(Error::Config(why.into()));
-        for (i, node) in nodes.iter().enumerate() {
-            // One server counted twice would let a minority of real servers make a "majority".
-            if nodes[..i].iter().any(|earlier| earlier.name() == node.name()) {
-                return refused(&format!(
-                    "server {} is given twice; Redlock needs independent servers, each once",
-                    node.name()
-                ));
-            }
-        }
-        let confirm = Confirm::configured(config);
-        match (nodes, confirm) {
-            ([], _) => refused("a lock needs at least one server"),
-            ([node], Some(_)) if node.is_cluster() => refused(
-                "replica confirmation is not supported on a Redis Cluster (WAIT would be sent to every primary, not the key's)",
-            ),
-            ([_], confirm) => Ok(Topology::Single { confirm }),
-            (_, Some(_)) => refused(
-                "replica confirmation needs a single server: Redlock's independent masters have no replicas to confirm on",
-            ),
-            (_, None) => Ok(Topology::Quorum { raise: fencing == Fencing::Raise }),
-        }
-    }
+    /// These rounds, for the background tasks that finish their releases.
+    me: Weak<Rounds>,
 }
 
 /// A successful acquisition round.
@@ -96,27 +55,10 @@ pub(crate) struct Grant {
     pub(crate) report: QuorumReport,
 }
 
-impl Engine {
-    /// An engine over `nodes`, each given the configured per-node timeout; [`Error::Config`]
-    /// for a topology that cannot honour `config` (see [`Topology::of`]).
-    pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, fencing: Fencing) -> Result<Arc<Engine>, Error> {
-        let nodes: Vec<Node> = nodes
-            .into_iter()
-            .map(|n| {
-                n.with_timeout(config.node_timeout())
-                    .with_max_blocking(config.max_blocking())
-                    .with_engine(config.engine())
-            })
-            .collect();
-        let topology = Topology::of(&nodes, &config, fencing)?;
-        Ok(Arc::new_cyclic(|me| Engine {
-            nodes,
-            config,
-            fencing,
-            topology,
-            trailing: Trailing::new(),
-            me: me.clone(),
-        }))
+impl Rounds {
+    /// Rounds over `nodes`, already configured by the coordinator; `raise`: fenced Redlock.
+    pub(crate) fn new(nodes: Vec<Node>, config: LockConfig, raise: bool) -> Arc<Rounds> {
+        Arc::new_cyclic(|me| Rounds { nodes, config, raise, trailing: Trailing::new(), me: me.clone() })
     }
 
     /// The grant of a round sent at `sent` with fence `fence`, as `report` tells it: the
@@ -126,7 +68,7 @@ impl Engine {
         Grant { fence, deadline, report }
     }
 
-    /// [`Engine::grant`] of a single server's `fence`, its report one granting vote measured
+    /// [`Rounds::grant`] of a single server's `fence`, its report one granting vote measured
     /// from `sent`.
     pub(crate) fn single_grant(&self, key: &str, fence: u64, sent: Instant) -> Grant {
         let (ttl, drift) = (self.config.ttl(), self.config.drift());
@@ -134,9 +76,9 @@ impl Engine {
         self.grant(fence, sent, report)
     }
 
-    /// This engine as an `Arc`, for background work that outlives the caller (`None` while
+    /// These rounds as an `Arc`, for background work that outlives the caller (`None` while
     /// it is being dropped).
-    pub(crate) fn shared(&self) -> Option<Arc<Engine>> {
+    pub(crate) fn shared(&self) -> Option<Arc<Rounds>> {
         self.me.upgrade()
     }
 
@@ -158,23 +100,20 @@ impl Engine {
         self.trailing.timed_out(i, key, token).await
     }
 
-    /// One acquisition round without replica confirmation (that round is the `confirm`
-    /// module's): ACQUIRE everywhere, then (fenced Redlock) RAISE on the granting nodes.
+    /// One plain acquisition round (the replica-confirmed one is the `confirm` module's):
+    /// ACQUIRE everywhere, then (fenced Redlock) RAISE on the granting nodes.
     /// Releases everywhere unless the lease is handed out.
     ///
     /// With `block`, each node that can wait on the server does so for up to that long
     /// before it counts as refused (Redlock's second step, see the `waiting` module).
     ///
-    /// Every ACQUIRE is on `terms`: the lease's public label, if any, and the key's permits.
+    /// Every ACQUIRE is `request`'s.
     pub(crate) async fn attempt(
         &self,
-        key: &str,
-        token: &Token,
+        request: Request<'_>,
         block: Option<Duration>,
-        terms: Terms<'_>,
     ) -> Result<Grant, Error> {
         let ttl = self.config.ttl();
-        let request = terms.request(key, token, self.config.ttl_ms());
         let drift = self.config.drift();
         let sent = Instant::now();
         let asked: Vec<AtomicBool> = self.nodes.iter().map(|_| AtomicBool::new(false)).collect();
@@ -182,31 +121,35 @@ impl Engine {
             // Never overtake a release of an earlier round still in flight to this node; one
             // that got no answer within the node timeout makes the node count as timed out
             // this round (see the `trailing` module).
-            if self.trailing.timed_out(i, key, token).await {
+            if self.trailing.timed_out(i, request.key, request.token).await {
                 return Vote::TimedOut;
             }
             asked.store(true, Ordering::Relaxed);
             // A node that cannot wait is asked once without waiting.
             let answer = match block {
-                Some(wait) => match node.acquire(request, Some(Instant::now() + wait), None).await {
-                    Ok(Answer::Unsupported) => node.acquire(request, None, None).await,
+                Some(wait) => match node.acquire(request.acquire, Some(Instant::now() + wait), None).await {
+                    Ok(AcquireReply::Unsupported) => node.acquire(request.acquire, None, None).await,
                     answer => answer,
                 },
-                None => node.acquire(request, None, None).await,
+                None => node.acquire(request.acquire, None, None).await,
             };
             match answer {
-                Ok(Answer::Granted { fence, .. }) => Vote::Granted { fence },
-                Ok(Answer::Nil | Answer::Unsupported) => Vote::Refused,
+                Ok(AcquireReply::Granted { fence }) => Vote::Granted { fence },
+                Ok(AcquireReply::Nil | AcquireReply::Unsupported) => Vote::Refused,
+                // Never asked for here (no confirmation on these rounds); should it come, the
+                // round's release covers what may be held.
+                Ok(AcquireReply::Unconfirmed { .. }) => Vote::TimedOut,
                 Err(failure) => failure.into_vote(),
             }
         });
         let votes = round::until_decided(requests, self.quorum()).await;
-        let mut report = self.report(key, Phase::Acquire, votes, sent, ttl, drift);
+        let mut report = self.report(request.key, Phase::Acquire, votes, sent, ttl, drift);
 
         if report.reached() && report.validity.is_some() {
-            let fence = match self.topology {
-                Topology::Quorum { raise: true } => fenced::raise(&self.nodes, key, token, &mut report).await,
-                _ => report.max_fence(),
+            let fence = if self.raise {
+                fenced::raise(&self.nodes, request.key, request.token, &mut report).await
+            } else {
+                report.max_fence()
             };
             report.elapsed = sent.elapsed();
             report.validity = validity::validity(ttl, report.elapsed, drift);
@@ -222,7 +165,7 @@ impl Engine {
         let owed: Vec<usize> = (0..report.votes.len())
             .filter(|&i| asked[i].load(Ordering::Relaxed) && !matches!(report.votes[i].vote, Vote::Refused))
             .collect();
-        self.give_back(key, token, &report, &owed).await;
+        self.give_back(request.key, request.token, &report, &owed).await;
         Err(self.round_error(report, Phase::Acquire))
     }
 
@@ -242,7 +185,7 @@ impl Engine {
         Err(self.round_error(report, Phase::Renew))
     }
 
-    /// [`Engine::renew`] for a token without a lease: a definite "no longer held" is
+    /// [`Rounds::renew`] for a token without a lease: a definite "no longer held" is
     /// `Ok(false)` rather than [`Error::LeaseLost`].
     pub(crate) async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {
         Error::check_key(key)?;
@@ -260,11 +203,11 @@ impl Engine {
     /// by then finish in the background (each bounded by the per-node timeout).
     pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Error> {
         Error::check_key(key)?;
-        let Some(engine) = self.me.upgrade() else {
+        let Some(rounds) = self.me.upgrade() else {
             return self.held(self.release_report(key, token).await);
         };
         let sent = Instant::now();
-        let requests = (0..self.nodes.len()).map(|i| release_on(&engine, i, key, token));
+        let requests = (0..self.nodes.len()).map(|i| release_on(&rounds, i, key, token));
         let (votes, rest) = round::until_settled(requests, self.quorum()).await;
         let behind: Vec<usize> = (0..votes.len()).filter(|&i| matches!(votes[i], Vote::NotAwaited)).collect();
         let report = self.report(key, Phase::Release, votes, sent, Duration::ZERO, Duration::ZERO);
@@ -304,8 +247,8 @@ impl Engine {
             join_all(now.iter().filter_map(|&i| self.nodes.get(i)).map(|node| node.release(key, token)));
         let later = async {
             match self.me.upgrade() {
-                Some(engine) => {
-                    let requests = later.iter().map(|&i| (i, release_on(&engine, i, key, token)));
+                Some(rounds) => {
+                    let requests = later.iter().map(|&i| (i, release_on(&rounds, i, key, token)));
                     self.trail(key, token, Stragglers::new(requests), &later).await;
                 }
                 None => {
@@ -405,12 +348,12 @@ impl Engine {
     }
 }
 
-/// A RELEASE of `token` on `key` to node `i` of `engine` that owns what it needs, so it can
+/// A RELEASE of `token` on `key` to node `i` of `rounds` that owns what it needs, so it can
 /// finish in a background task.
-fn release_on(engine: &Arc<Engine>, i: usize, key: &str, token: &Token) -> BoxFuture<'static, Vote> {
-    let (engine, key, token) = (Arc::clone(engine), key.to_owned(), token.clone());
+fn release_on(rounds: &Arc<Rounds>, i: usize, key: &str, token: &Token) -> BoxFuture<'static, Vote> {
+    let (rounds, key, token) = (Arc::clone(rounds), key.to_owned(), token.clone());
     async move {
-        match engine.nodes.get(i) {
+        match rounds.nodes.get(i) {
             Some(node) => yes_no(node.release(&key, &token).await),
             None => Vote::NotAwaited,
         }
@@ -423,46 +366,5 @@ fn yes_no(reply: Result<bool, Failure>) -> Vote {
         Ok(true) => Vote::Confirmed,
         Ok(false) => Vote::Refused,
         Err(failure) => failure.into_vote(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn nodes(urls: &[&str]) -> Vec<Node> {
-        urls.iter().map(|url| Node::new(url).unwrap()).collect()
-    }
-
-    fn topology(nodes: &[Node], confirm: usize, fencing: Fencing) -> Result<Topology, Error> {
-        let config = LockConfig::builder().confirm_replicas(confirm).build().unwrap();
-        Topology::of(nodes, &config, fencing)
-    }
-
-    #[test]
-    fn the_topology_is_decided_once_and_what_cannot_work_is_refused() {
-        let one = nodes(&["redis://127.0.0.1:1"]);
-        let three = nodes(&["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:3"]);
-        let cluster = [Node::cluster(&["redis://127.0.0.1:1"]).unwrap()];
-        assert!(matches!(topology(&one, 0, Fencing::Raise), Ok(Topology::Single { confirm: None })));
-        assert!(
-            matches!(topology(&one, 2, Fencing::Raise), Ok(Topology::Single { confirm: Some(c) }) if c.replicas() == 2)
-        );
-        assert!(matches!(topology(&cluster, 0, Fencing::Raise), Ok(Topology::Single { confirm: None })));
-        assert!(matches!(topology(&three, 0, Fencing::Raise), Ok(Topology::Quorum { raise: true })));
-        assert!(matches!(topology(&three, 0, Fencing::QuorumMax), Ok(Topology::Quorum { raise: false })));
-        for refused in [
-            topology(&[], 0, Fencing::Raise),
-            topology(&three, 1, Fencing::Raise),
-            topology(&cluster, 1, Fencing::Raise),
-            // The same server twice would be one vote counted as two.
-            topology(
-                &nodes(&["redis://127.0.0.1:1", "redis://127.0.0.1:2", "redis://127.0.0.1:1"]),
-                0,
-                Fencing::Raise,
-            ),
-        ] {
-            assert!(matches!(refused, Err(Error::Config(_))), "{refused:?}");
-        }
     }
 }

@@ -63,7 +63,7 @@ pub(crate) struct Trailing {
 struct Inner {
     /// By node, key and token: each release in flight (by ticket number) and its outcome once
     /// known (`Some(timed_out)`).
-    pending: Mutex<HashMap<Slot, Vec<(u64, Outcome)>>>,
+    pending: Mutex<HashMap<ReleaseTarget, Vec<(u64, Outcome)>>>,
     next: std::sync::atomic::AtomicU64,
     permits: Arc<Semaphore>,
 }
@@ -73,7 +73,7 @@ type Outcome = watch::Receiver<Option<bool>>;
 
 /// One release's target. Holds the token (a secret): never printed, so no `Debug`.
 #[derive(Clone, PartialEq, Eq, Hash)]
-struct Slot {
+struct ReleaseTarget {
     node: usize,
     key: String,
     token: Token,
@@ -91,7 +91,7 @@ pub(crate) struct Batch {
 /// unfinished counts as timed out.
 pub(crate) struct Ticket {
     inner: Arc<Inner>,
-    slot: Slot,
+    slot: ReleaseTarget,
     number: u64,
     done: watch::Sender<Option<bool>>,
     _permit: OwnedSemaphorePermit,
@@ -113,7 +113,7 @@ impl Trailing {
     /// release itself).
     pub(crate) fn start(&self, node: usize, key: &str, token: &Token) -> Option<Ticket> {
         let permit = Arc::clone(&self.inner.permits).try_acquire_owned().ok()?;
-        let slot = Slot { node, key: key.to_owned(), token: token.clone() };
+        let slot = ReleaseTarget { node, key: key.to_owned(), token: token.clone() };
         let number = self.inner.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (done, outcome) = watch::channel(None);
         let mut pending = self.inner.pending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -139,7 +139,7 @@ impl Trailing {
             if pending.is_empty() {
                 return false;
             }
-            match pending.get(&Slot { node, key: key.to_owned(), token: token.clone() }) {
+            match pending.get(&ReleaseTarget { node, key: key.to_owned(), token: token.clone() }) {
                 Some(releases) => releases.iter().map(|(_, outcome)| outcome.clone()).collect(),
                 None => return false,
             }
