@@ -1,6 +1,6 @@
 /**
  * The one lease algorithm every locker runs, on one server (N = 1) or by majority of N
- * independent masters (Redlock), after the Rust client's `engine.rs`: send to every server in
+ * independent masters (Redlock), after the Rust client's `acquisition/rounds.rs`: send to every server in
  * parallel, each bounded by the timeout; stop as soon as the outcome is certain; charge the
  * time the round took against the lease (`validity = ttl - elapsed - drift`, elapsed measured
  * from before the first request). Fenced Redlock raises every granting master's fence to the

@@ -2,7 +2,7 @@
  * Which engine serves the contract on a server, and each request in that engine's form: the
  * module's `FENCEDLOCK.*` commands, the Functions library (`FCALL`), or the same library run
  * as a script (`EVALSHA`) where `FUNCTION` is denied. Detected per server as the Rust client
- * does (`client/src/node.rs`, `backend.rs`).
+ * does (`client/src/node/`, `backend.rs`).
  */
 import { createHash } from 'node:crypto';
 

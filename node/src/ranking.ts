@@ -1,7 +1,7 @@
 /**
  * Redlock's designated master for a key: the masters ranked by a fixed 64-bit hash of key and
  * master address, highest first (rendezvous hashing), the same in every client whatever order
- * it lists the masters in, and the same as the Rust client's (`client/src/waiting.rs`).
+ * it lists the masters in, and the same as the Rust client's (`client/src/acquisition/waiting.rs`).
  */
 const MASK = (1n << 64n) - 1n;
 

@@ -407,7 +407,7 @@ export class Server {
   /**
    * Waiting where the server cannot block (the Functions engine): attempts, each refused one
    * followed by a `BLPOP` on the key's wake-up list for as long as `STATUS` shows the holders'
-   * leases to last (`client/src/wake.rs`).
+   * leases to last (`client/src/node/wake.rs`).
    */
   async #woken(conn: DedicatedConnection, engine: Engine, req: AcquireRequest, until: number, signal?: AbortSignal): Promise<WaitAnswer> {
     const timeout = this.options.timeoutMs;

@@ -123,7 +123,7 @@ test('floor tags: one per slot, of the documented shape, as the protocol crate\'
 });
 
 test('Redlock\'s designated master is the Rust client\'s (rendezvous hash vectors)', () => {
-  const waiting = readFileSync(join(REPO, 'client/src/waiting.rs'), 'utf8');
+  const waiting = readFileSync(join(REPO, 'client/src/acquisition/waiting.rs'), 'utf8');
   let vectors = 0;
   for (const m of waiting.matchAll(/assert_eq!\(score\("([^"]*)", "([^"]*)"\), 0x([0-9a-f_]+)\);/g)) {
     assert.equal(score(m[1] ?? '', m[2] ?? ''), BigInt(`0x${(m[3] ?? '').replace(/_/g, '')}`), `score(${m[1]}, ${m[2]})`);
