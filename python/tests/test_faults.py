@@ -103,7 +103,7 @@ def test_redlock_fences_rise_across_majorities(servers: Servers, engine: str) ->
         if down is not None:
             nodes[down].pause()
         try:
-            lease = redlock.acquire("k", wait=2)
+            lease = redlock.acquire("k", wait=6)
             assert lease is not None
             fences.append(lease.fence)
             assert lease.release() is True
