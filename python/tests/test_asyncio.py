@@ -136,6 +136,32 @@ def test_redlock_with_one_master_stopped(servers: Servers, engine: str) -> None:
     asyncio.run(run())
 
 
+@pytest.mark.engines("functions")
+def test_redlock_release_is_not_held_up_by_requests_stuck_on_a_stopped_master(servers: Servers, engine: str) -> None:
+    """The asyncio twin of the test in test_faults.py: requests stuck on a stopped master
+    (each waiting for a new connection's socket timeout) leave a release to the others
+    unhindered."""
+    nodes = [servers.start(engine) for _ in range(3)]
+
+    async def run() -> None:
+        redlock = Redlock([aclient(n) for n in nodes], ttl=10, timeout=0.2)
+        lease = await redlock.acquire("k")
+        assert lease is not None
+        nodes[0].pause()
+        try:
+            assert await redlock.acquire("k", wait=4) is None
+            started = time.monotonic()
+            assert await lease.release() is True
+            assert time.monotonic() - started < 1
+            for node in nodes[1:]:
+                status = await Locker(aclient(node)).status("k")
+                assert isinstance(status, fencedlock.LockStatus) and not status.held, f"port {node.port} still holds the lease"
+        finally:
+            nodes[0].resume()
+
+    asyncio.run(run())
+
+
 def test_election_epochs_rise_and_observers_see_the_leader(server: Server) -> None:
     async def run() -> None:
         locker = Locker(aclient(server), ttl=2)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures as futures
 import random
+import sys
 import threading
 import time
 from typing import Any, Callable, List, Optional, Sequence, Union
@@ -59,7 +60,12 @@ class Redlock:
         self._clock = _terms.Clock(drift_factor, _terms.seconds(drift, "drift"))
         self._renew_every = None if renew_every is None else _terms.seconds(renew_every, "renew_every")
         self.quorum = _quorum.quorum(len(clients))
-        self._pool = futures.ThreadPoolExecutor(max_workers=4 * len(clients), thread_name_prefix="fencedlock-redlock")
+        # A thread per request in flight, idle ones reused (the executor starts a thread only
+        # when none is idle), never a request queued: one to a stopped master can outlive its
+        # round by far (a new connection waits for the client's socket timeout, retries
+        # included), and with a bounded pool a few of those left later rounds' requests to
+        # the live masters, releases included, queued and unsent.
+        self._pool = futures.ThreadPoolExecutor(max_workers=sys.maxsize, thread_name_prefix="fencedlock-redlock")
 
     @property
     def names(self) -> List[str]:
