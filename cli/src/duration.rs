@@ -98,9 +98,26 @@ pub fn format(d: Duration) -> String {
     out
 }
 
+/// [`format`] of an elapsed or remaining time, measured to the millisecond but read by a
+/// person: whole seconds from a minute up (`59m50s`, not `3590.141s`).
+pub fn format_approx(d: Duration) -> String {
+    if d < Duration::from_secs(60) {
+        return format(d);
+    }
+    format(Duration::from_secs(d.as_secs_f64().round() as u64))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_times_are_shown_in_whole_seconds() {
+        assert_eq!(format_approx(Duration::from_millis(3_590_141)), "59m50s");
+        assert_eq!(format_approx(Duration::from_millis(1_049)), "1.049s");
+        assert_eq!(format_approx(Duration::from_millis(59_999)), "59.999s");
+        assert_eq!(format_approx(Duration::from_millis(60_600)), "1m1s");
+    }
 
     const MS: Duration = Duration::from_millis(1);
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencedlock::{Engine, Redlock};
+use fencedlock::{Engine, LastRun, Redlock};
 use serde_json::json;
 
 use crate::args::{AcquireArgs, AcquireOnUnavailable, ReleaseArgs, RenewArgs, ServerArgs, StatusArgs};
@@ -12,7 +12,9 @@ use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
 use crate::servers::{self, LeaseOptions, NodeStatus};
-use crate::show::{describe, describe_semaphore, label_text, semaphore_json};
+use crate::show::{
+    describe, describe_last_run, describe_semaphore, label_text, last_run_json, semaphore_json,
+};
 use crate::token_io;
 
 /// The servers, for a request that takes no lease (so it carries no label).
@@ -184,17 +186,35 @@ pub async fn status(args: &StatusArgs, out: Output) -> Result<u8, CliError> {
     let label =
         labels.iter().find(|l| held && labels.iter().filter(|other| other == l).count() >= quorum).cloned();
     let summary = describe(fence, held, pttl, label.as_deref());
-    let text = if answers.len() == 1 {
+    let mut text = if answers.len() == 1 {
         format!("{}  {summary}", args.key.name())
     } else {
         format!("{}\n{}  {summary} (majority of {})", lines.join("\n"), args.key.name(), answers.len())
     };
+    let last_run = last_run(&lock, args.key.name()).await;
+    if let Some(last) = &last_run {
+        text.push_str(&format!("\n{}  {}", args.key.name(), describe_last_run(last)));
+    }
     out.result(
         &text,
         json!({
             "key": args.key.name(), "fence": fence, "held": held, "pttl_ms": pttl, "label": label,
-            "servers": per_server
+            "servers": per_server, "last_run": last_run.as_ref().map(last_run_json)
         }),
     );
     Ok(code::OK)
+}
+
+/// The last counted run of a `run --every` job on `key`, where one server keeps its record.
+/// Best effort: a key that is no periodic job has none, and a server that denies scripts
+/// (or a Redlock, whose masters keep no common record) shows the lock alone.
+async fn last_run(lock: &Redlock, key: &str) -> Option<LastRun> {
+    let locker = lock.as_locker()?;
+    match locker.last_run(key).await {
+        Ok(last) => last,
+        Err(err) => {
+            tracing::debug!(key, error = %err, "no run record read");
+            None
+        }
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use fencedlock::{PermitStatus, SemaphoreStatus};
+use fencedlock::{LastRun, PermitStatus, SemaphoreStatus};
 use serde_json::json;
 
 use crate::duration;
@@ -41,6 +41,25 @@ pub fn semaphore_json(semaphore: &SemaphoreStatus, mut into: serde_json::Value) 
     into["permits"] = json!(semaphore.permits);
     into["holders"] = json!(holders);
     into
+}
+
+/// A periodic job's last counted run, as `status` shows it.
+pub fn describe_last_run(last: &LastRun) -> String {
+    let by = last
+        .label
+        .as_deref()
+        .map_or_else(|| "no label".into(), |l| format!("label {:?}", String::from_utf8_lossy(l)));
+    let failed = if last.exit_code == 0 { String::new() } else { format!(", exit {}", last.exit_code) };
+    format!("last run {} ago (fence {}, {by}{failed})", duration::format_approx(last.age), last.fence)
+}
+
+/// [`describe_last_run`]'s fields, for `--json`.
+pub fn last_run_json(last: &LastRun) -> serde_json::Value {
+    let started_ms = last.started.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+    json!({
+        "started_ms": started_ms, "age_ms": last.age.as_millis() as u64, "fence": last.fence,
+        "label": last.label.as_deref().map(String::from_utf8_lossy), "exit_code": last.exit_code
+    })
 }
 
 /// A lock key's state on one line: `fence F  held  T left  label "L"`, or for a key the

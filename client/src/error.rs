@@ -5,6 +5,7 @@ use std::time::Duration;
 use fencedlock_protocol::command::{label_len_ok, permits_ok};
 use fencedlock_protocol::key::KeyProblem;
 use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS};
+use fencedlock_protocol::periodic::MalformedRecord;
 use fencedlock_protocol::{ReplyError, StatusError};
 
 use crate::cause::Cause;
@@ -73,6 +74,19 @@ pub enum Error {
         /// What the reply broke.
         #[source]
         source: StatusError,
+    },
+
+    /// A periodic job's run record (`fencedlock:last-run:{tag}:key`) is not one fencedlock
+    /// wrote: whether the job is due cannot be told, so it is not run.
+    #[error("the run record of {key:?} on {node} is malformed: {source}")]
+    BadRecord {
+        /// The node's address.
+        node: String,
+        /// The job's lock key.
+        key: String,
+        /// What the record broke.
+        #[source]
+        source: MalformedRecord,
     },
 
     /// A grant was not confirmed by enough replicas within the confirm timeout
@@ -148,6 +162,7 @@ impl Error {
             Error::Server { source, .. } => Cause::of(source).is_retryable(),
             Error::LeaseLost { .. }
             | Error::BadReply { .. }
+            | Error::BadRecord { .. }
             | Error::Config(_)
             | Error::InvalidKey { .. }
             | Error::Semaphore { .. } => false,
@@ -176,6 +191,7 @@ impl Error {
             Error::Contended { .. }
             | Error::LeaseLost { .. }
             | Error::BadReply { .. }
+            | Error::BadRecord { .. }
             | Error::Config(_)
             | Error::InvalidKey { .. }
             | Error::Semaphore { .. } => false,

@@ -237,6 +237,7 @@ pub use primitives::election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW
 pub use primitives::keepalive::{KeptLease, LeaseHandle};
 pub use primitives::listing::{FoundKey, KeyScan, ScanLimits};
 pub use primitives::locker::{Locker, Redlock};
+pub use primitives::periodic::{Due, LastRun, Periodic, Schedule};
 pub use primitives::policy::Acquisition;
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell

@@ -4,6 +4,7 @@
 
 use crate::cluster::{self, key_slot};
 use crate::functions::{self, floor_tag};
+use crate::periodic;
 
 /// The data type the module registers for lock keys: what `TYPE key` answers for one, and
 /// the name `SCAN … TYPE` filters by.
@@ -36,9 +37,14 @@ pub const JOURNAL_EPOCH: &str = "epoch";
 pub const JOURNAL_LABEL: &str = "label";
 
 /// The prefixes of the keys fencedlock writes beside lock keys (floors, wake-up lists,
-/// journals): never lock keys themselves, so a listing leaves them out.
-pub const INTERNAL_PREFIXES: [&str; 4] =
-    [cluster::FLOOR_KEY_PREFIX, functions::FLOOR_KEY_PREFIX, functions::WAKE_KEY_PREFIX, JOURNAL_KEY_PREFIX];
+/// journals, periodic jobs' records): never lock keys themselves, so a listing leaves them out.
+pub const INTERNAL_PREFIXES: [&str; 5] = [
+    cluster::FLOOR_KEY_PREFIX,
+    functions::FLOOR_KEY_PREFIX,
+    functions::WAKE_KEY_PREFIX,
+    JOURNAL_KEY_PREFIX,
+    periodic::RECORD_KEY_PREFIX,
+];
 
 /// The journal of the election on `key`: `fencedlock:elected:{tag}:key`, in `key`'s slot.
 pub fn journal_key(key: &[u8]) -> Vec<u8> {

@@ -24,6 +24,7 @@ pub mod functions;
 pub mod key;
 pub mod keyspace;
 pub mod limits;
+pub mod periodic;
 pub mod request;
 mod status;
 

@@ -11,6 +11,7 @@ mod fenced_stress;
 mod functions;
 mod keepalive;
 mod metrics;
+mod periodic;
 mod policy;
 mod redlock;
 mod redlock_waiting;

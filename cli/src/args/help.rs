@@ -106,6 +106,10 @@ exits 76: the command never outlives its lease. A command that needs a long grac
 needs a longer --ttl: a failed renewal leaves it about 2/3 of the ttl (see `fencedlock plan`).
 With --min-hold, fencedlock itself stays running after the command exits, renewing the lease
 until the hold ends, then releases it and exits with the command's code.
+With --every, the holder first reads the key's record of its last counted run (kept on the
+server, beside the key) and runs the command only if that run started at least a period ago
+by the server's clock; otherwise it skips as for a busy lock. A run that exits 0 (any run,
+with --count-failures) is recorded before the lease is released; `status` shows the record.
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are forwarded to the command; the
 lease is released when it exits. When stdin is not a terminal (cron, systemd) the command
 runs in its own process group so that a lost lease stops all of it.
@@ -114,6 +118,8 @@ Examples:
   # crontab on every host: one of them runs the report, the others exit 75 quietly;
   # --min-hold keeps the lock for 1m so a host whose clock lags cannot run it again
   */5 * * * * fencedlock run -q report --ttl 2m --min-hold 1m -- /opt/report.sh
+  # at most one run an hour across hosts whose cron schedules and clocks disagree
+  */10 * * * * fencedlock run -q -E 0 nightly-sync --every 1h -- /opt/sync.sh
   # wait up to a minute for the previous run to finish
   fencedlock run migrate --ttl 30s --wait 1m -- ./migrate.sh
   # fenced Redlock over three independent servers

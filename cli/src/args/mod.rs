@@ -321,6 +321,16 @@ pub struct RunArgs {
     /// sooner, so hosts whose cron fires a few seconds late skip this period's run.
     #[arg(long, value_name = "DURATION", default_value = "0s", value_parser = duration::parse)]
     pub min_hold: Duration,
+    /// Run the command at most once per this period across every host that runs it for the
+    /// key, measured on the server's clock: a host that finds the last counted run less than
+    /// a period old skips, as for a busy lock (exit 75, or -E N). A run counts once the
+    /// command exits 0 (see --count-failures); the key's record shows it in `status`.
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse_timeout)]
+    pub every: Option<Duration>,
+    /// With --every: count a run that exited non-zero too (by default a failed run is tried
+    /// again by the next host whose schedule fires).
+    #[arg(long, requires = "every")]
+    pub count_failures: bool,
     /// When the lock service cannot answer: fail (exit 69), skip (exit 75), or run the
     /// command without the lock (see below).
     #[arg(long, value_name = "POLICY", value_enum, default_value_t = OnUnavailable::Fail)]

@@ -16,7 +16,8 @@ use std::io::IsTerminal;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use fencedlock::{KeptLease, Lease, LeaseHandle, Redlock, Vote};
+use fencedlock::{Cause, Due, Error, KeptLease, LastRun, Lease, LeaseHandle, Redlock, Schedule, Vote};
+use fencedlock_protocol::periodic::{record_key, RECORD_KEY_PREFIX};
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -26,6 +27,7 @@ use crate::duration;
 use crate::error::{code, CliError};
 use crate::output::Output;
 use crate::servers::{self, LeaseOptions};
+use crate::show::{describe_last_run, last_run_json};
 use signals::Signals;
 
 /// Runs the command under the lease; the exit code to leave with.
@@ -35,10 +37,21 @@ pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u
             "-s/--shared: shared leases are not supported yet; a lease is exclusive (-x, the default), or one of N holders with --permits N".into(),
         ));
     }
+    if args.every.is_some() && args.permits.count != 1 {
+        return Err(CliError::Usage(
+            "--every runs a job once per period, one holder at a time; it does not combine with --permits"
+                .into(),
+        ));
+    }
     let server = &args.server;
     let options =
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: server.timeout, label: args.label.value() };
     let lock = servers::open_confirmed(server, options, Some(&args.confirm))?;
+    if args.every.is_some() && lock.as_locker().is_none() {
+        return Err(CliError::Usage(
+            "--every needs one server (or one Redis Cluster): the period is measured on its clock, and independent servers have none in common".into(),
+        ));
+    }
     let semaphore = servers::semaphore(&lock, args.key.name(), args.permits.count)?;
     let ctx = Context::new(args.key.name(), args.wait, &args.server);
 
@@ -81,6 +94,20 @@ pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u
     let fence = lease.fence();
     warn_about_minority(&lease, out);
     tracing::info!(key = %args.key.name(), fence, servers = %servers::describe(&lock), valid = ?lease.remaining(), "lease acquired");
+    let due = match args.every {
+        None => None,
+        Some(every) => match lock.schedule(&lease, every).await {
+            Ok(Schedule::Due(due)) => Some(due),
+            Ok(Schedule::NotDue { last, due_in }) => {
+                release_lease(lease, out).await;
+                return Ok(not_due(args, &last, due_in, out));
+            }
+            Err(err) => {
+                release_lease(lease, out).await;
+                return Err(schedule_failed(&err, args.key.name(), ctx));
+            }
+        },
+    };
     // A terminal's Ctrl-C reaches the whole foreground group anyway, and an interactive
     // command must stay in it to read the terminal; under cron it gets a group of its own.
     let own_group = !std::io::stdin().is_terminal();
@@ -88,9 +115,7 @@ pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u
     let mut job = match Job::spawn(&args.command.argv(), Some(env), own_group).await {
         Ok(job) => job,
         Err(err) => {
-            if let Err(e) = lease.release().await {
-                out.warning(&format!("could not release the lease ({e}); it expires after its ttl"));
-            }
+            release_lease(lease, out).await;
             return Err(err);
         }
     };
@@ -102,6 +127,9 @@ pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u
         Supervised::Exited(status) => {
             hold(&kept, granted_at + args.min_hold, signals).await;
             stop_left_behind(job, args.kill_grace, out).await;
+            if let Some(due) = due {
+                record_run(due, exit_code(status), args.count_failures, out).await;
+            }
             release(&lock, kept, out).await;
             let exit = exit_code(status);
             tracing::info!(key = %args.key.name(), fence, exit, "command finished, lease released");
@@ -134,6 +162,64 @@ pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u
             release(&lock, kept, out).await;
             Err(CliError::Internal(format!("lost track of the command: {err}")))
         }
+    }
+}
+
+/// Releases a lease no command ran under; a failure only costs the next holder the ttl.
+async fn release_lease(lease: Lease, out: Output) {
+    if let Err(e) = lease.release().await {
+        out.warning(&format!("could not release the lease ({e}); it expires after its ttl"));
+    }
+}
+
+/// `--every`, the last counted run less than a period ago: skipped as for a busy lock (a
+/// notice, silent with -q, and the conflict exit code).
+fn not_due(args: &RunArgs, last: &LastRun, due_in: Duration, out: Output) -> u8 {
+    let msg = format!(
+        "not due: {:?} {}; due again in {}",
+        args.key.name(),
+        describe_last_run(last),
+        duration::format_approx(due_in)
+    );
+    let exit = args.conflict_exit_code;
+    out.record(
+        Some(&msg),
+        json!({ "outcome": "skipped", "reason": "not_due", "key": args.key.name(), "exit_code": exit,
+                "last_run": last_run_json(last), "due_in_ms": due_in.as_millis() as u64, "message": msg }),
+    );
+    exit
+}
+
+/// Why `--every` could not read the job's record. The record is read and written with
+/// `EVAL`, which an ACL may deny while it allows the fencedlock commands: say so, rather
+/// than blame the lock commands.
+fn schedule_failed(err: &Error, key: &str, ctx: Context<'_>) -> CliError {
+    match err {
+        Error::Server { node, source } if Cause::of(source) == Cause::NoPermission => CliError::Unavailable(format!(
+            "--every keeps the job's run record in {:?} with EVAL, which the server at {node} does not allow this user ({}): grant `+eval ~{}*`",
+            String::from_utf8_lossy(&record_key(key.as_bytes())),
+            diagnose::error_text(source),
+            RECORD_KEY_PREFIX.trim_end_matches('{')
+        )),
+        _ => diagnose::explain(err, ctx),
+    }
+}
+
+/// `--every`: counts the run (a failed one only with --count-failures) before the lease is
+/// released, so the next holder finds it on record.
+async fn record_run(due: Due, exit: u8, count_failures: bool, out: Output) {
+    if exit != 0 && !count_failures {
+        tracing::info!(exit, "the command failed; the run is not counted (--count-failures counts it)");
+        return;
+    }
+    match due.record(i64::from(exit)).await {
+        Ok(true) => tracing::info!(exit, "run recorded"),
+        Ok(false) => out.warning(
+            "the run was not recorded: a newer holder's run is on record (this lease was lost during the run)",
+        ),
+        Err(e) => out.warning(&format!(
+            "the run could not be recorded ({e}); the job may run again within the period"
+        )),
     }
 }
 

@@ -13,6 +13,7 @@ mod elect;
 #[cfg(feature = "demo")]
 mod demo;
 mod errors;
+mod every;
 mod functions;
 mod habits;
 mod help;
