@@ -39,6 +39,10 @@
 //!   [`CancellationToken`] (re-exported from `tokio-util`) on the first failed renewal;
 //!   [`Locker::with_lease`] runs fallible work under a kept-alive lease and drops it when the
 //!   lease is lost.
+//! - [`Session`]: many leases kept alive by one pipeline of renewals per server per interval,
+//!   lost together when that keep-alive fails ([`Locker::session`]).
+//! - Periodic jobs: [`Locker::run_at_most_every`] runs work at most once per period across
+//!   processes, measured on the server's clock ([`Locker::schedule`], [`Due::record`]).
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), fencedlock::Error> {
@@ -243,6 +247,7 @@ pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell
 // server errors apart: callers match on the very `redis` version this crate was built with.
 pub use primitives::semaphore::Semaphore;
+pub use primitives::session::{Session, SessionLease};
 pub use redis;
 pub use tls::Tls;
 pub use token::{Token, TokenFormat, TOKEN_BYTES};

@@ -106,3 +106,42 @@ async fn a_cluster_locker_waits_on_the_slot_owner_and_follows_the_slot() {
     assert_eq!(cluster.nodes()[to].fencedlock_counter("fencedlock_handoffs"), 1);
     assert!(granted.release().await.unwrap());
 }
+
+/// A session through a cluster: its leases live on every master, and one pipeline per slot
+/// renews them (keys in one hash tag share a slot, so one pipeline for all of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_renews_leases_across_slots_and_masters() {
+    let cluster = Cluster::builder().masters(3).start();
+    let locker = Locker::open_cluster(&cluster.urls(), config(600, 500)).expect("cluster locker");
+    let session = locker.session();
+    let keys: Vec<String> =
+        (0..12).map(|i| format!("cs:{i}")).chain((0..12).map(|i| format!("{{tagged}}:{i}"))).collect();
+    let mut leases = Vec::new();
+    for key in &keys {
+        leases.push(session.try_acquire(key).await.unwrap_or_else(|e| panic!("{key}: {e}")));
+    }
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for lease in &leases {
+        lease.ensure_valid().unwrap_or_else(|e| panic!("{}: {e}", lease.key()));
+        let owner = owner_status(&cluster, lease.key());
+        assert_eq!((owner[0].1, owner[0].2), (lease.fence(), true), "{}", lease.key());
+    }
+    assert_eq!(session.close().await, keys.len());
+}
+
+/// A periodic job's record lives in its key's slot, read and written through the cluster.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_periodic_job_is_recorded_through_a_cluster() {
+    let cluster = Cluster::builder().masters(3).start();
+    let locker = Locker::open_cluster(&cluster.urls(), config(5_000, 1_000)).expect("cluster locker");
+    let hour = Duration::from_secs(3600);
+    for key in ["nightly", "{user:7}:report", "cs:9"] {
+        let ran =
+            locker.run_at_most_every(key, hour, |lease| async move { Ok::<_, Error>(lease.fence()) }).await;
+        let Ok(fencedlock::Periodic::Ran(fence)) = ran else { panic!("{key}: {ran:?}") };
+        let last = locker.last_run(key).await.expect("read").expect("recorded");
+        assert_eq!(last.fence, fence, "{key}");
+        let again = locker.run_at_most_every(key, hour, |_| async { Ok::<_, Error>(0) }).await;
+        assert!(matches!(again, Ok(fencedlock::Periodic::NotDue { .. })), "{key}: {again:?}");
+    }
+}

@@ -14,7 +14,7 @@ use fencedlock_protocol::functions;
 use harness::Server;
 use tokio::task::JoinHandle;
 
-use crate::support::config;
+use crate::support::{calls, config};
 
 fn module_less() -> Server {
     Server::builder().without_module().start()
@@ -132,15 +132,6 @@ async fn neither_engine_is_a_configuration_error_naming_both_ways_out() {
     let _: String = server.admin_cmd(&["FUNCTION", "LOAD", "REPLACE", functions::LIBRARY]).expect("loaded");
     let locker = Locker::open(&url, config(5_000, 500)).expect("locker");
     let _lease = locker.try_acquire("k").await.expect("granted by the loaded library");
-}
-
-/// How often the server ran `command` since the last `CONFIG RESETSTAT`.
-fn calls(server: &Server, command: &str) -> u64 {
-    let field = server.info_field("commandstats", &format!("cmdstat_{command}")).unwrap_or_default();
-    field
-        .split(',')
-        .find_map(|kv| kv.strip_prefix("calls="))
-        .map_or(0, |n| n.parse().expect("a count of calls"))
 }
 
 /// Waits until `n` clients are blocked on the server (in `BLPOP` on a wake-up list).

@@ -17,6 +17,7 @@ mod redlock;
 mod redlock_waiting;
 mod secrets;
 mod semaphore;
+mod session;
 mod single;
 mod tls;
 mod waiting;

@@ -100,3 +100,13 @@ pub fn run_example(name: &str, server: &Server) -> String {
     );
     stdout
 }
+
+/// How often the server ran `command` since it started or the last `CONFIG RESETSTAT`
+/// (`INFO commandstats`; a module command under its registered name, e.g. `FENCEDLOCK.RENEW`).
+pub fn calls(server: &Server, command: &str) -> u64 {
+    let field = server.info_field("commandstats", &format!("cmdstat_{command}")).unwrap_or_default();
+    field
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("calls="))
+        .map_or(0, |n| n.parse().expect("a count of calls"))
+}

@@ -185,6 +185,35 @@ impl Rounds {
         Err(self.round_error(report, Phase::Renew))
     }
 
+    /// [`Rounds::renew`] of many leases at once, one pipeline per node (a session's keep-alive):
+    /// each lease's new deadline, or its round's error, as `renew` would decide it. Every node
+    /// is awaited (each within its timeout): the pipeline carries every lease's vote at once.
+    pub(crate) async fn renew_many(&self, leases: &[(&str, &Token)]) -> Vec<Result<Instant, Error>> {
+        let (ttl, drift) = (self.config.ttl(), self.config.drift());
+        let sent = Instant::now();
+        let ttl_ms = self.config.ttl_ms();
+        let mut per_node: Vec<_> = join_all(self.nodes.iter().map(|node| node.renew_many(leases, ttl_ms)))
+            .await
+            .into_iter()
+            .map(Vec::into_iter)
+            .collect();
+        leases
+            .iter()
+            .map(|(key, _)| {
+                let votes = per_node
+                    .iter_mut()
+                    .map(|answers| yes_no(answers.next().unwrap_or(Err(Failure::TimedOut))))
+                    .collect();
+                let report = self.report(key, Phase::Renew, votes, sent, ttl, drift);
+                if report.reached() && report.validity.is_some() {
+                    Ok(validity::deadline(sent, ttl, drift))
+                } else {
+                    Err(self.round_error(report, Phase::Renew))
+                }
+            })
+            .collect()
+    }
+
     /// [`Rounds::renew`] for a token without a lease: a definite "no longer held" is
     /// `Ok(false)` rather than [`Error::LeaseLost`].
     pub(crate) async fn renew_token(&self, key: &str, token: &Token) -> Result<bool, Error> {

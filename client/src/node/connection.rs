@@ -12,7 +12,7 @@ use redis::cluster_async::ClusterConnection;
 
 #[cfg(feature = "cluster")]
 use super::cluster::ClusterTarget;
-use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, RedisError};
+use redis::{AsyncConnectionConfig, Cmd, FromRedisValue, Pipeline, RedisError};
 use tokio::sync::Mutex;
 
 #[cfg(feature = "sentinel")]
@@ -127,7 +127,10 @@ impl Node {
     ///
     /// A Script engine request that finds the server's script cache without the script (a
     /// restart, a failover) loads it and is sent once more (see [`reloading`]).
-    pub(super) async fn query_unbounded<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisError> {
+    pub(super) async fn query_unbounded<T: FromRedisValue, P: Packed>(
+        &self,
+        cmd: &P,
+    ) -> Result<T, RedisError> {
         let mut retried = false;
         loop {
             match self.connection().await? {
@@ -259,17 +262,46 @@ impl Dedicated {
     }
 }
 
+/// What the shared connection sends: one command, or a pipeline of them (a session's
+/// renewals; see the `batch` module).
+pub(crate) trait Packed: Sync {
+    /// Sends this on `conn` and reads the reply.
+    fn send<C: ConnectionLike + Send, T: FromRedisValue>(
+        &self,
+        conn: &mut C,
+    ) -> impl std::future::Future<Output = Result<T, RedisError>> + Send;
+}
+
+impl Packed for Cmd {
+    fn send<C: ConnectionLike + Send, T: FromRedisValue>(
+        &self,
+        conn: &mut C,
+    ) -> impl std::future::Future<Output = Result<T, RedisError>> + Send {
+        self.query_async(conn)
+    }
+}
+
+impl Packed for Pipeline {
+    fn send<C: ConnectionLike + Send, T: FromRedisValue>(
+        &self,
+        conn: &mut C,
+    ) -> impl std::future::Future<Output = Result<T, RedisError>> + Send {
+        self.query_async(conn)
+    }
+}
+
 /// `cmd` on `conn`, sent once more after loading the Script engine's script if the server's
 /// cache lacks it (a restart or a failover emptied it). The one `NOSCRIPT` retry, for the
-/// shared connection and the dedicated ones alike.
-async fn reloading<C: ConnectionLike + Send, T: FromRedisValue>(
+/// shared connection and the dedicated ones alike. (A pipeline's commands answer one by one;
+/// the `batch` module retries those.)
+async fn reloading<C: ConnectionLike + Send, T: FromRedisValue, P: Packed>(
     conn: &mut C,
-    cmd: &Cmd,
+    cmd: &P,
 ) -> Result<T, RedisError> {
-    match cmd.query_async(conn).await {
+    match cmd.send(conn).await {
         Err(e) if backend::lacks_script(&e) => {
             backend::script_load().query_async::<String>(conn).await?;
-            cmd.query_async(conn).await
+            cmd.send(conn).await
         }
         result => result,
     }

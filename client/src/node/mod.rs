@@ -18,10 +18,11 @@
 //! One file per job: the connections (`connection`: shared and dedicated, the one `NOSCRIPT`
 //! retry; `timeout`: connecting within the node timeout), the engine found on the server
 //! (`detect`), `STATUS` decoding (`status`), the requests that wait on a dedicated connection
-//! (`blocking`), the Functions engine's wake-ups (`wake`), the waiting connections' pool
+//! (`blocking`), a session's renewals in one pipeline (`batch`), the Functions engine's wake-ups (`wake`), the waiting connections' pool
 //! (`pool`), a cluster (`cluster`), Sentinel (`sentinel`), replica confirmation's `WAIT`
 //! (`replicas`), and the commands sent to every primary (`every_primary`).
 
+mod batch;
 mod blocking;
 #[cfg(feature = "cluster")]
 mod cluster;

@@ -85,11 +85,31 @@ impl LeaseHandle {
         self.loss().unwrap_or_else(|| self.lost_because(LossCause::KeepAliveStopped))
     }
 
-    fn lost_because(&self, cause: LossCause) -> Error {
+    /// A handle on `lease` as granted, not lost yet.
+    pub(crate) fn of(lease: &Lease) -> LeaseHandle {
+        LeaseHandle(Arc::new(Shared {
+            key: lease.key().to_owned(),
+            fence: lease.fence(),
+            deadline: Mutex::new(lease.valid_until()),
+            loss: Mutex::new(None),
+            lost: CancellationToken::new(),
+        }))
+    }
+
+    /// A renewal moved the validity to `deadline`.
+    pub(crate) fn renewed(&self, deadline: Instant) {
+        *self.0.deadline.lock().unwrap_or_else(PoisonError::into_inner) = deadline;
+    }
+
+    pub(crate) fn lost_because(&self, cause: LossCause) -> Error {
         Error::LeaseLost { key: self.0.key.clone(), cause }
     }
 
-    fn declare_lost(&self, err: Error) {
+    /// Records why the lease is lost and cancels its token (the first reason stays).
+    pub(crate) fn declare_lost(&self, err: Error) {
+        if self.0.lost.is_cancelled() {
+            return;
+        }
         *self.0.loss.lock().unwrap_or_else(PoisonError::into_inner) = Some(err);
         self.0.lost.cancel();
     }
@@ -118,13 +138,7 @@ pub struct KeptLease {
 
 impl KeptLease {
     fn start(lease: Lease) -> KeptLease {
-        let handle = LeaseHandle(Arc::new(Shared {
-            key: lease.key().to_owned(),
-            fence: lease.fence(),
-            deadline: Mutex::new(lease.valid_until()),
-            loss: Mutex::new(None),
-            lost: CancellationToken::new(),
-        }));
+        let handle = LeaseHandle::of(&lease);
         let stop = CancellationToken::new();
         let task = tokio::spawn(renew_loop(lease, handle.clone(), stop.clone()));
         KeptLease { handle, stop, task: Some(task) }
@@ -219,9 +233,7 @@ async fn renew_loop(mut lease: Lease, handle: LeaseHandle, stop: CancellationTok
         };
         match step {
             Step::Stop => return lease,
-            Step::Renewed(Ok(())) => {
-                *handle.0.deadline.lock().unwrap_or_else(PoisonError::into_inner) = lease.valid_until();
-            }
+            Step::Renewed(Ok(())) => handle.renewed(lease.valid_until()),
             Step::Renewed(Err(err)) => {
                 let err = if err.is_lease_lost() {
                     err
