@@ -41,6 +41,8 @@
 //!   lease is lost.
 //! - [`Session`]: many leases kept alive by one pipeline of renewals per server per interval,
 //!   lost together when that keep-alive fails ([`Locker::session`]).
+//! - [`Locker::acquire_all`]: a lease on each of several keys, all or none, without deadlock
+//!   between callers that name overlapping keys in different orders ([`Leases`]).
 //! - Periodic jobs: [`Locker::run_at_most_every`] runs work at most once per period across
 //!   processes, measured on the server's clock ([`Locker::schedule`], [`Due::record`]).
 //!
@@ -241,6 +243,7 @@ pub use primitives::election::{Election, Leader, Leadership, MIN_CAMPAIGN_WINDOW
 pub use primitives::keepalive::{KeptLease, LeaseHandle};
 pub use primitives::listing::{FoundKey, KeyScan, ScanLimits};
 pub use primitives::locker::{Locker, Redlock};
+pub use primitives::multi::Leases;
 pub use primitives::periodic::{Due, LastRun, Periodic, Schedule};
 pub use primitives::policy::Acquisition;
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};

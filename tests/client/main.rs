@@ -11,6 +11,7 @@ mod fenced_stress;
 mod functions;
 mod keepalive;
 mod metrics;
+mod multi;
 mod periodic;
 mod policy;
 mod redlock;

@@ -1,0 +1,118 @@
+//! Several keys at once (`Locker::acquire_all`): all or none, no partial hold on a refusal, no
+//! deadlock between callers naming the same keys in opposite orders, and every lease valid on
+//! return after a long wait; on both engines and over Redlock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fencedlock::{Error, LockConfig, Locker, Redlock};
+use harness::Server;
+
+use crate::support::{config, wait_until};
+
+/// Both engines: the module, and the Functions library on a server without it.
+fn servers() -> [(&'static str, Server); 2] {
+    [("module", Server::start()), ("functions", Server::builder().without_module().start())]
+}
+
+fn waiting(ttl_ms: u64, max_wait_ms: u64) -> LockConfig {
+    LockConfig::builder()
+        .ttl(Duration::from_millis(ttl_ms))
+        .node_timeout(Duration::from_millis(500))
+        .max_wait(Duration::from_millis(max_wait_ms))
+        .build()
+        .expect("valid config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_key_or_none() {
+    for (engine, server) in servers() {
+        let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+        let all = locker.try_acquire_all(&["m:b", "m:a", "m:c"]).await.expect("all granted");
+        let keys: Vec<&str> = all.iter().map(|l| l.key()).collect();
+        assert_eq!(keys, ["m:b", "m:a", "m:c"], "{engine}: in the order named");
+        let fences: Vec<u64> = all.iter().map(|l| l.fence()).collect();
+        assert!(fences.iter().all(|&f| f > 0), "{engine}: {fences:?}");
+        assert!(matches!(locker.try_acquire("m:c").await, Err(Error::Contended { .. })), "{engine}");
+
+        // One key busy: nothing of the set is kept.
+        let other = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+        let refused = other.try_acquire_all(&["m:z", "m:c", "m:y"]).await;
+        assert!(
+            matches!(refused, Err(Error::Contended { ref key }) if key == "m:c"),
+            "{engine}: {refused:?}"
+        );
+        for key in ["m:y", "m:z"] {
+            let free = other.try_acquire(key).await.unwrap_or_else(|e| panic!("{engine}: {key} kept: {e}"));
+            free.release().await.expect("released");
+        }
+        assert!(all.release().await.expect("released"), "{engine}");
+        assert!(matches!(locker.try_acquire_all(&[]).await, Err(Error::Config(_))));
+        assert!(matches!(locker.try_acquire_all(&["a", "a"]).await, Err(Error::Config(_))));
+    }
+}
+
+/// Two callers take {x, y} and {y, x} over and over, waiting on the server: both always get
+/// through (no deadlock), and never hold the pair at the same time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opposite_orders_never_deadlock() {
+    for (engine, server) in servers() {
+        let inside = Arc::new(AtomicUsize::new(0));
+        let contenders: Vec<_> = [["d:x", "d:y"], ["d:y", "d:x"]]
+            .into_iter()
+            .map(|keys| {
+                let locker = Locker::open(&server.url(), waiting(5_000, 5_000)).expect("locker");
+                let inside = Arc::clone(&inside);
+                tokio::spawn(async move {
+                    for _ in 0..20 {
+                        let all = locker.acquire_all(&keys).await.expect("granted within the wait");
+                        assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "both hold the pair");
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        assert!(all.release().await.expect("released"));
+                    }
+                })
+            })
+            .collect();
+        let done = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(contenders)).await;
+        for joined in done.unwrap_or_else(|_| panic!("{engine}: deadlocked")) {
+            joined.expect("contender");
+        }
+    }
+}
+
+/// The second key is held for longer than the first lease's ttl: the first lease, taken
+/// early, is renewed before the call returns, so every lease is valid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_leaves_every_lease_valid() {
+    let server = Server::start();
+    let holder = Locker::open(&server.url(), config(700, 500)).expect("locker");
+    let busy = holder.try_acquire("w:b").await.expect("granted");
+    let locker = Locker::open(&server.url(), waiting(1_000, 5_000)).expect("locker");
+    let waiter = tokio::spawn(async move { locker.acquire_all(&["w:a", "w:b"]).await });
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    busy.release().await.expect("released");
+    let all = waiter.await.expect("task").expect("granted after the release");
+    all.ensure_valid().expect("valid");
+    let first = all.get("w:a").expect("w:a");
+    assert!(first.remaining() > Duration::from_millis(600), "w:a was not renewed: {:?}", first.remaining());
+    assert!(all.release().await.expect("released"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_redlock_each_key_by_majority() {
+    let servers = Server::start_many(3);
+    let urls: Vec<String> = servers.iter().map(Server::url).collect();
+    let redlock = Redlock::open(&urls, config(5_000, 500)).expect("redlock");
+    let all = redlock.try_acquire_all(&["r:1", "r:2"]).await.expect("granted");
+    assert!(all.iter().all(|l| l.report().yes() >= 2));
+    let refused = redlock.try_acquire_all(&["r:0", "r:2"]).await;
+    assert!(refused.is_err());
+    // The refused set's releases reach a majority before the call returns, the rest soon after.
+    wait_until("nothing of a refused set is held", Duration::from_secs(2), || {
+        servers.iter().all(|s| !s.lock_held("r:0"))
+    })
+    .await;
+    assert!(all.release().await.expect("released"));
+}
