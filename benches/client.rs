@@ -224,12 +224,7 @@ fn main() {
     let rt = support::runtime();
     let fx = Fixture::start(&rt);
     criterion_pass(&mut c, &rt, &fx);
-    // `cargo bench` passes --bench; `cargo test --benches` runs each bench once and must stay quick.
-    if std::env::args().any(|a| a == "--bench") {
-        let budget = std::env::var("FENCEDLOCK_BENCH_PAIRED_SECS")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .map_or(Duration::from_secs(15), Duration::from_secs);
+    if let Some(budget) = support::paired_budget(Duration::from_secs(15)) {
         paired_pass(&rt, &fx, budget);
     }
     c.final_summary();

@@ -93,14 +93,7 @@ fn paired(rt: &tokio::runtime::Runtime, pair: &Pair, budget: Duration) -> BTreeM
 }
 
 fn main() {
-    // `cargo test --benches` runs each bench once and must stay quick: only `cargo bench` measures.
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
-    }
-    let budget = std::env::var("FENCEDLOCK_BENCH_PAIRED_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(10), Duration::from_secs);
+    let Some(budget) = support::paired_budget(Duration::from_secs(10)) else { return };
     let rt = support::runtime();
     let servers = support::redis_servers(MASTERS[MASTERS.len() - 1]);
     let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();

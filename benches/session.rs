@@ -59,14 +59,7 @@ async fn per_interval(server: &Server, interval: Duration) -> Counters {
 }
 
 fn main() {
-    // `cargo test --benches` runs each bench once: only `cargo bench` measures.
-    if !std::env::args().any(|a| a == "--bench") {
-        return;
-    }
-    let budget = std::env::var("FENCEDLOCK_BENCH_PAIRED_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(Duration::from_secs(12), Duration::from_secs);
+    let Some(budget) = support::paired_budget(Duration::from_secs(12)) else { return };
     let rt = support::runtime();
     let servers = support::redis_servers(1);
     let server = &servers[0];

@@ -34,3 +34,14 @@ pub fn criterion() -> criterion::Criterion {
         .sample_size(40)
         .configure_from_args()
 }
+
+/// The time budget of a paired pass: `FENCEDLOCK_BENCH_PAIRED_SECS`, else `default`. `None`
+/// unless `cargo bench` runs this (it passes `--bench`): `cargo test --benches` runs each
+/// bench once and must stay quick, so it measures nothing paired.
+pub fn paired_budget(default: Duration) -> Option<Duration> {
+    if !std::env::args().any(|a| a == "--bench") {
+        return None;
+    }
+    let secs = std::env::var("FENCEDLOCK_BENCH_PAIRED_SECS").ok().and_then(|s| s.parse().ok());
+    Some(secs.map_or(default, Duration::from_secs))
+}

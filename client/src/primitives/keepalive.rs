@@ -259,14 +259,24 @@ where
 {
     let kept = lease.keep_alive();
     let handle = kept.handle();
-    let output = tokio::select! {
-        biased;
-        // Dropping `kept` stops the keep-alive and releases what is left in the background.
-        loss = handle.lost() => return Err(E::from(loss)),
-        output = work(handle.clone()) => output,
-    };
+    // On a loss, dropping `kept` stops the keep-alive and releases what is left in the background.
+    let output = while_held(&handle, work).await?;
     if let Err(err) = kept.release().await {
         tracing::warn!(key = handle.key(), error = %err, "release after work failed; the lease expires after its ttl");
     }
     output
+}
+
+/// `work` while `handle`'s lease is held: its output, or the loss the moment the lease is lost
+/// (`work` is then dropped at its next `.await`).
+pub(crate) async fn while_held<F, Fut>(handle: &LeaseHandle, work: F) -> Result<Fut::Output, Error>
+where
+    F: FnOnce(LeaseHandle) -> Fut,
+    Fut: Future,
+{
+    tokio::select! {
+        biased;
+        loss = handle.lost() => Err(loss),
+        output = work(handle.clone()) => Ok(output),
+    }
 }

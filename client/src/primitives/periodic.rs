@@ -19,7 +19,7 @@ use fencedlock_protocol::periodic::{record_key, ReadReply, READ, RECORD_RETENTIO
 use crate::acquisition::lease::Lease;
 use crate::error::Error;
 use crate::node::Node;
-use crate::primitives::keepalive::LeaseHandle;
+use crate::primitives::keepalive::{while_held, LeaseHandle};
 use crate::primitives::locker::Locker;
 
 /// A job's last counted run, as the server that keeps its record tells it.
@@ -184,13 +184,8 @@ impl Locker {
             }
         };
         let kept = lease.keep_alive();
-        let handle = kept.handle();
-        let output = tokio::select! {
-            biased;
-            // Dropping `kept` stops the keep-alive and releases in the background.
-            loss = handle.lost() => return Err(E::from(loss)),
-            output = work(handle.clone()) => output,
-        };
+        // On a loss, dropping `kept` stops the keep-alive and releases in the background.
+        let output = while_held(&kept.handle(), work).await?;
         let recorded = match &output {
             Ok(_) => due.record(0).await.map(drop),
             Err(_) => Ok(()),

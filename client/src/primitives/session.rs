@@ -39,8 +39,8 @@ pub struct Session {
     shared: Arc<Shared>,
 }
 
-/// One lease of a session: its handle (key, fence, validity, loss) and its release. Dropping
-/// it releases the lease in the background.
+/// One lease of a session: its [`LeaseHandle`] (key, fence, validity, loss; it derefs to it)
+/// and its release. Dropping it releases the lease in the background.
 #[derive(Debug)]
 pub struct SessionLease {
     handle: LeaseHandle,
@@ -163,25 +163,19 @@ impl Session {
     }
 }
 
-impl SessionLease {
+impl std::ops::Deref for SessionLease {
+    type Target = LeaseHandle;
+
     /// The lease's handle: key, fence, validity and loss, as for a kept-alive lease.
+    fn deref(&self) -> &LeaseHandle {
+        &self.handle
+    }
+}
+
+impl SessionLease {
+    /// A handle on the lease (key, fence, validity, loss) to hand to other tasks.
     pub fn handle(&self) -> LeaseHandle {
         self.handle.clone()
-    }
-
-    /// The lock key.
-    pub fn key(&self) -> &str {
-        self.handle.key()
-    }
-
-    /// The lease's fence; pass it to the resource with every write.
-    pub fn fence(&self) -> u64 {
-        self.handle.fence()
-    }
-
-    /// `Err(Error::LeaseLost)` once the lease (or its session) is lost.
-    pub fn ensure_valid(&self) -> Result<(), Error> {
-        self.handle.ensure_valid()
     }
 
     /// Takes the lease out of the session and releases it; see [`Lease::release`].
