@@ -21,7 +21,6 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
 use tokio_util::sync::CancellationToken;
 
@@ -32,8 +31,9 @@ use crate::primitives::keepalive::LeaseHandle;
 use crate::primitives::locker::Locker;
 use crate::token::Token;
 
-/// Leases kept alive together; see the module docs. Cloning shares the session. Dropping the
-/// last clone (or [`Session::close`]) stops the keep-alive and releases every lease.
+/// Leases kept alive together; see the module docs. Cloning shares the session, and each of
+/// its leases holds it too: once the session and all its leases are dropped (or at
+/// [`Session::close`]) the keep-alive stops and every lease is released.
 #[derive(Debug, Clone)]
 pub struct Session {
     shared: Arc<Shared>,
@@ -230,8 +230,8 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // The last clone of the session is gone: its leases are dropped with the table, each
-        // releasing itself in the background.
+        // The session and all its leases are gone: what the table still holds is dropped
+        // with it, each lease releasing itself in the background.
         self.ended.cancel();
     }
 }
@@ -264,12 +264,11 @@ async fn renew_round(session: &Shared) -> bool {
         .iter()
         .map(|(&id, (lease, handle))| (id, lease.key().to_owned(), lease.token().clone(), handle.clone()))
         .collect();
-    if snapshot.is_empty() {
+    // The lease whose validity ends first: answers after that come too late for it.
+    let Some(first) = snapshot.iter().map(|(.., handle)| handle).min_by_key(|handle| handle.valid_until())
+    else {
         return !session.ended.is_cancelled();
-    }
-    // The earliest validity among the leases: answers after it come too late for that lease.
-    let first_deadline =
-        snapshot.iter().map(|(.., handle)| handle.valid_until()).min().unwrap_or_else(Instant::now);
+    };
     let leases: Vec<(&str, &Token)> =
         snapshot.iter().map(|(_, key, token, _)| (key.as_str(), token)).collect();
     let rounds = &session.locker.coordinator().rounds;
@@ -277,10 +276,8 @@ async fn renew_round(session: &Shared) -> bool {
         biased;
         _ = session.ended.cancelled() => return false,
         renewed = rounds.renew_many(&leases) => renewed,
-        _ = tokio::time::sleep_until(first_deadline.into()) => {
-            let (.., handle) = &snapshot[0];
-            let err = handle.lost_because(LossCause::Expired);
-            return lose(session, err);
+        _ = tokio::time::sleep_until(first.valid_until().into()) => {
+            return lose(session, first.lost_because(LossCause::Expired));
         }
     };
     for ((id, _, _, handle), result) in snapshot.iter().zip(renewed) {
