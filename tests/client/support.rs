@@ -104,7 +104,14 @@ pub fn run_example(name: &str, server: &Server) -> String {
 /// How often the server ran `command` since it started or the last `CONFIG RESETSTAT`
 /// (`INFO commandstats`; a module command under its registered name, e.g. `FENCEDLOCK.RENEW`).
 pub fn calls(server: &Server, command: &str) -> u64 {
-    let field = server.info_field("commandstats", &format!("cmdstat_{command}")).unwrap_or_default();
+    // Servers differ in the case they list a module command in.
+    let name = format!("cmdstat_{command}");
+    let stats = server.info("commandstats");
+    let field = stats
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(&name))
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_default();
     field
         .split(',')
         .find_map(|kv| kv.strip_prefix("calls="))
