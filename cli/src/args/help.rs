@@ -31,8 +31,8 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     (
         "75",
         "busy: another owner holds the lock (skipped, or --wait ran out; run \
-         --conflict-exit-code N picks another code); a server that cannot answer under \
-         --on-unavailable skip",
+         --conflict-exit-code N picks another code); a run --every job not due yet; a server \
+         that cannot answer under --on-unavailable skip",
     ),
     (
         "76",
