@@ -3,7 +3,7 @@
 RESULTS.md.
 
 Reads <results>/server.json, <results>/memory.json, <results>/profile.json, <results>/functions.json,
-<results>/client_paired.json, <results>/contention.json and criterion's
+<results>/client_paired.json, <results>/contention.json, <results>/session.json and criterion's
 <target>/criterion/*/*/new/estimates.json. Standard library only.
 """
 
@@ -328,6 +328,30 @@ def contention_section(c: dict | None, estimates: dict) -> list[str]:
     return out
 
 
+def session_section(s: dict | None) -> list[str]:
+    out = ["", "## Client side: 1,000 leases kept alive", ""]
+    if s is None:
+        return out + ["(no session results: run `cargo bench --bench session`)"]
+    out += [
+        f"{s['leases']} leases on one server, renewed every {s['interval_ms']} ms: one `Session` (one pipeline "
+        f"of renewals per interval) against {s['leases']} `keep_alive`s; the server's own counters per "
+        f"interval (`INFO stats`, `INFO cpu`), median of {s['rounds']} paired rounds.",
+        "",
+        "| per renew interval | session | independent keep-alives | ratio |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    rows = [("requests read (`total_reads_processed`)", "reads", "{:.1f}"),
+            ("commands run", "commands", "{:.0f}"),
+            ("server CPU (ms)", "cpu_ms", "{:.2f}")]
+    ratios = {"reads": "reads", "commands": "commands", "cpu_ms": "cpu"}
+    for label, field, form in rows:
+        out.append(
+            f"| {label} | {form.format(s['session'][field])} | {form.format(s['independent'][field])} "
+            f"| {fmt_ratio(s['ratio'][ratios[field]])} |"
+        )
+    return out
+
+
 def leases_per_s(rows: dict, acquire: str, release: str, pipeline: int) -> float | None:
     """Leases (one ACQUIRE + one RELEASE) per second a server does when only leases run: the
     harmonic combination of the two commands' throughputs."""
@@ -473,6 +497,7 @@ def main() -> None:
     growth = load(results / "growth.json")
     redlock_scale = load(results / "redlock_scale.json")
     guard = load(results / "guard.json")
+    session = load(results / "session.json")
     if opts.section == "growth":
         print("\n".join(growth_section(growth, redlock_scale)))
         return
@@ -501,6 +526,7 @@ def main() -> None:
         lines += instructions_section(profile)
     lines += client_section(paired, estimates)
     lines += contention_section(contention, estimates)
+    lines += session_section(session)
     lines += functions_section(functions)
     lines += growth_section(growth, redlock_scale)
     lines += guard_section(guard)
