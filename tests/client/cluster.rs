@@ -112,7 +112,7 @@ async fn a_cluster_locker_waits_on_the_slot_owner_and_follows_the_slot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_renews_leases_across_slots_and_masters() {
     let cluster = Cluster::builder().masters(3).start();
-    let locker = Locker::open_cluster(&cluster.urls(), config(600, 500)).expect("cluster locker");
+    let locker = Locker::open_cluster(&cluster.urls(), config(1_500, 1_000)).expect("cluster locker");
     let session = locker.session();
     let keys: Vec<String> =
         (0..12).map(|i| format!("cs:{i}")).chain((0..12).map(|i| format!("{{tagged}}:{i}"))).collect();
@@ -120,7 +120,7 @@ async fn a_session_renews_leases_across_slots_and_masters() {
     for key in &keys {
         leases.push(session.try_acquire(key).await.unwrap_or_else(|e| panic!("{key}: {e}")));
     }
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
     for lease in &leases {
         lease.ensure_valid().unwrap_or_else(|e| panic!("{}: {e}", lease.key()));
         let owner = owner_status(&cluster, lease.key());

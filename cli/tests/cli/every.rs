@@ -70,8 +70,8 @@ fn three_hosts_run_a_job_once_per_period() {
     }
 }
 
-/// The record's start is the server's time: a run stamped 2.5 s ago by the server's clock
-/// leaves a 3 s job not due for another half second, whatever the host's clock says.
+/// The record's start is the server's time: a run stamped 2 s ago by the server's clock leaves
+/// a 3 s job not due for at most another second, whatever the host's clock says.
 #[test]
 fn the_period_is_measured_on_the_servers_clock() {
     for (engine, server) in servers() {
@@ -79,7 +79,7 @@ fn the_period_is_measured_on_the_servers_clock() {
         let job = ["run", "--json", "--redis", &url, "-k", "clocked", "--every", "3s", "--", "true"];
         assert_eq!(run(&job).code(), 0, "{engine}: the first run is due");
         let record = record_key(b"clocked");
-        let stamped = (server_ms(&server) - 2_500).to_string();
+        let stamped = (server_ms(&server) - 2_000).to_string();
         let _: i64 =
             server.cmd(&[&b"HSET"[..], &record, STARTED_MS.as_bytes(), stamped.as_bytes()]).expect("HSET");
         let skipped = run(&job);
@@ -87,7 +87,8 @@ fn the_period_is_measured_on_the_servers_clock() {
         let record: serde_json::Value = serde_json::from_str(skipped.stderr.trim()).expect("one JSON record");
         assert_eq!(record["reason"], "not_due", "{engine}: {record}");
         let due_in = record["due_in_ms"].as_u64().expect("due_in_ms");
-        assert!((300..=500).contains(&due_in), "{engine}: due in {due_in} ms");
+        // Less than the second left when it was stamped: the CLI took some of it to start.
+        assert!((1..=1_000).contains(&due_in), "{engine}: due in {due_in} ms");
         std::thread::sleep(Duration::from_millis(due_in + 50));
         assert_eq!(run(&job).code(), 0, "{engine}: due once the server's clock says so");
     }
