@@ -171,8 +171,9 @@ pub async fn status(args: &StatusArgs, out: Output) -> Result<u8, CliError> {
             // The lock's fields too, so a reader of either kind of key finds the same ones:
             // held until the last holder's lease ends; a semaphore has no one label.
             let last = semaphore.holders.iter().map(|h| h.remaining.as_millis() as u64).max();
-            let fields =
-                json!({ "key": args.key.name(), "pttl_ms": last, "label": null, "servers": per_server });
+            // No run record: a semaphore key is no `run --every` job (that takes one holder).
+            let fields = json!({ "key": args.key.name(), "pttl_ms": last, "label": null, "servers": per_server,
+                                 "last_run": null });
             out.result(&text, semaphore_json(semaphore, fields));
             return Ok(code::OK);
         }
