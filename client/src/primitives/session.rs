@@ -210,20 +210,19 @@ impl Shared {
     /// Ends the session (lost with `loss`, or closed): every handle is told, and the leases
     /// are handed back for release.
     fn end(&self, loss: Option<Error>) -> Vec<(Lease, LeaseHandle)> {
-        let held = {
-            let mut table = self.lock();
-            if self.ended.is_cancelled() {
-                return Vec::new();
-            }
-            *self.loss.lock().unwrap_or_else(PoisonError::into_inner) = loss.clone();
-            self.ended.cancel();
-            std::mem::take(&mut table.held)
-        };
-        let held: Vec<(Lease, LeaseHandle)> = held.into_values().collect();
+        // All under the table's lock, and the handles told before the session's own signal:
+        // whoever sees the session ended finds every lease lost, and no lease joins after.
+        let mut table = self.lock();
+        if self.ended.is_cancelled() {
+            return Vec::new();
+        }
+        let held: Vec<(Lease, LeaseHandle)> = std::mem::take(&mut table.held).into_values().collect();
         for (_, handle) in &held {
             let err = loss.clone().unwrap_or_else(|| handle.lost_because(LossCause::KeepAliveStopped));
             handle.declare_lost(err);
         }
+        *self.loss.lock().unwrap_or_else(PoisonError::into_inner) = loss;
+        self.ended.cancel();
         held
     }
 }
