@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import fencedlock
-from fencedlock import _contract, _keys, _wire
+from fencedlock import _contract, _keys, _periodic, _wire
 from fencedlock.errors import Cause
 
 PROTOCOL = Path(__file__).resolve().parents[2] / "protocol" / "src"
@@ -36,6 +36,31 @@ def rust_str(text: str, name: str) -> str:
     found = re.search(rf'pub const {name}: &str = "([^"]*)";', text)
     assert found, f"{name} not found"
     return found.group(1)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "0": "\0", "\\": "\\", '"': '"', "'": "'"}
+
+
+def rust_str_literal(text: str, name: str) -> str:
+    """The value of ``pub const NAME: &str = "…";`` as the compiler reads it: escapes decoded,
+    and a backslash at a line's end dropping the newline and the next line's leading
+    whitespace. Any other escape fails the test rather than being guessed."""
+    found = re.search(rf'pub const {name}: &str = "((?:[^"\\]|\\.)*)";', text, re.S)
+    assert found, f"{name} not found"
+    raw, out, i = found.group(1), [], 0
+    while i < len(raw):
+        if raw[i] != "\\":
+            out.append(raw[i])
+            i += 1
+        elif raw[i + 1] == "\n":
+            i += 2
+            while i < len(raw) and raw[i] in " \t\r\n":
+                i += 1
+        else:
+            assert raw[i + 1] in _ESCAPES, f"escape \\{raw[i + 1]} in {name}"
+            out.append(_ESCAPES[raw[i + 1]])
+            i += 2
+    return "".join(out)
 
 
 def test_the_shipped_library_is_the_protocols() -> None:
@@ -142,7 +167,41 @@ def test_floor_tags_follow_the_version_5_rule() -> None:
         assert _keys.key_slot(_keys.wake_key(key)) == _keys.key_slot(key)
 
 
+def test_periodic_jobs_record_names_scripts_and_due_rule() -> None:
+    periodic = source("periodic.rs")
+    assert _contract.RECORD_KEY_PREFIX == rust_str(periodic, "RECORD_KEY_PREFIX")
+    assert (_contract.STARTED_MS, _contract.FENCE, _contract.RECORD_LABEL, _contract.EXIT) == tuple(
+        rust_str(periodic, name) for name in ("STARTED_MS", "FENCE", "LABEL", "EXIT")
+    )
+    assert _contract.RECORD_RETENTION_MS == rust_const(periodic, "RECORD_RETENTION_MS")
+    # The scripts, byte for byte: a record one client writes, the other reads.
+    assert _contract.READ_RECORD == rust_str_literal(periodic, "READ")
+    assert _contract.WRITE_RECORD == rust_str_literal(periodic, "WRITE")
+    # The record's key: the prefix, the key's slot's floor tag, "}:" and the key.
+    rule = re.search(r"pub fn record_key\(key: &\[u8\]\) -> Vec<u8> \{(.*?)\n\}", periodic, re.S)
+    assert rule and re.findall(r"name\.extend_from_slice\((.*?)\);", rule.group(1)) == [
+        "&floor_tag(key_slot(key))", 'b"}:"', "key"
+    ], "record_key changed: restate it in fencedlock._keys.record_key"
+    examples = re.findall(r'assert_eq!\(record_key\(b"([^"]+)"\), b"([^"]+)"\);', periodic)
+    assert examples
+    for key, name in examples:
+        assert _keys.record_key(key.encode()) == name.encode()
+    for key in (b"report", b"lockk", b"{user:7}:nightly", b"a{}b", "r\u00e9sum\u00e9".encode()):
+        assert _keys.key_slot(_keys.record_key(key)) == _keys.key_slot(key) and _keys.record_key(key).endswith(key)
+    # The due rule, on the Rust unit test's own cases.
+    cases = re.findall(
+        r"assert_eq!\(reply\(([\d_]+), (None|Some\(\(([\d_]+), [\d_]+\)\))\)\.due\(([\d_]+)\), (Ok\(\(\)\)|Err\(([\d_]+)\))\);",
+        periodic,
+    )
+    assert len(cases) >= 4
+    for now, last, started, every, _, wait in cases:
+        record = None if last == "None" else _periodic.Record(int(started.replace("_", "")), 5, None, 0)
+        reading = _periodic.Reading(int(now.replace("_", "")), record)
+        assert reading.due_in_ms(int(every.replace("_", ""))) == (int(wait.replace("_", "")) if wait else 0), (now, last, every)
+
+
 def test_the_package_exports_one_error_hierarchy() -> None:
-    for name in ("InvalidArgument", "NotAcquired", "LeaseLost", "Unavailable", "NoEngine", "ServerError", "BadReply"):
+    for name in ("InvalidArgument", "NotAcquired", "LeaseLost", "Unavailable", "NoEngine", "ServerError", "BadReply",
+                 "BadRecord"):
         assert issubclass(getattr(fencedlock, name), fencedlock.FencedLockError)
     assert issubclass(fencedlock.InvalidArgument, ValueError)

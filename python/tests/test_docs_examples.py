@@ -1,6 +1,7 @@
 """The front page's Python example (``README.md``, the block marked ``<!-- example: python -->``),
 run as a user pastes it: in an interpreter of its own, against a real server, on every engine.
-Only its server URL is pointed at the test's server."""
+Only its server URL is pointed at the test's server. Then the package page's examples of
+several keys and periodic jobs."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
 
 from fencedlock import Locker, LockStatus
 from servers import Server
@@ -41,3 +45,30 @@ def test_the_front_page_example_prints_its_fence_and_releases(server: Server) ->
     status = Locker(server.client()).status(KEY)
     assert isinstance(status, LockStatus), status
     assert status.fence == int(fences[0]) and not status.held, status
+
+
+PACKAGE_PAGE = REPO / "python" / "README.md"
+
+
+@pytest.mark.engines("functions")
+def test_the_package_pages_several_keys_and_periodic_examples_run(server: Server) -> None:
+    """``python/README.md``'s blocks under "Several keys at once" and "Periodic jobs", run
+    against a real server with the page's ``locker`` and stand-ins for the application's
+    own functions; the periodic block a second time finds the job not due."""
+    page = PACKAGE_PAGE.read_text()
+    section = page[page.index("## Several keys at once"):page.index("## asyncio")]
+    blocks = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(blocks) == 3, "the sections' examples changed: update this test"
+    printed: List[str] = []
+    names: Dict[str, Any] = {
+        "locker": Locker(server.client(), ttl=30),
+        "print": lambda *args: printed.append(" ".join(map(str, args))),
+        "transfer": lambda *fences: None,
+        "move": lambda *fences: None,
+        "sync": lambda fence: 7,
+        "run_job": lambda fence: 0,
+    }
+    for block in [*blocks, blocks[1]]:
+        exec(block, names)
+    assert printed[0] == "synced 7 rows" and printed[1].startswith("ran 0 s ago"), printed
+    assert Locker(server.client()).acquire_all(["account:1", "account:2", "nightly-sync"]) is not None, "all released"

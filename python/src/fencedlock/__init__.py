@@ -12,6 +12,7 @@ psycopg connection, is :mod:`fencedlock.resource`.
 
 from ._wire import Engine, LockStatus, PermitStatus, SemaphoreStatus
 from .errors import (
+    BadRecord,
     BadReply,
     Cause,
     FencedLockError,
@@ -31,25 +32,35 @@ from ._election import Leader
 from .election import Election, Leadership
 from .lease import Lease
 from .locker import Locker
+from .multi import Leases
+from .periodic import Busy, Due, LastRun, NotDue, Periodic, Ran
 from .redlock import Redlock
 
 __all__ = [
+    "BadRecord",
     "BadReply",
+    "Busy",
     "Cause",
+    "Due",
     "Election",
     "Engine",
     "FencedLockError",
     "InvalidArgument",
+    "LastRun",
     "Leader",
     "Leadership",
     "Lease",
     "LeaseLost",
+    "Leases",
     "Locker",
     "LockStatus",
     "NoEngine",
     "NotAcquired",
+    "NotDue",
+    "Periodic",
     "PermitStatus",
     "PermitsMismatch",
+    "Ran",
     "Redlock",
     "ReplyError",
     "RowNotFound",

@@ -56,6 +56,29 @@ FUNCTIONS = {
 TAKES_FLOOR = frozenset({ACQUIRE, RENEW, RELEASE, RAISE})
 TAKES_WAKE = frozenset({RELEASE})
 
+# Periodic jobs' run records (protocol/src/periodic.rs): the record's key prefix (the key is
+# `fencedlock:last-run:{TAG}:key`, TAG the key's slot's floor tag), its hash fields, how long
+# it outlives its period, and the two scripts sent with EVAL (1 key: the record).
+RECORD_KEY_PREFIX = "fencedlock:last-run:{"
+STARTED_MS = "started_ms"
+FENCE = "fence"
+RECORD_LABEL = "label"
+EXIT = "exit"
+RECORD_RETENTION_MS = 86_400_000
+READ_RECORD = """\
+local now = redis.call('TIME')
+local r = redis.call('HMGET', KEYS[1], 'started_ms', 'fence', 'label', 'exit')
+return {now[1], now[2], r[1], r[2], r[3], r[4]}
+"""
+WRITE_RECORD = """\
+local cur, fence = redis.call('HGET', KEYS[1], 'fence'), ARGV[2]
+if cur and (#cur > #fence or (#cur == #fence and cur > fence)) then return 0 end
+redis.call('HSET', KEYS[1], 'started_ms', ARGV[1], 'fence', fence, 'exit', ARGV[4])
+if ARGV[3] == '' then redis.call('HDEL', KEYS[1], 'label') else redis.call('HSET', KEYS[1], 'label', ARGV[3]) end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
 
 class ReplyError(enum.Enum):
     """The module's (and the library's) error replies by kind: ``(code, prefix)``, the code

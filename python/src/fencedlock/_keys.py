@@ -6,7 +6,7 @@ from __future__ import annotations
 import binascii
 import itertools
 import unicodedata
-from typing import List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 from . import _contract
 from .errors import InvalidArgument
@@ -62,3 +62,25 @@ def floor_key(key: bytes) -> bytes:
 def wake_key(key: bytes) -> bytes:
     """``fencedlock:fn-wake:{TAG}:key``: the wake-up list of ``key``, in its slot."""
     return _contract.WAKE_KEY_PREFIX.encode() + floor_tag(key_slot(key)) + b"}:" + key
+
+
+def record_key(key: bytes) -> bytes:
+    """``fencedlock:last-run:{TAG}:key``: the run record of the periodic job on ``key``, in
+    its slot (the tag is the slot's floor tag, as for the wake-up list)."""
+    return _contract.RECORD_KEY_PREFIX.encode() + floor_tag(key_slot(key)) + b"}:" + key
+
+
+def taking_order(keys: Iterable[str]) -> Tuple[List[str], List[str]]:
+    """``keys`` as named, and in the order every caller takes them: their bytes' order, so
+    that callers naming overlapping sets in different orders cannot deadlock (the one that
+    waits holds nothing the other needs). :class:`InvalidArgument` for a bad key, no keys or
+    a key named twice (one lease per key), before any request."""
+    if isinstance(keys, (str, bytes)):
+        raise InvalidArgument("keys is a list of lock keys, not one key")
+    named = list(keys)
+    if not named:
+        raise InvalidArgument("acquire_all needs at least one key")
+    raw = {key: check_key(key) for key in named}
+    if len(raw) != len(named):
+        raise InvalidArgument("acquire_all: a key is named twice (one lease per key)")
+    return named, sorted(named, key=raw.__getitem__)

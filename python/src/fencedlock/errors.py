@@ -14,6 +14,8 @@ exception class raised are all derived from it, so they never disagree about an 
   - :class:`ServerError`: the server refused for another reason (``NOPERM``, ...), with
     :class:`WrongType` (the key holds something else) and :class:`PermitsMismatch`.
   - :class:`BadReply`: a reply broke the contract's shape.
+  - :class:`BadRecord`: a periodic job's run record was not written by fencedlock; the job
+    is not run.
   - :class:`Stale` (from :mod:`fencedlock.resource`): the row carries a newer fence than the
     caller's; the holder is stale and must abandon its attempt.
   - :class:`RowNotFound` (from :mod:`fencedlock.resource`): no row has the id.
@@ -31,6 +33,7 @@ from redis.sentinel import MasterNotFoundError
 from ._contract import ReplyError
 
 __all__ = [
+    "BadRecord",
     "BadReply",
     "Cause",
     "FencedLockError",
@@ -152,6 +155,17 @@ class PermitsMismatch(ServerError):
 
 class BadReply(FencedLockError):
     """A reply does not have the shape the contract gives it."""
+
+
+class BadRecord(FencedLockError):
+    """A periodic job's run record (``fencedlock:last-run:{tag}:key``) is not one fencedlock
+    wrote: whether the job is due cannot be told, so it is not run (the Rust client's
+    ``Error::BadRecord``)."""
+
+    def __init__(self, server: str, key: str) -> None:
+        super().__init__(f"{server}: the run record of {key!r} is malformed (not written by fencedlock?)")
+        self.server = server
+        self.key = key
 
 
 class Stale(FencedLockError):

@@ -6,17 +6,20 @@ import contextlib
 import random
 import threading
 import time
-from typing import Iterator, Optional, Union
+from typing import Callable, Iterable, Iterator, Optional, TypeVar, Union
 
 import redis
 
-from . import _contract, _keys, _terms, _wire
+from . import _contract, _keys, _periodic, _terms, _wire, periodic
 from ._server import Server
 from ._wire import Engine, Status
 from .errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from .lease import Lease, LostCallback
+from .multi import Leases, take_all
+from .periodic import Due, LastRun, NotDue, Periodic
 
 EngineName = Union[Engine, str, None]
+T = TypeVar("T")
 
 BACKOFF = (0.02, 0.4)
 """Jittered pause between attempts after an answer-less failure, in seconds (min, max)."""
@@ -123,7 +126,7 @@ class Locker:
             time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
         if fence is None:
             return None
-        lease = Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every)
+        lease = Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every, raw_label)
         if self._clock.needs_anchor(time.monotonic() - sent, ttl_ms):
             # A grant handed over after a long wait began at the handoff: measure from a RENEW.
             try:
@@ -193,6 +196,100 @@ class Locker:
             raise NotAcquired(key)
         with lease:
             yield lease
+
+    # -- several keys ----------------------------------------------------------------------
+
+    def acquire_all(
+        self,
+        keys: Iterable[str],
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        label: Union[str, bytes, None] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Leases]:
+        """A lease on every key of ``keys``, each with its own fence, or ``None`` with nothing
+        held when one is held elsewhere (after ``wait`` seconds in all, if given). Keys are
+        taken in their byte order, so callers naming overlapping keys in different orders
+        cannot deadlock; a refusal or an error releases every key taken before the call
+        returns. :class:`InvalidArgument` for no keys or a key named twice."""
+        taken = self._take_all(keys, ttl, wait, label)
+        if isinstance(taken, str):
+            return None
+        return taken.keep_alive(on_lost) if keep_alive else taken
+
+    @contextlib.contextmanager
+    def lease_all(
+        self,
+        keys: Iterable[str],
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        label: Union[str, bytes, None] = None,
+        keep_alive: bool = True,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Iterator[Leases]:
+        """``with locker.lease_all([a, b], ttl=30, wait=10) as leases:``: the body runs under
+        (kept-alive) leases on every key, released after; :class:`NotAcquired` naming the
+        key that was refused."""
+        taken = self._take_all(keys, ttl, wait, label)
+        if isinstance(taken, str):
+            raise NotAcquired(taken)
+        if keep_alive:
+            taken.keep_alive(on_lost)
+        with taken:
+            yield taken
+
+    def _take_all(
+        self, keys: Iterable[str], ttl: Optional[_terms.Seconds], wait: Optional[_terms.Seconds], label: Union[str, bytes, None]
+    ) -> Union[Leases, str]:
+        ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
+        _terms.check_label(label)
+        return take_all(
+            lambda key, left: self.acquire(key, ttl, wait=left, label=label),
+            keys,
+            _terms.wait_seconds(wait),
+            self._clock.window(ttl_ms),
+        )
+
+    # -- periodic jobs -------------------------------------------------------------------
+
+    def schedule(self, lease: Lease, every: _terms.Seconds) -> Union[Due, NotDue]:
+        """Whether the job guarded by ``lease`` (one this locker granted) is due, for a job
+        that runs at most once every ``every`` seconds: read under the lease, on the server's
+        clock. :class:`Due` (run the job, then :meth:`Due.record` it before releasing) or
+        :class:`NotDue`. :class:`BadRecord` when the key's record was not written by
+        fencedlock."""
+        every_ms = _periodic.period_ms(every)
+        if lease._authority is not self:
+            raise InvalidArgument("schedule takes a lease this locker granted")
+        return periodic.schedule(self._server, lease, every_ms)
+
+    def last_run(self, key: str) -> Optional[LastRun]:
+        """The last counted run of the periodic job on ``key``, if one is on record."""
+        return periodic.read(self._server, key, _keys.check_key(key)).last_run()
+
+    def run_at_most_every(
+        self,
+        key: str,
+        every: _terms.Seconds,
+        work: Callable[[Lease], T],
+        *,
+        ttl: Optional[_terms.Seconds] = None,
+        label: Union[str, bytes, None] = None,
+    ) -> Periodic[T]:
+        """Runs ``work(lease)`` at most once every ``every`` seconds across every process
+        that calls this for ``key``: takes the lease without waiting (:class:`Busy` when
+        another holder has it), runs ``work`` under the kept-alive lease only if the job is
+        due (else :class:`NotDue`), records the run when ``work`` returns, and releases:
+        :class:`Ran` with what ``work`` returned. A ``work`` that raises is not counted (the
+        next holder runs the job again) and its exception goes on; a lease lost during the
+        run is :class:`LeaseLost` when ``work`` returns, and the run is not counted either.
+        ``label`` is recorded as who ran the job."""
+        _keys.check_key(key)
+        every_ms = _periodic.period_ms(every)
+        return periodic.run(self._server, lambda: self.acquire(key, ttl, label=label), every_ms, work)
 
     # -- the server's view ---------------------------------------------------------------
 

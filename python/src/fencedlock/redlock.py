@@ -18,16 +18,20 @@ import random
 import sys
 import threading
 import time
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, List, Optional, Sequence, TypeVar, Union
 
 import redis
 
-from . import _contract, _keys, _quorum, _terms, _wire
+from . import _contract, _keys, _periodic, _quorum, _terms, _wire, periodic
 from ._quorum import Answer, Tally, Vote
 from ._server import Server
 from .errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from .lease import Lease, LostCallback
+from .multi import Leases, take_all
+from .periodic import Due, LastRun, NotDue, Periodic
 from .locker import BACKOFF, EngineName, engine_choice
+
+T = TypeVar("T")
 
 
 class Redlock:
@@ -107,6 +111,64 @@ class Redlock:
         if lease is None:
             raise NotAcquired(key)
         return lease
+
+    def acquire_all(
+        self,
+        keys: Iterable[str],
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Leases]:
+        """A lease on every key, each granted by a majority, or ``None`` with nothing held
+        (see :meth:`fencedlock.Locker.acquire_all`)."""
+        taken = self._take_all(keys, ttl, wait)
+        if isinstance(taken, str):
+            return None
+        return taken.keep_alive(on_lost) if keep_alive else taken
+
+    def lease_all(self, keys: Iterable[str], ttl: Optional[_terms.Seconds] = None, *, wait: Optional[_terms.Seconds] = None,
+                  keep_alive: bool = True, on_lost: Optional[LostCallback] = None) -> Leases:
+        """The leases for ``with``: :class:`NotAcquired` naming the key that was refused."""
+        taken = self._take_all(keys, ttl, wait)
+        if isinstance(taken, str):
+            raise NotAcquired(taken)
+        return taken.keep_alive(on_lost) if keep_alive else taken
+
+    def _take_all(self, keys: Iterable[str], ttl: Optional[_terms.Seconds], wait: Optional[_terms.Seconds]) -> Union[Leases, str]:
+        ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
+        return take_all(lambda key, left: self.acquire(key, ttl, wait=left), keys, _terms.wait_seconds(wait), self._clock.window(ttl_ms))
+
+    # -- periodic jobs: on one master only -----------------------------------------------
+
+    def _periodic_server(self) -> Server:
+        """The one server whose clock measures periods; independent masters have none."""
+        if len(self._servers) != 1:
+            raise InvalidArgument(_periodic.MULTI_MASTER)
+        return self._servers[0]
+
+    def schedule(self, lease: Lease, every: _terms.Seconds) -> Union[Due, NotDue]:
+        """:class:`InvalidArgument` over several masters (see :meth:`fencedlock.Locker.schedule`)."""
+        server = self._periodic_server()
+        if lease._authority is not self:
+            raise InvalidArgument("schedule takes a lease this Redlock granted")
+        return periodic.schedule(server, lease, _periodic.period_ms(every))
+
+    def last_run(self, key: str) -> Optional[LastRun]:
+        """:class:`InvalidArgument` over several masters (see :meth:`fencedlock.Locker.last_run`)."""
+        raw_key = _keys.check_key(key)
+        return periodic.read(self._periodic_server(), key, raw_key).last_run()
+
+    def run_at_most_every(
+        self, key: str, every: _terms.Seconds, work: Callable[[Lease], T], *, ttl: Optional[_terms.Seconds] = None
+    ) -> Periodic[T]:
+        """:class:`InvalidArgument` over several masters, before anything is taken (see
+        :meth:`fencedlock.Locker.run_at_most_every`)."""
+        server = self._periodic_server()
+        _keys.check_key(key)
+        every_ms = _periodic.period_ms(every)
+        return periodic.run(server, lambda: self.acquire(key, ttl), every_ms, work)
 
     def _round(self, key: str, raw_key: bytes, token: bytes, ttl_ms: int) -> tuple[Optional[Lease], Optional[FencedLockError]]:
         sent = time.monotonic()

@@ -40,12 +40,14 @@ class Lease:
         deadline: float,
         clock: _terms.Clock,
         renew_every: Optional[float],
+        label: Optional[bytes] = None,
     ) -> None:
         self._authority = authority
         self._key = key
         self._raw_key = raw_key
         self._token = token
         self._fence = fence
+        self._label = label
         self._ttl_ms = ttl_ms
         self._deadline = deadline
         self._clock = clock
@@ -64,6 +66,12 @@ class Lease:
     @property
     def fence(self) -> int:
         return self._fence
+
+    @property
+    def label(self) -> Optional[bytes]:
+        """The public label the lease was granted with (a periodic job records it as who ran
+        the job)."""
+        return self._label
 
     @property
     def token(self) -> bytes:

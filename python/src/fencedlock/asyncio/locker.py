@@ -7,16 +7,21 @@ import asyncio
 import contextlib
 import random
 import time
-from typing import AsyncIterator, Optional, Set, Union
+from typing import AsyncIterator, Awaitable, Callable, Iterable, Optional, Set, TypeVar, Union
 
 import redis.asyncio
 
-from .. import _contract, _keys, _terms, _wire
+from .. import _contract, _keys, _periodic, _terms, _wire
 from .._wire import Engine, Status
 from ..errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from ..locker import BACKOFF, EngineName, engine_choice
+from . import periodic
 from ._server import Server
 from .lease import Lease, LostCallback
+from .multi import Leases, take_all
+from .periodic import Due, LastRun, NotDue, Periodic
+
+T = TypeVar("T")
 
 
 class Locker:
@@ -95,7 +100,7 @@ class Locker:
         if fence is None:
             return None
         deadline = self._clock.deadline(sent, ttl_ms)
-        lease = Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every)
+        lease = Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, raw_label)
         if self._clock.needs_anchor(time.monotonic() - sent, ttl_ms):
             try:
                 await lease._renew(None)
@@ -157,6 +162,83 @@ class Locker:
             raise NotAcquired(key)
         async with lease:
             yield lease
+
+    async def acquire_all(
+        self,
+        keys: Iterable[str],
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        label: Union[str, bytes, None] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Leases]:
+        """See :meth:`fencedlock.Locker.acquire_all`. Cancel-safe: a cancelled call
+        releases what it took."""
+        taken = await self._take_all(keys, ttl, wait, label)
+        if isinstance(taken, str):
+            return None
+        return taken.keep_alive(on_lost) if keep_alive else taken
+
+    @contextlib.asynccontextmanager
+    async def lease_all(
+        self,
+        keys: Iterable[str],
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        label: Union[str, bytes, None] = None,
+        keep_alive: bool = True,
+        on_lost: Optional[LostCallback] = None,
+    ) -> AsyncIterator[Leases]:
+        """``async with locker.lease_all([a, b], ttl=30, wait=10) as leases:``;
+        :class:`NotAcquired` naming the key that was refused."""
+        taken = await self._take_all(keys, ttl, wait, label)
+        if isinstance(taken, str):
+            raise NotAcquired(taken)
+        if keep_alive:
+            taken.keep_alive(on_lost)
+        async with taken:
+            yield taken
+
+    async def _take_all(
+        self, keys: Iterable[str], ttl: Optional[_terms.Seconds], wait: Optional[_terms.Seconds], label: Union[str, bytes, None]
+    ) -> Union[Leases, str]:
+        ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
+        _terms.check_label(label)
+        return await take_all(
+            lambda key, left: self.acquire(key, ttl, wait=left, label=label),
+            keys,
+            _terms.wait_seconds(wait),
+            self._clock.window(ttl_ms),
+        )
+
+    async def schedule(self, lease: Lease, every: _terms.Seconds) -> Union[Due, NotDue]:
+        """See :meth:`fencedlock.Locker.schedule`."""
+        every_ms = _periodic.period_ms(every)
+        if lease._authority is not self:
+            raise InvalidArgument("schedule takes a lease this locker granted")
+        return await periodic.schedule(self._server, lease, every_ms)
+
+    async def last_run(self, key: str) -> Optional[LastRun]:
+        """See :meth:`fencedlock.Locker.last_run`."""
+        return (await periodic.read(self._server, key, _keys.check_key(key))).last_run()
+
+    async def run_at_most_every(
+        self,
+        key: str,
+        every: _terms.Seconds,
+        work: Callable[[Lease], Awaitable[T]],
+        *,
+        ttl: Optional[_terms.Seconds] = None,
+        label: Union[str, bytes, None] = None,
+    ) -> Periodic[T]:
+        """See :meth:`fencedlock.Locker.run_at_most_every`; ``work(lease)`` is awaited, and
+        cancelled the moment the lease is lost (:class:`LeaseLost` is raised, the run not
+        counted)."""
+        _keys.check_key(key)
+        every_ms = _periodic.period_ms(every)
+        return await periodic.run(self._server, lambda: self.acquire(key, ttl, label=label), every_ms, work)
 
     async def status(self, key: str) -> Optional[Status]:
         raw_key = _keys.check_key(key)

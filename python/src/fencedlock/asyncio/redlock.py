@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from typing import Awaitable, Callable, List, Optional, Sequence
+from typing import Awaitable, Callable, Iterable, List, Optional, Sequence, TypeVar, Union
 
 import redis.asyncio
 
-from .. import _contract, _keys, _quorum, _terms, _wire
+from .. import _contract, _keys, _periodic, _quorum, _terms, _wire
 from .._quorum import Answer, Tally, Vote
 from ..errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from ..locker import BACKOFF, EngineName, engine_choice
+from . import periodic
 from ._server import Server
 from .lease import Lease, LostCallback
+from .multi import Leases, take_all
+from .periodic import Due, LastRun, NotDue, Periodic
+
+T = TypeVar("T")
 
 
 class Redlock:
@@ -83,6 +88,60 @@ class Redlock:
         if lease is None:
             raise NotAcquired(key)
         return lease
+
+    async def acquire_all(
+        self,
+        keys: Iterable[str],
+        ttl: Optional[_terms.Seconds] = None,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Leases]:
+        """See :meth:`fencedlock.Redlock.acquire_all`."""
+        taken = await self._take_all(keys, ttl, wait)
+        if isinstance(taken, str):
+            return None
+        return taken.keep_alive(on_lost) if keep_alive else taken
+
+    async def lease_all(self, keys: Iterable[str], ttl: Optional[_terms.Seconds] = None, *,
+                        wait: Optional[_terms.Seconds] = None, keep_alive: bool = True,
+                        on_lost: Optional[LostCallback] = None) -> Leases:
+        """See :meth:`fencedlock.Redlock.lease_all`."""
+        taken = await self._take_all(keys, ttl, wait)
+        if isinstance(taken, str):
+            raise NotAcquired(taken)
+        return taken.keep_alive(on_lost) if keep_alive else taken
+
+    async def _take_all(self, keys: Iterable[str], ttl: Optional[_terms.Seconds], wait: Optional[_terms.Seconds]) -> Union[Leases, str]:
+        ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
+        return await take_all(lambda key, left: self.acquire(key, ttl, wait=left), keys, _terms.wait_seconds(wait),
+                              self._clock.window(ttl_ms))
+
+    def _periodic_server(self) -> Server:
+        if len(self._servers) != 1:
+            raise InvalidArgument(_periodic.MULTI_MASTER)
+        return self._servers[0]
+
+    async def schedule(self, lease: Lease, every: _terms.Seconds) -> Union[Due, NotDue]:
+        """:class:`InvalidArgument` over several masters (see :meth:`fencedlock.Locker.schedule`)."""
+        server = self._periodic_server()
+        if lease._authority is not self:
+            raise InvalidArgument("schedule takes a lease this Redlock granted")
+        return await periodic.schedule(server, lease, _periodic.period_ms(every))
+
+    async def last_run(self, key: str) -> Optional[LastRun]:
+        raw_key = _keys.check_key(key)
+        return (await periodic.read(self._periodic_server(), key, raw_key)).last_run()
+
+    async def run_at_most_every(
+        self, key: str, every: _terms.Seconds, work: Callable[[Lease], Awaitable[T]], *, ttl: Optional[_terms.Seconds] = None
+    ) -> Periodic[T]:
+        """:class:`InvalidArgument` over several masters, before anything is taken."""
+        server = self._periodic_server()
+        _keys.check_key(key)
+        every_ms = _periodic.period_ms(every)
+        return await periodic.run(server, lambda: self.acquire(key, ttl), every_ms, work)
 
     async def _round(self, key: str, raw_key: bytes, token: bytes, ttl_ms: int) -> tuple[Optional[Lease], Optional[FencedLockError]]:
         sent = time.monotonic()
