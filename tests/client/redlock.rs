@@ -468,14 +468,21 @@ async fn a_retried_round_with_the_same_token_gets_the_same_fence() {
     assert_eq!(again.fence(), fence);
     let report = again.report();
     assert!(report.yes() >= 3, "{report}");
-    // Every node that held the first grant answers the retry with the fence it had.
+    // Every node that held the first grant answers the retry with the fence it had. The
+    // retry's raise step may then lift that node to the lease's fence (when the first round's
+    // raise to it was not awaited and so never sent), never to a fence of its own.
     let mut both = 0;
     for (i, s) in servers.iter().enumerate() {
         if let (Vote::Granted { .. }, Vote::Granted { fence: granted }) =
             (&first_report.votes[i].vote, &report.votes[i].vote)
         {
             assert_eq!(Some(*granted), before[i], "{} issued a new fence: {report}", s.addr());
-            assert_eq!(s.lock_status("retry").map(|st| st.fence), Some(*granted));
+            let now = s.lock_status("retry").map(|st| st.fence);
+            assert!(
+                now == Some(*granted) || now == Some(fence),
+                "{}: fence {now:?} after the retry: {report}",
+                s.addr()
+            );
             both += 1;
         }
     }
