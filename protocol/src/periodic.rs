@@ -17,6 +17,7 @@
 
 use crate::cluster::key_slot;
 use crate::functions::floor_tag;
+use crate::request::parse_u64;
 
 /// A job's record: `fencedlock:last-run:{tag}:key` (the tag is the key's slot's
 /// [`floor_tag`], so the record lives in the lock key's slot), a hash of the fields below.
@@ -106,11 +107,7 @@ impl ReadReply {
         let number = |i: usize| -> Result<Option<u64>, MalformedRecord> {
             match fields.get(i).ok_or(MalformedRecord)? {
                 None => Ok(None),
-                Some(bytes) => std::str::from_utf8(bytes)
-                    .ok()
-                    .and_then(|s| s.parse().ok())
-                    .map(Some)
-                    .ok_or(MalformedRecord),
+                Some(bytes) => parse_u64(bytes).map(Some).ok_or(MalformedRecord),
             }
         };
         if fields.len() != 6 {

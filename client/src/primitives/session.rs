@@ -152,7 +152,7 @@ impl Session {
     /// Stops the keep-alive and releases every lease; the number still held.
     pub async fn close(self) -> usize {
         let leases = self.shared.end(None);
-        let released = futures::future::join_all(leases.into_iter().map(|(lease, _)| lease.release())).await;
+        let released = futures::future::join_all(leases.into_iter().map(Lease::release)).await;
         released.into_iter().filter(|r| matches!(r, Ok(true))).count()
     }
 
@@ -209,21 +209,21 @@ impl Shared {
 
     /// Ends the session (lost with `loss`, or closed): every handle is told, and the leases
     /// are handed back for release.
-    fn end(&self, loss: Option<Error>) -> Vec<(Lease, LeaseHandle)> {
+    fn end(&self, loss: Option<Error>) -> Vec<Lease> {
         // All under the table's lock, and the handles told before the session's own signal:
         // whoever sees the session ended finds every lease lost, and no lease joins after.
         let mut table = self.lock();
         if self.ended.is_cancelled() {
             return Vec::new();
         }
-        let held: Vec<(Lease, LeaseHandle)> = std::mem::take(&mut table.held).into_values().collect();
-        for (_, handle) in &held {
+        let held = std::mem::take(&mut table.held);
+        for (_, handle) in held.values() {
             let err = loss.clone().unwrap_or_else(|| handle.lost_because(LossCause::KeepAliveStopped));
             handle.declare_lost(err);
         }
         *self.loss.lock().unwrap_or_else(PoisonError::into_inner) = loss;
         self.ended.cancel();
-        held
+        held.into_values().map(|(lease, _)| lease).collect()
     }
 }
 
@@ -308,7 +308,7 @@ async fn renew_round(session: &Shared) -> bool {
 /// lease's drop does it). Always `false`: the keep-alive stops.
 fn lose(session: &Shared, err: Error) -> bool {
     tracing::warn!(error = %err, "session lost; every lease of it is lost");
-    for (lease, _) in session.end(Some(err)) {
+    for lease in session.end(Some(err)) {
         lease.record_loss();
     }
     false
