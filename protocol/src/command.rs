@@ -17,6 +17,8 @@ pub enum ArgKind {
     Text,
     /// A decimal integer.
     Integer,
+    /// No value: the option's word alone (`SHARED`), like `SET`'s `NX`.
+    Flag,
 }
 
 /// One argument of a command.
@@ -28,13 +30,24 @@ pub struct Arg {
     pub kind: ArgKind,
 }
 
-/// A named option: `word value`, the word matched case-insensitively (like `SET`'s `PX ms`).
+/// A named option: `word value`, the word matched case-insensitively (like `SET`'s `PX ms`), or
+/// the word alone when its value's kind is [`ArgKind::Flag`] (like `SET`'s `NX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opt {
     /// The word, e.g. `BLOCK`.
     pub word: &'static str,
-    /// The value after it.
+    /// The value after it ([`ArgKind::Flag`]: none; the word is the whole option).
     pub value: Arg,
+}
+
+impl Opt {
+    /// How many words the option takes: its word, and its value unless it is a flag.
+    pub const fn width(&self) -> usize {
+        match self.value.kind {
+            ArgKind::Flag => 1,
+            _ => 2,
+        }
+    }
 }
 
 /// A command's shape: name, arguments and a one-line summary.
@@ -74,7 +87,14 @@ impl Command {
             return false;
         }
         let extra = argc - required;
-        if extra % 2 == 0 && extra / 2 <= self.options.len() {
+        let (mut widest, mut flags, mut i) = (0, 0, 0);
+        while i < self.options.len() {
+            widest += self.options[i].width();
+            flags += 2 - self.options[i].width();
+            i += 1;
+        }
+        // Valued options come in pairs; a flag makes an odd count possible.
+        if extra <= widest && (extra % 2 == 0 || flags > 0) {
             return true;
         }
         let (mut group, mut len) = (0, 0);
@@ -145,6 +165,16 @@ pub const PERMITS: &str = "PERMITS";
 /// A semaphore's permit count: 1 to [`MAX_PERMITS`] ([`permits_ok`]); 1 is the mutex.
 const PERMITS_ARG: Arg = Arg { name: "permits", kind: ArgKind::Integer };
 
+/// The option word of a shared [`ACQUIRE`]: a read lease of a read-write lock (a flag, no value).
+pub const SHARED: &str = "SHARED";
+
+/// [`SHARED`] in `COMMAND DOCS`: the word alone.
+const SHARED_ARG: Arg = Arg { name: "shared", kind: ArgKind::Flag };
+
+/// The permit count a key held [`SHARED`] shows in `STATUS` and carries in its records: no
+/// count applies (any number of shared holders, up to [`MAX_PERMITS`], hold it together).
+pub const SHARED_PERMITS: u32 = 0;
+
 command! {
     /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label]` → the fence, or
     /// nil while another token holds an unexpired lease (or others wait for it: nobody barges
@@ -172,14 +202,33 @@ command! {
     /// nothing; the first grant after the key went idle sets the count anew. `RENEW` and
     /// `RELEASE` act on the caller's own permit, by token; `RAISE` (fenced Redlock, which has
     /// no semaphores) replies nil on a semaphore key.
+    ///
+    /// With `SHARED` the lease is a **read lease** of a read-write lock, and an `ACQUIRE`
+    /// without `SHARED` or `PERMITS` is its write lease: readers hold the key together (up to
+    /// [`MAX_PERMITS`] of them, each with its own fence, ttl and label), a writer only alone.
+    /// Every grant takes the next fence of the key's one sequence, so a writer's fence is above
+    /// every earlier reader's and writer's. A reader is refused (nil) while another token
+    /// writes, a writer while anyone reads, and a fresh grant of either mode while others wait
+    /// in the key's queue: readers do not pass a waiting writer, so a stream of readers cannot
+    /// starve it. The writer's own `ACQUIRE … SHARED` **downgrades** its lease, keeping its
+    /// fence (readers waiting at the head of the queue are granted with it). A reader's
+    /// `ACQUIRE` without `SHARED` is refused with
+    /// [`ReplyError::UpgradeRefused`](crate::ReplyError::UpgradeRefused): two readers that
+    /// both upgraded would wait for each other forever; release, then acquire the write lease
+    /// (a new, higher fence). `STATUS` shows a key held shared as a semaphore of
+    /// [`SHARED_PERMITS`] (0) permits and every reader; a write lease as a mutex. `SHARED`
+    /// with `PERMITS` is [`ReplyError::Syntax`](crate::ReplyError::Syntax); a key held by a
+    /// semaphore refuses a reader, and a key held shared refuses a semaphore's `ACQUIRE`, with
+    /// [`ReplyError::PermitsMismatch`](crate::ReplyError::PermitsMismatch).
     ACQUIRE = "FENCEDLOCK.ACQUIRE",
     args: &[KEY, TOKEN, TTL],
     options: &[
         Opt { word: BLOCK, value: TIMEOUT },
         Opt { word: LABEL, value: LABEL_ARG },
         Opt { word: PERMITS, value: PERMITS_ARG },
+        Opt { word: SHARED, value: SHARED_ARG },
     ],
-    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit; LABEL: a public label shown by STATUS; PERMITS: up to n holders at once)"
+    summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit; LABEL: a public label shown by STATUS; PERMITS: up to n holders at once; SHARED: a read lease, held together with other readers)"
 }
 command! {
     /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs
@@ -299,8 +348,9 @@ mod tests {
         assert_eq!(RELEASE.arity(), 3);
         assert_eq!(STATUS.arity(), 2);
         assert_eq!(APPLY.arity(), -4);
-        assert!(ACQUIRE.accepts(4) && ACQUIRE.accepts(6) && ACQUIRE.accepts(8) && ACQUIRE.accepts(10));
-        assert!(!ACQUIRE.accepts(3) && !ACQUIRE.accepts(5) && !ACQUIRE.accepts(7) && !ACQUIRE.accepts(12));
+        // Three valued options and the SHARED flag: 0 to 7 words after the ttl.
+        assert!((4..=11).all(|argc| ACQUIRE.accepts(argc)));
+        assert!(!ACQUIRE.accepts(3) && !ACQUIRE.accepts(12));
         assert_eq!(APPLYSEM.arity(), 6);
         assert!(RELEASE.accepts(3) && !RELEASE.accepts(4) && !RELEASE.accepts(2));
         assert!(APPLY.accepts(4) && APPLY.accepts(6) && APPLY.accepts(7));

@@ -1,7 +1,7 @@
 //! The error replies the module sends. The module renders them from here and clients classify
 //! them from here, so neither side restates the other's wording.
 
-use crate::command::{BLOCK, LABEL, PERMITS};
+use crate::command::{BLOCK, LABEL, PERMITS, SHARED, SHARED_PERMITS};
 use crate::config::MAX_TTL_MS;
 use crate::limits::{MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
 
@@ -23,12 +23,16 @@ pub enum ReplyError {
     BadLabel,
     /// The `PERMITS` count is not an integer from 1 to [`MAX_PERMITS`].
     BadPermits,
-    /// An optional argument other than `BLOCK timeout_ms`, `LABEL label` and `PERMITS n`, or
-    /// one of them given twice.
+    /// An optional argument other than `BLOCK timeout_ms`, `LABEL label`, `PERMITS n` and
+    /// `SHARED`, one of them given twice, or `SHARED` with `PERMITS`.
     Syntax,
     /// The key is held with another permit count than the request's (the value: the key's
-    /// count, 1 for a mutex). The count changes only while nobody holds the key.
+    /// count, 1 for a mutex, [`SHARED_PERMITS`] for read leases). The count changes only while
+    /// nobody holds the key.
     PermitsMismatch,
+    /// A read lease's holder asked for the write lease (`ACQUIRE` without `SHARED`): refused,
+    /// because two readers upgrading together would wait for each other forever.
+    UpgradeRefused,
     /// The server has issued [`MAX_FENCE`]; it can grant no more.
     FencesExhausted,
     /// New grants are refused during the restart grace (the value: ms left). Code `TRYAGAIN`.
@@ -49,7 +53,7 @@ pub enum ReplyError {
 
 impl ReplyError {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [ReplyError; 16] = [
+    pub const ALL: [ReplyError; 17] = [
         ReplyError::BadTtl,
         ReplyError::TtlTooLarge,
         ReplyError::BadToken,
@@ -59,6 +63,7 @@ impl ReplyError {
         ReplyError::BadPermits,
         ReplyError::Syntax,
         ReplyError::PermitsMismatch,
+        ReplyError::UpgradeRefused,
         ReplyError::FencesExhausted,
         ReplyError::RestartGrace,
         ReplyError::WaitInterrupted,
@@ -89,6 +94,7 @@ impl ReplyError {
             ReplyError::BadPermits => "permits must be",
             ReplyError::Syntax => "syntax error",
             ReplyError::PermitsMismatch => "permits mismatch",
+            ReplyError::UpgradeRefused => "upgrade refused",
             ReplyError::FencesExhausted => "fence space exhausted",
             ReplyError::RestartGrace => "fencedlock restart grace",
             ReplyError::WaitInterrupted => "fencedlock wait interrupted",
@@ -121,10 +127,16 @@ impl ReplyError {
             }
             ReplyError::BadPermits => format!("{code} {prefix} an integer from 1 to {MAX_PERMITS}"),
             ReplyError::Syntax => format!(
-                "{code} {prefix}: the options are {BLOCK} timeout_ms, {LABEL} label and {PERMITS} n, each at most once"
+                "{code} {prefix}: the options are {BLOCK} timeout_ms, {LABEL} label, and {PERMITS} n or {SHARED}, each at most once"
+            ),
+            ReplyError::PermitsMismatch if value == u64::from(SHARED_PERMITS) => format!(
+                "{code} {prefix}: the key is held {SHARED}; ask with {SHARED} (it changes only while nobody holds the key)"
             ),
             ReplyError::PermitsMismatch => format!(
                 "{code} {prefix}: the key is held with {PERMITS} {value}; ask with the same count (it changes only while nobody holds the key)"
+            ),
+            ReplyError::UpgradeRefused => format!(
+                "{code} {prefix}: the token holds the key {SHARED}; release it, then acquire without {SHARED} (a new, higher fence)"
             ),
             ReplyError::WaitInterrupted => format!(
                 "{code} {prefix}: the lock key was deleted or its slot moved on this cluster node; nothing was granted, ask again"
@@ -199,6 +211,14 @@ mod tests {
         assert_eq!(
             ReplyError::PermitsMismatch.message(3),
             "ERR permits mismatch: the key is held with PERMITS 3; ask with the same count (it changes only while nobody holds the key)"
+        );
+        assert_eq!(
+            ReplyError::PermitsMismatch.message(u64::from(SHARED_PERMITS)),
+            "ERR permits mismatch: the key is held SHARED; ask with SHARED (it changes only while nobody holds the key)"
+        );
+        assert_eq!(
+            ReplyError::UpgradeRefused.message(0),
+            "ERR upgrade refused: the token holds the key SHARED; release it, then acquire without SHARED (a new, higher fence)"
         );
         assert_eq!(
             ReplyError::BadLabel.message(0),

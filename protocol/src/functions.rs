@@ -188,7 +188,7 @@ pub fn call_keys(command: &Command, key: &[u8], waiting: bool) -> Vec<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::ALL;
+    use crate::command::{ALL, SHARED_PERMITS};
     use crate::epoch::FENCES_PER_MICROSECOND;
     use crate::limits::{
         DEFAULT_MAX_TTL_MS, DEFAULT_RECLAIM_AFTER_MS, EPOCH_GAP, MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN,
@@ -250,6 +250,7 @@ mod tests {
             ReplyError::BadLabel,
             ReplyError::BadPermits,
             ReplyError::Syntax,
+            ReplyError::UpgradeRefused,
             ReplyError::FencesExhausted,
             ReplyError::WrongType,
         ] {
@@ -263,6 +264,8 @@ mod tests {
         let mismatch = ReplyError::PermitsMismatch.message(marker);
         let (head, tail) = mismatch.split_once(&marker.to_string()).expect("the count is in the text");
         assert!(LIBRARY.contains(&format!("{{'{head}', '{tail}'}}")), "{mismatch}");
+        let held_shared = format!("'{}'", ReplyError::PermitsMismatch.message(u64::from(SHARED_PERMITS)));
+        assert!(LIBRARY.contains(&held_shared), "{held_shared}");
     }
 
     #[test]

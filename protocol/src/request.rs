@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use crate::command::{
     label_len_ok, permits_ok, token_len_ok, Command, ACQUIRE, BLOCK, LABEL, PERMITS, RAISE, RELEASE, RENEW,
-    STATUS,
+    SHARED, SHARED_PERMITS, STATUS,
 };
 use crate::error::ReplyError;
 use crate::limits::{MAX_BLOCK_MS, MAX_FENCE};
@@ -37,26 +37,47 @@ pub struct Acquire<'a> {
     pub label: Option<&'a [u8]>,
     /// `PERMITS n`: how many holders the key admits; 1 is the mutex.
     pub permits: u32,
+    /// `SHARED`: a read lease of a read-write lock (`permits` is then 1: the two exclude
+    /// each other).
+    pub shared: bool,
 }
 
 impl<'a> Acquire<'a> {
     /// A plain mutex request: no wait, no label, one permit.
     pub const fn mutex(key: &'a [u8], token: &'a [u8], ttl_ms: u64) -> Acquire<'a> {
-        Acquire { key, token, ttl_ms, block_ms: None, label: None, permits: 1 }
+        Acquire { key, token, ttl_ms, block_ms: None, label: None, permits: 1, shared: false }
+    }
+
+    /// The permit count the key is held with once this request is granted: `permits`, or
+    /// [`SHARED_PERMITS`] for a read lease.
+    pub const fn capacity(&self) -> u32 {
+        if self.shared {
+            SHARED_PERMITS
+        } else {
+            self.permits
+        }
     }
 
     /// Parses the arguments after the command name (the key first), refusing what the module
     /// refuses, checked in the module's order: the token, the ttl (a positive integer up to
     /// `max_ttl_ms`, the server's `fencedlock.max-ttl-ms`), then the options, the words in any
     /// case and order, each at most once (the first bad one decides the error). Too few
-    /// arguments, or a word without its value, is [`ReplyError::Syntax`] (the server's arity
-    /// check refuses those before any parsing).
+    /// arguments, a word without its value, or `SHARED` with `PERMITS`, is
+    /// [`ReplyError::Syntax`] (the server's arity check refuses too few before any parsing).
     pub fn parse(args: &[&'a [u8]], max_ttl_ms: u64) -> Result<Acquire<'a>, ReplyError> {
         let [key, token, ttl, options @ ..] = args else { return Err(ReplyError::Syntax) };
+        let mut options: &[&'a [u8]] = options;
         let mut request = Acquire::mutex(key, parse_token(token)?, parse_ttl_ms(ttl, max_ttl_ms)?);
         let mut permits = None;
-        for pair in options.chunks(2) {
-            let [word, value] = pair else { return Err(ReplyError::Syntax) };
+        while let [word, rest @ ..] = options {
+            let word: &[u8] = word;
+            if word.eq_ignore_ascii_case(SHARED.as_bytes()) && !request.shared && permits.is_none() {
+                request.shared = true;
+                options = rest;
+                continue;
+            }
+            let [value, rest @ ..] = rest else { return Err(ReplyError::Syntax) };
+            options = rest;
             if word.eq_ignore_ascii_case(BLOCK.as_bytes()) && request.block_ms.is_none() {
                 let ms = parse_u64(value).filter(|ms| *ms <= MAX_BLOCK_MS);
                 request.block_ms = Some(ms.ok_or(ReplyError::BadTimeout)?);
@@ -65,7 +86,7 @@ impl<'a> Acquire<'a> {
                     return Err(ReplyError::BadLabel);
                 }
                 request.label = Some(value);
-            } else if word.eq_ignore_ascii_case(PERMITS.as_bytes()) && permits.is_none() {
+            } else if word.eq_ignore_ascii_case(PERMITS.as_bytes()) && permits.is_none() && !request.shared {
                 let n = parse_u64(value).filter(|n| permits_ok(*n)).ok_or(ReplyError::BadPermits)?;
                 permits = Some(u32::try_from(n).map_err(|_| ReplyError::BadPermits)?);
             } else {
@@ -95,6 +116,9 @@ impl<'a> Request<'a> for Acquire<'a> {
         }
         if self.permits > 1 {
             words.extend([Cow::Borrowed(PERMITS.as_bytes()), decimal(u64::from(self.permits))]);
+        }
+        if self.shared {
+            words.push(Cow::Borrowed(SHARED.as_bytes()));
         }
         if let Some(ms) = self.block_ms {
             words.extend([Cow::Borrowed(BLOCK.as_bytes()), decimal(ms)]);
@@ -236,6 +260,7 @@ impl std::fmt::Debug for Acquire<'_> {
             .field("block_ms", &self.block_ms)
             .field("label", &self.label.map(String::from_utf8_lossy))
             .field("permits", &self.permits)
+            .field("shared", &self.shared)
             .finish()
     }
 }
@@ -317,6 +342,8 @@ mod tests {
             Acquire { label: Some(b"node-a"), ..mutex },
             Acquire { permits: 7, block_ms: Some(MAX_BLOCK_MS), ..mutex },
             Acquire { label: Some(b"l"), permits: 2, block_ms: Some(0), ..mutex },
+            Acquire { shared: true, ..mutex },
+            Acquire { label: Some(b"SHARED"), shared: true, block_ms: Some(5), ..mutex },
         ] {
             let words = request.words();
             let args: Vec<&[u8]> = words[1..].iter().map(|w| &w[..]).collect();
@@ -353,6 +380,26 @@ mod tests {
             [&b"0"[..], b"1025", b"-1", b"", b"x", b"2.5", b" 2", b"4294967298", b"99999999999999999999"]
         {
             assert_eq!(permits(bad), Err(ReplyError::BadPermits), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn shared_is_a_word_alone_once_and_never_with_permits() {
+        let shared = Acquire { shared: true, ..Acquire::mutex(b"k", b"t", 500) };
+        assert_eq!(with(&[b"SHARED"]), Ok(shared));
+        assert_eq!(with(&[b"shared", b"BLOCK", b"10"]), Ok(Acquire { block_ms: Some(10), ..shared }));
+        assert_eq!(with(&[b"BLOCK", b"10", b"Shared"]), Ok(Acquire { block_ms: Some(10), ..shared }));
+        assert_eq!(shared.capacity(), SHARED_PERMITS);
+        assert_eq!(Acquire::mutex(b"k", b"t", 500).capacity(), 1);
+        assert_eq!(words(&Acquire { block_ms: Some(1), ..shared }), [ACQUIRE.name, "k", "t", "500", SHARED, BLOCK, "1"]);
+        for bad in [
+            &[&b"SHARED"[..], b"SHARED"][..],
+            &[b"SHARED", b"PERMITS", b"2"],
+            &[b"PERMITS", b"1", b"SHARED"],
+            &[b"SHARED", b"BLOCK"],
+            &[b"SHARED", b"5"],
+        ] {
+            assert_eq!(with(bad), Err(ReplyError::Syntax), "{bad:?}");
         }
     }
 

@@ -1,11 +1,13 @@
 //! The `FENCEDLOCK.STATUS` reply: `[fence, held (0/1), pttl_ms or -1]`, then the label while a
 //! labelled lease holds the key; `[fence, holders, permits, [[fence, pttl_ms, label or nil],
-//! ...]]` for a semaphore key; nil for no lock state.
+//! ...]]` for a semaphore key, and for a key held by read leases (`ACQUIRE … SHARED`) with
+//! `permits` 0 ([`SHARED_PERMITS`]); nil for no lock state.
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::command::{label_len_ok, permits_ok};
+use crate::command::{label_len_ok, permits_ok, SHARED_PERMITS};
+use crate::limits::MAX_PERMITS;
 
 /// What `FENCEDLOCK.STATUS` says about a key. Never the token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,7 +90,8 @@ impl LockStatus {
 pub struct SemaphoreStatus {
     /// The key's last fence (the highest any holder got); kept when holders leave.
     pub fence: u64,
-    /// How many holders the key admits at once (1: a mutex).
+    /// How many holders the key admits at once (1: a mutex; [`SHARED_PERMITS`]: held by read
+    /// leases, up to `MAX_PERMITS` of them).
     pub permits: u32,
     /// The unexpired holders, oldest grant (lowest fence) first.
     pub holders: Vec<PermitStatus>,
@@ -120,9 +123,23 @@ fn as_int(v: u128) -> i64 {
 }
 
 impl SemaphoreStatus {
-    /// Permits nobody holds now.
+    /// Whether read leases hold the key (`ACQUIRE … SHARED`).
+    pub fn is_shared(&self) -> bool {
+        self.permits == SHARED_PERMITS
+    }
+
+    /// How many holders the key admits at once: its permits, or `MAX_PERMITS` readers.
+    pub fn capacity(&self) -> u32 {
+        if self.is_shared() {
+            MAX_PERMITS
+        } else {
+            self.permits
+        }
+    }
+
+    /// Permits nobody holds now (for read leases: further readers the key admits).
     pub fn free(&self) -> u32 {
-        self.permits.saturating_sub(u32::try_from(self.holders.len()).unwrap_or(u32::MAX))
+        self.capacity().saturating_sub(u32::try_from(self.holders.len()).unwrap_or(u32::MAX))
     }
 
     /// The reply as the module sends it: `[fence, holders, permits]`, then one entry per holder.
@@ -138,7 +155,8 @@ impl SemaphoreStatus {
     }
 
     /// The reply decoded, checking every rule of the shape: a positive fence, a permit count
-    /// of 1 to `MAX_PERMITS`, as many holders as it says and no more than the permits, each
+    /// of 1 to `MAX_PERMITS` or [`SHARED_PERMITS`], as many holders as it says and no more than
+    /// the key admits, each
     /// with a fence from 1 to the key's (strictly increasing: oldest grant first), a pttl ≥ 0
     /// and a label of an acceptable length, if any.
     pub fn decode(
@@ -148,10 +166,13 @@ impl SemaphoreStatus {
         let broken = |why| Err(StatusError { reply: head, label_len: None, why });
         let [fence, count, permits] = head;
         let Ok(fence @ 1..) = u64::try_from(fence) else { return broken("the fence must be positive") };
-        let Some(permits) = u64::try_from(permits).ok().filter(|p| permits_ok(*p)) else {
-            return broken("permits must be 1 to MAX_PERMITS");
+        let Some(permits) =
+            u64::try_from(permits).ok().filter(|p| permits_ok(*p) || *p == u64::from(SHARED_PERMITS))
+        else {
+            return broken("permits must be 1 to MAX_PERMITS, or 0 for read leases");
         };
-        if u64::try_from(count) != Ok(holders.len() as u64) || holders.len() as u64 > permits {
+        let capacity = if permits == u64::from(SHARED_PERMITS) { u64::from(MAX_PERMITS) } else { permits };
+        if u64::try_from(count) != Ok(holders.len() as u64) || holders.len() as u64 > capacity {
             return broken("the holder count must match the entries and fit the permits");
         }
         let mut previous = 0;
@@ -273,10 +294,18 @@ mod tests {
                 permits: MAX_PERMITS,
                 holders: vec![holder(1, 5, Some(&[0xff; MAX_LABEL_LEN]))],
             },
+            SemaphoreStatus {
+                fence: 9,
+                permits: SHARED_PERMITS,
+                holders: vec![holder(4, 10, None), holder(5, 3, Some(b"r-2")), holder(9, 1, None)],
+            },
         ] {
             assert_eq!(semaphore_round_trip(&status).as_ref(), Ok(&status));
-            assert_eq!(status.free(), status.permits - status.holders.len() as u32);
+            assert_eq!(status.free(), status.capacity() - status.holders.len() as u32);
+            assert_eq!(status.is_shared(), status.permits == SHARED_PERMITS);
         }
+        let readers = SemaphoreStatus { fence: 2, permits: SHARED_PERMITS, holders: vec![holder(2, 1, None)] };
+        assert_eq!(readers.free(), MAX_PERMITS - 1);
     }
 
     #[test]
@@ -284,7 +313,7 @@ mod tests {
         let ok = |f, ms| ([f, ms], None::<Vec<u8>>);
         for (head, holders, why) in [
             ([0, 0, 3], vec![], "positive"),
-            ([9, 0, 0], vec![], "permits"),
+            ([9, 0, -1], vec![], "permits"),
             ([9, 0, i64::from(MAX_PERMITS) + 1], vec![], "permits"),
             ([9, 2, 3], vec![ok(4, 1)], "count"),
             ([9, 2, 1], vec![ok(4, 1), ok(5, 1)], "count"),

@@ -200,9 +200,10 @@ unsafe fn set_command_info(
                 ArgKind::Key => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
                 ArgKind::Text => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, -1),
                 ArgKind::Integer => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, -1),
+                ArgKind::Flag => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN, -1),
             };
             // An option is documented as Redis documents its own (`SET … PX milliseconds`):
-            // its value, introduced by the word.
+            // its value, introduced by the word; a flag (`SET … NX`) is the word alone.
             if let Some(word) = word {
                 doc.token = word.as_ptr();
             }
