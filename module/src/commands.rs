@@ -12,11 +12,12 @@ use crate::server::SERVER;
 use crate::store::Store;
 use crate::{blocking, counters, floor};
 
-/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label] [PERMITS n]` → fence,
-/// or nil while the key is held (by another token, or by `n` of them) or others wait for it.
-/// With `BLOCK`, a busy key queues the caller (see `blocking`); where Redis allows no blocking
-/// (MULTI, scripts) it is one attempt. `LABEL` is the lease's public label, `PERMITS` the
-/// key's holder count (see `Lock::acquire_for`).
+/// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label] [PERMITS n | SHARED]`
+/// → fence, or nil while the key is held (by another token, or by `n` of them, or by readers
+/// or a writer) or others wait for it. With `BLOCK`, a busy key queues the caller (see
+/// `blocking`); where Redis allows no blocking (MULTI, scripts) it is one attempt. `LABEL` is
+/// the lease's public label, `PERMITS` the key's holder count, `SHARED` a read lease (see
+/// `Lock::acquire_for`).
 pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     let max_ttl_ms = SERVER.max_ttl_ms();
     // The plain form, by far the most common, allocates nothing for its arguments.
@@ -27,12 +28,16 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     .map_err(|refused| LockError::refused(refused, max_ttl_ms))?;
     // The parser bounds the ttl so that this cannot overflow.
     let ttl = request.ttl_ms.saturating_mul(1000);
-    let ask = Ask { token: request.token, label: request.label, permits: request.permits, ttl };
     let now = clock::now();
-    if blocking::is_waited(call) {
+    let mut queued_ahead = blocking::is_waited(call);
+    if queued_ahead {
         // A lease that ended belongs to the head of the queue, not to whoever asks first.
         blocking::serve(call, call.db(), call.arg(1), now);
+        // Whoever is still waiting goes before this request (a writer behind readers).
+        queued_ahead = blocking::is_waited(call);
     }
+    let ask =
+        Ask { token: request.token, label: request.label, permits: request.capacity(), ttl, queued_ahead };
     let mut key = Store::write(call);
     let mut mark = SERVER.high_water();
     let before = mark;
@@ -58,10 +63,13 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
             }
         }
     };
+    let mut downgraded = false;
     let fence = match (outcome, request.block_ms) {
         (Ok(Acquired::Reentered { fence }), _) => {
             counters::REENTRIES.incr();
             blocking::shortened(call, lock.next_free(now));
+            // A writer's downgrade lets the readers at the head of the queue in with it.
+            downgraded = queued_ahead && request.shared;
             fence
         }
         (Ok(Acquired::Granted { fence, took_over }), _) => {
@@ -79,6 +87,10 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     };
     SERVER.set_high_water(mark);
     replication::replicate(call, mark, &lock.snapshot(now));
+    drop(key);
+    if downgraded {
+        blocking::serve(call, call.db(), call.arg(1), now);
+    }
     Ok(int(fence))
 }
 

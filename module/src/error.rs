@@ -18,6 +18,8 @@ pub enum LockError {
     PermitsMismatch {
         permits: u32,
     },
+    /// A read lease's holder asked for the write lease.
+    UpgradeRefused,
     FencesExhausted,
     RestartGrace {
         remaining_ms: u64,
@@ -44,6 +46,7 @@ impl LockError {
         match *self {
             LockError::Refused { kind, number } => (kind, number),
             LockError::PermitsMismatch { permits } => (ReplyError::PermitsMismatch, u64::from(permits)),
+            LockError::UpgradeRefused => (ReplyError::UpgradeRefused, 0),
             LockError::WaitInterrupted => (ReplyError::WaitInterrupted, 0),
             LockError::FencesExhausted => (ReplyError::FencesExhausted, 0),
             LockError::RestartGrace { remaining_ms } => (ReplyError::RestartGrace, remaining_ms),

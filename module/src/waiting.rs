@@ -56,7 +56,14 @@ impl<H> Waiter<H> {
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
         let ask =
-            Ask { token: &self.token, label: self.label.as_deref(), permits: self.permits, ttl: self.ttl };
+            Ask {
+                token: &self.token,
+                label: self.label.as_deref(),
+                permits: self.permits,
+                ttl: self.ttl,
+                // It is at the head of the queue when it is decided.
+                queued_ahead: false,
+            };
         lock.acquire_for(mark, &ask, now, grace_left)
     }
 }
@@ -243,7 +250,9 @@ impl<H: Copy + Eq + Hash> Queues<H> {
             let answer = match head.acquire(lock, mark, now, grace_left) {
                 Ok(Acquired::Granted { fence, took_over }) => Answer::Granted { fence, took_over },
                 Ok(Acquired::Reentered { fence }) => Answer::Reentered { fence },
-                // There is room, so this cannot be; keep the head rather than lose it.
+                // Room for readers, and a writer at the head: it waits for them to leave, and
+                // everyone behind it waits with it (arrival order keeps readers from starving
+                // it). Nothing else is busy while there is room; the head stays either way.
                 Ok(Acquired::Busy) => break,
                 // During the restart grace nobody may be granted: the queue waits for its end.
                 Err(LockError::RestartGrace { .. }) => {
@@ -402,6 +411,43 @@ mod tests {
             [5]
         );
         assert_eq!((q.len(), q.next_due()), (0, None));
+    }
+
+    #[test]
+    fn a_waiting_writer_holds_back_the_readers_behind_it_and_they_enter_together_after_it() {
+        use fencedlock_protocol::command::SHARED_PERMITS;
+        let reader = |h, token: &str| Waiter { permits: SHARED_PERMITS, ..waiter(h, token, 0) };
+        let (mut lock, mut mark) = (Lock::new(), HighWater::default());
+        for token in [&b"r1"[..], b"r2"] {
+            let r = lock.acquire_permit(&mut mark, token, None, SHARED_PERMITS, 10 * MS, 0, 0);
+            assert!(matches!(r, Ok(Acquired::Granted { .. })));
+        }
+        let mut q = Queues::new();
+        q.push(key("k"), waiter(1, "w", 0));
+        q.push(key("k"), reader(2, "r3"));
+        q.push(key("k"), reader(3, "r4"));
+        q.push(key("k"), waiter(4, "w2", 0));
+        q.push(key("k"), reader(5, "r5"));
+        // Readers hold and there is room for more, but the writer is first: nobody passes it.
+        let at = |now| Moment { now, grace_left: 0 };
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, at(MS)).is_empty());
+        assert_eq!((q.len(), q.next_due()), (5, Some(10 * MS)));
+        // One reader leaves: still one; the other expires: the writer, above both.
+        assert!(matches!(lock.release(b"r1", 2 * MS), crate::lock::Released::Ended { .. }));
+        assert!(q.serve(&key("k"), &mut lock, &mut mark, at(2 * MS)).is_empty());
+        let served = q.serve(&key("k"), &mut lock, &mut mark, at(10 * MS));
+        assert_eq!(handles(&served), [1]);
+        assert_eq!(served[0].answer, Answer::Granted { fence: 3, took_over: true });
+        // The writer leaves: the readers up to the next writer enter together.
+        assert!(matches!(lock.release(b"w", 11 * MS), crate::lock::Released::Ended { .. }));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, at(11 * MS));
+        assert_eq!(handles(&served), [2, 3]);
+        let fences: Vec<_> = served.iter().map(|s| s.answer.clone()).collect();
+        assert_eq!(
+            fences,
+            [Answer::Granted { fence: 4, took_over: false }, Answer::Granted { fence: 5, took_over: false }]
+        );
+        assert_eq!(q.len(), 2, "the second writer, and the reader behind it");
     }
 
     #[test]

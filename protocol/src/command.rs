@@ -175,6 +175,16 @@ const SHARED_ARG: Arg = Arg { name: "shared", kind: ArgKind::Flag };
 /// count applies (any number of shared holders, up to [`MAX_PERMITS`], hold it together).
 pub const SHARED_PERMITS: u32 = 0;
 
+/// How many holders a key held with `permits` admits at once: the count itself, or
+/// [`MAX_PERMITS`] readers for [`SHARED_PERMITS`].
+pub const fn capacity(permits: u32) -> u32 {
+    if permits == SHARED_PERMITS {
+        MAX_PERMITS
+    } else {
+        permits
+    }
+}
+
 command! {
     /// `FENCEDLOCK.ACQUIRE key token ttl_ms [BLOCK timeout_ms] [LABEL label]` → the fence, or
     /// nil while another token holds an unexpired lease (or others wait for it: nobody barges

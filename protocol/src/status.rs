@@ -6,8 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::command::{label_len_ok, permits_ok, SHARED_PERMITS};
-use crate::limits::MAX_PERMITS;
+use crate::command::{capacity, label_len_ok, permits_ok, SHARED_PERMITS};
 
 /// What `FENCEDLOCK.STATUS` says about a key. Never the token.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -130,11 +129,7 @@ impl SemaphoreStatus {
 
     /// How many holders the key admits at once: its permits, or `MAX_PERMITS` readers.
     pub fn capacity(&self) -> u32 {
-        if self.is_shared() {
-            MAX_PERMITS
-        } else {
-            self.permits
-        }
+        capacity(self.permits)
     }
 
     /// Permits nobody holds now (for read leases: further readers the key admits).
@@ -171,8 +166,8 @@ impl SemaphoreStatus {
         else {
             return broken("permits must be 1 to MAX_PERMITS, or 0 for read leases");
         };
-        let capacity = if permits == u64::from(SHARED_PERMITS) { u64::from(MAX_PERMITS) } else { permits };
-        if u64::try_from(count) != Ok(holders.len() as u64) || holders.len() as u64 > capacity {
+        let admits = u32::try_from(permits).map_or(u64::MAX, |p| u64::from(capacity(p)));
+        if u64::try_from(count) != Ok(holders.len() as u64) || holders.len() as u64 > admits {
             return broken("the holder count must match the entries and fit the permits");
         }
         let mut previous = 0;

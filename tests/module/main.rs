@@ -15,6 +15,7 @@ mod many_waiters;
 mod metrics;
 mod persistence;
 mod readme_session;
+mod read_write;
 mod reclaim;
 mod replication;
 mod security_acl;

@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 
+use fencedlock_protocol::command::{capacity, SHARED_PERMITS};
 use fencedlock_protocol::limits::{MAX_FENCE, MAX_LABEL_LEN, MAX_MAX_TTL_MS, MAX_PERMITS, MAX_TOKEN_LEN};
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
@@ -116,10 +117,11 @@ fn soundness(lock: &Lock) -> Result<(), String> {
         return fail("key fence out of range");
     }
     let permits = lock.permits();
-    if semaphore && !(2..=MAX_PERMITS).contains(&permits) || !semaphore && permits != 1 {
+    let counted = (2..=MAX_PERMITS).contains(&permits) || permits == SHARED_PERMITS;
+    if semaphore && !counted || !semaphore && permits != 1 {
         return fail("permits out of range");
     }
-    if holders.len() > permits as usize {
+    if holders.len() > capacity(permits) as usize {
         return fail("more holders than permits");
     }
     let mut previous = 0;
@@ -224,14 +226,19 @@ fn lease(labels: bool) -> impl Strategy<Value = Lease> {
     (token, remaining, label).prop_map(|(token, remaining, label)| Lease { token, remaining, label })
 }
 
-/// A semaphore's holders in grant order with distinct tokens, none above the key's fence.
-fn semaphore() -> impl Strategy<Value = Value> {
-    let permits = prop_oneof![4 => 2..=4u32, 1 => 5..=8u32, 1 => Just(MAX_PERMITS)];
+/// A semaphore's holders in grant order with distinct tokens, none above the key's fence; read
+/// leases (`SHARED_PERMITS`) too from encver 4 on.
+fn semaphore(encver: i32) -> impl Strategy<Value = Value> {
+    let permits = if encver >= 4 {
+        prop_oneof![4 => 2..=4u32, 1 => 5..=8u32, 1 => Just(MAX_PERMITS), 2 => Just(SHARED_PERMITS)].boxed()
+    } else {
+        prop_oneof![4 => 2..=4u32, 1 => 5..=8u32, 1 => Just(MAX_PERMITS)].boxed()
+    };
     let base = prop_oneof![Just(0u64), 0..MAX_FENCE / 2];
     (permits, base)
         .prop_flat_map(|(permits, base)| {
             // Often full, so a count nudged down leaves more holders than permits.
-            let most = permits.min(5) as usize;
+            let most = capacity(permits).min(5) as usize;
             let count = prop_oneof![Just(most), 0..=most];
             let holders = count.prop_flat_map(|n| proptest::collection::vec((1..50u64, lease(true)), n));
             (Just(permits), Just(base), holders, 0..50u64)
@@ -253,12 +260,13 @@ fn semaphore() -> impl Strategy<Value = Value> {
         })
 }
 
-/// A valid value of encoding `encver`: a mutex (labelled from 2 on), or a semaphore (3 on).
+/// A valid value of encoding `encver`: a mutex (labelled from 2 on), a semaphore (3 on), or
+/// read leases (4 on).
 fn value(encver: i32) -> BoxedStrategy<Value> {
     let mutex = (key_fence(), proptest::option::of(lease(encver >= 2)))
         .prop_map(|(fence, holder)| Value::Mutex { fence, holder });
     if encver >= 3 {
-        prop_oneof![1 => mutex, 2 => semaphore()].boxed()
+        prop_oneof![1 => mutex, 2 => semaphore(encver)].boxed()
     } else {
         mutex.boxed()
     }

@@ -1,14 +1,20 @@
 //! The value of one lock key and every decision about it, as pure functions of that state, the
 //! server's high-water mark and an injected monotonic `now` (microseconds). This file keeps the
 //! value, its fence policy and the decisions, dispatched on the key's kind: `mutex.rs` (one
-//! holder) and `semaphore.rs` (up to `PERMITS` holders); `holder.rs` is one holder, `terms.rs`
-//! the words they all share, `record.rs` the state as it travels (replication, AOF, RDB).
+//! holder) and `semaphore.rs` (up to `PERMITS` holders, or read leases); `holder.rs` is one
+//! holder, `terms.rs` the words they all share, `record.rs` the state as it travels
+//! (replication, AOF, RDB).
+//!
+//! A read-write lock is not a kind of its own: its write lease is the mutex, and its read
+//! leases (`SHARED`) a semaphore of `SHARED_PERMITS`. The two modes of one key meet only in
+//! [`Lock::acquire_for`], which makes a writer and readers exclude each other.
 //!
 //! Nothing here touches Redis, so all of it is unit-tested without a server. The glue parses
 //! arguments, opens the key, calls one of these, replies and replicates the resulting record.
 
 use std::time::Duration;
 
+use fencedlock_protocol::command::SHARED_PERMITS;
 use fencedlock_protocol::limits::MAX_FENCE;
 use fencedlock_protocol::{LockStatus, SemaphoreStatus};
 
@@ -182,7 +188,7 @@ impl Lock {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        self.acquire_for(high_water, &Ask { token, label, permits: 1, ttl }, now, grace_left)
+        self.acquire_for(high_water, &Ask { token, label, permits: 1, ttl, queued_ahead: false }, now, grace_left)
     }
 
     /// [`Lock::acquire_for`] with the ask spelled out, for tests.
@@ -198,7 +204,7 @@ impl Lock {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        self.acquire_for(high_water, &Ask { token, label, permits, ttl }, now, grace_left)
+        self.acquire_for(high_water, &Ask { token, label, permits, ttl, queued_ahead: false }, now, grace_left)
     }
 
     /// Decides an `ACQUIRE`. `grace_left` is how long the server still refuses new grants after
@@ -207,7 +213,9 @@ impl Lock {
     ///
     /// While anyone holds the key, another permit count than `ask.permits` is refused before
     /// anything else: two callers that disagree on the bound must not both believe theirs
-    /// holds. An idle key takes the count of its next grant.
+    /// holds. An idle key takes the count of its next grant. The write and read leases of a
+    /// read-write lock (1 and `SHARED_PERMITS`) are no disagreement but its two modes: each
+    /// waits for the other ([`Lock::across_modes`]).
     pub fn acquire_for(
         &mut self,
         high_water: &mut HighWater,
@@ -215,11 +223,11 @@ impl Lock {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        let Ask { token, label, permits, ttl } = *ask;
-        if let Some(held_with) = self.held_with(now).filter(|held_with| *held_with != permits) {
-            return Err(LockError::PermitsMismatch { permits: held_with });
-        }
+        let Ask { token, label, permits, ttl, queued_ahead } = *ask;
         let deadline = now.saturating_add(ttl);
+        if let Some(held_with) = self.held_with(now).filter(|held_with| *held_with != permits) {
+            return self.across_modes(held_with, ask, deadline, now);
+        }
         let reentered = match &mut self.kind {
             Kind::Mutex(m) => match m.live_mut(now) {
                 Some(holder) if holder.token() != token => return Ok(Acquired::Busy),
@@ -245,6 +253,9 @@ impl Lock {
         if grace_left > 0 {
             return Err(LockError::RestartGrace { remaining_ms: grace_left.div_ceil(1000) });
         }
+        if queued_ahead {
+            return Ok(Acquired::Busy);
+        }
         let fence = high_water.next(self.fence)?;
         let took_over = match &self.kind {
             Kind::Mutex(m) => m.holder().is_some_and(|h| h.token() != token),
@@ -258,6 +269,39 @@ impl Lock {
             kind => *kind = Kind::Semaphore(Box::new(Semaphore::new(permits, Permit { fence, holder }, now))),
         }
         Ok(Acquired::Granted { fence, took_over })
+    }
+
+    /// An `ACQUIRE` for another count than the key is held with (`held_with`). A reader asking
+    /// while a writer holds is refused (busy), unless it is that writer: then its lease becomes
+    /// a read lease with the same fence, a downgrade nothing can come between. A writer asking
+    /// while readers hold is refused (busy), and a reader asking to upgrade is told it cannot:
+    /// two readers upgrading at once would each wait for the other to leave. Any other pair of
+    /// counts disagrees on the key's bound.
+    fn across_modes(
+        &mut self,
+        held_with: u32,
+        ask: &Ask<'_>,
+        deadline: Micros,
+        now: Micros,
+    ) -> Result<Acquired, LockError> {
+        match (held_with, ask.permits) {
+            (1, SHARED_PERMITS) => {
+                let Kind::Mutex(m) = &mut self.kind else { return Err(LockError::Internal) };
+                let Some(mut holder) = m.live(now).filter(|h| h.token() == ask.token).cloned() else {
+                    return Ok(Acquired::Busy);
+                };
+                holder.deadline = deadline;
+                if let Some(label) = ask.label {
+                    holder.relabel(label);
+                }
+                let readers = Semaphore::new(SHARED_PERMITS, Permit { fence: self.fence, holder }, now);
+                self.kind = Kind::Semaphore(Box::new(readers));
+                Ok(Acquired::Reentered { fence: self.fence })
+            }
+            (SHARED_PERMITS, 1) if self.fence_of(ask.token, now).is_some() => Err(LockError::UpgradeRefused),
+            (SHARED_PERMITS, 1) => Ok(Acquired::Busy),
+            _ => Err(LockError::PermitsMismatch { permits: held_with }),
+        }
     }
 
     /// True when the caller held an unexpired lease, which now runs `ttl` from `now`.

@@ -8,6 +8,7 @@
 //! A record carries the *remaining* lease time, not a deadline: the receiver sets its deadline
 //! from its own clock when it applies the record, so lag and restarts can only lengthen a lease.
 
+use fencedlock_protocol::command::SHARED_PERMITS;
 use fencedlock_protocol::limits::MAX_PERMITS;
 use thiserror::Error;
 
@@ -127,9 +128,9 @@ pub fn parse_applysem<'a>(args: &[&'a [u8]]) -> Result<(u64, SemaphoreRecord<'a>
 }
 
 /// The on-disk encoding version. Bump it when the layout below changes; a load refuses
-/// versions it does not know instead of guessing. 2 added the label, 3 semaphore keys; older
-/// values still load.
-pub const ENCODING_VERSION: i32 = 3;
+/// versions it does not know instead of guessing. 2 added the label, 3 semaphore keys, 4 read
+/// leases (a semaphore value of `SHARED_PERMITS`); older values still load.
+pub const ENCODING_VERSION: i32 = 4;
 
 /// The versions a load reads (values and the mark's aux data): every layout so far.
 pub const READABLE_VERSIONS: std::ops::RangeInclusive<i32> = 1..=ENCODING_VERSION;
@@ -154,7 +155,8 @@ pub trait Source {
     fn bytes(&mut self) -> Option<Self::Bytes>;
 }
 
-/// Saves a value. Layout (encver 3): fence, holder tag ([`NO_HOLDER`], [`HOLDER`],
+/// Saves a value. Layout (encver 3 and 4, which differ only in allowing read leases, a
+/// semaphore of `SHARED_PERMITS`): fence, holder tag ([`NO_HOLDER`], [`HOLDER`],
 /// [`LABELLED_HOLDER`], [`SEMAPHORE`]), and for a holder its token and remaining µs, then its
 /// label if tagged so; for a semaphore its permits and holder count, then per holder its fence,
 /// token, remaining µs and label (empty: none). Encver 1 had only the first two tags, 2 the first
@@ -202,6 +204,8 @@ pub enum Refused {
     UnknownTag { tag: u64, encver: i32 },
     #[error("a count of {0} holders, more than any semaphore admits")]
     HolderCount(u64),
+    #[error("read leases (permits {SHARED_PERMITS}) do not exist in encoding version {0}")]
+    SharedBefore(i32),
     #[error("it breaks an invariant: {0}")]
     Broken(#[from] Broken),
 }
@@ -235,7 +239,7 @@ pub fn load<S: Source, T>(
             };
             Some(Holding { token: token_buf.as_ref(), remaining, label })
         }
-        SEMAPHORE if encver >= 3 => return load_semaphore(input, fence, build),
+        SEMAPHORE if encver >= 3 => return load_semaphore(input, encver, fence, build),
         tag => return Err(Refused::UnknownTag { tag, encver }),
     };
     Ok(build(Snapshot::Mutex(Record { fence, holder }))?)
@@ -255,11 +259,16 @@ pub fn load_mark<S: Source>(input: &mut S, encver: i32) -> Result<u64, Refused> 
 /// A semaphore value after its fence and tag (see [`save`]).
 fn load_semaphore<S: Source, T>(
     input: &mut S,
+    encver: i32,
     fence: u64,
     build: impl FnOnce(Snapshot<'_>) -> Result<T, Broken>,
 ) -> Result<T, Refused> {
     let permits = input.unsigned().ok_or(Refused::Truncated)?;
     let permits = u32::try_from(permits).map_err(|_| Broken::PermitsOutOfRange(permits))?;
+    // No module before encver 4 wrote read leases: such a value is damage, not a state.
+    if permits == SHARED_PERMITS && encver < 4 {
+        return Err(Refused::SharedBefore(encver));
+    }
     let count = input.unsigned().ok_or(Refused::Truncated)?;
     // The loop below runs once per holder: a corrupt count must not run it past the largest
     // valid one. (Holders against the key's own count are `validate`'s.)
@@ -341,6 +350,11 @@ mod tests {
                     PermitHolding { fence: 9, holding: labelled },
                 ],
             }),
+            Snapshot::Semaphore(SemaphoreRecord {
+                fence: 9,
+                permits: SHARED_PERMITS,
+                holders: vec![PermitHolding { fence: 7, holding }, PermitHolding { fence: 9, holding }],
+            }),
         ];
         for snapshot in &snapshots {
             assert_eq!(reloaded(snapshot, ENCODING_VERSION, 0), Some(format!("{snapshot:?}")));
@@ -350,6 +364,12 @@ mod tests {
         assert_eq!(reloaded(&snapshots[2], 1, 0), None);
         assert_eq!(reloaded(&snapshots[3], 2, 0), None);
         assert!(reloaded(&snapshots[1], 1, 0).is_some());
+        // Read leases are new in 4: an older value claiming them is damage.
+        assert!(reloaded(&snapshots[3], 3, 0).is_some());
+        assert_eq!(reloaded(&snapshots[4], 3, 0), None);
+        let mut tape = Tape::default();
+        save(&snapshots[4], &mut tape);
+        assert_eq!(load(&mut tape, 3, |_| Ok(())), Err(Refused::SharedBefore(3)));
     }
 
     #[test]

@@ -1,11 +1,13 @@
 //! A semaphore key's holders (`ACQUIRE … PERMITS n`, n > 1): up to `permits` tokens hold
-//! leases at once, each with its own fence. Pure, like `lock`, which keeps the key's fence and
-//! decides grants; this keeps the holders.
+//! leases at once, each with its own fence. Read leases (`ACQUIRE … SHARED`) are held the same
+//! way, with `SHARED_PERMITS` and up to `MAX_PERMITS` readers. Pure, like `lock`, which keeps
+//! the key's fence and decides grants; this keeps the holders.
 //!
 //! Expired holders stay in the list until the next grant rewrites it, exactly like a mutex's
 //! expired holder: a late `RELEASE` is then told "expired" rather than "not yours", a grant
 //! knows it took a permit over, and each expiry is counted once.
 
+use fencedlock_protocol::command::capacity;
 use fencedlock_protocol::{PermitStatus, SemaphoreStatus};
 
 use super::holder::Holder;
@@ -15,7 +17,8 @@ use super::terms::{Expired, Micros, Released};
 /// The holders of a semaphore key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Semaphore {
-    /// The key's count, 2 to `MAX_PERMITS` (1 is a mutex key). Fixed while anyone holds it.
+    /// The key's count, 2 to `MAX_PERMITS` (1 is a mutex key), or `SHARED_PERMITS` for read
+    /// leases. Fixed while anyone holds it.
     pub permits: u32,
     /// In grant order, so their fences strictly increase along the list.
     pub holders: Vec<Permit>,
@@ -53,7 +56,7 @@ impl Semaphore {
 
     /// Whether another holder could be granted now.
     pub fn has_room(&self, now: Micros) -> bool {
-        self.live_count(now) < self.permits as usize
+        self.live_count(now) < capacity(self.permits) as usize
     }
 
     /// When the earliest unexpired lease ends: a permit frees up then at the latest.

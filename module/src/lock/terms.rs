@@ -12,9 +12,14 @@ pub struct Ask<'a> {
     /// The request's `LABEL` (checked by the parser): a grant takes it (none without), a
     /// re-entry with one replaces the lease's, a re-entry without keeps it.
     pub label: Option<&'a [u8]>,
-    /// The request's `PERMITS` (checked by the parser; 1 is the mutex).
+    /// The request's `PERMITS` (checked by the parser; 1 is the mutex, and the write lease of
+    /// a read-write lock), or `SHARED_PERMITS` for a read lease (`SHARED`).
     pub permits: u32,
     pub ttl: Micros,
+    /// Others wait in the key's queue ahead of this request: a fresh grant would pass them, so
+    /// only a holder's own re-entry (or downgrade) may go ahead. Readers arriving while a
+    /// writer waits are refused by this, which is what keeps them from starving it.
+    pub queued_ahead: bool,
 }
 
 /// When a decision is taken: the server's monotonic clock, and how long the restart grace still
@@ -31,7 +36,8 @@ pub enum Acquired {
     /// A new lease with a new fence. `took_over` is set when another token's lease had expired
     /// unreleased: that holder lost its lease, which operators want to count.
     Granted { fence: u64, took_over: bool },
-    /// The holder asked again (e.g. its reply was lost): same fence, lease restarted.
+    /// The holder asked again (e.g. its reply was lost): same fence, lease restarted. Also the
+    /// write holder's downgrade to a read lease (`SHARED`), which keeps its fence too.
     Reentered { fence: u64 },
     /// Another token holds an unexpired lease.
     Busy,

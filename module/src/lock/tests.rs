@@ -1,4 +1,5 @@
 //! The lock value's decisions, tested without a server.
+use fencedlock_protocol::command::SHARED_PERMITS;
 use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_TOKEN_LEN};
 
 use super::*;
@@ -442,6 +443,117 @@ fn a_mutex_value_stays_as_it_was() {
     assert_eq!(lock.holders().len(), 1);
 }
 
+/// A read lease (`SHARED`) of `token` for `ttl`, asked at `now`.
+fn read(lock: &mut Lock, hw: &mut HighWater, token: &[u8], ttl: Micros, now: Micros) -> Result<Acquired, LockError> {
+    lock.acquire_permit(hw, token, None, SHARED_PERMITS, ttl, now, 0)
+}
+
+#[test]
+fn readers_hold_together_and_a_writer_only_alone_with_one_sequence_of_fences() {
+    let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+    assert_eq!(read(&mut lock, &mut hw, b"r1", 100 * MS, 0), Ok(Acquired::Granted { fence: 1, took_over: false }));
+    assert_eq!(read(&mut lock, &mut hw, b"r2", 50 * MS, MS), Ok(Acquired::Granted { fence: 2, took_over: false }));
+    assert_eq!(read(&mut lock, &mut hw, b"r1", 100 * MS, 2 * MS), Ok(Acquired::Reentered { fence: 1 }));
+    let status = lock.semaphore_status(2 * MS).expect("read leases show as a semaphore");
+    assert_eq!((status.permits, status.holders.len()), (SHARED_PERMITS, 2));
+    // A writer waits for every reader, and its refusal changes nothing.
+    let before = lock.clone();
+    assert_eq!(lock.acquire(&mut hw, b"w", None, 100 * MS, 3 * MS, 0), Ok(Acquired::Busy));
+    assert_eq!(lock, before);
+    assert!(matches!(lock.release(b"r1", 4 * MS), Released::Ended { .. }));
+    assert_eq!(lock.acquire(&mut hw, b"w", None, 100 * MS, 5 * MS, 0), Ok(Acquired::Busy), "r2 still reads");
+    // r2 expires: the writer gets a fence above every reader's.
+    let r = lock.acquire(&mut hw, b"w", None, 100 * MS, 51 * MS, 0);
+    assert_eq!(r, Ok(Acquired::Granted { fence: 3, took_over: true }));
+    assert_eq!(lock.semaphore_status(51 * MS), None, "a write lease is a mutex");
+    // Readers wait for the writer.
+    let before = lock.clone();
+    assert_eq!(read(&mut lock, &mut hw, b"r3", 100 * MS, 52 * MS), Ok(Acquired::Busy));
+    assert_eq!(lock, before);
+    assert!(matches!(lock.release(b"w", 53 * MS), Released::Ended { .. }));
+    assert_eq!(read(&mut lock, &mut hw, b"r3", 100 * MS, 54 * MS), Ok(Acquired::Granted { fence: 4, took_over: false }));
+    assert_eq!(lock.raise(&mut hw, b"r3", 100, 54 * MS), None, "no raise on read leases");
+}
+
+#[test]
+fn a_writer_downgrades_keeping_its_fence_and_a_reader_cannot_upgrade() {
+    let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+    granted(read(&mut lock, &mut hw, b"x", 10 * MS, 0));
+    assert!(matches!(lock.release(b"x", MS), Released::Ended { .. }));
+    granted(lock.acquire(&mut hw, b"w", Some(b"old"), 100 * MS, 2 * MS, 0));
+    assert_eq!(lock.fence(), 2);
+    // The downgrade: same fence, fresh ttl, the new label; then readers come in above it.
+    let r = lock.acquire_for(
+        &mut hw,
+        &Ask { token: b"w", label: Some(b"new"), permits: SHARED_PERMITS, ttl: 30 * MS, queued_ahead: true },
+        10 * MS,
+        0,
+    );
+    assert_eq!(r, Ok(Acquired::Reentered { fence: 2 }), "a downgrade goes ahead of the queue too");
+    let status = lock.semaphore_status(10 * MS).expect("now read leases");
+    assert_eq!((status.holders[0].fence, status.holders[0].remaining.as_millis()), (2, 30));
+    assert_eq!(status.holders[0].label.as_deref(), Some(&b"new"[..]));
+    assert_eq!(read(&mut lock, &mut hw, b"r", 100 * MS, 11 * MS), Ok(Acquired::Granted { fence: 3, took_over: false }));
+    // No upgrade, whether others read or not; nothing changes.
+    let before = lock.clone();
+    assert_eq!(lock.acquire(&mut hw, b"w", None, 100 * MS, 12 * MS, 0), Err(LockError::UpgradeRefused));
+    assert!(matches!(lock.release(b"r", 13 * MS), Released::Ended { .. }));
+    let alone = lock.clone();
+    assert_eq!(lock.acquire(&mut hw, b"w", None, 100 * MS, 14 * MS, 0), Err(LockError::UpgradeRefused));
+    assert_eq!(lock, alone);
+    assert_ne!(lock, before);
+    // Another writer's token cannot downgrade what it does not hold.
+    assert!(matches!(lock.release(b"w", 15 * MS), Released::Ended { .. }));
+    granted(lock.acquire(&mut hw, b"w2", None, 100 * MS, 16 * MS, 0));
+    assert_eq!(read(&mut lock, &mut hw, b"w", 100 * MS, 17 * MS), Ok(Acquired::Busy));
+}
+
+#[test]
+fn read_leases_and_semaphores_refuse_each_other() {
+    let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+    granted(read(&mut lock, &mut hw, b"r", 100 * MS, 0));
+    let before = lock.clone();
+    for permits in [2, 5] {
+        let r = lock.acquire_permit(&mut hw, b"s", None, permits, 100 * MS, MS, 0);
+        assert_eq!(r, Err(LockError::PermitsMismatch { permits: SHARED_PERMITS }));
+    }
+    assert_eq!(lock, before);
+    assert!(matches!(lock.release(b"r", 2 * MS), Released::Ended { .. }));
+    granted(lock.acquire_permit(&mut hw, b"s", None, 3, 100 * MS, 3 * MS, 0));
+    assert_eq!(read(&mut lock, &mut hw, b"r", 100 * MS, 4 * MS), Err(LockError::PermitsMismatch { permits: 3 }));
+    assert_eq!(read(&mut lock, &mut hw, b"s", 100 * MS, 4 * MS), Err(LockError::PermitsMismatch { permits: 3 }));
+}
+
+#[test]
+fn a_fresh_grant_does_not_pass_the_queue_but_holders_go_on() {
+    let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+    granted(read(&mut lock, &mut hw, b"r1", 100 * MS, 0));
+    let ask = |token: &'static [u8], permits| Ask { token, label: None, permits, ttl: 100 * MS, queued_ahead: true };
+    let before = lock.clone();
+    assert_eq!(lock.acquire_for(&mut hw, &ask(b"r2", SHARED_PERMITS), MS, 0), Ok(Acquired::Busy));
+    assert_eq!(lock, before, "a reader behind a waiting writer is refused");
+    assert_eq!(lock.acquire_for(&mut hw, &ask(b"r1", SHARED_PERMITS), MS, 0), Ok(Acquired::Reentered { fence: 1 }));
+    // On an idle key too: whoever waits was there first.
+    assert!(matches!(lock.release(b"r1", 2 * MS), Released::Ended { .. }));
+    assert_eq!(lock.acquire_for(&mut hw, &ask(b"w", 1), 3 * MS, 0), Ok(Acquired::Busy));
+    // The restart grace still says so first.
+    assert!(matches!(lock.acquire_for(&mut hw, &ask(b"w", 1), 3 * MS, MS), Err(LockError::RestartGrace { .. })));
+}
+
+#[test]
+fn read_leases_travel_whole() {
+    let (mut lock, mut hw) = (Lock::new(), HighWater::default());
+    granted(lock.acquire(&mut hw, b"w", None, 100 * MS, 0, 0));
+    assert_eq!(read(&mut lock, &mut hw, b"w", 100 * MS, MS), Ok(Acquired::Reentered { fence: 1 }));
+    granted(read(&mut lock, &mut hw, b"r", 50 * MS, 2 * MS));
+    let Snapshot::Semaphore(record) = lock.snapshot(10 * MS) else { panic!("read leases travel as a semaphore") };
+    assert_eq!((record.fence, record.permits, record.holders.len()), (2, SHARED_PERMITS, 2));
+    let mut loaded = Lock::from_semaphore_record(record, 1_000 * MS).expect("loads");
+    assert_eq!(semaphore(&loaded, 1_000 * MS), vec![(1, 91), (2, 42)]);
+    assert_eq!(loaded.acquire(&mut hw, b"x", None, 100 * MS, 1_000 * MS, 0), Ok(Acquired::Busy));
+    assert_eq!(read(&mut loaded, &mut hw, b"x", 100 * MS, 1_000 * MS), Ok(Acquired::Granted { fence: 3, took_over: false }));
+}
+
 /// Random interleavings of every operation by three clients over a moving clock: grants
 /// strictly increase, a refused or stale caller changes nothing, and at most one token
 /// holds a live lease at any time. For the metrics: every lease's end is reported once (by
@@ -700,6 +812,107 @@ mod model {
                     let want = model.get(&c).filter(|(_, d)| now < *d).map(|(f, _)| *f);
                     prop_assert_eq!(lock.fence_of(token, now), want);
                 }
+            }
+        }
+
+        /// Read and write leases of four clients under random interleavings: a writer holds
+        /// alone, readers only together, every grant's fence is above every earlier one (across
+        /// modes), a downgrade keeps the fence, an upgrade is refused, refusals change nothing,
+        /// and STATUS and a reload show the model's holders.
+        #[test]
+        fn read_write_locks_stay_sound(
+            ops in proptest::collection::vec(
+                prop_oneof![
+                    (0..4usize, 1..50u64, any::<bool>()).prop_map(|(c, t, shared)| (0u8, c, t, shared)),
+                    (0..4usize, 1..50u64).prop_map(|(c, t)| (1u8, c, t, false)),
+                    (0..4usize).prop_map(|c| (2u8, c, 0, false)),
+                    (0..40u64).prop_map(|t| (3u8, 0, t, false)),
+                    Just((4u8, 0, 0, false)),
+                ],
+                1..200,
+            ),
+        ) {
+            let tokens: [&[u8]; 4] = [b"a", b"b", b"c", b"d"];
+            let (mut lock, mut hw, mut now, mut last_grant) = (Lock::new(), HighWater::default(), 0u64, 0u64);
+            // Client → (shared, fence, deadline) of its lease, live or expired.
+            let mut model: std::collections::BTreeMap<usize, (bool, u64, u64)> = Default::default();
+            for (kind, c, t, shared) in ops {
+                let live = |model: &std::collections::BTreeMap<usize, (bool, u64, u64)>, now| {
+                    model.iter().filter(|(_, l)| now < l.2).map(|(c, l)| (*c, *l)).collect::<Vec<_>>()
+                };
+                let held = live(&model, now);
+                let mine = held.iter().find(|(h, _)| *h == c).map(|(_, l)| *l);
+                let others_write = held.iter().any(|(h, l)| *h != c && !l.0);
+                match kind {
+                    0 => {
+                        let permits = if shared { SHARED_PERMITS } else { 1 };
+                        let before = lock.clone();
+                        let r = lock.acquire_permit(&mut hw, tokens[c], None, permits, t * MS, now, 0);
+                        match (mine, r) {
+                            (Some((true, _, _)), Err(LockError::UpgradeRefused)) if !shared => {
+                                prop_assert_eq!(&lock, &before);
+                            }
+                            (Some((_, fence, _)), Ok(Acquired::Reentered { fence: got })) => {
+                                prop_assert_eq!(got, fence);
+                                model.insert(c, (shared, fence, now + t * MS));
+                            }
+                            (None, Ok(Acquired::Busy)) => {
+                                let kept_out = if shared { others_write } else { !held.is_empty() };
+                                prop_assert!(kept_out);
+                                prop_assert_eq!(&lock, &before);
+                            }
+                            (None, Ok(Acquired::Granted { fence, .. })) => {
+                                let room = if shared { !others_write } else { held.is_empty() };
+                                prop_assert!(room);
+                                prop_assert!(fence > last_grant);
+                                last_grant = fence;
+                                model.retain(|_, l| now < l.2);
+                                model.insert(c, (shared, fence, now + t * MS));
+                            }
+                            (mine, r) => prop_assert!(false, "{mine:?} asking shared={shared}: {r:?}"),
+                        }
+                    }
+                    1 => {
+                        let ok = lock.renew(tokens[c], t * MS, now);
+                        prop_assert_eq!(ok, mine.is_some());
+                        if ok {
+                            model.entry(c).and_modify(|l| l.2 = now + t * MS);
+                        }
+                    }
+                    2 => {
+                        let r = lock.release(tokens[c], now);
+                        prop_assert_eq!(matches!(r, Released::Ended { .. }), mine.is_some());
+                        if mine.is_some() {
+                            model.remove(&c);
+                        }
+                    }
+                    3 => now += t * MS,
+                    _ => {
+                        if lock.fence() > 0 {
+                            lock = Lock::from_snapshot(lock.snapshot(now), now).expect("a record we wrote loads");
+                            model.retain(|_, l| now < l.2);
+                        }
+                    }
+                }
+                let held = live(&model, now);
+                let writers = held.iter().filter(|(_, l)| !l.0).count();
+                prop_assert!(writers == 0 || held.len() == 1, "a writer holds alone: {held:?}");
+                match lock.semaphore_status(now) {
+                    Some(status) => {
+                        prop_assert_eq!(status.permits, SHARED_PERMITS);
+                        prop_assert_eq!(writers, 0);
+                        let mut want: Vec<u64> = held.iter().map(|(_, l)| l.1).collect();
+                        want.sort();
+                        let shown: Vec<u64> = status.holders.iter().map(|h| h.fence).collect();
+                        prop_assert_eq!(shown, want);
+                    }
+                    None => prop_assert!(held.iter().all(|(_, l)| !l.0)),
+                }
+                for (c, token) in tokens.iter().enumerate() {
+                    let want = model.get(&c).filter(|l| now < l.2).map(|l| l.1);
+                    prop_assert_eq!(lock.fence_of(token, now), want);
+                }
+                prop_assert!(hw.get() >= lock.fence());
             }
         }
 

@@ -9,7 +9,8 @@
 //! - a holder's token is 1 to `MAX_TOKEN_LEN` bytes, its label (if any) 1 to `MAX_LABEL_LEN`;
 //! - a holder's lease is unexpired and no longer than the longest ttl: a record carries only
 //!   live leases (an expired one travels as none), each with at most `MAX_MAX_TTL_MS` left;
-//! - a semaphore has 2 to `MAX_PERMITS` permits (1 is a mutex) and no more holders than that;
+//! - a semaphore has 2 to `MAX_PERMITS` permits (1 is a mutex), or `SHARED_PERMITS` for read
+//!   leases, and no more holders than it admits;
 //! - a semaphore's holders are in grant order, so their fences strictly increase, and none is
 //!   above the key's fence (the key's fence is its latest grant's);
 //! - no token holds two permits of one key;
@@ -21,7 +22,7 @@
 //!
 //! Only loads and replicated records pass here, never a client's command on the primary.
 
-use fencedlock_protocol::command::{label_len_ok, permits_ok, token_len_ok};
+use fencedlock_protocol::command::{capacity, label_len_ok, permits_ok, token_len_ok, SHARED_PERMITS};
 use fencedlock_protocol::limits::{MAX_FENCE, MAX_LABEL_LEN, MAX_MAX_TTL_MS, MAX_PERMITS, MAX_TOKEN_LEN};
 use thiserror::Error;
 
@@ -50,7 +51,7 @@ pub enum Broken {
     LeaseEnded,
     #[error("a lease with {0} µs left, longer than the longest ttl ({LONGEST_LEASE} µs)")]
     LeaseTooLong(Micros),
-    #[error("{0} permits (a semaphore has 2 to {MAX_PERMITS})")]
+    #[error("{0} permits (a semaphore has 2 to {MAX_PERMITS}, read leases {SHARED_PERMITS})")]
     PermitsOutOfRange(u64),
     #[error("{holders} holders for {permits} permits")]
     TooManyHolders { holders: usize, permits: u32 },
@@ -96,10 +97,10 @@ fn mutex(record: &Record<'_>) -> Result<(), Broken> {
 fn semaphore(record: &SemaphoreRecord<'_>) -> Result<(), Broken> {
     let SemaphoreRecord { fence, permits, holders } = record;
     key_fence(*fence)?;
-    if *permits < 2 || !permits_ok(u64::from(*permits)) {
+    if *permits != SHARED_PERMITS && (*permits < 2 || !permits_ok(u64::from(*permits))) {
         return Err(Broken::PermitsOutOfRange(u64::from(*permits)));
     }
-    if holders.len() > *permits as usize {
+    if holders.len() > capacity(*permits) as usize {
         return Err(Broken::TooManyHolders { holders: holders.len(), permits: *permits });
     }
     let mut previous = 0;
@@ -213,7 +214,10 @@ mod tests {
                 Broken::LeaseTooLong(LONGEST_LEASE + 1),
             ),
             (semaphore_of(9, 1, vec![]), Broken::PermitsOutOfRange(1)),
-            (semaphore_of(9, 0, vec![]), Broken::PermitsOutOfRange(0)),
+            (
+                semaphore_of(2000, 0, (0..=u64::from(MAX_PERMITS)).map(|f| permit(f + 1, b"a")).collect()),
+                Broken::TooManyHolders { holders: MAX_PERMITS as usize + 1, permits: 0 },
+            ),
             (semaphore_of(9, MAX_PERMITS + 1, vec![]), Broken::PermitsOutOfRange(u64::from(MAX_PERMITS) + 1)),
             (
                 semaphore_of(9, 2, vec![permit(1, b"a"), permit(2, b"b"), permit(3, b"c")]),
