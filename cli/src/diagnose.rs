@@ -139,7 +139,7 @@ fn module_refusal(node: &str, refusal: ReplyError, source: &RedisError, ctx: Con
             "the lock key moved away from {node} while waiting for it (a cluster slot migration or a deletion: {text}); try again"
         )),
         ReplyError::PermitsMismatch => CliError::Usage(format!(
-            "key {:?} on {node} is held with another --permits count ({text}); every holder of a key must use the same count",
+            "key {:?} on {node} is held with another --permits count, or by --shared readers ({text}); every holder of a key must use the same count",
             ctx.key
         )),
         ReplyError::WrongType => CliError::Usage(format!(

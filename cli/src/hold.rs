@@ -53,10 +53,10 @@ pub async fn hold(args: &HoldArgs, out: Output, signals: &mut Signals) -> Result
     let options =
         LeaseOptions { ttl: args.ttl, wait: args.wait, timeout: server.timeout, label: args.label.value() };
     let lock = servers::open(server, options)?;
-    let semaphore = servers::semaphore(&lock, key, args.permits.count)?;
+    let holding = servers::holding(&lock, key, args.permits.count, false)?;
     let ctx = Context::new(key, args.wait, server);
     let acquired = tokio::select! {
-        lease = servers::acquire(&lock, key, semaphore.as_ref(), |_| {}) => lease,
+        lease = servers::acquire(&lock, key, &holding, |_| {}) => lease,
         sig = signals.recv() => return Ok(code::SIGNAL_BASE.saturating_add(u8::try_from(sig).unwrap_or(0))),
         _ = &mut done => return Ok(code::OK),
     };

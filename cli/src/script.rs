@@ -30,9 +30,10 @@ pub async fn acquire(args: &AcquireArgs, out: Output) -> Result<u8, CliError> {
     let lock = servers::open_confirmed(server, options, Some(&args.confirm))?;
     let ctx = Context::new(args.key.name(), args.wait, &args.server);
     // With no --wait (max_wait zero) this is a single attempt.
-    let acquired = match servers::semaphore(&lock, args.key.name(), args.permits.count)? {
-        Some(semaphore) => semaphore.acquire().await,
-        None => lock.acquire(args.key.name()).await,
+    let acquired = match servers::holding(&lock, args.key.name(), args.permits.count, false)? {
+        servers::Holding::Permit(semaphore) => semaphore.acquire().await,
+        servers::Holding::Read(read_write) => read_write.read().await,
+        servers::Holding::Lock => lock.acquire(args.key.name()).await,
     };
     let lease = match acquired {
         Ok(lease) => lease,
@@ -126,7 +127,8 @@ pub async fn status(args: &StatusArgs, out: Output) -> Result<u8, CliError> {
     for answer in &answers {
         let engine = answer.engine.map(Engine::as_str);
         match &answer.status {
-            Ok(Some(semaphore)) if semaphore.permits > 1 => {
+            // A semaphore's or readers' key: several holders.
+            Ok(Some(semaphore)) if semaphore.permits != 1 => {
                 answered += 1;
                 fences.push(semaphore.fence);
                 lines.push(format!("{}  {}", answer.server, describe_semaphore(semaphore)));
@@ -164,9 +166,10 @@ pub async fn status(args: &StatusArgs, out: Output) -> Result<u8, CliError> {
     if answered < quorum {
         return Err(first_error.unwrap_or_else(|| CliError::Unavailable("no server answered".into())));
     }
-    // A semaphore lives on one server (`--permits` refuses several): shown holder by holder.
+    // A semaphore, like readers, lives on one server (`--permits` and `--shared` refuse
+    // several): shown holder by holder.
     if let [NodeStatus { status: Ok(Some(semaphore)), .. }] = answers.as_slice() {
-        if semaphore.permits > 1 {
+        if semaphore.permits != 1 {
             let text = format!("{}  {}", args.key.name(), describe_semaphore(semaphore));
             // The lock's fields too, so a reader of either kind of key finds the same ones:
             // held until the last holder's lease ends; a semaphore has no one label.

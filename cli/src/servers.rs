@@ -6,7 +6,8 @@
 use std::time::Duration;
 
 use fencedlock::{
-    Engine, Error, Lease, LockConfig, Node, Redlock, Semaphore, SemaphoreStatus, Tls, TokenFormat,
+    Engine, Error, Lease, LockConfig, Node, ReadWriteLock, Redlock, Semaphore, SemaphoreStatus, Tls,
+    TokenFormat,
 };
 use fencedlock_protocol::limits::DEFAULT_MAX_TTL_MS;
 use futures::future::join_all;
@@ -107,15 +108,35 @@ pub fn open_confirmed(
     Redlock::new(nodes, config).map_err(|e| CliError::Usage(e.to_string()))
 }
 
-/// The semaphore `--permits` asks for: `None` for 1 (the ordinary lock on `lock`), else a
-/// [`Semaphore`] on `lock`'s single server, sharing its connection. Several servers are a
-/// usage error: each would grant its own permits, and a majority of them suffices.
-pub fn semaphore(lock: &Redlock, key: &str, permits: u32) -> Result<Option<Semaphore>, CliError> {
-    if permits == 1 {
-        return Ok(None);
+/// What a lease on the key is: the ordinary lock, one of a semaphore's permits (`--permits N`
+/// above 1), or a read lease of a read-write lock (`run --shared`).
+pub enum Holding {
+    Lock,
+    Permit(Semaphore),
+    Read(ReadWriteLock),
+}
+
+/// The [`Holding`] `--permits` and `--shared` ask for, on `lock`'s single server (sharing its
+/// connection). Several servers are a usage error for both: each server would grant its own
+/// permits (and a majority of them suffices), and fenced Redlock cannot lift the fences of a
+/// key several readers hold.
+pub fn holding(lock: &Redlock, key: &str, permits: u32, shared: bool) -> Result<Holding, CliError> {
+    if shared && permits != 1 {
+        return Err(CliError::Usage(
+            "--shared and --permits exclude each other: a key is read-shared, or a semaphore of N permits"
+                .into(),
+        ));
+    }
+    if permits == 1 && !shared {
+        return Ok(Holding::Lock);
     }
     let Some(locker) = lock.as_locker() else {
         let servers = lock.nodes().len();
+        if shared {
+            return Err(CliError::Usage(format!(
+                "--shared needs a single --redis server (or one Redis Cluster): read leases are kept on one server, not across {servers} independent ones"
+            )));
+        }
         let quorum = lock.quorum();
         let holders = servers * permits as usize / quorum;
         // The overrun is real only where the majority is small against the servers (3 and
@@ -129,25 +150,29 @@ pub fn semaphore(lock: &Redlock, key: &str, permits: u32) -> Result<Option<Semap
         };
         return Err(CliError::Usage(format!("--permits {permits} needs a single --redis server: {why}")));
     };
-    Semaphore::new(locker, key, permits).map(Some).map_err(|e| CliError::Usage(e.to_string()))
+    if shared {
+        return Ok(Holding::Read(ReadWriteLock::new(locker, key)));
+    }
+    Semaphore::new(locker, key, permits).map(Holding::Permit).map_err(|e| CliError::Usage(e.to_string()))
 }
 
 /// One attempt; if it failed in a way that may pass and the options allow waiting, `on_wait`
 /// hears why before [`Locker::acquire`](fencedlock::Locker::acquire) waits up to the configured wait: in the server's
 /// queue (for several servers, the key's designated one), or with backoff where the module
 /// cannot wait. The pause is where `run` and the demo tell the operator that they wait, which
-/// a plain `acquire` gives them no chance to do. With `semaphore`, the lease is one
-/// of its permits, taken the same way.
+/// a plain `acquire` gives them no chance to do. The lease is what `holding` says (a
+/// semaphore's permit, a read lease), taken the same way.
 pub async fn acquire(
     lock: &Redlock,
     key: &str,
-    semaphore: Option<&Semaphore>,
+    holding: &Holding,
     on_wait: impl FnOnce(&Error),
 ) -> Result<Lease, Error> {
     let started = tokio::time::Instant::now();
-    let first = match semaphore {
-        Some(semaphore) => semaphore.try_acquire().await,
-        None => lock.try_acquire(key).await,
+    let first = match holding {
+        Holding::Lock => lock.try_acquire(key).await,
+        Holding::Permit(semaphore) => semaphore.try_acquire().await,
+        Holding::Read(read_write) => read_write.try_read().await,
     };
     match first {
         // A cluster node answering for a key it does not own will answer so again.
@@ -159,9 +184,10 @@ pub async fn acquire(
             // node timeout); dropping `acquire` at the limit leaves nothing held or queued.
             let limit = started + lock.config().max_wait();
             let waiting = async {
-                match semaphore {
-                    Some(semaphore) => semaphore.acquire().await,
-                    None => lock.acquire(key).await,
+                match holding {
+                    Holding::Lock => lock.acquire(key).await,
+                    Holding::Permit(semaphore) => semaphore.acquire().await,
+                    Holding::Read(read_write) => read_write.read().await,
                 }
             };
             tokio::time::timeout_at(limit, waiting).await.unwrap_or(Err(err))

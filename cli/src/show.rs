@@ -14,10 +14,15 @@ pub fn label_text(holder: &PermitStatus) -> Option<String> {
     holder.label_lossy().map(|label| label.into_owned())
 }
 
-/// A semaphore's fence and permits, then one indented line per holder (lowest fence first).
+/// A semaphore's fence and permits (or a read-shared key's readers), then one indented line
+/// per holder (lowest fence first).
 pub fn describe_semaphore(semaphore: &SemaphoreStatus) -> String {
     let held = semaphore.holders.len();
-    let mut text = format!("fence {}  permits {held} of {} held", semaphore.fence, semaphore.permits);
+    let mut text = if semaphore.is_shared() {
+        format!("fence {}  shared by {held} reader{}", semaphore.fence, if held == 1 { "" } else { "s" })
+    } else {
+        format!("fence {}  permits {held} of {} held", semaphore.fence, semaphore.permits)
+    };
     for holder in &semaphore.holders {
         let pttl = Some(holder.remaining.as_millis() as u64);
         text.push_str(&format!(
@@ -29,7 +34,7 @@ pub fn describe_semaphore(semaphore: &SemaphoreStatus) -> String {
 }
 
 /// `--json` for a semaphore: `into`'s fields, then its fence, permits and holders (never a
-/// token); `held` while anyone holds a permit.
+/// token); `held` while anyone holds a permit; `shared` for a key of readers (`permits` 0).
 pub fn semaphore_json(semaphore: &SemaphoreStatus, mut into: serde_json::Value) -> serde_json::Value {
     let holders: Vec<_> = semaphore
         .holders
@@ -39,6 +44,7 @@ pub fn semaphore_json(semaphore: &SemaphoreStatus, mut into: serde_json::Value) 
     into["fence"] = json!(semaphore.fence);
     into["held"] = json!(!holders.is_empty());
     into["permits"] = json!(semaphore.permits);
+    into["shared"] = json!(semaphore.is_shared());
     into["holders"] = json!(holders);
     into
 }

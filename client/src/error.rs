@@ -117,11 +117,12 @@ pub enum Error {
         problem: KeyProblem,
     },
 
-    /// The key is a semaphore (several holders at once), which a lock's status cannot show:
-    /// [`Node::status`](crate::Node::status) on it. Read it with
-    /// [`Node::semaphore_status`](crate::Node::semaphore_status) or
-    /// [`Semaphore::status`](crate::Semaphore::status).
-    #[error("{key:?} on {node} is a semaphore of {permits} permits, not a lock")]
+    /// The key is a semaphore or held by readers (several holders at once), which a lock's
+    /// status cannot show: [`Node::status`](crate::Node::status) on it. Read it with
+    /// [`Node::semaphore_status`](crate::Node::semaphore_status),
+    /// [`Semaphore::status`](crate::Semaphore::status) or
+    /// [`ReadWriteLock::status`](crate::ReadWriteLock::status).
+    #[error("{key:?} on {node} is {}, not a lock", held_as(.permits))]
     Semaphore {
         /// The node's address.
         node: String,
@@ -130,6 +131,15 @@ pub enum Error {
         /// The key's permit count.
         permits: u32,
     },
+}
+
+/// What [`Error::Semaphore`] says a key is held as.
+fn held_as(permits: &u32) -> String {
+    if *permits == fencedlock_protocol::command::SHARED_PERMITS {
+        "held by read leases".to_owned()
+    } else {
+        format!("a semaphore of {permits} permits")
+    }
 }
 
 /// Why a lease is considered lost.

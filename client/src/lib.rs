@@ -139,6 +139,14 @@
 //! separately (a per-slot `last_fence`, not one global maximum). Not on a [`Redlock`]: a
 //! quorum of masters cannot bound the holders (see [`Semaphore`]).
 //!
+//! # Fenced read-write locks
+//!
+//! [`ReadWriteLock`] lets many readers or one writer hold a [`Locker`]'s key
+//! (`FENCEDLOCK.ACQUIRE … SHARED` for a read lease). Both are ordinary [`Lease`]s; every grant
+//! takes the key's next fence, so a writer's is above every earlier reader's and writer's.
+//! Readers that come after a waiting writer wait behind it (no starvation);
+//! [`ReadWriteLock::downgrade`] keeps the writer's fence; an upgrade is refused.
+//!
 //! # When the lock service is down
 //!
 //! [`Error::is_unavailable`] tells "the service could not answer" (unreachable, timed out, no
@@ -235,6 +243,7 @@ pub use config::{
     DEFAULT_NODE_TIMEOUT, MAX_TTL,
 };
 pub use error::{Error, LossCause};
+pub use fencedlock_protocol::command::SHARED_PERMITS;
 pub use fencedlock_protocol::key::{check as check_key, KeyProblem};
 pub use fencedlock_protocol::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
 pub use fencedlock_protocol::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus, StatusError};
@@ -249,6 +258,7 @@ pub use primitives::policy::Acquisition;
 pub use quorum::{NodeVote, Phase, QuorumReport, Vote};
 // `Error::Server` and `Vote::Failed` carry a `redis::RedisError`, whose kind and code tell
 // server errors apart: callers match on the very `redis` version this crate was built with.
+pub use primitives::read_write::ReadWriteLock;
 pub use primitives::semaphore::Semaphore;
 pub use primitives::session::{Session, SessionLease};
 pub use redis;

@@ -55,15 +55,14 @@ impl<H> Waiter<H> {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        let ask =
-            Ask {
-                token: &self.token,
-                label: self.label.as_deref(),
-                permits: self.permits,
-                ttl: self.ttl,
-                // It is at the head of the queue when it is decided.
-                queued_ahead: false,
-            };
+        let ask = Ask {
+            token: &self.token,
+            label: self.label.as_deref(),
+            permits: self.permits,
+            ttl: self.ttl,
+            // It is at the head of the queue when it is decided.
+            queued_ahead: false,
+        };
         lock.acquire_for(mark, &ask, now, grace_left)
     }
 }

@@ -391,7 +391,10 @@ mod tests {
         assert_eq!(with(&[b"BLOCK", b"10", b"Shared"]), Ok(Acquire { block_ms: Some(10), ..shared }));
         assert_eq!(shared.capacity(), SHARED_PERMITS);
         assert_eq!(Acquire::mutex(b"k", b"t", 500).capacity(), 1);
-        assert_eq!(words(&Acquire { block_ms: Some(1), ..shared }), [ACQUIRE.name, "k", "t", "500", SHARED, BLOCK, "1"]);
+        assert_eq!(
+            words(&Acquire { block_ms: Some(1), ..shared }),
+            [ACQUIRE.name, "k", "t", "500", SHARED, BLOCK, "1"]
+        );
         for bad in [
             &[&b"SHARED"[..], b"SHARED"][..],
             &[b"SHARED", b"PERMITS", b"2"],

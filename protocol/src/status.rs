@@ -299,7 +299,8 @@ mod tests {
             assert_eq!(status.free(), status.capacity() - status.holders.len() as u32);
             assert_eq!(status.is_shared(), status.permits == SHARED_PERMITS);
         }
-        let readers = SemaphoreStatus { fence: 2, permits: SHARED_PERMITS, holders: vec![holder(2, 1, None)] };
+        let readers =
+            SemaphoreStatus { fence: 2, permits: SHARED_PERMITS, holders: vec![holder(2, 1, None)] };
         assert_eq!(readers.free(), MAX_PERMITS - 1);
     }
 

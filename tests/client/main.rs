@@ -14,6 +14,7 @@ mod metrics;
 mod multi;
 mod periodic;
 mod policy;
+mod read_write;
 mod redlock;
 mod redlock_waiting;
 mod secrets;

@@ -1,9 +1,10 @@
-//! Semaphore keys (`ACQUIRE … PERMITS n`) across slot migration: a key migrates with its
-//! holders (each keeps its token and fence, and no more than `n` hold it on the target), the
-//! next grant on the target is above every fence of the key, and after the key is deleted the
-//! slot's floor still keeps the next fence above all of them.
+//! Semaphore keys (`ACQUIRE … PERMITS n`) and read leases (`ACQUIRE … SHARED`) across slot
+//! migration: a key migrates with its holders (each keeps its token and fence, and no more than
+//! `n` hold it on the target; a writer still waits for the readers), the next grant on the
+//! target is above every fence of the key, and after the key is deleted the slot's floor still
+//! keeps the next fence above all of them.
 
-use fencedlock_protocol::command::{ACQUIRE, PERMITS, RELEASE};
+use fencedlock_protocol::command::{ACQUIRE, PERMITS, RELEASE, SHARED};
 use harness::{error_text, key_slot, redis, Cluster, SemaphoreStatus, Server};
 
 const TTL: &str = "60000";
@@ -69,4 +70,53 @@ fn a_semaphore_key_migrates_with_its_holders_and_its_fences_keep_rising() {
     migration.finish();
     let next = take(&cluster.nodes()[c], key, "w5").expect("a fresh key");
     assert!(next > third, "{next} after {third} on the key's third node: a fence repeated");
+}
+
+/// `ACQUIRE key token TTL`, with `SHARED` when `shared`, on `node`: the fence, or `None`.
+fn take_rw(node: &Server, key: &str, token: &str, shared: bool) -> Option<u64> {
+    let mut cmd = redis::cmd(ACQUIRE.name);
+    cmd.arg(key).arg(token).arg(TTL);
+    if shared {
+        cmd.arg(SHARED);
+    }
+    node.query(&cmd)
+        .unwrap_or_else(|e| panic!("ACQUIRE {key} {token} on {}: {}", node.addr(), error_text(&e)))
+}
+
+#[test]
+fn read_leases_migrate_with_their_readers_and_the_next_writer_is_above_them() {
+    let cluster = Cluster::builder().masters(3).start();
+    let key = "rwk";
+    let slot = cluster.key_slot(key);
+    let a = cluster.slot_owner(slot);
+    let b = cluster.masters().into_iter().find(|&m| m != a).expect("another master");
+    let (na, nb) = (&cluster.nodes()[a], &cluster.nodes()[b]);
+    let writer = take_rw(na, key, "w0", false).expect("the write lease");
+    let released: i64 = na.query(redis::cmd(RELEASE.name).arg(key).arg("w0")).expect("RELEASE");
+    assert_eq!(released, 1);
+    let readers: Vec<u64> =
+        ["r1", "r2"].iter().map(|t| take_rw(na, key, t, true).expect("a read lease")).collect();
+    assert!(writer < readers[0] && readers[0] < readers[1]);
+
+    let migration = cluster.begin_slot_migration(slot, b);
+    migration.move_keys();
+    migration.finish();
+
+    let moved = semaphore_on(nb, key);
+    assert!(moved.is_shared(), "{moved:?}");
+    assert_eq!(
+        moved.holders.iter().map(|h| h.fence).collect::<Vec<_>>(),
+        readers,
+        "same readers, same fences"
+    );
+    assert_eq!(take_rw(nb, key, "r1", true), Some(readers[0]), "a reader re-enters on the target");
+    assert_eq!(take_rw(nb, key, "w1", false), None, "a writer still waits for the readers");
+    let third = take_rw(nb, key, "r3", true).expect("another reader");
+    assert!(third > readers[1], "{third} after {readers:?}: a fence repeated");
+    for token in ["r1", "r2", "r3"] {
+        let released: i64 = nb.query(redis::cmd(RELEASE.name).arg(key).arg(token)).expect("RELEASE");
+        assert_eq!(released, 1, "{token}");
+    }
+    let next = take_rw(nb, key, "w1", false).expect("the writer, once the readers left");
+    assert!(next > third, "{next} after {third}: a fence repeated");
 }

@@ -13,6 +13,7 @@ mod functions;
 mod handoff;
 mod memory;
 mod pause;
+mod read_write;
 mod reclaim_scale;
 mod returning_primary;
 mod semaphore;

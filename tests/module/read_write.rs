@@ -85,7 +85,8 @@ fn readers_share_a_writer_holds_alone_and_fences_rise_across_modes() {
     assert!(r2 > r1);
     assert_eq!(read(&s, key, "r1"), r1, "a reader's re-entry keeps its fence");
     // The raw shape: a semaphore of SHARED_PERMITS, every reader listed, never a token.
-    let Value::Array(items) = s.cmd::<Value>(&[fencedlock_protocol::command::STATUS.name, key]).unwrap() else {
+    let Value::Array(items) = s.cmd::<Value>(&[fencedlock_protocol::command::STATUS.name, key]).unwrap()
+    else {
         panic!("STATUS is an array")
     };
     assert_eq!(items[..3], [Value::Int(r2 as i64), Value::Int(2), Value::Int(i64::from(SHARED_PERMITS))]);
@@ -206,12 +207,14 @@ fn overlapping_readers_do_not_starve_a_writer() {
     let s = Server::start();
     let key = "rw:stream";
     let stop = AtomicBool::new(false);
-    let (granted_reads, refused_reads, highest_read) = (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
+    let (granted_reads, refused_reads, highest_read) =
+        (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0));
     let started = Instant::now();
     let waited = thread::scope(|scope| {
         for t in 0..2 {
             let (s, stop) = (&s, &stop);
-            let (granted_reads, refused_reads, highest_read) = (&granted_reads, &refused_reads, &highest_read);
+            let (granted_reads, refused_reads, highest_read) =
+                (&granted_reads, &refused_reads, &highest_read);
             scope.spawn(move || {
                 let mut conn = s.conn();
                 let release = |conn: &mut redis::Connection, token: &str| {

@@ -10,8 +10,8 @@ pub const EXIT_CODES: &[(&str, &str)] = &[
     (
         "64",
         "usage: bad option, duration, URL or token file; ttl out of range; key of another type; \
-         --permits out of range, with several servers, or another count than the key's; run -s \
-         (shared leases are not supported yet)",
+         --permits out of range, with several servers, or another count than the key's; run \
+         --shared with several servers, with --permits or --every",
     ),
     ("65", "demo: invariant violated (the double send --no-fence and --stale-first show)"),
     (

@@ -303,11 +303,11 @@ pub struct RunArgs {
     /// spell it out).
     #[arg(long, short = 'n', conflicts_with = "wait")]
     pub nonblock: bool,
-    /// An exclusive lease: the only kind (flock's -x, its default, accepted as such).
+    /// An exclusive (write) lease: flock's -x, the default, accepted as such.
     #[arg(long, short = 'x', conflicts_with = "shared")]
     pub exclusive: bool,
-    /// A shared lease (flock's -s): not supported yet, refused with exit 64 (several holders
-    /// at once: --permits N).
+    /// A shared (read) lease, flock's -s: held together with other --shared runs; an
+    /// exclusive run waits for them all, and they for it (one server or one Redis Cluster).
     #[arg(long, short = 's')]
     pub shared: bool,
     /// Exit with N instead of 75 when the lock is busy (skipped, or --wait ran out), as

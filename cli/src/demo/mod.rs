@@ -230,7 +230,7 @@ fn header(race: &Race, lock: &Redlock) {
 async fn worker(name: &str, lock: &Redlock, race: &Race) -> Result<Report, CliError> {
     let t = &race.timeline;
     let mut ledger = race.db.open().await.map_err(|e| ledger_error(&race.db, e))?;
-    let lease = servers::acquire(lock, &race.key, None, |_| {
+    let lease = servers::acquire(lock, &race.key, &servers::Holding::Lock, |_| {
         t.log(name, "lock busy (another worker holds it); waiting for it");
     })
     .await

@@ -32,14 +32,9 @@ use signals::Signals;
 
 /// Runs the command under the lease; the exit code to leave with.
 pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u8, CliError> {
-    if args.shared {
+    if args.every.is_some() && (args.permits.count != 1 || args.shared) {
         return Err(CliError::Usage(
-            "-s/--shared: shared leases are not supported yet; a lease is exclusive (-x, the default), or one of N holders with --permits N".into(),
-        ));
-    }
-    if args.every.is_some() && args.permits.count != 1 {
-        return Err(CliError::Usage(
-            "--every runs a job once per period, one holder at a time; it does not combine with --permits"
+            "--every runs a job once per period, one holder at a time; it does not combine with --permits or --shared"
                 .into(),
         ));
     }
@@ -52,10 +47,10 @@ pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u
             "--every needs one server (or one Redis Cluster): the period is measured on its clock, and independent servers have none in common".into(),
         ));
     }
-    let semaphore = servers::semaphore(&lock, args.key.name(), args.permits.count)?;
+    let holding = servers::holding(&lock, args.key.name(), args.permits.count, args.shared)?;
     let ctx = Context::new(args.key.name(), args.wait, &args.server);
 
-    let acquire = servers::acquire(&lock, args.key.name(), semaphore.as_ref(), |err| {
+    let acquire = servers::acquire(&lock, args.key.name(), &holding, |err| {
         tracing::info!(key = %args.key.name(), error = %err, "lock busy, waiting up to {}", duration::format(args.wait));
     });
     let lease = tokio::select! {

@@ -113,21 +113,55 @@ fn flock_short_options_wait_and_nonblock() {
 }
 
 #[test]
-fn flock_exclusive_is_the_default_and_shared_is_refused() {
+fn flock_shared_runs_read_together_and_exclusive_runs_alone() {
     let server = Server::start();
     let url = server.url();
     let dir = scratch();
-    let ran = p(dir.path(), "ran");
-    let out = run(&["run", "x", "-x", "--redis", &url, "--", "touch", ran.to_str().unwrap()]);
-    assert_eq!(out.code(), 0, "{out:?}");
-    assert!(ran.exists());
-    fs::remove_file(&ran).unwrap();
+    let (started, go) = (p(dir.path(), "started"), p(dir.path(), "go"));
+    let fence_file = p(dir.path(), "fences");
+    // A reader holds the key while the others try.
+    let sh = format!("echo $FENCEDLOCK_FENCE >> '{}'; {}", fence_file.display(), hold_until(&started, &go));
+    let reader = spawn(&["run", "prices", "-s", "--redis", &url, "--", "sh", "-c", &sh]);
+    wait_for_file(&started, HANG);
+    let echo = format!("echo $FENCEDLOCK_FENCE >> '{}'", fence_file.display());
     for shared in ["-s", "--shared"] {
-        let out = run(&["run", "x", shared, "--redis", &url, "--", "touch", ran.to_str().unwrap()]);
-        assert_one_line_error(&out, USAGE, &["shared leases are not supported yet", "--permits"]);
-        assert!(!ran.exists(), "the command did not run");
+        let out = run(&["run", "prices", shared, "--redis", &url, "--", "sh", "-c", &echo]);
+        assert_eq!(out.code(), 0, "a second reader runs beside the first: {out:?}");
     }
-    assert_eq!(server.lock_status("x").map(|st| st.fence), Some(1), "no lease taken for -s");
+    let writer = run(&["run", "prices", "-x", "--redis", &url, "--", "sh", "-c", &echo]);
+    assert_eq!(writer.code(), SKIPPED, "the writer waits for the reader: {writer:?}");
+    // A waiting writer gets in once the reader leaves, with a fence above every reader's.
+    let waiting = spawn(&["run", "prices", "--wait", "20s", "--redis", &url, "--", "sh", "-c", &echo]);
+    harness::poll("the writer to queue", HANG, || server.waiters() == 1);
+    let late = run(&["run", "prices", "-s", "--redis", &url, "--", "sh", "-c", &echo]);
+    assert_eq!(late.code(), SKIPPED, "a reader does not pass a waiting writer: {late:?}");
+    fs::write(&go, "").unwrap();
+    assert_eq!(reader.finish().code(), 0);
+    assert_eq!(waiting.finish().code(), 0);
+    let fences: Vec<u64> =
+        fs::read_to_string(&fence_file).unwrap().lines().map(|l| l.parse().expect("a fence")).collect();
+    assert_eq!(fences.len(), 4, "three readers and the writer ran: {fences:?}");
+    assert!(
+        fences[..3].iter().all(|f| *f < fences[3]),
+        "the writer's fence is above the readers': {fences:?}"
+    );
+}
+
+#[test]
+fn shared_runs_need_one_server_and_exclude_permits_and_every() {
+    let (a, b) = (Server::start(), Server::start());
+    let (url, other) = (a.url(), b.url());
+    for (args, needles) in [
+        (&["--shared", "--permits", "2", "--redis", &url][..], &["--shared and --permits"][..]),
+        (&["--shared", "--every", "1h", "--redis", &url], &["--every", "--shared"]),
+        (&["--shared", "--redis", &url, "--redis", &other], &["--shared needs a single --redis server"]),
+    ] {
+        let mut argv = vec!["run", "k"];
+        argv.extend_from_slice(args);
+        argv.extend_from_slice(&["--", "true"]);
+        assert_one_line_error(&run(&argv), USAGE, needles);
+    }
+    assert!(a.lock_status("k").is_none() && b.lock_status("k").is_none(), "nothing was taken");
 }
 
 #[test]

@@ -237,6 +237,33 @@ impl Lease {
         }
     }
 
+    /// Asks for this lease's key again with its own token on `terms` (a write lease turning
+    /// into a read lease), one attempt. The server keeps the fence while the lease holds, and
+    /// the lease runs a fresh ttl. A lease that ended first is not continued: the key may have
+    /// had another writer since, so a new grant (another fence) is released again and, like
+    /// a refusal, reported as [`Error::LeaseLost`].
+    pub(crate) async fn reask(&mut self, terms: Terms<'_>) -> Result<(), Error> {
+        self.ensure_valid()?;
+        let coordinator = Arc::clone(&self.claim.coordinator);
+        let request = terms.request(&self.claim.key, &self.claim.token, coordinator.config().ttl_ms());
+        let lost = match coordinator.attempt(request, None).await {
+            Ok(grant) if grant.fence == self.fence => {
+                self.deadline = grant.deadline;
+                return Ok(());
+            }
+            Ok(_) => {
+                // Best effort: what is not released now expires after its ttl.
+                let _ = coordinator.rounds.release(&self.claim.key, &self.claim.token).await;
+                LossCause::Refused
+            }
+            Err(Error::Contended { .. }) => LossCause::Refused,
+            Err(err) => return Err(err),
+        };
+        self.record_loss();
+        self.deadline = self.deadline.min(Instant::now());
+        Err(self.lost(lost))
+    }
+
     /// Ends the lease on every node. `Ok(true)` if the server (a majority) still held it,
     /// `Ok(false)` if it had already expired or been taken over (there), and an error when
     /// too few nodes answered to tell.

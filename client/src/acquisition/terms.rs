@@ -7,20 +7,33 @@ use fencedlock_protocol::Acquire;
 use crate::token::Token;
 
 /// The terms of a lease: its public label, if any (shown by `STATUS` while it holds the key),
-/// and the key's permit count (1: the mutex). Chosen by the caller (a lock, a semaphore, an
-/// election) and carried unchanged through every round of an acquisition.
+/// the key's permit count (1: the mutex), and whether it is a read lease. Chosen by the caller
+/// (a lock, a semaphore, a read-write lock, an election) and carried unchanged through every
+/// round of an acquisition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Terms<'a> {
     /// `LABEL label`.
     pub(crate) label: Option<&'a [u8]>,
     /// `PERMITS n`, sent only above 1.
     pub(crate) permits: u32,
+    /// `SHARED`: a read lease of a read-write lock (its write lease is the mutex).
+    pub(crate) shared: bool,
 }
 
 impl<'a> Terms<'a> {
     /// A plain lock's terms: one permit, with the configured label if any.
     pub(crate) fn mutex(label: Option<&'a [u8]>) -> Terms<'a> {
-        Terms { label, permits: 1 }
+        Terms { label, permits: 1, shared: false }
+    }
+
+    /// A semaphore's terms: `permits` holders at once.
+    pub(crate) fn semaphore(label: Option<&'a [u8]>, permits: u32) -> Terms<'a> {
+        Terms { label, permits, shared: false }
+    }
+
+    /// A read lease's terms.
+    pub(crate) fn shared(label: Option<&'a [u8]>) -> Terms<'a> {
+        Terms { label, permits: 1, shared: true }
     }
 }
 
@@ -29,7 +42,8 @@ impl<'a> Terms<'a> {
     /// waits sets `BLOCK` at each send).
     pub(crate) fn request(self, key: &'a str, token: &'a Token, ttl_ms: u64) -> Request<'a> {
         let plain = Acquire::mutex(key.as_bytes(), token.as_bytes(), ttl_ms);
-        Request { key, token, acquire: Acquire { label: self.label, permits: self.permits, ..plain } }
+        let acquire = Acquire { label: self.label, permits: self.permits, shared: self.shared, ..plain };
+        Request { key, token, acquire }
     }
 }
 

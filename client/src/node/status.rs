@@ -67,11 +67,12 @@ pub(super) enum Status {
 
 impl Status {
     /// How long until a new holder fits by the leases' expiry alone: zero for a free key
-    /// or a semaphore with a free permit, else the time left on the lease that ends first.
+    /// or a semaphore with a free permit, else the time left on the lease that ends first
+    /// (for readers: the first a waiting writer is woken at, by its release or expiry).
     pub(super) fn held_for(&self) -> Duration {
         match self {
             Status::Lock(status) => status.remaining.unwrap_or_default(),
-            Status::Semaphore(status) if status.holders.len() < status.permits as usize => Duration::ZERO,
+            Status::Semaphore(status) if !status.is_shared() && status.free() > 0 => Duration::ZERO,
             Status::Semaphore(status) => {
                 status.holders.iter().map(|holder| holder.remaining).min().unwrap_or_default()
             }

@@ -155,7 +155,7 @@ impl Election {
         let lease = loop {
             let give_up = Instant::now() + window;
             let attempt = Attempts::UntilMaxWait;
-            let terms = Terms { label: Some(&label), permits: 1 };
+            let terms = Terms::mutex(Some(&label));
             match Lease::take(coordinator, &self.key, token.clone(), attempt, give_up, terms).await {
                 Err(Error::Contended { .. }) => continue,
                 other => break other?,

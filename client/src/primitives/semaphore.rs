@@ -140,6 +140,6 @@ impl Semaphore {
 
     fn terms(&self) -> Terms<'_> {
         let label = self.label.as_deref().or(self.locker.config().label());
-        Terms { label, permits: self.permits }
+        Terms::semaphore(label, self.permits)
     }
 }

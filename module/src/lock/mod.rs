@@ -188,7 +188,12 @@ impl Lock {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        self.acquire_for(high_water, &Ask { token, label, permits: 1, ttl, queued_ahead: false }, now, grace_left)
+        self.acquire_for(
+            high_water,
+            &Ask { token, label, permits: 1, ttl, queued_ahead: false },
+            now,
+            grace_left,
+        )
     }
 
     /// [`Lock::acquire_for`] with the ask spelled out, for tests.
@@ -204,7 +209,12 @@ impl Lock {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        self.acquire_for(high_water, &Ask { token, label, permits, ttl, queued_ahead: false }, now, grace_left)
+        self.acquire_for(
+            high_water,
+            &Ask { token, label, permits, ttl, queued_ahead: false },
+            now,
+            grace_left,
+        )
     }
 
     /// Decides an `ACQUIRE`. `grace_left` is how long the server still refuses new grants after

@@ -444,15 +444,27 @@ fn a_mutex_value_stays_as_it_was() {
 }
 
 /// A read lease (`SHARED`) of `token` for `ttl`, asked at `now`.
-fn read(lock: &mut Lock, hw: &mut HighWater, token: &[u8], ttl: Micros, now: Micros) -> Result<Acquired, LockError> {
+fn read(
+    lock: &mut Lock,
+    hw: &mut HighWater,
+    token: &[u8],
+    ttl: Micros,
+    now: Micros,
+) -> Result<Acquired, LockError> {
     lock.acquire_permit(hw, token, None, SHARED_PERMITS, ttl, now, 0)
 }
 
 #[test]
 fn readers_hold_together_and_a_writer_only_alone_with_one_sequence_of_fences() {
     let (mut lock, mut hw) = (Lock::new(), HighWater::default());
-    assert_eq!(read(&mut lock, &mut hw, b"r1", 100 * MS, 0), Ok(Acquired::Granted { fence: 1, took_over: false }));
-    assert_eq!(read(&mut lock, &mut hw, b"r2", 50 * MS, MS), Ok(Acquired::Granted { fence: 2, took_over: false }));
+    assert_eq!(
+        read(&mut lock, &mut hw, b"r1", 100 * MS, 0),
+        Ok(Acquired::Granted { fence: 1, took_over: false })
+    );
+    assert_eq!(
+        read(&mut lock, &mut hw, b"r2", 50 * MS, MS),
+        Ok(Acquired::Granted { fence: 2, took_over: false })
+    );
     assert_eq!(read(&mut lock, &mut hw, b"r1", 100 * MS, 2 * MS), Ok(Acquired::Reentered { fence: 1 }));
     let status = lock.semaphore_status(2 * MS).expect("read leases show as a semaphore");
     assert_eq!((status.permits, status.holders.len()), (SHARED_PERMITS, 2));
@@ -471,7 +483,10 @@ fn readers_hold_together_and_a_writer_only_alone_with_one_sequence_of_fences() {
     assert_eq!(read(&mut lock, &mut hw, b"r3", 100 * MS, 52 * MS), Ok(Acquired::Busy));
     assert_eq!(lock, before);
     assert!(matches!(lock.release(b"w", 53 * MS), Released::Ended { .. }));
-    assert_eq!(read(&mut lock, &mut hw, b"r3", 100 * MS, 54 * MS), Ok(Acquired::Granted { fence: 4, took_over: false }));
+    assert_eq!(
+        read(&mut lock, &mut hw, b"r3", 100 * MS, 54 * MS),
+        Ok(Acquired::Granted { fence: 4, took_over: false })
+    );
     assert_eq!(lock.raise(&mut hw, b"r3", 100, 54 * MS), None, "no raise on read leases");
 }
 
@@ -493,7 +508,10 @@ fn a_writer_downgrades_keeping_its_fence_and_a_reader_cannot_upgrade() {
     let status = lock.semaphore_status(10 * MS).expect("now read leases");
     assert_eq!((status.holders[0].fence, status.holders[0].remaining.as_millis()), (2, 30));
     assert_eq!(status.holders[0].label.as_deref(), Some(&b"new"[..]));
-    assert_eq!(read(&mut lock, &mut hw, b"r", 100 * MS, 11 * MS), Ok(Acquired::Granted { fence: 3, took_over: false }));
+    assert_eq!(
+        read(&mut lock, &mut hw, b"r", 100 * MS, 11 * MS),
+        Ok(Acquired::Granted { fence: 3, took_over: false })
+    );
     // No upgrade, whether others read or not; nothing changes.
     let before = lock.clone();
     assert_eq!(lock.acquire(&mut hw, b"w", None, 100 * MS, 12 * MS, 0), Err(LockError::UpgradeRefused));
@@ -520,24 +538,42 @@ fn read_leases_and_semaphores_refuse_each_other() {
     assert_eq!(lock, before);
     assert!(matches!(lock.release(b"r", 2 * MS), Released::Ended { .. }));
     granted(lock.acquire_permit(&mut hw, b"s", None, 3, 100 * MS, 3 * MS, 0));
-    assert_eq!(read(&mut lock, &mut hw, b"r", 100 * MS, 4 * MS), Err(LockError::PermitsMismatch { permits: 3 }));
-    assert_eq!(read(&mut lock, &mut hw, b"s", 100 * MS, 4 * MS), Err(LockError::PermitsMismatch { permits: 3 }));
+    assert_eq!(
+        read(&mut lock, &mut hw, b"r", 100 * MS, 4 * MS),
+        Err(LockError::PermitsMismatch { permits: 3 })
+    );
+    assert_eq!(
+        read(&mut lock, &mut hw, b"s", 100 * MS, 4 * MS),
+        Err(LockError::PermitsMismatch { permits: 3 })
+    );
 }
 
 #[test]
 fn a_fresh_grant_does_not_pass_the_queue_but_holders_go_on() {
     let (mut lock, mut hw) = (Lock::new(), HighWater::default());
     granted(read(&mut lock, &mut hw, b"r1", 100 * MS, 0));
-    let ask = |token: &'static [u8], permits| Ask { token, label: None, permits, ttl: 100 * MS, queued_ahead: true };
+    let ask = |token: &'static [u8], permits| Ask {
+        token,
+        label: None,
+        permits,
+        ttl: 100 * MS,
+        queued_ahead: true,
+    };
     let before = lock.clone();
     assert_eq!(lock.acquire_for(&mut hw, &ask(b"r2", SHARED_PERMITS), MS, 0), Ok(Acquired::Busy));
     assert_eq!(lock, before, "a reader behind a waiting writer is refused");
-    assert_eq!(lock.acquire_for(&mut hw, &ask(b"r1", SHARED_PERMITS), MS, 0), Ok(Acquired::Reentered { fence: 1 }));
+    assert_eq!(
+        lock.acquire_for(&mut hw, &ask(b"r1", SHARED_PERMITS), MS, 0),
+        Ok(Acquired::Reentered { fence: 1 })
+    );
     // On an idle key too: whoever waits was there first.
     assert!(matches!(lock.release(b"r1", 2 * MS), Released::Ended { .. }));
     assert_eq!(lock.acquire_for(&mut hw, &ask(b"w", 1), 3 * MS, 0), Ok(Acquired::Busy));
     // The restart grace still says so first.
-    assert!(matches!(lock.acquire_for(&mut hw, &ask(b"w", 1), 3 * MS, MS), Err(LockError::RestartGrace { .. })));
+    assert!(matches!(
+        lock.acquire_for(&mut hw, &ask(b"w", 1), 3 * MS, MS),
+        Err(LockError::RestartGrace { .. })
+    ));
 }
 
 #[test]
@@ -546,12 +582,17 @@ fn read_leases_travel_whole() {
     granted(lock.acquire(&mut hw, b"w", None, 100 * MS, 0, 0));
     assert_eq!(read(&mut lock, &mut hw, b"w", 100 * MS, MS), Ok(Acquired::Reentered { fence: 1 }));
     granted(read(&mut lock, &mut hw, b"r", 50 * MS, 2 * MS));
-    let Snapshot::Semaphore(record) = lock.snapshot(10 * MS) else { panic!("read leases travel as a semaphore") };
+    let Snapshot::Semaphore(record) = lock.snapshot(10 * MS) else {
+        panic!("read leases travel as a semaphore")
+    };
     assert_eq!((record.fence, record.permits, record.holders.len()), (2, SHARED_PERMITS, 2));
     let mut loaded = Lock::from_semaphore_record(record, 1_000 * MS).expect("loads");
     assert_eq!(semaphore(&loaded, 1_000 * MS), vec![(1, 91), (2, 42)]);
     assert_eq!(loaded.acquire(&mut hw, b"x", None, 100 * MS, 1_000 * MS, 0), Ok(Acquired::Busy));
-    assert_eq!(read(&mut loaded, &mut hw, b"x", 100 * MS, 1_000 * MS), Ok(Acquired::Granted { fence: 3, took_over: false }));
+    assert_eq!(
+        read(&mut loaded, &mut hw, b"x", 100 * MS, 1_000 * MS),
+        Ok(Acquired::Granted { fence: 3, took_over: false })
+    );
 }
 
 /// Random interleavings of every operation by three clients over a moving clock: grants
