@@ -36,7 +36,7 @@ SLOTS = 16384
 
 # The Functions library (protocol/src/functions.rs).
 LIBRARY_NAME = "fencedlock"
-LIBRARY_VERSION = 5
+LIBRARY_VERSION = 6
 VERSION_FUNCTION = "fencedlock_version"
 FLOOR_KEY_PREFIX = "fencedlock:fn-floor:{"
 WAKE_KEY_PREFIX = "fencedlock:fn-wake:{"
