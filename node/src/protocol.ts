@@ -70,6 +70,7 @@ export const REPLY_ERRORS = {
   BadPermits: { code: 'ERR', prefix: 'permits must be' },
   Syntax: { code: 'ERR', prefix: 'syntax error' },
   PermitsMismatch: { code: 'ERR', prefix: 'permits mismatch' },
+  UpgradeRefused: { code: 'ERR', prefix: 'upgrade refused' },
   FencesExhausted: { code: 'ERR', prefix: 'fence space exhausted' },
   RestartGrace: { code: 'TRYAGAIN', prefix: 'fencedlock restart grace' },
   WaitInterrupted: { code: 'TRYAGAIN', prefix: 'fencedlock wait interrupted' },

@@ -93,6 +93,7 @@ class ReplyError(enum.Enum):
     BAD_PERMITS = ("ERR", "permits must be")
     SYNTAX = ("ERR", "syntax error")
     PERMITS_MISMATCH = ("ERR", "permits mismatch")
+    UPGRADE_REFUSED = ("ERR", "upgrade refused")
     FENCES_EXHAUSTED = ("ERR", "fence space exhausted")
     RESTART_GRACE = ("TRYAGAIN", "fencedlock restart grace")
     WAIT_INTERRUPTED = ("TRYAGAIN", "fencedlock wait interrupted")
