@@ -32,7 +32,7 @@ export const MAX_BLOCK_MS = MAX_MAX_TTL_MS;
 
 /** The Functions library (`functions.rs`). */
 export const LIBRARY_NAME = 'fencedlock';
-export const LIBRARY_VERSION = 5;
+export const LIBRARY_VERSION = 6;
 export const VERSION_FUNCTION = 'fencedlock_version';
 export const FLOOR_KEY_PREFIX = 'fencedlock:fn-floor:{';
 export const WAKE_KEY_PREFIX = 'fencedlock:fn-wake:{';
@@ -70,6 +70,7 @@ export const REPLY_ERRORS = {
   BadPermits: { code: 'ERR', prefix: 'permits must be' },
   Syntax: { code: 'ERR', prefix: 'syntax error' },
   PermitsMismatch: { code: 'ERR', prefix: 'permits mismatch' },
+  UpgradeRefused: { code: 'ERR', prefix: 'upgrade refused' },
   FencesExhausted: { code: 'ERR', prefix: 'fence space exhausted' },
   RestartGrace: { code: 'TRYAGAIN', prefix: 'fencedlock restart grace' },
   WaitInterrupted: { code: 'TRYAGAIN', prefix: 'fencedlock wait interrupted' },

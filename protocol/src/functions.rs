@@ -31,11 +31,11 @@ pub const NAME: &str = "fencedlock";
 /// the server's is missing or older (or of this version with other code). Raise it with every
 /// change to `functions.lua`, and pin the new source's [`SOURCE_DIGEST`] beside it: servers
 /// that run an older library of the same number would otherwise keep it.
-pub const VERSION: u64 = 5;
+pub const VERSION: u64 = 6;
 
 /// [`source_digest`] of the library at [`VERSION`]. A test fails when `functions.lua` changes
 /// and this does not, which is the reminder to raise [`VERSION`] with it.
-pub const SOURCE_DIGEST: u64 = 0xee9d69cec460616c;
+pub const SOURCE_DIGEST: u64 = 0x89eae461baf9de2c;
 
 /// FNV-1a (64 bits) of the library's source: a change detector, not a security measure.
 pub fn source_digest() -> u64 {
@@ -222,6 +222,7 @@ mod tests {
         has_local("MAX_TOKEN_LEN", MAX_TOKEN_LEN);
         has_local("MAX_LABEL_LEN", MAX_LABEL_LEN);
         has_local("MAX_PERMITS", MAX_PERMITS);
+        has_local("SHARED_PERMITS", SHARED_PERMITS);
         // The library cannot read configs: its ttl bound and retention are the defaults.
         has_local("MAX_TTL_MS", DEFAULT_MAX_TTL_MS);
         has_local("RETENTION_MS", DEFAULT_RECLAIM_AFTER_MS);

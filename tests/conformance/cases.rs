@@ -20,6 +20,7 @@ pub fn all() -> Vec<Case> {
     cases.extend(tokens());
     cases.extend(options());
     cases.extend(semaphores());
+    cases.extend(read_write());
     cases.extend(holders_and_expiry());
     cases.extend(raises());
     cases.extend(cad());
@@ -311,6 +312,224 @@ fn semaphores() -> Vec<Case> {
             ],
         ),
     ]
+}
+
+/// Read leases (`SHARED`) and the write lease of a read-write lock: readers together, each
+/// mode refusing the other, downgrade, the refused upgrade, and the options' rules.
+fn read_write() -> Vec<Case> {
+    let none = &[] as &[&str];
+    let mut cases = vec![
+        Case::new(
+            "rw:readers-together",
+            vec![
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(ACQUIRE, &["b", "5000", "shared", "LABEL", "reader-b"]),
+                call(STATUS, none),
+                call(RENEW, &["a", "3000"]),
+                call(STATUS, none),
+                call(RELEASE, &["a"]),
+                call(RELEASE, &["a"]),
+                call(STATUS, none),
+                call(RELEASE, &["b"]),
+                // Nobody holds it: the shape of a key whose last holders read.
+                call(STATUS, none),
+                call(ACQUIRE, &["c", "5000"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:writer-refused-while-read",
+            vec![
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(ACQUIRE, &["w", "5000"]),
+                call(ACQUIRE, &["w", "5000", "PERMITS", "1"]),
+                call(ACQUIRE, &["w", "5000", "LABEL", "writer"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:reader-refused-while-written",
+            vec![
+                call(ACQUIRE, &["w", "5000", "LABEL", "writer"]),
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(ACQUIRE, &["a", "5000", "SHARED", "LABEL", "reader"]),
+                call(STATUS, none),
+                call(RELEASE, &["a"]),
+                call(RENEW, &["a", "5000"]),
+            ],
+        ),
+        Case::new(
+            "rw:downgrade-keeps-the-fence",
+            vec![
+                call(ACQUIRE, &["w", "5000", "LABEL", "writer"]),
+                call(ACQUIRE, &["w", "8000", "SHARED"]),
+                // Read now: the label stays, the ttl is the new one.
+                call(STATUS, none),
+                call(ACQUIRE, &["r", "5000", "SHARED"]),
+                call(ACQUIRE, &["w", "4000", "SHARED", "LABEL", "reader-now"]),
+                call(STATUS, none),
+                call(ACQUIRE, &["w", "4000"]),
+                call(ACQUIRE, &["x", "4000"]),
+            ],
+        ),
+        Case::new(
+            "rw:upgrade-refused",
+            vec![
+                call(ACQUIRE, &["r", "5000", "SHARED", "LABEL", "reader"]),
+                call(ACQUIRE, &["r", "9000"]),
+                call(ACQUIRE, &["r", "9000", "PERMITS", "1", "LABEL", "other"]),
+                // Nothing changed: the same read lease, its ttl and label.
+                call(STATUS, none),
+                call(RELEASE, &["r"]),
+                call(ACQUIRE, &["r", "5000"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:reader-re-entry",
+            vec![
+                call(ACQUIRE, &["r", "1000", "SHARED"]),
+                call(ACQUIRE, &["s", "5000", "SHARED"]),
+                sleep(300),
+                call(ACQUIRE, &["r", "5000", "SHARED"]),
+                call(STATUS, none),
+                call(ACQUIRE, &["r", "4000", "SHARED", "LABEL", "relabelled"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:semaphore-held-asked-shared",
+            vec![
+                call(ACQUIRE, &["a", "5000", "PERMITS", "2"]),
+                call(ACQUIRE, &["b", "5000", "SHARED"]),
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:shared-held-asked-as-semaphore",
+            vec![
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(ACQUIRE, &["b", "5000", "PERMITS", "2"]),
+                call(ACQUIRE, &["a", "5000", "PERMITS", "3"]),
+                call(STATUS, none),
+                // Idle again: the next grant sets the count anew, either way.
+                call(RELEASE, &["a"]),
+                call(ACQUIRE, &["b", "5000", "PERMITS", "2"]),
+                call(STATUS, none),
+                call(RELEASE, &["b"]),
+                call(ACQUIRE, &["c", "5000", "SHARED"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:raise-on-shared",
+            vec![
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call_args(RAISE, vec![lit("a"), Arg::FencePlus(5)]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:writer-after-readers-released",
+            vec![
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(ACQUIRE, &["b", "5000", "SHARED"]),
+                call(ACQUIRE, &["w", "5000"]),
+                call(RELEASE, &["a"]),
+                call(ACQUIRE, &["w", "5000"]),
+                call(RELEASE, &["b"]),
+                // Above every reader's fence.
+                call(ACQUIRE, &["w", "5000"]),
+                call(STATUS, none),
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(RELEASE, &["w"]),
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:writer-after-readers-expired",
+            vec![
+                call(ACQUIRE, &["a", "150", "SHARED"]),
+                call(ACQUIRE, &["b", "150", "SHARED", "LABEL", "short"]),
+                call(ACQUIRE, &["w", "5000"]),
+                sleep(300),
+                call(STATUS, none),
+                call(RENEW, &["a", "5000"]),
+                call(RELEASE, &["b"]),
+                call(ACQUIRE, &["w", "5000"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:reader-after-writer-expired",
+            vec![
+                call(ACQUIRE, &["w", "150"]),
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                sleep(300),
+                call(ACQUIRE, &["a", "5000", "SHARED"]),
+                call(ACQUIRE, &["w", "5000", "SHARED"]),
+                call(STATUS, none),
+            ],
+        ),
+        Case::new(
+            "rw:key-only",
+            vec![
+                call_key_only(ACQUIRE, &["a", "5000", "SHARED"]),
+                call_key_only(ACQUIRE, &["b", "5000", "SHARED"]),
+                call_key_only(ACQUIRE, &["w", "5000"]),
+                call_key_only(STATUS, none),
+                call_key_only(RELEASE, &["a"]),
+                call_key_only(RELEASE, &["b"]),
+                call_key_only(ACQUIRE, &["w", "5000"]),
+            ],
+        ),
+        Case::new(
+            "rw:wrongtype",
+            vec![
+                raw(&["SET", KEY, "x"]),
+                call(ACQUIRE, &["a", "1000", "SHARED"]),
+                call(ACQUIRE, &["a", "1000", "SHARED", "PERMITS", "2"]),
+            ],
+        ),
+    ];
+    // The options: SHARED is a word alone, at most once, never with PERMITS; the first bad
+    // word decides the error.
+    let refused: Vec<(&str, Vec<&str>)> = vec![
+        ("shared-then-permits", vec!["SHARED", "PERMITS", "2"]),
+        ("permits-then-shared", vec!["PERMITS", "2", "SHARED"]),
+        ("permits-1-then-shared", vec!["permits", "1", "shared"]),
+        ("shared-twice", vec!["SHARED", "SHARED"]),
+        ("shared-twice-mixed-case", vec!["SHARED", "LABEL", "l", "Shared"]),
+        ("shared-with-a-value", vec!["SHARED", "5"]),
+        ("shared-then-label-without-value", vec!["SHARED", "LABEL"]),
+        ("shared-then-bad-permits", vec!["SHARED", "PERMITS", "0"]),
+        ("bad-permits-then-shared", vec!["PERMITS", "0", "SHARED"]),
+        ("shared-then-bad-label", vec!["SHARED", "LABEL", ""]),
+        ("shared-then-bad-block", vec!["SHARED", "BLOCK", "x"]),
+        ("all-and-permits", vec!["SHARED", "LABEL", "l", "BLOCK", "1", "PERMITS", "2"]),
+        ("eight-words", vec!["SHARED", "LABEL", "l", "BLOCK", "1", "PERMITS", "2", "x"]),
+    ];
+    cases.extend(refused.into_iter().map(|(name, opts)| {
+        let mut args = vec!["a", "1000"];
+        args.extend(opts);
+        Case::new(format!("rw:option:{name}"), vec![call(ACQUIRE, &args), call(STATUS, none)])
+    }));
+    let granted: Vec<(&str, Vec<&str>)> = vec![
+        ("shared-lower-case", vec!["shared"]),
+        ("shared-all-options", vec!["BLOCK", "10", "SHARED", "LABEL", "l"]),
+        ("shared-last", vec!["LABEL", "l", "BLOCK", "0", "sHaReD"]),
+        // A label that spells the word is a label.
+        ("label-named-shared", vec!["LABEL", "SHARED"]),
+        ("label-named-shared-and-shared", vec!["LABEL", "SHARED", "SHARED"]),
+    ];
+    cases.extend(granted.into_iter().map(|(name, opts)| {
+        let mut args = vec!["a", "2000"];
+        args.extend(opts);
+        Case::new(format!("rw:option:{name}"), vec![call(ACQUIRE, &args), call(STATUS, none)])
+    }));
+    cases
 }
 
 fn holders_and_expiry() -> Vec<Case> {

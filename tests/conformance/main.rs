@@ -11,5 +11,6 @@ mod contract;
 mod differences;
 mod engines;
 mod managed;
+mod read_write;
 mod table;
 mod trust;

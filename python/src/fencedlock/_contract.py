@@ -36,7 +36,7 @@ SLOTS = 16384
 
 # The Functions library (protocol/src/functions.rs).
 LIBRARY_NAME = "fencedlock"
-LIBRARY_VERSION = 5
+LIBRARY_VERSION = 6
 VERSION_FUNCTION = "fencedlock_version"
 FLOOR_KEY_PREFIX = "fencedlock:fn-floor:{"
 WAKE_KEY_PREFIX = "fencedlock:fn-wake:{"
@@ -93,6 +93,7 @@ class ReplyError(enum.Enum):
     BAD_PERMITS = ("ERR", "permits must be")
     SYNTAX = ("ERR", "syntax error")
     PERMITS_MISMATCH = ("ERR", "permits mismatch")
+    UPGRADE_REFUSED = ("ERR", "upgrade refused")
     FENCES_EXHAUSTED = ("ERR", "fence space exhausted")
     RESTART_GRACE = ("TRYAGAIN", "fencedlock restart grace")
     WAIT_INTERRUPTED = ("TRYAGAIN", "fencedlock wait interrupted")

@@ -2,7 +2,7 @@
 -- fencedlock without the module: the FENCEDLOCK.* commands as a Redis Functions library, for
 -- servers that cannot load modules (managed services). Same arguments, replies and error texts:
 --
---   FCALL fencedlock_acquire 2 key floor token ttl_ms [LABEL l] [PERMITS n] [BLOCK ms]
+--   FCALL fencedlock_acquire 2 key floor token ttl_ms [LABEL l] [PERMITS n | SHARED] [BLOCK ms]
 --                            (3 key floor wake …: a waiter, see below)
 --   FCALL fencedlock_renew   2 key floor token ttl_ms
 --   FCALL fencedlock_release 3 key floor wake token
@@ -24,7 +24,23 @@
 -- on it between attempts, so the server wakes the longest-blocked one instead of everyone
 -- polling. A waiter's ACQUIRE names it: its refusal records (`wake_until`) that releases
 -- until the refusing leases end must wake someone; such a release pushes one element per
--- freed permit (at most `permits` kept, for WAKE_TTL_MS). Release always names it.
+-- freed permit (at most `permits` kept, one for read leases, for WAKE_TTL_MS). Release always
+-- names it.
+--
+-- SHARED asks for a read lease of a read-write lock (the key keeps `permits` 0); an ACQUIRE
+-- without SHARED or PERMITS is its write lease. The module keeps readers from passing a
+-- writer that waits in its queue; the library has no queue, so a waiting writer leaves a mark
+-- instead: its refusal by read leases (a waiter's, naming `wake`) records `writer_until`, the
+-- latest end of those leases, and each such refusal sets it anew. Until then a fresh read
+-- lease (for a token that does not hold the key) is refused, also once the readers left, so
+-- the woken writer finds the key free; the writer's grant (or any grant without SHARED)
+-- clears the mark. A writer that gave up keeps new readers out until the mark ends: at most
+-- the readers' ttl. A waiting reader leaves no mark: writers hold the key one at a time, and
+-- each release's wake-up goes to the longest-blocked waiter, reader or writer. A release
+-- wakes one waiter, as for a mutex: other readers waiting for the writer try again when the
+-- lease their nap was timed to would have ended (a downgrade names no `wake` and wakes
+-- nobody), and a reader the mark refused may take the wake-up meant for the writer, which
+-- then tries again at its own nap's end, about when the mark ends.
 --
 -- Leases run on the server's wall clock (TIME): a script has no monotonic clock. BLOCK is
 -- checked and then ignored: a script cannot block, so a busy key is one refused attempt (nil),
@@ -33,11 +49,13 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 5
+local VERSION = 6
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
 local MAX_PERMITS = 1024
+-- The `permits` of a key held by read leases (ACQUIRE … SHARED), as STATUS shows it.
+local SHARED_PERMITS = 0
 local MAX_TTL_MS = 86400000
 local MAX_BLOCK_MS = 4398046511104
 local MAX_FENCE = 9223372036854775807
@@ -64,8 +82,10 @@ local E_BAD_FENCE = 'ERR fence must be an integer from 1 to 9223372036854775807'
 local E_BAD_TIMEOUT = 'ERR timeout must be an integer number of milliseconds from 0 (no limit) to 4398046511104'
 local E_BAD_LABEL = 'ERR label must be 1 to 256 bytes (it is public: STATUS shows it)'
 local E_BAD_PERMITS = 'ERR permits must be an integer from 1 to 1024'
-local E_SYNTAX = 'ERR syntax error: the options are BLOCK timeout_ms, LABEL label and PERMITS n, each at most once'
+local E_SYNTAX = 'ERR syntax error: the options are BLOCK timeout_ms, LABEL label, and PERMITS n or SHARED, each at most once'
 local E_PERMITS_MISMATCH = {'ERR permits mismatch: the key is held with PERMITS ', '; ask with the same count (it changes only while nobody holds the key)'}
+local E_HELD_SHARED = 'ERR permits mismatch: the key is held SHARED; ask with SHARED (it changes only while nobody holds the key)'
+local E_UPGRADE_REFUSED = 'ERR upgrade refused: the token holds the key SHARED; release it, then acquire without SHARED (a new, higher fence)'
 local E_FENCES_EXHAUSTED = 'ERR fence space exhausted: no fence above 9223372036854775807 can be issued'
 local E_WRONG_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local E_SCRIPT_FUNCTION = 'ERR fencedlock: as a script, the first argument names the function (fencedlock_acquire, _renew, _release, _raise, _cad, _status or _version)'
@@ -274,10 +294,12 @@ local function keys_refusal(key, floor, wake, lock)
 end
 
 -- The lock key's state: { fence, permits, holders = { {fence, token, deadline_us, label or
--- false}, ... } } in grant order (expired holders included until the next grant); nil for a
--- missing key; nil and the error reply for a key that is not a lock.
+-- false}, ... } } in grant order (expired holders included until the next grant), and the
+-- waiters' marks (0 when unset); nil for a missing key; nil and the error reply for a key
+-- that is not a lock.
 local function load(key)
-  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until', 'floor')
+  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until', 'floor',
+    'writer_until')
   if type(got) == 'table' and got.err then
     return nil, E_WRONG_TYPE
   end
@@ -301,7 +323,8 @@ local function load(key)
       return nil, E_WRONG_TYPE
     end
   end
-  return { fence = fence, permits = permits, holders = holders, wake_until = tonumber(got[5]) or 0, tag = got[6] }
+  return { fence = fence, permits = permits, holders = holders, wake_until = tonumber(got[5]) or 0, tag = got[6],
+    writer_until = tonumber(got[7]) or 0 }
 end
 
 -- Writes the state back; with a floor, the key records its floor's tag (keys_refusal) and
@@ -400,8 +423,27 @@ local function next_fence(key, floor, key_fence, now)
   return fence
 end
 
+-- A refused ACQUIRE (nil). A waiter (it names the wake-up list) asks releases to wake it until
+-- the leases it was refused for end (or `after`, the mark that refused it); after that it asks
+-- again by itself. A writer refused by read leases also marks that it waits (see the header).
+local function refusal(key, wake, lock, holding, writer_waits, after)
+  if wake then
+    local until_us = after or 0
+    for _, h in ipairs(holding) do
+      if h[3] > until_us then until_us = h[3] end
+    end
+    if writer_waits and until_us ~= lock.writer_until then
+      redis.call('HSET', key, 'wake_until', int(math.max(until_us, lock.wake_until)), 'writer_until', int(until_us))
+    elseif until_us > lock.wake_until then
+      redis.call('HSET', key, 'wake_until', int(until_us))
+    end
+  end
+  return false
+end
+
 local function acquire(keys, args)
-  if #args < 2 or (#args - 2) % 2 ~= 0 or (#args - 2) / 2 > 3 then
+  -- Three valued options and the SHARED flag: 0 to 7 words after the ttl.
+  if #args < 2 or #args > 9 then
     return arity('fencedlock.acquire')
   end
   local key, floor, wake, bad = keys_of(keys)
@@ -410,23 +452,36 @@ local function acquire(keys, args)
   if not check_token(token) then return fail(E_BAD_TOKEN) end
   local ttl, bad_ttl = parse_ttl(args[2])
   if not ttl then return fail(bad_ttl) end
-  local block, label, permits
-  for i = 3, #args, 2 do
+  local block, label, permits, shared
+  local i = 3
+  while i <= #args do
     local word, value = string.upper(args[i]), args[i + 1]
-    if word == 'BLOCK' and block == nil then
-      block = parse_u64(value)
-      if block == nil or block > MAX_BLOCK_MS then return fail(E_BAD_TIMEOUT) end
-    elseif word == 'LABEL' and label == nil then
-      if #value < 1 or #value > MAX_LABEL_LEN then return fail(E_BAD_LABEL) end
-      label = value
-    elseif word == 'PERMITS' and permits == nil then
-      permits = parse_u64(value)
-      if permits == nil or permits < 1 or permits > MAX_PERMITS then return fail(E_BAD_PERMITS) end
+    if word == 'SHARED' and not shared and permits == nil then
+      shared = true
+      i = i + 1
     else
-      return fail(E_SYNTAX)
+      if value == nil then return fail(E_SYNTAX) end
+      if word == 'BLOCK' and block == nil then
+        block = parse_u64(value)
+        if block == nil or block > MAX_BLOCK_MS then return fail(E_BAD_TIMEOUT) end
+      elseif word == 'LABEL' and label == nil then
+        if #value < 1 or #value > MAX_LABEL_LEN then return fail(E_BAD_LABEL) end
+        label = value
+      elseif word == 'PERMITS' and permits == nil and not shared then
+        permits = parse_u64(value)
+        if permits == nil or permits < 1 or permits > MAX_PERMITS then return fail(E_BAD_PERMITS) end
+      else
+        return fail(E_SYNTAX)
+      end
+      i = i + 2
     end
   end
-  permits = permits or 1
+  -- The count the key is held with once granted.
+  if shared then
+    permits = SHARED_PERMITS
+  else
+    permits = permits or 1
+  end
 
   local lock, wrong = load(key)
   if wrong then return fail(wrong) end
@@ -438,7 +493,23 @@ local function acquire(keys, args)
   if lock then
     holding = live(lock, now)
     if #holding > 0 and lock.permits ~= permits then
-      return fail(E_PERMITS_MISMATCH[1] .. int(lock.permits) .. E_PERMITS_MISMATCH[2])
+      if lock.permits > 1 or permits > 1 then
+        if lock.permits == SHARED_PERMITS then return fail(E_HELD_SHARED) end
+        return fail(E_PERMITS_MISMATCH[1] .. int(lock.permits) .. E_PERMITS_MISMATCH[2])
+      end
+      -- Readers (0) and a writer (1): the other mode holds the key.
+      local mine = find(holding, token)
+      if not mine then
+        return refusal(key, wake, lock, holding, not shared)
+      end
+      -- A reader's upgrade would deadlock against another reader's.
+      if not shared then return fail(E_UPGRADE_REFUSED) end
+      -- The writer downgrades: its fence stays, the lease restarts as a read lease.
+      lock.permits = SHARED_PERMITS
+      mine[3] = deadline
+      if label then mine[4] = label end
+      store(key, floor, lock, now)
+      return mine[1]
     end
     local mine = find(holding, token)
     if mine then
@@ -448,19 +519,12 @@ local function acquire(keys, args)
       store(key, floor, lock, now)
       return mine[1]
     end
-    if #holding >= lock.permits then
-      -- A waiter (it names the wake-up list) asks releases to wake it until the leases it
-      -- was refused for end; after that it asks again by itself.
-      if wake then
-        local until_us = 0
-        for _, h in ipairs(holding) do
-          if h[3] > until_us then until_us = h[3] end
-        end
-        if until_us > lock.wake_until then
-          redis.call('HSET', key, 'wake_until', int(until_us))
-        end
-      end
-      return false
+    if #holding >= (shared and MAX_PERMITS or permits) then
+      return refusal(key, wake, lock, holding, false)
+    end
+    -- Readers do not pass a writer that waits (it may be woken and not yet here).
+    if shared and lock.writer_until > now then
+      return refusal(key, wake, lock, holding, false, lock.writer_until)
     end
   end
   local fence = next_fence(key, floor, lock and lock.fence or 0, now)
@@ -468,6 +532,9 @@ local function acquire(keys, args)
   if permits == 1 then holding = {} end
   holding[#holding + 1] = { fence, token, deadline, label or false }
   store(key, floor, { fence = fence, permits = permits, holders = holding }, now)
+  if not shared and lock and lock.writer_until > 0 then
+    redis.call('HDEL', key, 'writer_until')
+  end
   return fence
 end
 
@@ -508,10 +575,11 @@ local function release(keys, args)
   store(key, floor, lock, now)
   if wake and lock.wake_until > now then
     -- One wake-up per freed permit, for the longest-blocked waiter; the list never holds
-    -- more than the key's permits, and a wake-up nobody took goes after WAKE_TTL_MS. Only
-    -- while a waiter asked to be woken: most releases have nobody to wake.
+    -- more than the key's permits (one for read leases: what their release frees is the
+    -- writer's), and a wake-up nobody took goes after WAKE_TTL_MS. Only while a waiter asked
+    -- to be woken: most releases have nobody to wake.
     redis.call('RPUSH', wake, '1')
-    redis.call('LTRIM', wake, -lock.permits, -1)
+    redis.call('LTRIM', wake, -math.max(lock.permits, 1), -1)
     redis.call('PEXPIRE', wake, WAKE_TTL_MS)
   end
   return 1
@@ -567,7 +635,7 @@ local function status(keys, args)
   local function pttl(h)
     return math.ceil((h[3] - now) / 1000)
   end
-  if lock.permits > 1 then
+  if lock.permits ~= 1 then
     local entries = {}
     for i, h in ipairs(holding) do
       entries[i] = { h[1], pttl(h), h[4] }
