@@ -7,8 +7,8 @@
 use std::time::Duration;
 
 use fencedlock::{
-    Cause, Engine, EngineChoice, Error, Fencing, Lease, LockConfig, Locker, Redlock, Semaphore, Token,
-    TokenFormat,
+    Cause, Engine, EngineChoice, Error, Fencing, Lease, LockConfig, Locker, ReadWriteLock, Redlock,
+    Semaphore, Token, TokenFormat,
 };
 use fencedlock_protocol::functions;
 use harness::Server;
@@ -77,6 +77,44 @@ async fn semaphores_run_on_the_library() {
     a.release().await.expect("released");
     let c = semaphore.try_acquire().await.expect("a freed permit");
     assert!(c.fence() > b.fence());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_write_locks_run_on_the_library_and_a_waiting_writer_gets_in() {
+    let server = module_less();
+    let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    let lock = ReadWriteLock::new(locker, "fn:rw");
+    let r1 = lock.try_read().await.expect("a reader");
+    let r2 = lock.try_read().await.expect("a second reader");
+    assert!(r2.fence() > r1.fence());
+    assert!(matches!(lock.try_write().await, Err(fencedlock::Error::Contended { .. })));
+    // A writer waits (naming the wake-up list): readers that come later are kept out.
+    let writer = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.write().await })
+    };
+    let marked = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if server.cmd::<Option<String>>(&["HGET", "fn:rw", "writer_until"]).ok().flatten().is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    marked.await.expect("the waiting writer leaves its mark");
+    assert!(matches!(lock.try_read().await, Err(fencedlock::Error::Contended { .. })), "no reader passes it");
+    let top = r2.fence();
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+    let mut w = tokio::time::timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("in time")
+        .expect("task")
+        .expect("the writer");
+    assert!(w.fence() > top);
+    lock.downgrade(&mut w).await.expect("a downgrade on the library");
+    let status = lock.status().await.expect("status").expect("state");
+    assert!(status.is_shared() && status.holders[0].fence == w.fence(), "{status:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

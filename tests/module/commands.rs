@@ -255,7 +255,21 @@ fn wrong_arity_is_refused() {
         args!["FENCEDLOCK.ACQUIRE"],
         args!["FENCEDLOCK.ACQUIRE", "bad:lock"],
         args!["FENCEDLOCK.ACQUIRE", "bad:lock", "holder"],
-        args!["FENCEDLOCK.ACQUIRE", "bad:new", "t", "1000", "extra"],
+        // More words than every option takes (BLOCK, LABEL and PERMITS with values, SHARED).
+        args![
+            "FENCEDLOCK.ACQUIRE",
+            "bad:new",
+            "t",
+            "1000",
+            "BLOCK",
+            "1",
+            "LABEL",
+            "l",
+            "PERMITS",
+            "2",
+            "SHARED",
+            "x"
+        ],
         args!["FENCEDLOCK.RENEW"],
         args!["FENCEDLOCK.RENEW", "bad:lock", "holder"],
         args!["FENCEDLOCK.RENEW", "bad:lock", "holder", "1000", "extra"],
@@ -273,6 +287,13 @@ fn wrong_arity_is_refused() {
     for case in cases {
         assert_refused(&s, &keys, case, arity);
     }
+    // A stray word after the ttl passes the arity check (it could be SHARED): the syntax error.
+    assert_refused(
+        &s,
+        &keys,
+        args!["FENCEDLOCK.ACQUIRE", "bad:new", "t", "1000", "extra"],
+        "ERR syntax error",
+    );
     assert!(status_of(&s, "bad:lock").held, "the holder still holds it");
 }
 

@@ -120,9 +120,10 @@ fn options_come_in_any_order_and_bad_ones_change_nothing() {
             cases.push((with(&[LABEL, "a", "NX", "1"]), Some(ReplyError::Syntax)));
             cases.push((with(&["BLOCK", "x", LABEL, "a"]), Some(ReplyError::BadTimeout)));
             cases.push((with(&[LABEL, "a", "BLOCK", "1", "LABEL", "b"]), Some(ReplyError::Syntax)));
-            // Redis's own arity error: an option comes whole, and at most three of them.
-            cases.push((with(&[LABEL]), None));
-            cases.push((with(&[LABEL, "a", "BLOCK"]), None));
+            // An option without its value: the module's syntax error; more words than all the
+            // options take: Redis's own arity error.
+            cases.push((with(&[LABEL]), Some(ReplyError::Syntax)));
+            cases.push((with(&[LABEL, "a", "BLOCK"]), Some(ReplyError::Syntax)));
             cases.push((with(&[LABEL, "a", "BLOCK", "1", "PERMITS", "1", "LABEL", "b"]), None));
         }
         cases.push((args![ACQUIRE.name, key, "t", "0", LABEL, "ok"], Some(ReplyError::BadTtl)));

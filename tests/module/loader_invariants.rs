@@ -126,10 +126,10 @@ impl Layout {
             rdb_version: [dump[n - 10], dump[n - 9]],
         };
         let _: i64 = s.cmd(&["DEL", PROBE_KEY]).unwrap();
-        assert_eq!(id & ENCVER_BITS, 3, "the module saves encoding version 3");
+        assert_eq!(id & ENCVER_BITS, 4, "the module saves encoding version 4");
         assert_eq!(used, 9, "a module id takes 64 bits");
         assert_eq!(
-            layout.payload(3, &mutex(fence, None)),
+            layout.payload(4, &mutex(fence, None)),
             dump,
             "the encoder reproduces the server's own DUMP, so what a test crafts is what the module reads"
         );
@@ -234,8 +234,19 @@ fn broken_values(layout: &Layout) -> Vec<Broken> {
             mutex(5, held(LONGEST_LEASE + 1)),
             "longer than the longest ttl",
         ),
-        case("1 permit", 3, semaphore(9, 1, &[]), "1 permits (a semaphore has 2 to 1024)"),
-        case("0 permits", 3, semaphore(9, 0, &[]), "0 permits"),
+        case("1 permit", 3, semaphore(9, 1, &[]), "1 permits (a semaphore has 2 to 1024, read leases 0)"),
+        case(
+            "read leases in version 3",
+            3,
+            semaphore(9, 0, &[(4, b"a", MINUTE)]),
+            "read leases (permits 0) do not exist in encoding version 3",
+        ),
+        case(
+            "readers out of grant order",
+            4,
+            semaphore(9, 0, &[(5, b"a", MINUTE), (4, b"b", MINUTE)]),
+            "holder fences out of grant order (4 after 5)",
+        ),
         case("permits above the limit", 3, semaphore(9, u64::from(MAX_PERMITS) + 1, &[]), "1025 permits"),
         case("permits beyond 32 bits", 3, semaphore(9, 1 << 32, &[]), "4294967296 permits"),
         case(
@@ -288,7 +299,7 @@ fn broken_values(layout: &Layout) -> Vec<Broken> {
             "holder tag 3 does not exist in encoding version 2",
         ),
         case("an unknown tag", 3, vec![num(5), num(4)], "holder tag 4 does not exist in encoding version 3"),
-        case("an unknown version", 4, mutex(5, None), "encoding version 4 is not one this module reads"),
+        case("an unknown version", 5, mutex(5, None), "encoding version 5 is not one this module reads"),
         case("version 0", 0, mutex(5, None), "encoding version 0 is not one this module reads"),
         case(
             "a holder count beyond any semaphore",
@@ -379,6 +390,11 @@ fn valid_values_of_every_encoding_version_restore() {
     restored("loader:v2", 2, &mutex(12, Some((b"v2-holder", MINUTE, Some(b"node-2")))));
     restored("loader:v3:idle", 3, &mutex(13, None));
     restored("loader:v3:sem", 3, &semaphore(15, 3, &[(14, b"sem-a", MINUTE), (15, b"sem-b", MINUTE)]));
+    restored(
+        "loader:v4:readers",
+        4,
+        &semaphore(17, 0, &[(16, b"reader-a", MINUTE), (17, b"reader-b", MINUTE)]),
+    );
     // The edges of every range are inside it.
     restored("loader:edges", 3, &mutex(1, Some((&longest_token, LONGEST_LEASE, Some(&longest_label)))));
     let full: Vec<(u64, Vec<u8>, u64)> =
@@ -395,6 +411,8 @@ fn valid_values_of_every_encoding_version_restore() {
     let sem = s.semaphore_status("loader:v3:sem").expect("a semaphore");
     assert_eq!((sem.fence, sem.permits), (15, 3));
     assert_eq!(sem.holders.iter().map(|h| h.fence).collect::<Vec<_>>(), vec![14, 15]);
+    let readers = s.semaphore_status("loader:v4:readers").expect("read leases");
+    assert!(readers.is_shared() && readers.holders.len() == 2, "{readers:?}");
     let st = status_of(&s, "loader:edges");
     assert_eq!((st.fence, st.held, st.label), (1, true, Some(longest_label.clone())));
     let left = st.remaining.expect("held").as_millis();
@@ -406,6 +424,7 @@ fn valid_values_of_every_encoding_version_restore() {
     assert_eq!(release(&s, "loader:v1", b"v1-holder"), 1);
     assert_eq!(release(&s, "loader:v2", b"v2-holder"), 1);
     assert_eq!(release(&s, "loader:v3:sem", b"sem-a"), 1);
+    assert_eq!(release(&s, "loader:v4:readers", b"reader-b"), 1);
     assert_eq!(release(&s, "loader:edges", &longest_token), 1);
     assert_eq!(release(&s, "loader:full", &1024u64.to_be_bytes()), 1);
     // And restored fences are never issued again.

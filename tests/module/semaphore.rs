@@ -159,9 +159,10 @@ fn bad_counts_and_the_internal_record_are_refused_and_change_nothing() {
             cases.push((with(&[PERMITS, "2", "permits", "3"]), Some(ReplyError::Syntax)));
             cases.push((with(&["PERMIT", "3"]), Some(ReplyError::Syntax)));
             cases.push((with(&[PERMITS, "3", "BLOCK", "x"]), Some(ReplyError::BadTimeout)));
-            // Redis's own arity error: an option comes whole, and each at most once.
-            cases.push((with(&[PERMITS]), None));
-            cases.push((with(&[LABEL, "a", PERMITS]), None));
+            // An option without its value: the module's syntax error; more words than all the
+            // options take: Redis's own arity error.
+            cases.push((with(&[PERMITS]), Some(ReplyError::Syntax)));
+            cases.push((with(&[LABEL, "a", PERMITS]), Some(ReplyError::Syntax)));
             cases.push((with(&[PERMITS, "3", LABEL, "a", "BLOCK", "1", PERMITS, "3"]), None));
         }
         cases.push((args![ACQUIRE.name, key, "t", "0", PERMITS, "3"], Some(ReplyError::BadTtl)));
