@@ -142,6 +142,10 @@ fn module_refusal(node: &str, refusal: ReplyError, source: &RedisError, ctx: Con
             "key {:?} on {node} is held with another --permits count, or by --shared readers ({text}); every holder of a key must use the same count",
             ctx.key
         )),
+        ReplyError::UpgradeRefused => CliError::Usage(format!(
+            "key {:?} on {node} is read-shared by this very token ({text}); release the read lease first",
+            ctx.key
+        )),
         ReplyError::WrongType => CliError::Usage(format!(
             "key {:?} on {node} holds another kind of data, not a lock; choose another --key",
             ctx.key
@@ -286,6 +290,7 @@ mod tests {
             (ReplyError::BadPermits, code::USAGE),
             (ReplyError::Syntax, code::USAGE),
             (ReplyError::PermitsMismatch, code::USAGE),
+            (ReplyError::UpgradeRefused, code::USAGE),
             (ReplyError::WrongType, code::USAGE),
             (ReplyError::RestartGrace, code::UNAVAILABLE),
             (ReplyError::WaitInterrupted, code::BUSY),
