@@ -14,6 +14,9 @@ Fairness choices (they matter for the "consuming" commands):
   random keys among them: both sides of a pair do real work on the same fraction of requests
   (printed as "real work"); the rest hit already-consumed keys (not held / missing).
 - RENEW vs the renew script: both on held keys with the matching token (steady state).
+- Read-write locks: ACQUIRE … SHARED and the write ACQUIRE vs a Redisson-style script of each
+  (a hash with the mode and per-holder counts, a timeout key per read hold, no fence), all on
+  fresh keys, so each request is one grant.
 - "token mismatch" rows: RELEASE / CAD vs the EVALSHA script with a wrong token on existing
   keys: both read and compare, neither writes.
 
@@ -54,6 +57,34 @@ CAD_LUA = (
 RENEW_LUA = (
     "if redis.call('get', KEYS[1]) == ARGV[1] then "
     "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
+)
+# A read-write lock as Redisson-style libraries keep one (our own script, in their shape): a
+# hash with the mode and a reentry count per holder, a timeout key per read hold, no fence.
+# nil: granted; otherwise the time left on the key.
+RW_READ_LUA = (
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "if mode == false or mode == 'read' then "
+    "  local n = redis.call('hincrby', KEYS[1], ARGV[1], 1) "
+    "  if mode == false then redis.call('hset', KEYS[1], 'mode', 'read') end "
+    "  redis.call('set', KEYS[1] .. ':' .. ARGV[1] .. ':timeout:' .. n, 1, 'px', ARGV[2]) "
+    "  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then redis.call('pexpire', KEYS[1], ARGV[2]) end "
+    "  return false "
+    "end "
+    "return redis.call('pttl', KEYS[1])"
+)
+RW_WRITE_LUA = (
+    "local mode = redis.call('hget', KEYS[1], 'mode') "
+    "if mode == false then "
+    "  redis.call('hset', KEYS[1], 'mode', 'write', ARGV[1], 1) "
+    "  redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "  return false "
+    "end "
+    "if mode == 'write' and redis.call('hexists', KEYS[1], ARGV[1]) == 1 then "
+    "  redis.call('hincrby', KEYS[1], ARGV[1], 1) "
+    "  redis.call('pexpire', KEYS[1], ARGV[2]) "
+    "  return false "
+    "end "
+    "return redis.call('pttl', KEYS[1])"
 )
 
 
@@ -502,7 +533,7 @@ def memory_phase(srv: Server, keys: int, token: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def group_table(token: str, K: int, cad_sha: str, renew_sha: str) -> dict:
+def group_table(token: str, K: int, cad_sha: str, renew_sha: str, read_sha: str, write_sha: str) -> dict:
     """Every group: name -> (title, members, pairs (a, b, target, label), prepare-once)."""
 
     def load_locks(c):
@@ -525,6 +556,8 @@ def group_table(token: str, K: int, cad_sha: str, renew_sha: str) -> dict:
     cad_lua_x = "EVALSHA compare-and-delete (wrong value)"
     v_cad, v_delifeq = "FENCEDLOCK.CAD (valkey, match)", "DELIFEQ (valkey, match)"
     v_cad_lua = "EVALSHA compare-and-delete (valkey, match)"
+    read, read_lua = "ACQUIRE … SHARED (fresh key)", "EVALSHA Redisson-style read lock (fresh key)"
+    write, write_lua = "ACQUIRE, the write lease (fresh key)", "EVALSHA Redisson-style write lock (fresh key)"
     return {
         "acquire": (
             "acquire",
@@ -569,6 +602,20 @@ def group_table(token: str, K: int, cad_sha: str, renew_sha: str) -> dict:
             ],
             load_both,
         ),
+        "rwlock": (
+            "read-write locks: read and write grants (fresh keys)",
+            [
+                Member(read, "redis", ["FENCEDLOCK.ACQUIRE", "rl:__rand_int__", token, ttl, "SHARED"], fresh, flush, created),
+                Member(read_lua, "redis", ["EVALSHA", read_sha, "1", "rs:__rand_int__", token, ttl], fresh, flush),
+                Member(write, "redis", ["FENCEDLOCK.ACQUIRE", "wl:__rand_int__", token, ttl], fresh, flush, created),
+                Member(write_lua, "redis", ["EVALSHA", write_sha, "1", "ws:__rand_int__", token, ttl], fresh, flush, created),
+            ],
+            [
+                (read, read_lua, 1.0, "ACQUIRE SHARED / EVALSHA read lock"),
+                (write, write_lua, 1.0, "ACQUIRE (write) / EVALSHA write lock"),
+            ],
+            None,
+        ),
         "valkey": (
             "Valkey 9.1: compare-and-delete (matching value, keys consumed)",
             [
@@ -586,7 +633,7 @@ def group_table(token: str, K: int, cad_sha: str, renew_sha: str) -> dict:
     }
 
 
-GROUPS = ("acquire", "consume", "steady", "valkey", "memory")
+GROUPS = ("acquire", "consume", "steady", "rwlock", "valkey", "memory")
 
 
 def main() -> int:
@@ -635,12 +682,11 @@ def main() -> int:
         shas = []
         for s in servers.values():
             c = Conn(s.port)
-            shas.append((c.cmd("SCRIPT", "LOAD", CAD_LUA), c.cmd("SCRIPT", "LOAD", RENEW_LUA)))
+            shas.append(tuple(c.cmd("SCRIPT", "LOAD", lua) for lua in (CAD_LUA, RENEW_LUA, RW_READ_LUA, RW_WRITE_LUA)))
             c.close()
         if len(set(shas)) != 1:
             raise RuntimeError(f"the servers computed different script SHA1s: {shas}")
-        cad_sha, renew_sha = shas[0]
-        table = group_table(token, opts.keyspace, cad_sha, renew_sha)
+        table = group_table(token, opts.keyspace, *shas[0])
         for name in GROUPS:
             if name not in wanted or name == "memory":
                 continue
