@@ -37,10 +37,12 @@
 -- clears the mark. A writer that gave up keeps new readers out until the mark ends: at most
 -- the readers' ttl. A waiting reader leaves no mark: writers hold the key one at a time, and
 -- each release's wake-up goes to the longest-blocked waiter, reader or writer. A release
--- wakes one waiter, as for a mutex: other readers waiting for the writer try again when the
--- lease their nap was timed to would have ended (a downgrade names no `wake` and wakes
--- nobody), and a reader the mark refused may take the wake-up meant for the writer, which
--- then tries again at its own nap's end, about when the mark ends.
+-- wakes one waiter, as for a mutex; a woken reader that is granted (its attempt names `wake`)
+-- passes a wake-up on, so the readers waiting behind it enter one after the other until one
+-- is refused. A downgrade names no `wake` and wakes nobody: readers waiting for that writer
+-- try again when the lease their nap was timed to would have ended. A reader the mark
+-- refused may take the wake-up meant for the writer, which then tries again at its own nap's
+-- end, about when the mark ends.
 --
 -- Leases run on the server's wall clock (TIME): a script has no monotonic clock. BLOCK is
 -- checked and then ignored: a script cannot block, so a busy key is one refused attempt (nil),
@@ -534,6 +536,13 @@ local function acquire(keys, args)
   store(key, floor, { fence = fence, permits = permits, holders = holding }, now)
   if not shared and lock and lock.writer_until > 0 then
     redis.call('HDEL', key, 'writer_until')
+  end
+  if shared and wake and lock and lock.wake_until > now then
+    -- A woken reader passes the wake-up on: the readers behind it may enter too, and a release
+    -- wakes only one waiter (the cascade ends at the first waiter refused, or after WAKE_TTL_MS).
+    redis.call('RPUSH', wake, '1')
+    redis.call('LTRIM', wake, -1, -1)
+    redis.call('PEXPIRE', wake, WAKE_TTL_MS)
   end
   return fence
 end

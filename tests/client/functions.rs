@@ -4,7 +4,7 @@
 //! Redlock and replica confirmation work as with the module; fences rise across a deleted lock
 //! key; and a server with no engine at all is a configuration error naming the ways out.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fencedlock::{
     Cause, Engine, EngineChoice, Error, Fencing, Lease, LockConfig, Locker, ReadWriteLock, Redlock,
@@ -115,6 +115,43 @@ async fn read_write_locks_run_on_the_library_and_a_waiting_writer_gets_in() {
     lock.downgrade(&mut w).await.expect("a downgrade on the library");
     let status = lock.status().await.expect("status").expect("state");
     assert!(status.is_shared() && status.holders[0].fence == w.fence(), "{status:?}");
+}
+
+/// Readers waiting for a writer on the library each nap on the wake-up list; the writer's
+/// release wakes one, and each granted reader passes the wake-up on. Without that, the others
+/// would sleep until the writer's lease would have ended (10 s here, past their 5 s wait).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_waiting_for_a_writer_on_the_library_all_enter_when_it_leaves() {
+    let server = module_less();
+    let locker = Locker::open(&server.url(), config(10_000, 500)).expect("locker");
+    let lock = ReadWriteLock::new(locker, "fn:rw:cascade");
+    let writer = lock.try_write().await.expect("the writer");
+    let readers: Vec<_> = (0..3)
+        .map(|_| {
+            let lock = lock.clone();
+            tokio::spawn(async move { lock.read().await })
+        })
+        .collect();
+    let napping = || {
+        let list: String = server.cmd(&["CLIENT", "LIST"]).expect("CLIENT LIST");
+        list.matches("cmd=blpop").count()
+    };
+    let all_napping = tokio::time::timeout(Duration::from_secs(5), async {
+        while napping() < 3 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    });
+    all_napping.await.expect("the three readers nap on the wake-up list");
+    let released = Instant::now();
+    assert!(writer.release().await.expect("release"));
+    let mut leases = Vec::new();
+    for reader in readers {
+        let lease = tokio::time::timeout(Duration::from_secs(8), reader).await.expect("in time").expect("task");
+        leases.push(lease.expect("a read lease"));
+    }
+    let took = released.elapsed();
+    assert!(took < Duration::from_secs(1), "the readers took {took:?} to enter after the writer left");
+    assert_eq!(lock.status().await.expect("status").expect("state").holders.len(), 3, "{leases:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

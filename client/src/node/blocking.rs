@@ -120,11 +120,13 @@ impl Node {
         until: Instant,
     ) -> Option<Result<Option<u64>, RedisError>> {
         let request = Acquire { block_ms: None, ..request };
-        // The first attempt and the one after a wake-up: most are granted.
+        // The first attempt: most are granted.
         let attempt = engine.call(&request);
         // The attempt before a nap names the wake-up list, so the releases until the leases
         // that refused it end push a wake-up; it follows the STATUS the nap is timed by, so a
-        // lease renewed in between cannot outlast what the refusal asked for.
+        // lease renewed in between cannot outlast what the refusal asked for. The attempt
+        // after a wake-up names it too: a reader granted then passes the wake-up on to the
+        // readers waiting behind it.
         let registering = engine.waiting_call(&request);
         let status = engine.call(&Status { key: request.key });
         let mut reply = self.bounded(conn, &attempt).await?;
@@ -155,7 +157,7 @@ impl Node {
             if let Err(e) = tokio::time::timeout(nap.saturating_add(self.timeout), woken).await.ok()? {
                 return Some(Err(e));
             }
-            reply = self.bounded(conn, &attempt).await?;
+            reply = self.bounded(conn, &registering).await?;
         }
     }
 
