@@ -11,6 +11,7 @@ mod epochs;
 mod failover;
 mod functions;
 mod handoff;
+mod linearizable;
 mod memory;
 mod pause;
 mod read_write;
