@@ -258,8 +258,9 @@ impl<H: Copy + Eq + Hash> Queues<H> {
                     self.wake(key, now.saturating_add(grace_left));
                     return self.answered(served);
                 }
-                // This head disagrees with the holders on the count; the next may not.
-                Err(e @ LockError::PermitsMismatch { .. }) => {
+                // This head disagrees with the holders on the count, or holds a read lease of
+                // its own and asks to write (a second request of the token's); the next may not.
+                Err(e @ (LockError::PermitsMismatch { .. } | LockError::UpgradeRefused)) => {
                     served
                         .extend(queue.pop_head().map(|waiter| Served { waiter, answer: Answer::Failed(e) }));
                     continue;
@@ -447,6 +448,22 @@ mod tests {
             [Answer::Granted { fence: 4, took_over: false }, Answer::Granted { fence: 5, took_over: false }]
         );
         assert_eq!(q.len(), 2, "the second writer, and the reader behind it");
+    }
+
+    #[test]
+    fn a_queued_write_request_of_a_reader_is_refused_alone() {
+        use fencedlock_protocol::command::SHARED_PERMITS;
+        let (mut lock, mut mark) = (Lock::new(), HighWater::default());
+        let r = lock.acquire_permit(&mut mark, b"r", None, SHARED_PERMITS, 10 * MS, 0, 0);
+        assert!(matches!(r, Ok(Acquired::Granted { .. })));
+        let mut q = Queues::new();
+        // The reader's token also asked to write, from another connection; a writer behind.
+        q.push(key("k"), waiter(1, "r", 0));
+        q.push(key("k"), waiter(2, "w", 0));
+        let served = q.serve(&key("k"), &mut lock, &mut mark, Moment { now: MS, grace_left: 0 });
+        assert_eq!(handles(&served), [1]);
+        assert_eq!(served[0].answer, Answer::Failed(LockError::UpgradeRefused));
+        assert_eq!(q.len(), 1, "the writer behind still waits");
     }
 
     #[test]
