@@ -4,7 +4,7 @@
  * drift allowance, and the token (128 random bits), which never leaves the object.
  */
 import type { Core } from './core.js';
-import { LeaseLostError } from './errors.js';
+import { InvalidArgumentError, LeaseLostError } from './errors.js';
 import { drift } from './options.js';
 
 export class Lease {
@@ -13,7 +13,7 @@ export class Lease {
   #validUntil: number;
   #released = false;
 
-  /** @internal Made by `Locker`, `Redlock` and `Semaphore`. */
+  /** @internal Made by `Locker`, `Redlock`, `Semaphore` and `ReadWriteLock`. */
   constructor(core: Core, key: string, token: string, readonly fence: bigint, validUntil: number, readonly ttl: number) {
     this.#core = core;
     this.key = key;
@@ -64,6 +64,29 @@ export class Lease {
     this.#released = true;
     this.#validUntil = Math.min(this.#validUntil, performance.now());
     return this.#core.release(this.key, this.#token);
+  }
+
+  /**
+   * @internal `ReadWriteLock.downgrade`: `ACQUIRE … SHARED` with this write lease's own token,
+   * one attempt, no wait, on `core`'s one server. The server keeps the fence and restarts the
+   * lease as a read lease (a fresh ttl, measured from before the request). Any other answer
+   * means the lease had ended (another writer may have come between): a new grant is released
+   * again, and the lease is lost (`LeaseLostError`).
+   */
+  async reaskShared(core: Core, label: Buffer | string | undefined): Promise<void> {
+    const server = core.servers.length === 1 ? core.servers[0] : undefined;
+    if (core !== this.#core || !server) throw new InvalidArgumentError("downgrade takes a lease this lock's locker granted");
+    this.ensureValid();
+    const sent = performance.now();
+    const fence = await server.acquire({ key: this.key, token: this.#token, ttlMs: this.ttl, label, shared: true });
+    if (fence === this.fence) {
+      this.#validUntil = core.deadline(sent, this.ttl);
+      return;
+    }
+    // Best effort: what is not released now expires after its ttl.
+    if (fence !== null) await server.release(this.key, this.#token).catch(() => false);
+    this.#validUntil = Math.min(this.#validUntil, performance.now());
+    throw new LeaseLostError(this.key, 'Refused');
   }
 
   /** Whether `release()` was called. */

@@ -69,10 +69,11 @@ function backendOf(client: RedisClient): Backend {
   throw new InvalidArgumentError('expected an ioredis client (Redis or Cluster) or a node-redis client (createClient or createCluster, v5 or later)');
 }
 
-/** What a lease is asked on besides its key: a public label and a semaphore's permits. */
+/** What a lease is asked on besides its key: a public label, a semaphore's permits, or a read lease. */
 export interface Terms {
   readonly label?: Buffer | string | undefined;
   readonly permits?: number | undefined;
+  readonly shared?: boolean | undefined;
 }
 
 /** The jittered delay before retry `round`: random in [20, min(400, 20 * 2^round)] ms. */
@@ -166,7 +167,7 @@ abstract class Base {
     const wait = checkWait(options.wait ?? this.settings.wait);
     const signal = options.signal;
     if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
-    const req: AcquireRequest = { key, token: randomBytes(TOKEN_BYTES).toString('hex'), ttlMs: ttl, label: terms.label, permits: terms.permits };
+    const req: AcquireRequest = { key, token: randomBytes(TOKEN_BYTES).toString('hex'), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
     const giveUp = performance.now() + wait;
     let lastError: unknown;
     for (let round = 0; ; round++) {

@@ -19,6 +19,10 @@ export type CommandName = keyof typeof COMMANDS;
 export const BLOCK = 'BLOCK';
 export const LABEL = 'LABEL';
 export const PERMITS = 'PERMITS';
+/** A flag (no value): a read lease of a read-write lock. */
+export const SHARED = 'SHARED';
+/** The permit count `STATUS` shows for a key held by read leases (`ACQUIRE … SHARED`). */
+export const SHARED_PERMITS = 0;
 
 /** Limits both sides check (`limits.rs`). */
 export const MAX_TOKEN_LEN = 512;

@@ -8,7 +8,7 @@
 import { ConnectionFailure, ErrorReply, LossyInteger, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
 import { LIBRARY, SCRIPT, request, type Engine, type EngineChoice } from './engine.js';
 import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
-import { BLOCK, COMMANDS, LABEL, LIBRARY_NAME, LIBRARY_VERSION, MAX_BLOCK_MS, PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
+import { BLOCK, COMMANDS, LABEL, LIBRARY_NAME, LIBRARY_VERSION, MAX_BLOCK_MS, MAX_PERMITS, PERMITS, SHARED, SHARED_PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
 import { Pool } from './pool.js';
 
 /** The `library_code` of the first library in a `FUNCTION LIST … WITHCODE` reply (a flat
@@ -32,6 +32,8 @@ export interface AcquireRequest {
   readonly ttlMs: number;
   readonly label?: Buffer | string | undefined;
   readonly permits?: number | undefined;
+  /** A read lease of a read-write lock (`SHARED`; never with `permits` above 1). */
+  readonly shared?: boolean | undefined;
 }
 
 /** One holder of a semaphore key, as `STATUS` shows it. */
@@ -41,10 +43,17 @@ export interface PermitStatus {
   readonly label: Buffer | null;
 }
 
-/** What `STATUS` says of a key: never a token. A mutex key shows as one permit. */
+/**
+ * What `STATUS` says of a key: never a token. A mutex key (a write lease) shows as one permit;
+ * a key held by read leases (`ReadWriteLock`) as `permits` 0 (`SHARED_PERMITS`), `shared`.
+ */
 export interface KeyStatus {
   readonly fence: bigint;
+  /** How many holders the key admits at once; 0 for read leases (up to `MAX_PERMITS` readers). */
   readonly permits: number;
+  /** Whether read leases hold the key (`permits` is 0). */
+  readonly shared: boolean;
+  /** The unexpired holders, oldest grant (lowest fence) first. */
   readonly holders: readonly PermitStatus[];
 }
 
@@ -128,22 +137,29 @@ export function decodeStatus(reply: Reply): KeyStatus | null {
       if (label !== null && !Buffer.isBuffer(label)) throw new BadReplyError('a STATUS label is a string');
       return { fence: asInteger(h[0] ?? null, 'STATUS'), remainingMs: Number(asInteger(h[1] ?? null, 'STATUS')), label };
     });
-    if (holders.length !== n || n > Number(m)) throw new BadReplyError('STATUS holders disagree with its counts');
-    return { fence, permits: Number(m), holders };
+    const permits = Number(m);
+    const shared = permits === SHARED_PERMITS;
+    if (!shared && !(permits >= 1 && permits <= MAX_PERMITS)) throw new BadReplyError('STATUS permits must be 1 to MAX_PERMITS, or 0 for read leases');
+    if (holders.length !== n || n > (shared ? MAX_PERMITS : permits)) throw new BadReplyError('STATUS holders disagree with its counts');
+    return { fence, permits, shared, holders };
   }
   if (n === 0) {
     if (m !== -1n || fourth !== undefined) throw new BadReplyError('a free lock has pttl -1 and no label');
-    return { fence, permits: 1, holders: [] };
+    return { fence, permits: 1, shared: false, holders: [] };
   }
   if (n !== 1 || m < 0n) throw new BadReplyError('held must be 0 or 1, with a pttl');
   const label = fourth ?? null;
   if (label !== null && !Buffer.isBuffer(label)) throw new BadReplyError('a STATUS label is a string');
-  return { fence, permits: 1, holders: [{ fence, remainingMs: Number(m), label }] };
+  return { fence, permits: 1, shared: false, holders: [{ fence, remainingMs: Number(m), label }] };
 }
 
-/** How long until a new holder fits by the leases' expiry alone. */
-function heldForMs(status: KeyStatus | null): number {
-  if (!status || status.holders.length < status.permits) return 0;
+/**
+ * How long until a new holder fits by the leases' expiry alone: zero for a free key or a
+ * semaphore with a free permit, else the time left on the lease that ends first (for readers:
+ * the first a waiting writer is woken at, by its release or expiry).
+ */
+export function heldForMs(status: KeyStatus | null): number {
+  if (!status || status.holders.length === 0 || (!status.shared && status.holders.length < status.permits)) return 0;
   return Math.min(...status.holders.map((h) => h.remainingMs));
 }
 
@@ -302,6 +318,7 @@ export class Server {
     if (blockMs !== undefined) rest.push(BLOCK, String(blockMs));
     if (req.label) rest.push(LABEL, req.label);
     if (req.permits !== undefined && req.permits > 1) rest.push(PERMITS, String(req.permits));
+    if (req.shared) rest.push(SHARED);
     return request(engine, 'acquire', req.key, rest, waiting);
   }
 
@@ -441,7 +458,9 @@ export class Server {
       const napMs = Math.max(1, Math.ceil(nap));
       const seconds = `${Math.floor(napMs / 1000)}.${String(napMs % 1000).padStart(3, '0')}`;
       await send(['BLPOP', wakeKey(req.key), seconds], napMs + timeout);
-      fence = asFence(await send(attempt), 'ACQUIRE');
+      // The attempt after a wake-up names the wake-up list too: a reader granted then passes
+      // the wake-up on to the readers waiting behind it (a release wakes one).
+      fence = asFence(await send(registering), 'ACQUIRE');
     }
   }
 }

@@ -51,6 +51,8 @@ test('command names and option words are the protocol crate\'s', () => {
   assert.equal(protocol.BLOCK, string(command, 'BLOCK'));
   assert.equal(protocol.LABEL, string(command, 'LABEL'));
   assert.equal(protocol.PERMITS, string(command, 'PERMITS'));
+  assert.equal(protocol.SHARED, string(command, 'SHARED'));
+  assert.equal(protocol.SHARED_PERMITS, number(command, 'SHARED_PERMITS'));
 });
 
 test('limits are the protocol crate\'s', () => {

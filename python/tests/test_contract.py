@@ -80,8 +80,16 @@ def test_command_names_and_option_words() -> None:
     for ident in ("ACQUIRE", "RENEW", "RELEASE", "RAISE", "STATUS"):
         found = re.search(rf'\b{ident} = "([^"]+)"', command)
         assert found and getattr(_contract, ident) == found.group(1), ident
-    for word in ("BLOCK", "LABEL", "PERMITS"):
+    for word in ("BLOCK", "LABEL", "PERMITS", "SHARED"):
         assert getattr(_contract, word) == rust_str(command, word)
+    assert _contract.SHARED_PERMITS == rust_const(command, "SHARED_PERMITS")
+    # The words of a request in the order the protocol's Acquire::words sends them.
+    words = source("request.rs")
+    body = words[words.index("impl<'a> Request<'a> for Acquire<'a>"):]
+    order = re.findall(r"Cow::Borrowed\((LABEL|PERMITS|SHARED|BLOCK)\.as_bytes\(\)\)", body[:body.index("\n}\n")])
+    assert order == ["LABEL", "PERMITS", "SHARED", "BLOCK"], order
+    sent = _wire.acquire(_wire.Engine.MODULE, b"k", b"t", 1, label=b"l", shared=True, block_ms=1)
+    assert [w for w in sent if w in (_contract.LABEL, _contract.SHARED, _contract.BLOCK)] == ["LABEL", "SHARED", "BLOCK"]
 
 
 def test_the_libraries_names_version_and_keys() -> None:

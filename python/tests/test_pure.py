@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import redis.exceptions as rexc
 
-from fencedlock import BadReply, Cause, LockStatus, SemaphoreStatus, _keys, _server, _terms, _wire
+from fencedlock import BadReply, Cause, LockStatus, PermitStatus, SemaphoreStatus, _keys, _server, _terms, _wire
 from fencedlock._wire import Engine
-from fencedlock.errors import (InvalidArgument, PermitsMismatch, ReplyError, ServerError, Unavailable, WrongType,
-                               translate)
+from fencedlock.errors import (InvalidArgument, PermitsMismatch, ReplyError, ServerError, Unavailable, UpgradeRefused,
+                               WrongType, translate)
 
 
 @pytest.mark.parametrize(
@@ -52,9 +52,45 @@ def test_status_replies_are_decoded_and_broken_ones_refused() -> None:
     sem = _wire.decode_status([9, 2, 3, [[4, 100, b"w"], [9, 250, None]]])
     assert isinstance(sem, SemaphoreStatus) and sem.free == 1 and [h.fence for h in sem.holders] == [4, 9]
     for broken in ([0, 0, -1], [7, 2, -1], [7, 1, -1], [7, 0, 5], [7, 0, -1, b"x"], [7, 1],
-                   [9, 2, 3, [[9, 1, None], [4, 1, None]]], [9, 1, 3, [[10, 1, None]]], [9, 2, 1, [[1, 1, None], [2, 1, None]]]):
+                   [9, 2, 3, [[9, 1, None], [4, 1, None]]], [9, 1, 3, [[10, 1, None]]], [9, 2, 1, [[1, 1, None], [2, 1, None]]],
+                   [9, 0, -1, []], [9, 0, 1025, []], [9, 1, 0, []], [9, 0, 0, [[4, 1, None]]],
+                   [2000, 1025, 0, [[f, 1, None] for f in range(1, 1026)]]):
         with pytest.raises(BadReply):
             _wire.decode_status(broken)
+
+
+def test_a_key_held_by_read_leases_decodes_with_permits_0() -> None:
+    readers = _wire.decode_status([9, 3, 0, [[4, 10, None], [5, 3, b"r-2"], [9, 1, None]]])
+    assert isinstance(readers, SemaphoreStatus) and readers.is_shared
+    assert (readers.permits, readers.capacity, readers.free) == (0, 1024, 1021)
+    assert [(h.fence, h.remaining, h.label) for h in readers.holders] == [(4, 0.01, None), (5, 0.003, b"r-2"), (9, 0.001, None)]
+    idle = _wire.decode_status([9, 0, 0, []])
+    assert isinstance(idle, SemaphoreStatus) and idle.is_shared and idle.holders == () and idle.free == 1024
+    full = _wire.decode_status([2000, 1024, 0, [[f, 1, None] for f in range(1, 1025)]])
+    assert isinstance(full, SemaphoreStatus) and full.free == 0
+    sem = _wire.decode_status([9, 1, 3, [[4, 100, None]]])
+    assert isinstance(sem, SemaphoreStatus) and not sem.is_shared and sem.capacity == 3
+    # A waiter naps until the first reader's lease ends (a writer is woken at its release or
+    # expiry), not for a spare permit: readers admit more readers but no writer.
+    assert _wire.held_for(readers) == pytest.approx(0.001)
+    assert _wire.held_for(sem) == 0.0 and _wire.held_for(idle) == 0.0
+    # The write lease (a mutex key) as holders, as ReadWriteLock.status shows it.
+    assert _wire.as_semaphore(LockStatus(7, True, 0.25, b"w")) == SemaphoreStatus(7, 1, (PermitStatus(7, 0.25, b"w"),))
+    assert _wire.as_semaphore(LockStatus(7, False, None, None)) == SemaphoreStatus(7, 1, ())
+    assert _wire.as_semaphore(readers) is readers and _wire.as_semaphore(None) is None
+
+
+def test_an_upgrade_refusal_is_its_own_final_error() -> None:
+    text = "upgrade refused: the token holds the key SHARED; release it, then acquire without SHARED (a new, higher fence)"
+    err = translate(rexc.ResponseError(text), "n", b"tok")
+    assert type(err) is UpgradeRefused and isinstance(err, ServerError)
+    assert err.reply_error is ReplyError.UPGRADE_REFUSED and err.cause is Cause.OTHER
+    assert not err.is_retryable and not err.is_unavailable and not err.reply_error.is_bad_request
+    held = translate(rexc.ResponseError("permits mismatch: the key is held SHARED; ask with SHARED (...)"), "n")
+    assert type(held) is PermitsMismatch
+    syntax = translate(rexc.ResponseError(
+        "syntax error: the options are BLOCK timeout_ms, LABEL label, and PERMITS n or SHARED, each at most once"), "n")
+    assert type(syntax) is InvalidArgument and syntax.reply_error is ReplyError.SYNTAX
 
 
 def test_each_engine_names_the_command_its_own_way() -> None:
@@ -64,6 +100,14 @@ def test_each_engine_names_the_command_its_own_way() -> None:
     assert _wire.acquire(Engine.MODULE, key, b"t", 500, label=b"w", permits=3, block_ms=0) == (
         "FENCEDLOCK.ACQUIRE", key, b"t", 500, "LABEL", b"w", "PERMITS", 3, "BLOCK", 0)
     assert _wire.acquire(Engine.MODULE, key, b"t", 500, permits=1) == ("FENCEDLOCK.ACQUIRE", key, b"t", 500)
+    # SHARED as the protocol's Acquire::words puts it: a word alone, after PERMITS, before BLOCK.
+    assert _wire.acquire(Engine.MODULE, key, b"t", 500, shared=True) == ("FENCEDLOCK.ACQUIRE", key, b"t", 500, "SHARED")
+    assert _wire.acquire(Engine.MODULE, key, b"t", 500, label=b"SHARED", shared=True, block_ms=5) == (
+        "FENCEDLOCK.ACQUIRE", key, b"t", 500, "LABEL", b"SHARED", "SHARED", "BLOCK", 5)
+    assert _wire.acquire(Engine.FUNCTIONS, key, b"t", 5, shared=True, waiting=True) == (
+        "FCALL", "fencedlock_acquire", 3, key, floor, wake, b"t", 5, "SHARED")
+    with pytest.raises(InvalidArgument):
+        _wire.acquire(Engine.MODULE, key, b"t", 500, permits=2, shared=True)
     assert _wire.acquire(Engine.FUNCTIONS, key, b"t", 5) == ("FCALL", "fencedlock_acquire", 2, key, floor, b"t", 5)
     assert _wire.acquire(Engine.FUNCTIONS, key, b"t", 5, waiting=True) == (
         "FCALL", "fencedlock_acquire", 3, key, floor, wake, b"t", 5)

@@ -26,6 +26,7 @@ from .errors import (
     ServerError,
     Stale,
     Unavailable,
+    UpgradeRefused,
     WrongType,
 )
 from ._election import Leader
@@ -34,6 +35,7 @@ from .lease import Lease
 from .locker import Locker
 from .multi import Leases
 from .periodic import Busy, Due, LastRun, NotDue, Periodic, Ran
+from .read_write import ReadWriteLock
 from .redlock import Redlock
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "PermitStatus",
     "PermitsMismatch",
     "Ran",
+    "ReadWriteLock",
     "Redlock",
     "ReplyError",
     "RowNotFound",
@@ -68,5 +71,6 @@ __all__ = [
     "ServerError",
     "Stale",
     "Unavailable",
+    "UpgradeRefused",
     "WrongType",
 ]

@@ -20,6 +20,10 @@ STATUS = "FENCEDLOCK.STATUS"
 BLOCK = "BLOCK"
 LABEL = "LABEL"
 PERMITS = "PERMITS"
+SHARED = "SHARED"
+"""A flag (no value): a read lease of a read-write lock."""
+SHARED_PERMITS = 0
+"""The permit count ``STATUS`` shows for a key held by read leases (``ACQUIRE … SHARED``)."""
 
 # Limits (protocol/src/limits.rs).
 MAX_TOKEN_LEN = 512

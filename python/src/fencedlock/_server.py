@@ -267,6 +267,8 @@ class Server:
             pause = nap(held_for, left)
             blpop = ("BLPOP", wake_key(key), blpop_timeout(pause))
             self._exchange(conn, blpop, pause + self.timeout, secret)
-            reply = self._exchange(conn, attempt, self.timeout, secret)
+            # The attempt after a wake-up names the wake-up list too: a reader granted then
+            # passes the wake-up on to the readers waiting behind it (a release wakes one).
+            reply = self._exchange(conn, registering, self.timeout, secret)
         return reply
 

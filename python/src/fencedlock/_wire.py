@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 from . import _contract, _keys
-from .errors import BadReply
+from .errors import BadReply, InvalidArgument
 
 Args = Tuple[Union[str, bytes, int], ...]
 
@@ -94,16 +94,22 @@ def acquire(
     *,
     label: Optional[bytes] = None,
     permits: int = 1,
+    shared: bool = False,
     block_ms: Optional[int] = None,
     waiting: bool = False,
 ) -> Args:
-    """``ACQUIRE key token ttl_ms [LABEL l] [PERMITS n] [BLOCK ms]`` as the protocol's
-    ``Acquire::words`` builds it: ``PERMITS`` only above 1, ``BLOCK`` last."""
+    """``ACQUIRE key token ttl_ms [LABEL l] [PERMITS n | SHARED] [BLOCK ms]`` as the
+    protocol's ``Acquire::words`` builds it: ``PERMITS`` only above 1, ``SHARED`` (a read
+    lease, never with ``PERMITS``) a word alone, ``BLOCK`` last."""
+    if shared and permits != 1:
+        raise InvalidArgument("a read lease (SHARED) takes no permit count")
     rest: List[Union[str, bytes, int]] = [token, ttl_ms]
     if label is not None:
         rest += [_contract.LABEL, label]
     if permits > 1:
         rest += [_contract.PERMITS, permits]
+    if shared:
+        rest.append(_contract.SHARED)
     if block_ms is not None:
         rest += [_contract.BLOCK, block_ms]
     return command(engine, _contract.ACQUIRE, key, rest, waiting)
@@ -150,15 +156,28 @@ class PermitStatus:
 @dataclass(frozen=True)
 class SemaphoreStatus:
     """What ``STATUS`` says about a semaphore key: its permits and unexpired holders, oldest
-    grant first; never a token."""
+    grant first; never a token. A key held by read leases (a :class:`ReadWriteLock`'s
+    readers) shows ``permits`` 0 (:attr:`is_shared`)."""
 
     fence: int
     permits: int
+    """How many holders the key admits at once; 0 for read leases (up to ``MAX_PERMITS``)."""
     holders: Tuple[PermitStatus, ...]
 
     @property
+    def is_shared(self) -> bool:
+        """Whether read leases hold the key (``ACQUIRE … SHARED``)."""
+        return self.permits == _contract.SHARED_PERMITS
+
+    @property
+    def capacity(self) -> int:
+        """How many holders the key admits at once: its permits, or ``MAX_PERMITS`` readers."""
+        return _contract.MAX_PERMITS if self.is_shared else self.permits
+
+    @property
     def free(self) -> int:
-        return max(self.permits - len(self.holders), 0)
+        """Permits nobody holds now (for read leases: further readers the key admits)."""
+        return max(self.capacity - len(self.holders), 0)
 
 
 Status = Union[LockStatus, SemaphoreStatus]
@@ -207,9 +226,10 @@ def decode_status(reply: Any) -> Optional[Status]:
 
 
 def _semaphore(fence: int, count: int, permits: int, entries: List[Any]) -> SemaphoreStatus:
-    if not 1 <= permits <= _contract.MAX_PERMITS:
-        raise BadReply("permits must be 1 to MAX_PERMITS")
-    if count != len(entries) or count > permits:
+    if not (1 <= permits <= _contract.MAX_PERMITS or permits == _contract.SHARED_PERMITS):
+        raise BadReply("permits must be 1 to MAX_PERMITS, or 0 for read leases")
+    capacity = _contract.MAX_PERMITS if permits == _contract.SHARED_PERMITS else permits
+    if count != len(entries) or count > capacity:
         raise BadReply("the holder count must match the entries and fit the permits")
     holders = []
     previous = 0
@@ -226,13 +246,25 @@ def _semaphore(fence: int, count: int, permits: int, entries: List[Any]) -> Sema
     return SemaphoreStatus(fence, permits, tuple(holders))
 
 
+def as_semaphore(status: Optional[Status]) -> Optional[SemaphoreStatus]:
+    """A key's status as its holders: a mutex key (a write lease, or none) shows as one
+    permit, as the Rust client's ``semaphore_status`` shows it."""
+    if status is None or isinstance(status, SemaphoreStatus):
+        return status
+    holders: Tuple[PermitStatus, ...] = ()
+    if status.held:
+        holders = (PermitStatus(status.fence, status.remaining or 0.0, status.label),)
+    return SemaphoreStatus(status.fence, 1, holders)
+
+
 def held_for(status: Optional[Status]) -> float:
     """Seconds until a new holder fits by the leases' expiry alone: zero for a free key or a
-    semaphore with a free permit, else the time left on the lease that ends first."""
+    semaphore with a free permit, else the time left on the lease that ends first (for
+    readers: the first a waiting writer is woken at, by its release or expiry)."""
     if status is None:
         return 0.0
     if isinstance(status, LockStatus):
         return status.remaining or 0.0
-    if len(status.holders) < status.permits:
+    if not status.is_shared and status.free > 0:
         return 0.0
     return min((h.remaining for h in status.holders), default=0.0)

@@ -12,7 +12,8 @@ exception class raised are all derived from it, so they never disagree about an 
     out of memory, restart grace, no majority for lack of answers).
   - :class:`NoEngine`: neither the module nor the Functions library can serve the server.
   - :class:`ServerError`: the server refused for another reason (``NOPERM``, ...), with
-    :class:`WrongType` (the key holds something else) and :class:`PermitsMismatch`.
+    :class:`WrongType` (the key holds something else), :class:`PermitsMismatch` and
+    :class:`UpgradeRefused` (a reader asked for the write lease).
   - :class:`BadReply`: a reply broke the contract's shape.
   - :class:`BadRecord`: a periodic job's run record was not written by fencedlock; the job
     is not run.
@@ -47,6 +48,7 @@ __all__ = [
     "ServerError",
     "Stale",
     "Unavailable",
+    "UpgradeRefused",
     "WrongType",
 ]
 
@@ -150,7 +152,14 @@ class WrongType(ServerError):
 
 
 class PermitsMismatch(ServerError):
-    """The key is held with another permit count than the request's."""
+    """The key is held with another permit count than the request's (or held by read leases,
+    or a semaphore's, when the request is the other)."""
+
+
+class UpgradeRefused(ServerError):
+    """A read lease's holder asked for the write lease of the same key with its own token:
+    refused, since two readers upgrading at once would each wait for the other. Release the
+    read lease, then acquire the write lease (a new, higher fence)."""
 
 
 class BadReply(FencedLockError):
@@ -301,6 +310,8 @@ def translate(exc: BaseException, server: str, secret: Optional[bytes] = None) -
         cls = WrongType
     elif reply is ReplyError.PERMITS_MISMATCH:
         cls = PermitsMismatch
+    elif reply is ReplyError.UPGRADE_REFUSED:
+        cls = UpgradeRefused
     elif cause.is_outage and reply is not ReplyError.WAIT_INTERRUPTED:
         cls = Unavailable
     else:

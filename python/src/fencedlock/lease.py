@@ -144,6 +144,14 @@ class Lease:
             self._declare_lost(LeaseLost(self._key, "it was no longer held at release"), callback=False)
         return held
 
+    def _ended(self, why: str) -> LeaseLost:
+        """Marks the lease lost now (its keep-alive stops) and returns the error to raise."""
+        loss = LeaseLost(self._key, why)
+        self._stop.set()
+        self._deadline = min(self._deadline, time.monotonic())
+        self._declare_lost(loss, callback=False)
+        return self._loss or loss
+
     # -- keep-alive ----------------------------------------------------------------------
 
     def keep_alive(self, on_lost: Optional[LostCallback] = None) -> Lease:

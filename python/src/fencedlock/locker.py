@@ -98,7 +98,24 @@ class Locker:
         seconds of waiting, if given: on the module in the server's FIFO queue, on the
         Functions engine woken by releases). ``permits=n`` makes the key a semaphore of n
         holders; ``label`` is public (``STATUS`` shows it); ``token`` re-enters a lease
-        held with that token (same fence, the lease restarted)."""
+        held with that token (same fence, the lease restarted). Read leases are
+        :class:`~fencedlock.ReadWriteLock`'s."""
+        return self._take(key, ttl, wait, permits, label, token, keep_alive, on_lost, shared=False)
+
+    def _take(
+        self,
+        key: str,
+        ttl: Optional[_terms.Seconds],
+        wait: Optional[_terms.Seconds],
+        permits: int,
+        label: Union[str, bytes, None],
+        token: Optional[bytes],
+        keep_alive: bool,
+        on_lost: Optional[LostCallback],
+        *,
+        shared: bool,
+    ) -> Optional[Lease]:
+        """:meth:`acquire`, or with ``shared`` a read lease (``ACQUIRE … SHARED``)."""
         raw_key = _keys.check_key(key)
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
         wait_s = _terms.wait_seconds(wait)
@@ -109,11 +126,11 @@ class Locker:
         until = time.monotonic() + wait_s
         while True:
             engine = server.detect()
-            attempt = _wire.acquire(engine, raw_key, token, ttl_ms, label=raw_label, permits=permits)
+            attempt = _wire.acquire(engine, raw_key, token, ttl_ms, label=raw_label, permits=permits, shared=shared)
             sent = time.monotonic()
             try:
                 if wait_s > 0:
-                    fence = self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, until)
+                    fence = self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, shared, until)
                 else:
                     fence = _wire.fence_of(server.call(attempt, secret=token))
                 break
@@ -140,20 +157,37 @@ class Locker:
         return lease
 
     def _wait(
-        self, engine: Engine, key: bytes, token: bytes, ttl_ms: int, label: Optional[bytes], permits: int, until: float
+        self,
+        engine: Engine,
+        key: bytes,
+        token: bytes,
+        ttl_ms: int,
+        label: Optional[bytes],
+        permits: int,
+        shared: bool,
+        until: float,
     ) -> Optional[int]:
         """One waiting request; a grant the server may have made without our hearing of it
         (no answer, or interrupted) is released before the error goes on."""
         block_ms = max(1, min(int((until - time.monotonic()) * 1000) + 1, _contract.MAX_BLOCK_MS))
         attempt = _wire.acquire(
-            engine, key, token, ttl_ms, label=label, permits=permits, block_ms=block_ms if engine is Engine.MODULE else None
+            engine,
+            key,
+            token,
+            ttl_ms,
+            label=label,
+            permits=permits,
+            shared=shared,
+            block_ms=block_ms if engine is Engine.MODULE else None,
         )
-        registering = _wire.acquire(engine, key, token, ttl_ms, label=label, permits=permits, waiting=True)
+        registering = _wire.acquire(engine, key, token, ttl_ms, label=label, permits=permits, shared=shared, waiting=True)
         status = _wire.command(engine, _contract.STATUS, key, ())
         try:
             return _wire.fence_of(self._server.wait(attempt, registering, status, key, until, token))
         except BaseException as err:
-            if not isinstance(err, FencedLockError) or err.cause is not None:
+            # A refusal the module answered with (an upgrade refused, a permit count
+            # mismatch, ...) granted nothing: the token may hold a lease of its own.
+            if not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None):
                 self._release_quietly(key, token)
             raise
 
@@ -303,6 +337,24 @@ class Locker:
     def release_token(self, key: str, token: bytes) -> bool:
         """Ends the lease ``token`` holds on ``key`` (a token handed over by another process)."""
         return self.release(_keys.check_key(key), _terms.check_token(token))
+
+    def _downgrade(self, lease: Lease, label: Optional[bytes]) -> None:
+        """``ACQUIRE … SHARED`` with the write lease's own token, one attempt, no wait: the
+        server keeps its fence and restarts it as a read lease. Any other answer means the
+        lease had ended (another writer may have come between): a new grant is released
+        again, and the lease is lost."""
+        lease.ensure_valid()
+        engine = self._server.detect()
+        ttl_ms = lease._ttl_ms
+        args = _wire.acquire(engine, lease._raw_key, lease.token, ttl_ms, label=label, shared=True)
+        sent = time.monotonic()
+        fence = _wire.fence_of(self._server.call(args, secret=lease.token))
+        if fence == lease.fence:
+            lease._deadline = self._clock.deadline(sent, ttl_ms)
+            return
+        if fence is not None:
+            self._release_quietly(lease._raw_key, lease.token)
+        raise lease._ended("the server no longer held it to downgrade")
 
     # -- the lease's authority -----------------------------------------------------------
 

@@ -1,7 +1,7 @@
 """The asyncio API over ``redis.asyncio`` clients: the same leases, fences, waiting,
-keep-alive (a task; ``lease.lost`` an ``asyncio.Event``), semaphores, elections, several keys
-at once, periodic jobs and fenced Redlock as :mod:`fencedlock`, whose errors and status types
-it shares."""
+keep-alive (a task; ``lease.lost`` an ``asyncio.Event``), semaphores, read-write locks,
+elections, several keys at once, periodic jobs and fenced Redlock as :mod:`fencedlock`, whose
+errors and status types it shares."""
 
 from .._election import Leader
 from .._wire import Engine, LockStatus, PermitStatus, SemaphoreStatus
@@ -10,6 +10,7 @@ from .lease import Lease
 from .locker import Locker
 from .multi import Leases
 from .periodic import Busy, Due, LastRun, NotDue, Periodic, Ran
+from .read_write import ReadWriteLock
 from .redlock import Redlock
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Periodic",
     "PermitStatus",
     "Ran",
+    "ReadWriteLock",
     "Redlock",
     "SemaphoreStatus",
 ]

@@ -193,5 +193,7 @@ class Server:
                 return reply
             pause = nap(held_for, left)
             await self._exchange(conn, ("BLPOP", wake_key(key), blpop_timeout(pause)), pause + self.timeout, secret)
-            reply = await self._exchange(conn, attempt, self.timeout, secret)
+            # The attempt after a wake-up names the wake-up list too: a reader granted then
+            # passes the wake-up on to the readers waiting behind it (a release wakes one).
+            reply = await self._exchange(conn, registering, self.timeout, secret)
         return reply

@@ -122,6 +122,14 @@ class Lease:
             await self._declare_lost(LeaseLost(self._key, "it was no longer held at release"), callback=False)
         return held
 
+    async def _ended(self, why: str) -> LeaseLost:
+        """Marks the lease lost now (its keep-alive stops) and returns the error to raise."""
+        loss = LeaseLost(self._key, why)
+        await self._stop_keeper()
+        self._deadline = min(self._deadline, time.monotonic())
+        await self._declare_lost(loss, callback=False)
+        return self._loss or loss
+
     def keep_alive(self, on_lost: Optional[LostCallback] = None) -> Lease:
         """Renews in a task every renew interval (ttl / 3 by default); the first failed
         renewal stops it, sets :attr:`lost` and calls ``on_lost(lease)``."""

@@ -74,6 +74,22 @@ class Locker:
     ) -> Optional[Lease]:
         """See :meth:`fencedlock.Locker.acquire`. Cancel-safe: a cancelled wait leaves the
         server's queue, and a grant it may have received is released."""
+        return await self._take(key, ttl, wait, permits, label, token, keep_alive, on_lost, shared=False)
+
+    async def _take(
+        self,
+        key: str,
+        ttl: Optional[_terms.Seconds],
+        wait: Optional[_terms.Seconds],
+        permits: int,
+        label: Union[str, bytes, None],
+        token: Optional[bytes],
+        keep_alive: bool,
+        on_lost: Optional[LostCallback],
+        *,
+        shared: bool,
+    ) -> Optional[Lease]:
+        """:meth:`acquire`, or with ``shared`` a read lease (``ACQUIRE … SHARED``)."""
         raw_key = _keys.check_key(key)
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
         wait_s = _terms.wait_seconds(wait)
@@ -86,9 +102,9 @@ class Locker:
             sent = time.monotonic()
             try:
                 if wait_s > 0:
-                    fence = await self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, until)
+                    fence = await self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, shared, until)
                 else:
-                    attempt = _wire.acquire(engine, raw_key, token, ttl_ms, label=raw_label, permits=permits)
+                    attempt = _wire.acquire(engine, raw_key, token, ttl_ms, label=raw_label, permits=permits, shared=shared)
                     fence = _wire.fence_of(await self._server.call(attempt, secret=token))
                 break
             except FencedLockError as err:
@@ -113,18 +129,35 @@ class Locker:
         return lease
 
     async def _wait(
-        self, engine: Engine, key: bytes, token: bytes, ttl_ms: int, label: Optional[bytes], permits: int, until: float
+        self,
+        engine: Engine,
+        key: bytes,
+        token: bytes,
+        ttl_ms: int,
+        label: Optional[bytes],
+        permits: int,
+        shared: bool,
+        until: float,
     ) -> Optional[int]:
         block_ms = max(1, min(int((until - time.monotonic()) * 1000) + 1, _contract.MAX_BLOCK_MS))
         attempt = _wire.acquire(
-            engine, key, token, ttl_ms, label=label, permits=permits, block_ms=block_ms if engine is Engine.MODULE else None
+            engine,
+            key,
+            token,
+            ttl_ms,
+            label=label,
+            permits=permits,
+            shared=shared,
+            block_ms=block_ms if engine is Engine.MODULE else None,
         )
-        registering = _wire.acquire(engine, key, token, ttl_ms, label=label, permits=permits, waiting=True)
+        registering = _wire.acquire(engine, key, token, ttl_ms, label=label, permits=permits, shared=shared, waiting=True)
         status = _wire.command(engine, _contract.STATUS, key, ())
         try:
             return _wire.fence_of(await self._server.wait(attempt, registering, status, key, until, token))
         except BaseException as err:
-            if not isinstance(err, FencedLockError) or err.cause is not None:
+            # A refusal the module answered with (an upgrade refused, a permit count
+            # mismatch, ...) granted nothing: the token may hold a lease of its own.
+            if not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None):
                 self._release_later(key, token)
             raise
 
@@ -247,6 +280,24 @@ class Locker:
 
     async def release_token(self, key: str, token: bytes) -> bool:
         return await self.release(_keys.check_key(key), _terms.check_token(token))
+
+    async def _downgrade(self, lease: Lease, label: Optional[bytes]) -> None:
+        """See :meth:`fencedlock.Locker._downgrade`."""
+        lease.ensure_valid()
+        engine = await self._server.detect()
+        ttl_ms = lease._ttl_ms
+        args = _wire.acquire(engine, lease._raw_key, lease.token, ttl_ms, label=label, shared=True)
+        sent = time.monotonic()
+        fence = _wire.fence_of(await self._server.call(args, secret=lease.token))
+        if fence == lease.fence:
+            lease._deadline = self._clock.deadline(sent, ttl_ms)
+            return
+        if fence is not None:
+            try:
+                await self.release(lease._raw_key, lease.token)
+            except FencedLockError:
+                pass
+        raise await lease._ended("the server no longer held it to downgrade")
 
     async def renew(self, key: bytes, token: bytes, ttl_ms: int, timeout: Optional[float] = None) -> Optional[float]:
         engine = await self._server.detect()

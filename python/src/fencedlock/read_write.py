@@ -1,0 +1,170 @@
+"""Fenced read-write locks: many readers or one writer on a key (``ACQUIRE … SHARED`` for a
+read lease; the plain ``ACQUIRE``, the mutex, for the write lease), after the Rust client's
+``ReadWriteLock``.
+
+Both leases are ordinary leases (:class:`~fencedlock.Lease`): renew, release, keep-alive and
+``lease.fence`` work as for a lock. Every grant takes the next fence of the key's one
+sequence, so a writer's fence is above every reader's and writer's before it. Waiting is the
+server's queue, in arrival order: readers that come after a waiting writer wait behind it, so
+a stream of readers cannot starve it, and the readers queued behind a writer enter together
+when it leaves.
+
+:meth:`ReadWriteLock.downgrade` turns a write lease into a read lease in one step, keeping
+its fence. There is no upgrade: two readers upgrading at once would each wait for the other,
+so the server refuses a reader's own write request (:class:`~fencedlock.UpgradeRefused`).
+
+Read-write locks run on a :class:`~fencedlock.Locker` (one server), as semaphores do: fenced
+Redlock cannot lift a key held by several readers to one fence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Optional, Union
+
+from . import _keys, _terms
+from ._wire import SemaphoreStatus, as_semaphore
+from .errors import InvalidArgument, NotAcquired
+from .lease import Lease, LostCallback
+from .locker import Locker
+
+__all__ = ["ReadWriteLock"]
+
+
+class ReadWriteLock:
+    """A fenced read-write lock on ``key`` of ``locker``'s server.
+
+    >>> prices = ReadWriteLock(locker, "prices", wait=30)
+    >>> with prices.writing() as lease:          # alone: no reader, no other writer
+    ...     write_prices(fence=lease.fence)
+    ...     prices.downgrade(lease)              # now a reader, same fence; readers join
+    ...     check_prices(fence=lease.fence)
+    >>> with prices.reading() as lease:          # together with other readers
+    ...     read_prices(fence=lease.fence)
+
+    ``ttl`` is the leases' (the locker's by default), ``wait`` how long :meth:`read` and
+    :meth:`write` wait by default (seconds; the Rust client's ``max_wait``), ``label`` the
+    public label every lease carries (``STATUS`` shows it; never a secret). Its write lease is
+    the same lease as ``locker.acquire(key)``'s.
+    """
+
+    def __init__(
+        self,
+        locker: Locker,
+        key: str,
+        *,
+        ttl: Optional[_terms.Seconds] = None,
+        wait: _terms.Seconds = 10,
+        label: Union[str, bytes, None] = None,
+    ) -> None:
+        if not isinstance(locker, Locker):
+            raise InvalidArgument("a ReadWriteLock runs on a Locker (one server), as semaphores do: not on a Redlock")
+        _keys.check_key(key)
+        if ttl is not None:
+            _terms.ttl_ms(ttl)
+        self._locker = locker
+        self._key = key
+        self._ttl = ttl
+        self._wait = _terms.wait_seconds(wait)
+        self._label = _terms.check_label(label)
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def locker(self) -> Locker:
+        """The locker the lock takes its leases from."""
+        return self._locker
+
+    # -- read leases ---------------------------------------------------------------------
+
+    def try_read(self, *, keep_alive: bool = False, on_lost: Optional[LostCallback] = None) -> Optional[Lease]:
+        """One attempt at a read lease: ``None`` while a writer holds the key or others wait
+        for it (a reader never passes a waiting writer)."""
+        return self._take(True, 0, keep_alive, on_lost)
+
+    def read(
+        self,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Lease]:
+        """A read lease, waiting up to ``wait`` seconds (the lock's by default) in the
+        server's queue; ``None`` when the wait ran out."""
+        return self._take(True, wait, keep_alive, on_lost)
+
+    @contextlib.contextmanager
+    def reading(
+        self, *, wait: Optional[_terms.Seconds] = None, on_lost: Optional[LostCallback] = None
+    ) -> Iterator[Lease]:
+        """``with lock.reading() as lease:`` runs the body under a kept-alive read lease and
+        releases it after; :class:`~fencedlock.NotAcquired` when the wait ran out."""
+        lease = self.read(wait=wait, keep_alive=True, on_lost=on_lost)
+        if lease is None:
+            raise NotAcquired(self._key)
+        with lease:
+            yield lease
+
+    # -- the write lease -----------------------------------------------------------------
+
+    def try_write(self, *, keep_alive: bool = False, on_lost: Optional[LostCallback] = None) -> Optional[Lease]:
+        """One attempt at the write lease: ``None`` while anyone holds the key (or others
+        wait for it)."""
+        return self._take(False, 0, keep_alive, on_lost)
+
+    def write(
+        self,
+        *,
+        wait: Optional[_terms.Seconds] = None,
+        keep_alive: bool = False,
+        on_lost: Optional[LostCallback] = None,
+    ) -> Optional[Lease]:
+        """The write lease, waiting up to ``wait`` seconds (the lock's by default) in the
+        server's queue: the readers already in finish, those who come later wait behind it.
+        ``None`` when the wait ran out."""
+        return self._take(False, wait, keep_alive, on_lost)
+
+    @contextlib.contextmanager
+    def writing(
+        self, *, wait: Optional[_terms.Seconds] = None, on_lost: Optional[LostCallback] = None
+    ) -> Iterator[Lease]:
+        """``with lock.writing() as lease:`` runs the body under the kept-alive write lease
+        (which :meth:`downgrade` may turn into a read lease) and releases it after;
+        :class:`~fencedlock.NotAcquired` when the wait ran out."""
+        lease = self.write(wait=wait, keep_alive=True, on_lost=on_lost)
+        if lease is None:
+            raise NotAcquired(self._key)
+        with lease:
+            yield lease
+
+    # -- downgrade, status ---------------------------------------------------------------
+
+    def downgrade(self, lease: Lease) -> None:
+        """Turns ``lease``, this lock's write lease, into a read lease with the same fence and
+        a fresh ttl; the readers waiting at the head of the queue come in with it. One
+        request, not waited for: nothing can hold the key between the two.
+        :class:`~fencedlock.LeaseLost` when the lease had ended (another writer may have come
+        between: a new grant is given back); :class:`~fencedlock.InvalidArgument` for a lease
+        of another key or another locker."""
+        if lease.key != self._key:
+            raise InvalidArgument(f"downgrade: the lease is on {lease.key!r}, this lock's key is {self._key!r}")
+        if lease._authority is not self._locker:
+            raise InvalidArgument("downgrade takes a lease this lock's locker granted")
+        self._locker._downgrade(lease, self._label)
+
+    def status(self) -> Optional[SemaphoreStatus]:
+        """The key's holders: readers show as a semaphore of 0 permits
+        (:attr:`SemaphoreStatus.is_shared`), each with its fence, time left and label; a
+        writer as one permit. ``None``: no lock state."""
+        return as_semaphore(self._locker.status(self._key))
+
+    def _take(
+        self, shared: bool, wait: Optional[_terms.Seconds], keep_alive: bool, on_lost: Optional[LostCallback]
+    ) -> Optional[Lease]:
+        wait_s = self._wait if wait is None else wait
+        return self._locker._take(self._key, self._ttl, wait_s, 1, self._label, None, keep_alive, on_lost, shared=shared)
+
+    def __repr__(self) -> str:
+        return f"ReadWriteLock(key={self._key!r})"
