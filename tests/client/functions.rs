@@ -146,7 +146,8 @@ async fn readers_waiting_for_a_writer_on_the_library_all_enter_when_it_leaves() 
     assert!(writer.release().await.expect("release"));
     let mut leases = Vec::new();
     for reader in readers {
-        let lease = tokio::time::timeout(Duration::from_secs(8), reader).await.expect("in time").expect("task");
+        let lease =
+            tokio::time::timeout(Duration::from_secs(8), reader).await.expect("in time").expect("task");
         leases.push(lease.expect("a read lease"));
     }
     let took = released.elapsed();
