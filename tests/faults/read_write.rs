@@ -10,11 +10,13 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use fencedlock_protocol::command::{ACQUIRE, RELEASE, SHARED};
+use fencedlock_protocol::functions;
 use harness::redis;
 use harness::{epoch_of, error_text, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::functions::{module_less, with_aof};
 use crate::linearizable::{check, Call, Op, Reply};
 
 const TTL_MS: u64 = 20_000;
@@ -72,7 +74,7 @@ const MAX_OPS_PER_CLIENT: u32 = 400;
 /// is recorded without one; once the server is back, the client releases that token, which
 /// tells whether it had been granted. Error replies (none expected: no restart grace) changed
 /// nothing and are not recorded.
-fn record_client(url: &str, key: &str, client: u32, start: Instant, until: Instant) -> Vec<Op> {
+fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant, until: Instant) -> Vec<Op> {
     let micros = |at: Instant| at.duration_since(start).as_micros() as u64;
     let mut rng = StdRng::seed_from_u64(u64::from(client));
     let mut ops = Vec::new();
@@ -93,15 +95,13 @@ fn record_client(url: &str, key: &str, client: u32, start: Instant, until: Insta
             }
             continue;
         };
-        let (call, mut cmd) = match pending.take() {
-            Some(token) => (Call::Release { token }, redis::cmd(RELEASE.name)),
-            None => (
-                Call::Acquire { token: client * 10_000 + n, shared: rng.random_bool(0.6) },
-                redis::cmd(ACQUIRE.name),
-            ),
+        let call = match pending.take() {
+            Some(token) => Call::Release { token },
+            None => Call::Acquire { token: client * 10_000 + n, shared: rng.random_bool(0.6) },
         };
         let (Call::Acquire { token, .. } | Call::Release { token }) = call;
-        cmd.arg(key).arg(format!("lin-{token}"));
+        let mut cmd = engine.command(call, key);
+        cmd.arg(format!("lin-{token}"));
         if let Call::Acquire { shared, .. } = call {
             cmd.arg(60_000);
             if shared {
@@ -133,20 +133,60 @@ fn record_client(url: &str, key: &str, client: u32, start: Instant, until: Insta
     ops
 }
 
+/// Which engine the clients of a recorded history talk to.
+#[derive(Debug, Clone, Copy)]
+enum Via {
+    Module,
+    /// The Functions library on a server without the module, with the key's floor.
+    Library,
+}
+
+impl Via {
+    /// `call`'s command up to its token: `ACQUIRE key` / `RELEASE key`, or their `FCALL`.
+    fn command(self, call: Call, key: &str) -> redis::Cmd {
+        let command = match call {
+            Call::Acquire { .. } => ACQUIRE,
+            Call::Release { .. } => RELEASE,
+        };
+        match self {
+            Via::Module => {
+                let mut cmd = redis::cmd(command.name);
+                cmd.arg(key);
+                cmd
+            }
+            Via::Library => {
+                let function = functions::function(&command).expect("served by the library");
+                let mut cmd = redis::cmd("FCALL");
+                cmd.arg(function).arg(2).arg(key).arg(functions::floor_key(key.as_bytes()));
+                cmd
+            }
+        }
+    }
+}
+
 #[test]
 fn histories_through_a_kill9_are_linearizable_and_a_stale_fence_is_caught() {
-    let mut s = Server::builder()
-        .arg("appendonly", "yes")
-        .arg("appendfsync", "always")
-        .arg("fencedlock.restart-grace-ms", "0")
-        .start();
+    let s = Server::builder().arg("fencedlock.restart-grace-ms", "0");
+    linearizable_through_a_kill9(with_aof(s, "always").start(), Via::Module);
+}
+
+#[test]
+fn histories_on_the_library_through_a_kill9_are_linearizable_too() {
+    linearizable_through_a_kill9(module_less(with_aof(Server::builder(), "always")), Via::Library);
+}
+
+/// Three clients read and write on `s` through `engine` while it is killed and restarted;
+/// one read-write lock must explain their history, and not the same history with one stale
+/// fence.
+fn linearizable_through_a_kill9(mut s: Server, engine: Via) {
     let (url, key) = (s.url(), "lin:rw");
     let start = Instant::now();
     let until = start + RUN;
     let history: Vec<Op> = thread::scope(|scope| {
         let url = &url;
-        let clients: Vec<_> =
-            (0..CLIENTS).map(|c| scope.spawn(move || record_client(url, key, c, start, until))).collect();
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|c| scope.spawn(move || record_client(url, engine, key, c, start, until)))
+            .collect();
         thread::sleep(RUN / 3);
         s.kill9();
         thread::sleep(Duration::from_millis(100));
@@ -159,7 +199,7 @@ fn histories_through_a_kill9_are_linearizable_and_a_stale_fence_is_caught() {
     let checked = Instant::now();
     check(&history, 0).unwrap_or_else(|why| panic!("{why}"));
     eprintln!(
-        "read-write history: {} operations, {grants} grants, {unknown} without a reply (the kill), linearizable (checked in {:?})",
+        "read-write history via {engine:?}: {} operations, {grants} grants, {unknown} without a reply (the kill), linearizable (checked in {:?})",
         history.len(),
         checked.elapsed()
     );
