@@ -215,6 +215,13 @@ impl Error {
             .map_err(|problem| Error::InvalidKey { key: key.to_owned(), problem })
     }
 
+    /// `label` as bytes, once [`Error::check_label`] admits it.
+    pub(crate) fn checked_label(label: impl Into<Vec<u8>>) -> Result<Vec<u8>, Error> {
+        let label = label.into();
+        Error::check_label(&label)?;
+        Ok(label)
+    }
+
     /// The label rules of the protocol, checked before anything is sent.
     pub(crate) fn check_label(label: &[u8]) -> Result<(), Error> {
         if !label_len_ok(label) {

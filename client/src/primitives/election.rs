@@ -144,8 +144,7 @@ impl Election {
     /// Cancel-safe: dropping the future leaves no lease and no queued waiter behind. Must be
     /// called inside a Tokio runtime (the keep-alive is a task).
     pub async fn campaign(&self, label: impl Into<Vec<u8>>) -> Result<Leadership, Error> {
-        let label = label.into();
-        Error::check_label(&label)?;
+        let label = Error::checked_label(label)?;
         let coordinator = self.locker.coordinator();
         // One token for every window: ACQUIRE is idempotent for its holder.
         let token = coordinator.config().new_token();

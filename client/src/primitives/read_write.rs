@@ -75,9 +75,7 @@ impl ReadWriteLock {
     /// [`MAX_LABEL_LEN`](crate::MAX_LABEL_LEN) bytes, [`Error::Config`] otherwise). Never put a
     /// secret in it: `STATUS` shows it.
     pub fn with_label(mut self, label: impl Into<Vec<u8>>) -> Result<ReadWriteLock, Error> {
-        let label = label.into();
-        Error::check_label(&label)?;
-        self.label = Some(label);
+        self.label = Some(Error::checked_label(label)?);
         Ok(self)
     }
 

@@ -80,9 +80,7 @@ impl Semaphore {
     /// shows it next to the holder's fence, so operators see who holds which permit. Never
     /// put a secret in it.
     pub fn with_label(mut self, label: impl Into<Vec<u8>>) -> Result<Semaphore, Error> {
-        let label = label.into();
-        Error::check_label(&label)?;
-        self.label = Some(label);
+        self.label = Some(Error::checked_label(label)?);
         Ok(self)
     }
 
