@@ -22,7 +22,8 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, Optional, Union
 
-from . import _keys, _terms
+from . import _terms
+from ._read_write import Terms
 from ._wire import SemaphoreStatus, as_semaphore
 from .errors import InvalidArgument, NotAcquired
 from .lease import Lease, LostCallback
@@ -59,18 +60,12 @@ class ReadWriteLock:
     ) -> None:
         if not isinstance(locker, Locker):
             raise InvalidArgument("a ReadWriteLock runs on a Locker (one server), as semaphores do: not on a Redlock")
-        _keys.check_key(key)
-        if ttl is not None:
-            _terms.ttl_ms(ttl)
+        self._terms = Terms.checked(key, ttl, wait, label)
         self._locker = locker
-        self._key = key
-        self._ttl = ttl
-        self._wait = _terms.wait_seconds(wait)
-        self._label = _terms.check_label(label)
 
     @property
     def key(self) -> str:
-        return self._key
+        return self._terms.key
 
     @property
     def locker(self) -> Locker:
@@ -103,7 +98,7 @@ class ReadWriteLock:
         releases it after; :class:`~fencedlock.NotAcquired` when the wait ran out."""
         lease = self.read(wait=wait, keep_alive=True, on_lost=on_lost)
         if lease is None:
-            raise NotAcquired(self._key)
+            raise NotAcquired(self._terms.key)
         with lease:
             yield lease
 
@@ -135,7 +130,7 @@ class ReadWriteLock:
         :class:`~fencedlock.NotAcquired` when the wait ran out."""
         lease = self.write(wait=wait, keep_alive=True, on_lost=on_lost)
         if lease is None:
-            raise NotAcquired(self._key)
+            raise NotAcquired(self._terms.key)
         with lease:
             yield lease
 
@@ -148,23 +143,20 @@ class ReadWriteLock:
         :class:`~fencedlock.LeaseLost` when the lease had ended (another writer may have come
         between: a new grant is given back); :class:`~fencedlock.InvalidArgument` for a lease
         of another key or another locker."""
-        if lease.key != self._key:
-            raise InvalidArgument(f"downgrade: the lease is on {lease.key!r}, this lock's key is {self._key!r}")
-        if lease._authority is not self._locker:
-            raise InvalidArgument("downgrade takes a lease this lock's locker granted")
-        self._locker._downgrade(lease, self._label)
+        self._terms.check_downgrade(lease.key, lease._authority, self._locker)
+        self._locker._downgrade(lease, self._terms.label)
 
     def status(self) -> Optional[SemaphoreStatus]:
         """The key's holders: readers show as a semaphore of 0 permits
         (:attr:`SemaphoreStatus.is_shared`), each with its fence, time left and label; a
         writer as one permit. ``None``: no lock state."""
-        return as_semaphore(self._locker.status(self._key))
+        return as_semaphore(self._locker.status(self._terms.key))
 
     def _take(
         self, shared: bool, wait: Optional[_terms.Seconds], keep_alive: bool, on_lost: Optional[LostCallback]
     ) -> Optional[Lease]:
-        wait_s = self._wait if wait is None else wait
-        return self._locker._take(self._key, self._ttl, wait_s, 1, self._label, None, keep_alive, on_lost, shared=shared)
+        t = self._terms
+        return self._locker._take(t.key, t.ttl, t.wait_for(wait), 1, t.label, None, keep_alive, on_lost, shared=shared)
 
     def __repr__(self) -> str:
-        return f"ReadWriteLock(key={self._key!r})"
+        return f"ReadWriteLock(key={self._terms.key!r})"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 from typing import AsyncIterator, Optional, Union
 
-from .. import _keys, _terms
+from .. import _terms
+from .._read_write import Terms
 from .._wire import SemaphoreStatus, as_semaphore
 from ..errors import InvalidArgument, NotAcquired
 from .lease import Lease, LostCallback
@@ -33,18 +34,12 @@ class ReadWriteLock:
             raise InvalidArgument(
                 "a ReadWriteLock runs on a fencedlock.asyncio.Locker (one server), as semaphores do: not on a Redlock"
             )
-        _keys.check_key(key)
-        if ttl is not None:
-            _terms.ttl_ms(ttl)
+        self._terms = Terms.checked(key, ttl, wait, label)
         self._locker = locker
-        self._key = key
-        self._ttl = ttl
-        self._wait = _terms.wait_seconds(wait)
-        self._label = _terms.check_label(label)
 
     @property
     def key(self) -> str:
-        return self._key
+        return self._terms.key
 
     @property
     def locker(self) -> Locker:
@@ -67,7 +62,7 @@ class ReadWriteLock:
         """``async with lock.reading() as lease:``; :class:`NotAcquired` when the wait ran out."""
         lease = await self.read(wait=wait, keep_alive=True, on_lost=on_lost)
         if lease is None:
-            raise NotAcquired(self._key)
+            raise NotAcquired(self._terms.key)
         async with lease:
             yield lease
 
@@ -88,27 +83,24 @@ class ReadWriteLock:
         """``async with lock.writing() as lease:``; :class:`NotAcquired` when the wait ran out."""
         lease = await self.write(wait=wait, keep_alive=True, on_lost=on_lost)
         if lease is None:
-            raise NotAcquired(self._key)
+            raise NotAcquired(self._terms.key)
         async with lease:
             yield lease
 
     async def downgrade(self, lease: Lease) -> None:
         """See :meth:`fencedlock.ReadWriteLock.downgrade`."""
-        if lease.key != self._key:
-            raise InvalidArgument(f"downgrade: the lease is on {lease.key!r}, this lock's key is {self._key!r}")
-        if lease._authority is not self._locker:
-            raise InvalidArgument("downgrade takes a lease this lock's locker granted")
-        await self._locker._downgrade(lease, self._label)
+        self._terms.check_downgrade(lease.key, lease._authority, self._locker)
+        await self._locker._downgrade(lease, self._terms.label)
 
     async def status(self) -> Optional[SemaphoreStatus]:
         """See :meth:`fencedlock.ReadWriteLock.status`."""
-        return as_semaphore(await self._locker.status(self._key))
+        return as_semaphore(await self._locker.status(self._terms.key))
 
     async def _take(
         self, shared: bool, wait: Optional[_terms.Seconds], keep_alive: bool, on_lost: Optional[LostCallback]
     ) -> Optional[Lease]:
-        wait_s = self._wait if wait is None else wait
-        return await self._locker._take(self._key, self._ttl, wait_s, 1, self._label, None, keep_alive, on_lost, shared=shared)
+        t = self._terms
+        return await self._locker._take(t.key, t.ttl, t.wait_for(wait), 1, t.label, None, keep_alive, on_lost, shared=shared)
 
     def __repr__(self) -> str:
-        return f"ReadWriteLock(key={self._key!r})"
+        return f"ReadWriteLock(key={self._terms.key!r})"
