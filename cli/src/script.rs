@@ -30,11 +30,8 @@ pub async fn acquire(args: &AcquireArgs, out: Output) -> Result<u8, CliError> {
     let lock = servers::open_confirmed(server, options, Some(&args.confirm))?;
     let ctx = Context::new(args.key.name(), args.wait, &args.server);
     // With no --wait (max_wait zero) this is a single attempt.
-    let acquired = match servers::holding(&lock, args.key.name(), args.permits.count, false)? {
-        servers::Holding::Permit(semaphore) => semaphore.acquire().await,
-        servers::Holding::Read(read_write) => read_write.read().await,
-        servers::Holding::Lock => lock.acquire(args.key.name()).await,
-    };
+    let holding = servers::holding(&lock, args.key.name(), args.permits.count, false)?;
+    let acquired = holding.take(&lock, args.key.name(), true).await;
     let lease = match acquired {
         Ok(lease) => lease,
         Err(e) if e.is_unavailable() && args.on_unavailable == AcquireOnUnavailable::Skip => {

@@ -116,6 +116,20 @@ pub enum Holding {
     Read(ReadWriteLock),
 }
 
+impl Holding {
+    /// One attempt at the lease on `key` of `lock`, or (`wait`) up to the configured wait.
+    pub async fn take(&self, lock: &Redlock, key: &str, wait: bool) -> Result<Lease, Error> {
+        match (self, wait) {
+            (Holding::Lock, false) => lock.try_acquire(key).await,
+            (Holding::Lock, true) => lock.acquire(key).await,
+            (Holding::Permit(semaphore), false) => semaphore.try_acquire().await,
+            (Holding::Permit(semaphore), true) => semaphore.acquire().await,
+            (Holding::Read(read_write), false) => read_write.try_read().await,
+            (Holding::Read(read_write), true) => read_write.read().await,
+        }
+    }
+}
+
 /// The [`Holding`] `--permits` and `--shared` ask for, on `lock`'s single server (sharing its
 /// connection). Several servers are a usage error for both: each server would grant its own
 /// permits (and a majority of them suffices), and fenced Redlock cannot lift the fences of a
@@ -169,11 +183,7 @@ pub async fn acquire(
     on_wait: impl FnOnce(&Error),
 ) -> Result<Lease, Error> {
     let started = tokio::time::Instant::now();
-    let first = match holding {
-        Holding::Lock => lock.try_acquire(key).await,
-        Holding::Permit(semaphore) => semaphore.try_acquire().await,
-        Holding::Read(read_write) => read_write.try_read().await,
-    };
+    let first = holding.take(lock, key, false).await;
     match first {
         // A cluster node answering for a key it does not own will answer so again.
         Err(err)
@@ -183,14 +193,7 @@ pub async fn acquire(
             // The first attempt counts against `--wait` (with silent servers it can take a
             // node timeout); dropping `acquire` at the limit leaves nothing held or queued.
             let limit = started + lock.config().max_wait();
-            let waiting = async {
-                match holding {
-                    Holding::Lock => lock.acquire(key).await,
-                    Holding::Permit(semaphore) => semaphore.acquire().await,
-                    Holding::Read(read_write) => read_write.read().await,
-                }
-            };
-            tokio::time::timeout_at(limit, waiting).await.unwrap_or(Err(err))
+            tokio::time::timeout_at(limit, holding.take(lock, key, true)).await.unwrap_or(Err(err))
         }
         other => other,
     }
