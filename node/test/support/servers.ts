@@ -83,7 +83,11 @@ export class TestServer {
   }
 
   static async start(spec: ServerSpec = {}): Promise<TestServer> {
-    const full = { flavor: spec.flavor ?? 'redis70', setup: spec.setup ?? 'module', args: spec.args ?? [] };
+    let args = spec.args ?? [];
+    // A cluster node's bus would listen at port + 10000, inside the kernel's ephemeral range
+    // (an outgoing connection may hold it): it gets a port of the test range of its own.
+    if (args.includes('--cluster-enabled')) args = [...args, '--cluster-port', String(await port())];
+    const full = { flavor: spec.flavor ?? 'redis70', setup: spec.setup ?? 'module', args };
     const server = new TestServer(full, await port());
     await server.launch();
     return server;
