@@ -35,7 +35,8 @@ pub enum Cause {
     Busy,
     /// Refusing writes for lack of replicas (`NOREPLICAS`, `min-replicas-to-write`).
     NoReplicas,
-    /// The fencedlock module is not loaded (unknown command).
+    /// The fencedlock module is not loaded (an unknown command, or the client's own error of
+    /// code `NOMODULE` where only the module may serve).
     NoModule,
     /// The ACL user may not run the command or touch the key (`NOPERM`).
     NoPermission,
@@ -59,6 +60,7 @@ impl Cause {
         }
         match (err.kind(), err.code()) {
             (_, Some(NO_ENGINE)) => Cause::NoEngine,
+            (_, Some(NO_MODULE)) => Cause::NoModule,
             // The verdict of `tls::classify` on a failed handshake.
             (ErrorKind::InvalidClientConfig, _) => Cause::Tls,
             (ErrorKind::MasterNameNotFoundBySentinel, _) => Cause::NoPrimary,
@@ -121,6 +123,10 @@ impl Cause {
 /// The code of the client's error for a server with neither engine. No server sends it; it
 /// is made by the node, so it is told apart by code like the servers' own errors.
 pub(crate) const NO_ENGINE: &str = "NOENGINE";
+
+/// The code of the client's error for a server without the module where only the module may
+/// serve ([`crate::EngineChoice::Only`]), found before any token is sent.
+pub(crate) const NO_MODULE: &str = "NOMODULE";
 
 /// Redis and Valkey give an unknown command no error code of its own (see the module docs).
 fn is_unknown_command(err: &RedisError) -> bool {
@@ -188,6 +194,7 @@ pub(crate) mod tests {
             ),
             (RedisError::from((ErrorKind::MasterNameNotFoundBySentinel, "none")), Cause::NoPrimary),
             (redis::make_extension_error(NO_ENGINE.into(), Some("no module".into())), Cause::NoEngine),
+            (redis::make_extension_error(NO_MODULE.into(), Some("no module".into())), Cause::NoModule),
             (replied("ERR ttl exceeds fencedlock.max-ttl-ms (1000)"), Cause::Other),
             (replied("WRONGTYPE Operation against a key holding the wrong kind of value"), Cause::Other),
         ] {

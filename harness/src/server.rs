@@ -513,6 +513,12 @@ impl Server {
         self.directives.push(Directive::new(name, values));
     }
 
+    /// Leave the module out of the next [`Server::restart`]: a server that lost its module
+    /// after a client found it there (a configuration change, a replaced host).
+    pub fn set_restart_without_module(&mut self) {
+        self.module = None;
+    }
+
     /// Graceful stop: SIGTERM (the server's normal shutdown: flushes the AOF, and saves an
     /// RDB only if `save` points are configured) and wait. Panics if it does not exit.
     pub fn stop(&mut self) {

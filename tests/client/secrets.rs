@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use fencedlock::{Engine, EngineChoice, Error, LockConfig, Locker, Node, Redlock, Token, TokenFormat, Vote};
+use fencedlock::{Cause, Engine, EngineChoice, Error, LockConfig, Locker, Node, Redlock, Token, TokenFormat, Vote};
 use fencedlock_protocol::command::{ACQUIRE, RELEASE};
 use harness::Server;
 
-/// The support crate's config, but on the module only: a server without it must answer
-/// "unknown command" (with the token echoed), not be served by the Functions library.
+/// The support crate's config, but on the module only: a server without it must not be
+/// served by the Functions library.
 fn config(ttl_ms: u64, node_timeout_ms: u64) -> LockConfig {
     LockConfig::builder()
         .ttl(Duration::from_millis(ttl_ms))
@@ -50,18 +50,15 @@ fn assert_error_hides(err: &Error, token: &Token) {
 }
 
 /// The server's "unknown command" reply, as the client reports it: still an `ERR` with its
-/// meaning intact, final (not retryable).
+/// meaning intact, the token cut out, final (not retryable).
 fn assert_unknown_command(err: &Error) {
     match err {
         Error::Server { source, .. } => {
-            // A raw token that is not UTF-8 makes the reply line unparsable; any other token
-            // comes back as the server's error.
-            if let Some(code) = source.code() {
-                assert_eq!(code, "ERR", "{err}");
-                let detail = source.detail().unwrap_or_default();
-                assert!(detail.contains("unknown command"), "{err}");
-                assert!(detail.contains("<redacted>"), "{err}");
-            }
+            assert_eq!(source.code(), Some("ERR"), "{err}");
+            let detail = source.detail().unwrap_or_default();
+            assert!(detail.contains("unknown command"), "{err}");
+            assert!(detail.contains("<redacted>"), "{err}");
+            assert_eq!(Cause::of(source), Cause::NoModule, "{err}");
         }
         other => panic!("expected a server error, got {other:?}"),
     }
@@ -69,10 +66,41 @@ fn assert_unknown_command(err: &Error) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_locker_on_a_server_without_the_module_never_shows_the_token() {
+async fn a_module_only_locker_never_sends_a_token_to_a_server_without_the_module() {
     let plain = Server::builder().without_module().start();
     let locker = Locker::new(Node::new(&plain.url()).unwrap(), config(5_000, 1_000)).expect("locker");
     for token in tokens() {
+        let attempts = [
+            locker.try_acquire_with_token("k", &token).await.map(drop),
+            locker.renew_token("k", &token).await.map(drop),
+            locker.release_token("k", &token).await.map(drop),
+        ];
+        for err in attempts.into_iter().map(Result::unwrap_err) {
+            assert_error_hides(&err, &token);
+            // The client's own error (code NOMODULE), not the server's reply to a lease request
+            // (ERR unknown command, which would have carried the token).
+            match &err {
+                Error::Server { source, .. } => {
+                    assert_eq!(source.code(), Some("NOMODULE"), "{err}");
+                    assert_eq!(Cause::of(source), Cause::NoModule, "{err}");
+                }
+                other => panic!("expected the missing module, got {other:?}"),
+            }
+            assert!(!err.is_retryable(), "a missing module is final: {err}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_lost_its_module_never_shows_the_token() {
+    let mut server = Server::start();
+    let locker = Locker::new(Node::new(&server.url()).unwrap(), config(5_000, 1_000)).expect("locker");
+    assert_eq!(locker.node().detect_engine().await.expect("the module is there"), Engine::Module);
+    server.set_restart_without_module();
+    server.restart();
+    // Printable tokens only: the server echoes a raw token's bytes, which are not UTF-8, and
+    // the `redis` crate reports such a reply as a parse error holding none of them.
+    for token in tokens().into_iter().filter(|token| std::str::from_utf8(token.as_bytes()).is_ok()) {
         let acquired = locker.try_acquire_with_token("k", &token).await.unwrap_err();
         assert_error_hides(&acquired, &token);
         assert_unknown_command(&acquired);
@@ -83,8 +111,7 @@ async fn a_locker_on_a_server_without_the_module_never_shows_the_token() {
         assert_error_hides(&released, &token);
         assert_unknown_command(&released);
     }
-    // The printable tokens' errors are server errors naming the command (checked above for
-    // at least one token, so the test cannot pass on connection errors alone).
+    // The error still names the command the server did not know.
     let token = Token::from_bytes(b"visible-secret".to_vec()).unwrap();
     match locker.try_acquire_with_token("k", &token).await {
         Err(Error::Server { source, .. }) => {

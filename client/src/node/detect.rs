@@ -34,21 +34,21 @@ impl Node {
     /// server denies `FUNCTION LOAD`) the library's script.
     async fn detect(&self) -> Result<Engine, Failure> {
         let module = match self.choice {
-            EngineChoice::Only(Engine::Module) => return Ok(Engine::Module),
+            // Asked before any lease request, so a server without the module never sees (nor
+            // echoes in its "unknown command" reply) a token.
+            EngineChoice::Only(Engine::Module) => match self.knows_module().await? {
+                Some(false) => return Err(Failure::Redis(no_module())),
+                _ => return Ok(Engine::Module),
+            },
             EngineChoice::Only(Engine::Script) => {
                 self.load_script().await.map_err(|refusal| self.no_engine(refusal))?;
                 return Ok(Engine::Script);
             }
             EngineChoice::Only(Engine::Functions) => false,
-            EngineChoice::Auto => {
-                let mut info = redis::cmd("COMMAND");
-                info.arg("INFO").arg(ACQUIRE.name);
-                match self.query::<Vec<redis::Value>>(&info, None).await {
-                    Ok(entries) => entries.iter().any(|entry| !matches!(entry, redis::Value::Nil)),
-                    Err(Failure::Redis(e)) if cause::answered(&e) => self.library_version().await?.is_none(),
-                    Err(failure) => return Err(failure),
-                }
-            }
+            EngineChoice::Auto => match self.knows_module().await? {
+                Some(known) => known,
+                None => self.library_version().await?.is_none(),
+            },
         };
         if module {
             return Ok(Engine::Module);
@@ -64,6 +64,18 @@ impl Node {
         };
         tracing::info!(node = %self.name, %engine, "no fencedlock module on this server: using the Functions library");
         Ok(engine)
+    }
+
+    /// Whether `COMMAND INFO` knows the module's `ACQUIRE`; `None` where the server will not
+    /// say (`COMMAND` renamed away or denied by an ACL).
+    async fn knows_module(&self) -> Result<Option<bool>, Failure> {
+        let mut info = redis::cmd("COMMAND");
+        info.arg("INFO").arg(ACQUIRE.name);
+        match self.query::<Vec<redis::Value>>(&info, None).await {
+            Ok(entries) => Ok(Some(entries.iter().any(|entry| !matches!(entry, redis::Value::Nil)))),
+            Err(Failure::Redis(e)) if cause::answered(&e) => Ok(None),
+            Err(failure) => Err(failure),
+        }
     }
 
     /// `refusal` of the last engine tried, as the error of a server without any engine (one
@@ -115,6 +127,18 @@ impl Node {
             Err(failure) => Err(failure),
         }
     }
+}
+
+/// The error of a server without the module when only the module may serve leases.
+fn no_module() -> RedisError {
+    redis::make_extension_error(
+        cause::NO_MODULE.to_owned(),
+        Some(format!(
+            "the fencedlock module is not loaded ({} is an unknown command) and only the module may serve leases; load the \
+             module (--loadmodule …/libfencedlock_module.so), or let the Functions library serve them (the default engine choice)",
+            ACQUIRE.name
+        )),
+    )
 }
 
 /// The error of a server without an engine: no module, and the library neither loaded
