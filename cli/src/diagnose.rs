@@ -288,6 +288,7 @@ mod tests {
             (ReplyError::BadTimeout, code::USAGE),
             (ReplyError::BadLabel, code::USAGE),
             (ReplyError::BadPermits, code::USAGE),
+            (ReplyError::BadKeys, code::USAGE),
             (ReplyError::Syntax, code::USAGE),
             (ReplyError::PermitsMismatch, code::USAGE),
             (ReplyError::UpgradeRefused, code::USAGE),

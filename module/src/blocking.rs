@@ -39,7 +39,12 @@ fn with<T>(f: impl FnOnce(&mut WaitState) -> T) -> T {
 
 /// Whether anyone waits on the call's key.
 pub fn is_waited(call: &Call) -> bool {
-    SERVER.waiters() > 0 && SERVER.is_waited_at(call.db(), call.arg(1))
+    is_waited_at(call.db(), call.arg(1))
+}
+
+/// Whether anyone waits on `name` in `db`.
+pub fn is_waited_at(db: i32, name: &[u8]) -> bool {
+    SERVER.waiters() > 0 && SERVER.is_waited_at(db, name)
 }
 
 /// Queues the caller of an ACQUIRE that found the key held (until `frees_at` at the latest),
@@ -194,9 +199,14 @@ fn give_back_later(lost: LostGrant) {
 /// A lease on the call's key was shortened (a RENEW or a re-entry with a shorter ttl): if anyone
 /// waits, look again when the key now frees up, not at the later instant filed before.
 pub fn shortened(call: &Call, frees_at: Option<Micros>) {
-    let Some(at) = frees_at.filter(|_| is_waited(call)) else { return };
+    shortened_at(call.db(), call.arg(1), frees_at);
+}
+
+/// [`shortened`] for the lease on `name` in `db`.
+pub fn shortened_at(db: i32, name: &[u8], frees_at: Option<Micros>) {
+    let Some(at) = frees_at.filter(|_| is_waited_at(db, name)) else { return };
     with(|s| {
-        s.queues.wake(&(call.db(), call.arg(1).into()), at);
+        s.queues.wake(&(db, name.into()), at);
         rearm(s, clock::now());
     });
 }

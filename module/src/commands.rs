@@ -2,12 +2,12 @@
 //! effect, count and reply. Arity was checked by `ffi::run` against the protocol's shape.
 //! Every error is returned before anything is written.
 
-use fencedlock_protocol::request::{Acquire, Raise, Release, Renew};
+use fencedlock_protocol::request::{Acquire, AcquireAll, Raise, Release, Renew};
 
 use crate::error::LockError;
 use crate::fence::HighWater;
-use crate::ffi::{clock, int, replication, Call, Reply};
-use crate::lock::{record, Acquired, Ask, Lock, Micros, Released};
+use crate::ffi::{clock, int, replication, Call, Names, Reply};
+use crate::lock::{record, Acquired, Ask, Expired, Lock, Micros, Released};
 use crate::server::SERVER;
 use crate::store::Store;
 use crate::{blocking, counters, floor};
@@ -92,6 +92,111 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
         blocking::serve(call, call.db(), call.arg(1), now);
     }
     Ok(int(fence))
+}
+
+/// `FENCEDLOCK.ACQUIREALL numkeys key [key ...] token ttl_ms [LABEL label] [PERMITS n | SHARED]`
+/// → one fence per key, in the order given, or nil. All or nothing: every key is decided as
+/// an `ACQUIRE` on a copy of its lock first (queues served and respected as `acquire` does),
+/// and only when every key would be granted or re-entered are the copies stored and
+/// replicated, in one command, so no client or replica ever sees part of the set held. Never
+/// blocks: a caller that waits holds nothing, so overlapping sets cannot deadlock.
+pub fn acquire_all(call: &Call) -> Result<Reply, LockError> {
+    if call.is_keys_position_request() {
+        AcquireAll::key_positions(&call.args_from(0)).for_each(|i| call.key_at(i));
+        return Ok(Reply::KeysReported);
+    }
+    let max_ttl_ms = SERVER.max_ttl_ms();
+    let request = AcquireAll::parse(&call.args_from(1), max_ttl_ms)
+        .map_err(|refused| LockError::refused(refused, max_ttl_ms))?;
+    let each = &request.each;
+    // The parser bounds the ttl so that this cannot overflow.
+    let ttl = each.ttl_ms.saturating_mul(1000);
+    let (db, now) = (call.db(), clock::now());
+    let grace = SERVER.grace_left(now);
+    let mut mark = SERVER.high_water();
+    let mut decided = Vec::with_capacity(request.keys.len());
+    for &key in &request.keys {
+        let mut queued_ahead = blocking::is_waited_at(db, key);
+        if queued_ahead {
+            blocking::serve(call, db, key, now);
+            queued_ahead = blocking::is_waited_at(db, key);
+        }
+        let ask = Ask { token: each.token, label: each.label, permits: each.capacity(), ttl, queued_ahead };
+        let name = call.string(key).ok_or(LockError::Internal)?;
+        let mut lock = Store::named(&name).lock()?.map_or_else(Lock::new, |stored| (*stored).clone());
+        // Reported only if the set is granted: a refusal leaves them to whoever looks next.
+        let mut expired = Vec::new();
+        lock.take_expiries(now, |e| expired.push(e));
+        match lock.acquire_for(&mut mark, &ask, now, grace) {
+            Ok(outcome @ (Acquired::Granted { .. } | Acquired::Reentered { .. })) => {
+                decided.push(Decided { key, lock, outcome, expired, queued_ahead });
+            }
+            refused => return count_refusal(refused),
+        }
+    }
+    // Each new fence under its slot's floor before anything is stored (a raise alone is
+    // harmless if storing then fails).
+    for d in &decided {
+        if let Acquired::Granted { fence, .. } = d.outcome {
+            floor::cover(call, d.key, fence)?;
+        }
+    }
+    SERVER.set_high_water(mark);
+    let mut fences = Vec::with_capacity(decided.len());
+    for d in decided {
+        fences.push(d.commit(call, mark, now, each.shared)?);
+    }
+    Ok(Reply::Ints(fences))
+}
+
+/// One key of an `ACQUIREALL` that would be granted: the lock as it will be stored.
+struct Decided<'r> {
+    key: &'r [u8],
+    lock: Lock,
+    outcome: Acquired,
+    expired: Vec<Expired>,
+    queued_ahead: bool,
+}
+
+impl Decided<'_> {
+    /// Stores the decided lock, replicates it, counts it, and replies its fence.
+    fn commit(self, call: &Call, mark: HighWater, now: Micros, shared: bool) -> Result<i64, LockError> {
+        let Decided { key, lock, outcome, expired, queued_ahead } = self;
+        let name = call.string(key).ok_or(LockError::Internal)?;
+        let mut store = Store::named(&name);
+        let stored = match store.lock()? {
+            Some(mut entry) => {
+                entry.replace(lock);
+                entry
+            }
+            None => store.insert(lock)?,
+        };
+        // Stored before it is replicated: no replica or AOF may hold a lease this server does not.
+        replication::replicate_named(&name, mark, &stored.snapshot(now));
+        let frees_at = stored.next_free(now);
+        drop(store);
+        expired.into_iter().for_each(counters::lease_expired);
+        let fence = match outcome {
+            Acquired::Granted { fence, took_over } => {
+                counters::GRANTS.incr();
+                if took_over {
+                    counters::TAKEOVERS.incr();
+                }
+                fence
+            }
+            Acquired::Reentered { fence } => {
+                counters::REENTRIES.incr();
+                blocking::shortened_at(call.db(), key, frees_at);
+                // A writer's downgrade lets the readers at the head of the queue in with it.
+                if queued_ahead && shared {
+                    blocking::serve(call, call.db(), key, now);
+                }
+                fence
+            }
+            Acquired::Busy => return Err(LockError::Internal),
+        };
+        i64::try_from(fence).map_err(|_| LockError::Internal)
+    }
 }
 
 /// In a cluster, raises the slot's floor over the fence a grant on this key would get, before

@@ -69,7 +69,8 @@ impl<'a> Call<'a> {
         self.ctx
     }
 
-    /// The key's name: every command takes exactly one key, as argument 1.
+    /// The key's name: argument 1 (every command but `ACQUIREALL`, which names its keys
+    /// itself, takes exactly one key there).
     pub(crate) fn raw_key(&self) -> RawString {
         self.argv.get(1).copied().unwrap_or(std::ptr::null_mut())
     }
@@ -81,6 +82,24 @@ impl<'a> Call<'a> {
         // SAFETY: a live command context.
         let flags = unsafe { raw::RedisModule_GetContextFlags.map_or(0, |f| f(self.ctx)) };
         flags & wanted != 0
+    }
+
+    /// Whether Redis calls the command only to learn where its keys are (a command registered
+    /// with `getkeys-api`: Cluster routing and `CROSSSLOT` use the answer), not to run it.
+    pub fn is_keys_position_request(&self) -> bool {
+        // SAFETY: a live command context.
+        unsafe { raw::RedisModule_IsKeysPositionRequest.is_some_and(|f| f(self.ctx) != 0) }
+    }
+
+    /// Answers a keys position request: argument `i` is a key.
+    pub fn key_at(&self, i: usize) {
+        let Ok(pos) = c_int::try_from(i) else { return };
+        // SAFETY: a live command context of a keys position request.
+        unsafe {
+            if let Some(key_at) = raw::RedisModule_KeyAtPos {
+                key_at(self.ctx, pos);
+            }
+        }
     }
 
     /// Replicates this call as it was sent, to replicas and the AOF.
@@ -126,6 +145,8 @@ pub enum Reply {
     Semaphore(SemaphoreStatus),
     /// Nothing now: the client was blocked and is answered later (see `Call::block`).
     Blocked,
+    /// Nothing at all: Redis asked where the keys are (see `Call::is_keys_position_request`).
+    KeysReported,
 }
 
 /// A callback context in which key names can be made: a command's or a timer's.
@@ -210,7 +231,7 @@ unsafe fn send_reply(ctx: RawCtx, reply: Result<Reply, LockError>) -> c_int {
                 }
                 OK
             }
-            Ok(Reply::Blocked) => OK,
+            Ok(Reply::Blocked | Reply::KeysReported) => OK,
             Err(e) => {
                 let msg = CString::new(e.to_string().replace(['\r', '\n', '\0'], " ")).unwrap_or_default();
                 raw::RedisModule_ReplyWithError.map_or(0, |f| f(ctx, msg.as_ptr()))

@@ -49,9 +49,14 @@ mod module {
     use crate::{blocking, commands, info, sweeper};
 
     // Above each command: why its key access (`KeyAccess`, the last column) is what it is.
-    const COMMANDS: [Registration; 8] = command_table! {
+    const COMMANDS: [Registration; 9] = command_table! {
         // Replies the fence. Creates the key or takes over an expired lease: an update, not INSERT.
         command::ACQUIRE => commands::acquire, "write deny-oom fast", RW | ACCESS | UPDATE;
+        // ACQUIRE on each of its keys, all or none; O(keys), so not `fast`. Cluster routing
+        // finds module keys by the legacy first/last/step or the getkeys API only (not key
+        // specs): without `getkeys-api` it would see no key, route nothing, and never refuse
+        // keys of several slots.
+        command::ACQUIREALL => commands::acquire_all, "write deny-oom getkeys-api", RW | ACCESS | UPDATE;
         // Replies only 1 or 0, as LREM its count: write access alone.
         command::RENEW => commands::renew, "write fast", RW | UPDATE;
         // Ends the lease (or hands it to a waiter); the key and its fence stay until reclaim.

@@ -72,6 +72,7 @@ export const REPLY_ERRORS = {
   BadTimeout: { code: 'ERR', prefix: 'timeout must be' },
   BadLabel: { code: 'ERR', prefix: 'label must be' },
   BadPermits: { code: 'ERR', prefix: 'permits must be' },
+  BadKeys: { code: 'ERR', prefix: 'numkeys must be' },
   Syntax: { code: 'ERR', prefix: 'syntax error' },
   PermitsMismatch: { code: 'ERR', prefix: 'permits mismatch' },
   UpgradeRefused: { code: 'ERR', prefix: 'upgrade refused' },
@@ -88,7 +89,7 @@ export type ReplyErrorKind = keyof typeof REPLY_ERRORS;
 
 /** The kinds whose request itself was wrong: sending it again cannot succeed. */
 export const BAD_REQUESTS: readonly ReplyErrorKind[] = [
-  'BadTtl', 'TtlTooLarge', 'BadToken', 'BadFence', 'BadTimeout', 'BadLabel', 'BadPermits', 'Syntax',
+  'BadTtl', 'TtlTooLarge', 'BadToken', 'BadFence', 'BadTimeout', 'BadLabel', 'BadPermits', 'BadKeys', 'Syntax',
 ];
 
 /** The module's error kind of an error reply `code detail`; undefined for anybody else's. */

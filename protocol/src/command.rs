@@ -1,8 +1,9 @@
 //! Every `FENCEDLOCK.*` command's name and arguments. The module registers, documents and
 //! arity-checks commands from these; clients build requests from them.
 //!
-//! Every command takes exactly one key, as its first argument, so Redis Cluster routing,
-//! `COMMAND GETKEYS` and ACL key patterns work.
+//! Every command but `ACQUIREALL` takes exactly one key, as its first argument; `ACQUIREALL`
+//! takes its keys after their count, first (as `EVAL` does). Either way Redis Cluster routing,
+//! `COMMAND GETKEYS` and ACL key patterns see every key.
 
 use std::ffi::CStr;
 
@@ -13,6 +14,8 @@ use crate::limits::{MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
 pub enum ArgKind {
     /// The lock key.
     Key,
+    /// `numkeys key [key ...]`: a count, then that many lock keys (at least one).
+    Keys,
     /// Opaque bytes (a token, a value, a label).
     Text,
     /// A decimal integer.
@@ -69,10 +72,27 @@ pub struct Command {
 }
 
 impl Command {
+    /// Whether the command takes several keys after their count ([`ArgKind::Keys`]).
+    pub const fn counts_keys(&self) -> bool {
+        let mut i = 0;
+        while i < self.args.len() {
+            if matches!(self.args[i].kind, ArgKind::Keys) {
+                return true;
+            }
+            i += 1;
+        }
+        false
+    }
+
+    /// The fewest words a call has, the name included (`numkeys key` is two).
+    const fn required(&self) -> usize {
+        1 + self.args.len() + if self.counts_keys() { 1 } else { 0 }
+    }
+
     /// Redis arity: the argument count including the name, negative for "at least".
     pub const fn arity(&self) -> i32 {
-        let required = 1 + self.args.len() as i32;
-        if self.optional.is_empty() && self.options.is_empty() {
+        let required = self.required() as i32;
+        if self.optional.is_empty() && self.options.is_empty() && !self.counts_keys() {
             required
         } else {
             -required
@@ -80,11 +100,15 @@ impl Command {
     }
 
     /// Whether a call with `argc` arguments (the name included) has this command's shape: the
-    /// count alone (which options, and whether one repeats, is the parser's to check).
+    /// count alone (which options, and whether one repeats, is the parser's to check; so is
+    /// whether `numkeys` matches the keys, for a command that counts them).
     pub const fn accepts(&self, argc: usize) -> bool {
-        let required = 1 + self.args.len();
+        let required = self.required();
         if argc < required {
             return false;
+        }
+        if self.counts_keys() {
+            return true;
         }
         let extra = argc - required;
         let (mut widest, mut flags, mut i) = (0, 0, 0);
@@ -240,6 +264,31 @@ command! {
     ],
     summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit; LABEL: a public label shown by STATUS; PERMITS: up to n holders at once; SHARED: a read lease, held together with other readers)"
 }
+/// `ACQUIREALL`'s keys: their count, then the keys.
+const KEYS: Arg = Arg { name: "key", kind: ArgKind::Keys };
+
+command! {
+    /// `FENCEDLOCK.ACQUIREALL numkeys key [key ...] token ttl_ms [LABEL label] [PERMITS n |
+    /// SHARED]` → one fence per key, in the order given, or nil when any key would refuse
+    /// [`ACQUIRE`] (held by another token, waited for by `BLOCK` callers): **all or nothing**.
+    /// A nil or an error changes no key. Each key is decided as an `ACQUIRE` of the same token,
+    /// ttl and options, so a key the token already holds is re-entered (same fence, fresh ttl:
+    /// a retry after a lost reply gets the same fences) and each fresh grant takes the key's
+    /// next fence. The keys are 1 to [`MAX_ACQUIRE_KEYS`](crate::limits::MAX_ACQUIRE_KEYS), distinct, and in a cluster in one
+    /// slot (hash tags); `RENEW` and `RELEASE` stay per key.
+    ///
+    /// It never waits (`BLOCK` is a syntax error): a caller that holds nothing while it waits
+    /// cannot deadlock with one that asks for an overlapping set in another order, so callers
+    /// retry whole attempts with backoff.
+    ACQUIREALL = "FENCEDLOCK.ACQUIREALL",
+    args: &[KEYS, TOKEN, TTL],
+    options: &[
+        Opt { word: LABEL, value: LABEL_ARG },
+        Opt { word: PERMITS, value: PERMITS_ARG },
+        Opt { word: SHARED, value: SHARED_ARG },
+    ],
+    summary: "Takes leases on every key for token, all or nothing; replies one fence per key, or nil while any key is held by another token (LABEL, PERMITS, SHARED as for ACQUIRE; never blocks)"
+}
 command! {
     /// `FENCEDLOCK.RENEW key token ttl_ms` → 1 if the caller's unexpired lease now runs
     /// `ttl_ms` from now, else 0.
@@ -312,7 +361,7 @@ command! {
 }
 
 /// Every command, in the order the module registers them.
-pub const ALL: [Command; 8] = [ACQUIRE, RENEW, RELEASE, RAISE, CAD, STATUS, APPLY, APPLYSEM];
+pub const ALL: [Command; 9] = [ACQUIRE, ACQUIREALL, RENEW, RELEASE, RAISE, CAD, STATUS, APPLY, APPLYSEM];
 
 /// Whether `token` has an acceptable length (1 to [`MAX_TOKEN_LEN`] bytes; content is opaque).
 pub const fn token_len_ok(token: &[u8]) -> bool {
@@ -332,17 +381,20 @@ pub const fn label_len_ok(label: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::MAX_ACQUIRE_KEYS;
 
     #[test]
-    fn c_names_match_names_and_every_command_has_one_key_first() {
+    fn c_names_match_names_and_every_command_has_its_keys_first() {
         for command in ALL {
             assert_eq!(command.c_name.to_str(), Ok(command.name));
             assert!(command.name.starts_with("FENCEDLOCK."));
-            assert_eq!(command.args[0].kind, ArgKind::Key, "{}", command.name);
+            assert!(matches!(command.args[0].kind, ArgKind::Key | ArgKind::Keys), "{}", command.name);
             let optional = command.optional.iter().flat_map(|group| group.iter());
             let options = command.options.iter().map(|opt| &opt.value);
-            let keys = command.args.iter().chain(optional).chain(options).filter(|a| a.kind == ArgKind::Key);
+            let is_key = |a: &&Arg| matches!(a.kind, ArgKind::Key | ArgKind::Keys);
+            let keys = command.args.iter().chain(optional).chain(options).filter(is_key);
             assert_eq!(keys.count(), 1);
+            assert_eq!(command.counts_keys(), command.name == ACQUIREALL.name);
             assert!(command.optional.is_empty() || command.options.is_empty(), "{}", command.name);
         }
     }
@@ -362,6 +414,9 @@ mod tests {
         assert!((4..=11).all(|argc| ACQUIRE.accepts(argc)));
         assert!(!ACQUIRE.accepts(3) && !ACQUIRE.accepts(12));
         assert_eq!(APPLYSEM.arity(), 6);
+        // numkeys and at least one key, the token and the ttl; any number of keys after.
+        assert_eq!(ACQUIREALL.arity(), -5);
+        assert!(!ACQUIREALL.accepts(4) && ACQUIREALL.accepts(5) && ACQUIREALL.accepts(5 + MAX_ACQUIRE_KEYS));
         assert!(RELEASE.accepts(3) && !RELEASE.accepts(4) && !RELEASE.accepts(2));
         assert!(APPLY.accepts(4) && APPLY.accepts(6) && APPLY.accepts(7));
         assert!(!APPLY.accepts(5) && !APPLY.accepts(8) && !APPLY.accepts(3));

@@ -3,7 +3,7 @@
 
 use crate::command::{BLOCK, LABEL, PERMITS, SHARED, SHARED_PERMITS};
 use crate::config::MAX_TTL_MS;
-use crate::limits::{MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
+use crate::limits::{MAX_ACQUIRE_KEYS, MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN};
 
 /// An error reply of the module, by kind. Every one of them changed nothing on the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,6 +23,9 @@ pub enum ReplyError {
     BadLabel,
     /// The `PERMITS` count is not an integer from 1 to [`MAX_PERMITS`].
     BadPermits,
+    /// `ACQUIREALL`'s `numkeys` is not an integer from 1 to [`MAX_ACQUIRE_KEYS`], fewer keys
+    /// follow it, or a key is named twice.
+    BadKeys,
     /// An optional argument other than `BLOCK timeout_ms`, `LABEL label`, `PERMITS n` and
     /// `SHARED`, one of them given twice, or `SHARED` with `PERMITS`.
     Syntax,
@@ -53,7 +56,7 @@ pub enum ReplyError {
 
 impl ReplyError {
     /// Every kind, for tests and exhaustive tables.
-    pub const ALL: [ReplyError; 17] = [
+    pub const ALL: [ReplyError; 18] = [
         ReplyError::BadTtl,
         ReplyError::TtlTooLarge,
         ReplyError::BadToken,
@@ -61,6 +64,7 @@ impl ReplyError {
         ReplyError::BadTimeout,
         ReplyError::BadLabel,
         ReplyError::BadPermits,
+        ReplyError::BadKeys,
         ReplyError::Syntax,
         ReplyError::PermitsMismatch,
         ReplyError::UpgradeRefused,
@@ -92,6 +96,7 @@ impl ReplyError {
             ReplyError::BadTimeout => "timeout must be",
             ReplyError::BadLabel => "label must be",
             ReplyError::BadPermits => "permits must be",
+            ReplyError::BadKeys => "numkeys must be",
             ReplyError::Syntax => "syntax error",
             ReplyError::PermitsMismatch => "permits mismatch",
             ReplyError::UpgradeRefused => "upgrade refused",
@@ -126,6 +131,9 @@ impl ReplyError {
                 format!("{code} {prefix} 1 to {MAX_LABEL_LEN} bytes (it is public: STATUS shows it)")
             }
             ReplyError::BadPermits => format!("{code} {prefix} an integer from 1 to {MAX_PERMITS}"),
+            ReplyError::BadKeys => format!(
+                "{code} {prefix} an integer from 1 to {MAX_ACQUIRE_KEYS}, followed by that many distinct keys"
+            ),
             ReplyError::Syntax => format!(
                 "{code} {prefix}: the options are {BLOCK} timeout_ms, {LABEL} label, and {PERMITS} n or {SHARED}, each at most once"
             ),
@@ -164,7 +172,7 @@ impl ReplyError {
         })
     }
 
-    /// Whether the request itself was wrong (ttl, token, fence, label or permits out of range): sending it
+    /// Whether the request itself was wrong (ttl, token, fence, label, permits or keys out of range): sending it
     /// again cannot succeed, and the fix is the caller's.
     pub const fn is_bad_request(self) -> bool {
         matches!(
@@ -176,6 +184,7 @@ impl ReplyError {
                 | ReplyError::BadTimeout
                 | ReplyError::BadLabel
                 | ReplyError::BadPermits
+                | ReplyError::BadKeys
                 | ReplyError::Syntax
         )
     }

@@ -30,5 +30,5 @@ mod status;
 
 pub use command::{Arg, ArgKind, Command, Opt};
 pub use error::ReplyError;
-pub use request::{Acquire, Raise, Release, Renew, Request};
+pub use request::{Acquire, AcquireAll, Raise, Release, Renew, Request};
 pub use status::{LockStatus, PermitReply, PermitStatus, SemaphoreStatus, StatusError};

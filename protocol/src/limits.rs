@@ -12,6 +12,11 @@ pub const MAX_LABEL_LEN: usize = 256;
 /// replicates all its holders in one record, so the bound keeps that record (and the key) small.
 pub const MAX_PERMITS: u32 = 1024;
 
+/// Most keys one `FENCEDLOCK.ACQUIREALL` takes. The keys are decided and written in one
+/// command on the server's main thread, and their records replicate together: the bound keeps
+/// that step short.
+pub const MAX_ACQUIRE_KEYS: usize = 64;
+
 /// Default of the `fencedlock.max-ttl-ms` config: one day. A ttl of years by typo would
 /// otherwise lock a job out for good.
 pub const DEFAULT_MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;

@@ -5,11 +5,11 @@
 use std::borrow::Cow;
 
 use crate::command::{
-    label_len_ok, permits_ok, token_len_ok, Command, ACQUIRE, BLOCK, LABEL, PERMITS, RAISE, RELEASE, RENEW,
-    SHARED, SHARED_PERMITS, STATUS,
+    label_len_ok, permits_ok, token_len_ok, Command, ACQUIRE, ACQUIREALL, BLOCK, LABEL, PERMITS, RAISE,
+    RELEASE, RENEW, SHARED, SHARED_PERMITS, STATUS,
 };
 use crate::error::ReplyError;
-use crate::limits::{MAX_BLOCK_MS, MAX_FENCE};
+use crate::limits::{MAX_ACQUIRE_KEYS, MAX_BLOCK_MS, MAX_FENCE};
 
 /// What every request shares: the command it calls and its words, the name first and the key
 /// second, which is how an engine other than the module (the Functions library) rewrites the
@@ -17,7 +17,8 @@ use crate::limits::{MAX_BLOCK_MS, MAX_FENCE};
 pub trait Request<'a> {
     /// The command this request calls.
     const COMMAND: Command;
-    /// The words, the command's name first, then the key.
+    /// The words, the command's name first, then the key (`ACQUIREALL`: the keys' count,
+    /// then the keys).
     fn words(&self) -> Vec<Cow<'a, [u8]>>;
 }
 
@@ -124,6 +125,85 @@ impl<'a> Request<'a> for Acquire<'a> {
             words.extend([Cow::Borrowed(BLOCK.as_bytes()), decimal(ms)]);
         }
         words
+    }
+}
+
+/// `FENCEDLOCK.ACQUIREALL numkeys key [key ...] token ttl_ms [LABEL label] [PERMITS n |
+/// SHARED]`, see [`ACQUIREALL`]: the keys, and the `ACQUIRE` every one of them is decided as.
+#[derive(Clone, PartialEq, Eq)]
+pub struct AcquireAll<'a> {
+    /// 1 to [`MAX_ACQUIRE_KEYS`] distinct keys, in the order their fences are replied.
+    pub keys: Vec<&'a [u8]>,
+    /// The token, ttl and options each key is asked with (never `BLOCK`); its own `key` is
+    /// the first key, and [`AcquireAll::of`] gives each key's.
+    pub each: Acquire<'a>,
+}
+
+impl<'a> AcquireAll<'a> {
+    /// Asks for every key of `keys` as `each` asks for its own.
+    pub fn new(keys: Vec<&'a [u8]>, each: Acquire<'a>) -> AcquireAll<'a> {
+        AcquireAll { keys, each }
+    }
+
+    /// The `ACQUIRE` that `key` is decided as.
+    pub fn of(&self, key: &'a [u8]) -> Acquire<'a> {
+        Acquire { key, ..self.each }
+    }
+
+    /// Where a call's keys are among its words (the name first): the `numkeys` words after the
+    /// count, or none when the count is not a number from 1 to [`MAX_ACQUIRE_KEYS`] or more
+    /// keys than there are words (the call will be refused when it runs).
+    pub fn key_positions(words: &[&[u8]]) -> std::ops::Range<usize> {
+        let count = words.get(1).and_then(|count| parse_u64(count)).and_then(|n| usize::try_from(n).ok());
+        match count {
+            Some(n) if (1..=MAX_ACQUIRE_KEYS).contains(&n) && 2 + n <= words.len() => 2..2 + n,
+            _ => 0..0,
+        }
+    }
+
+    /// Parses the arguments after the command name: `numkeys` and the keys first
+    /// ([`ReplyError::BadKeys`] for a count out of range, fewer keys than it says, or a key
+    /// named twice), then the rest exactly as [`Acquire::parse`] does; `BLOCK` is
+    /// [`ReplyError::Syntax`] (the command never waits).
+    pub fn parse(args: &[&'a [u8]], max_ttl_ms: u64) -> Result<AcquireAll<'a>, ReplyError> {
+        let [count, rest @ ..] = args else { return Err(ReplyError::Syntax) };
+        let count = parse_u64(count)
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| (1..=MAX_ACQUIRE_KEYS).contains(n))
+            .ok_or(ReplyError::BadKeys)?;
+        // The keys, then at least the token and the ttl.
+        if rest.len() < count + 2 {
+            return Err(ReplyError::BadKeys);
+        }
+        let (keys, terms) = rest.split_at(count);
+        if keys.iter().enumerate().any(|(i, key)| keys[..i].contains(key)) {
+            return Err(ReplyError::BadKeys);
+        }
+        let first_and_terms: Vec<&'a [u8]> = keys[..1].iter().chain(terms).copied().collect();
+        let each = Acquire::parse(&first_and_terms, max_ttl_ms)?;
+        if each.block_ms.is_some() {
+            return Err(ReplyError::Syntax);
+        }
+        Ok(AcquireAll { keys: keys.to_vec(), each })
+    }
+}
+
+impl<'a> Request<'a> for AcquireAll<'a> {
+    const COMMAND: Command = ACQUIREALL;
+
+    /// The keys after their count, then `ACQUIRE`'s words after its key (`BLOCK` left out).
+    fn words(&self) -> Vec<Cow<'a, [u8]>> {
+        let mut words = vec![Cow::Borrowed(ACQUIREALL.name.as_bytes()), decimal(self.keys.len() as u64)];
+        words.extend(self.keys.iter().map(|key| Cow::Borrowed(*key)));
+        words.extend(Acquire { block_ms: None, ..self.each }.words().into_iter().skip(2));
+        words
+    }
+}
+
+impl std::fmt::Debug for AcquireAll<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<_> = self.keys.iter().map(|key| String::from_utf8_lossy(key)).collect();
+        f.debug_struct("AcquireAll").field("keys", &keys).field("each", &self.each).finish()
     }
 }
 
@@ -303,7 +383,7 @@ pub fn parse_u64(bytes: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::limits::{MAX_LABEL_LEN, MAX_TOKEN_LEN};
+    use crate::limits::{MAX_ACQUIRE_KEYS, MAX_LABEL_LEN, MAX_TOKEN_LEN};
 
     const MAX: u64 = 86_400_000;
 
@@ -535,6 +615,61 @@ mod tests {
         }
     }
 
+    fn all_words(request: &AcquireAll<'_>) -> Vec<String> {
+        request.words().iter().map(|w| String::from_utf8_lossy(w).into_owned()).collect()
+    }
+
+    #[test]
+    fn acquire_all_round_trips_and_sends_the_keys_after_their_count() {
+        let each = Acquire { label: Some(b"job"), shared: true, ..Acquire::mutex(b"a", b"t", 500) };
+        let request = AcquireAll::new(vec![b"a", b"b"], each);
+        let words = request.words();
+        assert_eq!(
+            all_words(&request),
+            [ACQUIREALL.name, "2", "a", "b", "t", "500", "LABEL", "job", "SHARED"]
+        );
+        let args: Vec<&[u8]> = words[1..].iter().map(|w| &w[..]).collect();
+        assert_eq!(AcquireAll::parse(&args, MAX), Ok(request.clone()));
+        assert_eq!(request.of(b"b"), Acquire { key: b"b", ..each });
+        // BLOCK is never sent: the command does not wait.
+        let blocking =
+            AcquireAll::new(vec![b"a"], Acquire { block_ms: Some(5), ..Acquire::mutex(b"a", b"t", 5) });
+        assert_eq!(all_words(&blocking), [ACQUIREALL.name, "1", "a", "t", "5"]);
+    }
+
+    #[test]
+    fn acquire_all_finds_its_keys_after_their_count() {
+        let words: [&[u8]; 6] = [b"FENCEDLOCK.ACQUIREALL", b"2", b"a", b"b", b"t", b"5"];
+        assert_eq!(AcquireAll::key_positions(&words), 2..4);
+        assert_eq!(AcquireAll::key_positions(&[b"X", b"5", b"a", b"t", b"5"]), 0..0, "more than the words");
+        assert_eq!(AcquireAll::key_positions(&[b"X", b"0", b"a", b"t", b"5"]), 0..0);
+        assert_eq!(AcquireAll::key_positions(&[b"X", b"x", b"a", b"t", b"5"]), 0..0);
+        assert_eq!(AcquireAll::key_positions(&[b"X"]), 0..0);
+    }
+
+    #[test]
+    fn acquire_all_refuses_bad_counts_repeated_keys_and_block() {
+        let parse_all = |args: &[&[u8]]| AcquireAll::parse(args, MAX).map(drop);
+        let too_many = (MAX_ACQUIRE_KEYS + 1).to_string();
+        for count in [&b"0"[..], b"-1", b"x", b"", too_many.as_bytes()] {
+            assert_eq!(parse_all(&[count, b"a", b"t", b"5"]), Err(ReplyError::BadKeys));
+        }
+        assert_eq!(parse_all(&[b"3", b"a", b"b", b"t", b"5"]), Err(ReplyError::BadKeys), "fewer keys");
+        assert_eq!(parse_all(&[b"2", b"a", b"a", b"t", b"5"]), Err(ReplyError::BadKeys), "a key twice");
+        assert_eq!(parse_all(&[b"1", b"a", b"t", b"5", b"BLOCK", b"10"]), Err(ReplyError::Syntax));
+        assert_eq!(parse_all(&[b"1", b"a", b"", b"5"]), Err(ReplyError::BadToken));
+        assert_eq!(parse_all(&[b"1", b"a", b"t", b"0"]), Err(ReplyError::BadTtl));
+        assert_eq!(parse_all(&[b"1", b"a", b"t", b"5", b"PERMITS", b"0"]), Err(ReplyError::BadPermits));
+        assert_eq!(parse_all(&[]), Err(ReplyError::Syntax));
+        let most: Vec<String> = (0..MAX_ACQUIRE_KEYS).map(|i| format!("k{i}")).collect();
+        let count = MAX_ACQUIRE_KEYS.to_string();
+        let args: Vec<&[u8]> = std::iter::once(count.as_bytes())
+            .chain(most.iter().map(|k| k.as_bytes()))
+            .chain([&b"t"[..], b"5"])
+            .collect();
+        assert_eq!(AcquireAll::parse(&args, MAX).map(|r| r.keys.len()), Ok(MAX_ACQUIRE_KEYS));
+    }
+
     proptest::proptest! {
         #[test]
         fn no_bytes_make_a_parser_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
@@ -542,6 +677,7 @@ mod tests {
             let _ = Raise::parse(&[b"k", b"t", &bytes]);
             let _ = Renew::parse(&[b"k", &bytes, &bytes], u64::MAX);
             let _ = Acquire::parse(&[b"k", b"t", b"1", &bytes, &bytes], u64::MAX);
+            let _ = AcquireAll::parse(&[&bytes, b"k", &bytes, b"1", &bytes], u64::MAX);
         }
 
         #[test]

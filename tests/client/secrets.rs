@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use fencedlock::{Cause, Engine, EngineChoice, Error, LockConfig, Locker, Node, Redlock, Token, TokenFormat, Vote};
+use fencedlock::{
+    Cause, Engine, EngineChoice, Error, LockConfig, Locker, Node, Redlock, Token, TokenFormat, Vote,
+};
 use fencedlock_protocol::command::{ACQUIRE, RELEASE};
 use harness::Server;
 

@@ -31,7 +31,7 @@ fn reclaimed(node: &Server) -> u64 {
 }
 
 /// Another master than `than`.
-fn other_master(cluster: &Cluster, than: usize) -> usize {
+pub(crate) fn other_master(cluster: &Cluster, than: usize) -> usize {
     cluster.masters().into_iter().find(|&m| m != than).expect("another master")
 }
 
@@ -54,7 +54,7 @@ fn floor_of(cluster: &Cluster, node: usize, slot: u16) -> Option<(String, LockSt
 
 /// `n` grants (taken and released) on master `node`, on keys in its slots other than `avoid`:
 /// pushes its high-water mark above the other masters'. Returns the largest fence.
-fn warm_up(cluster: &Cluster, node: usize, n: usize, avoid: &[u16]) -> u64 {
+pub(crate) fn warm_up(cluster: &Cluster, node: usize, n: usize, avoid: &[u16]) -> u64 {
     let owned: HashSet<u16> = cluster.slots_of(node).into_iter().collect();
     let server = &cluster.nodes()[node];
     let keys: Vec<String> = (0..100_000)

@@ -6,6 +6,7 @@
 //! `max(key fence, target high-water mark) + 1`. `floors` covers slots whose lock keys were
 //! deleted or reclaimed before they moved.
 
+mod acquire_all;
 mod floors;
 mod functions;
 mod semaphore;

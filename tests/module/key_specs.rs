@@ -11,7 +11,9 @@
 //!
 //! `security_acl` covers users scoped by key pattern and command, and token secrecy.
 
-use fencedlock_protocol::command::{self, ACQUIRE, APPLY, APPLYSEM, CAD, RAISE, RELEASE, RENEW, STATUS};
+use fencedlock_protocol::command::{
+    self, ACQUIRE, ACQUIREALL, APPLY, APPLYSEM, CAD, RAISE, RELEASE, RENEW, STATUS,
+};
 use harness::redis::{Connection, Value};
 use harness::{decode_status, error_text, LockStatus, Server};
 
@@ -22,9 +24,10 @@ const TTL: &str = "60000";
 
 /// A call of each command on `key`, with arguments of the right count. The internal records
 /// carry placeholder values: only their key and its access matter here.
-fn calls(key: &str) -> [Vec<&str>; 8] {
+fn calls(key: &str) -> [Vec<&str>; 9] {
     [
         vec![ACQUIRE.name, key, "holder", TTL],
+        vec![ACQUIREALL.name, "1", key, "holder", TTL],
         vec![RENEW.name, key, "holder", TTL],
         vec![RELEASE.name, key, "holder"],
         vec![RAISE.name, key, "holder", "5"],
@@ -75,14 +78,15 @@ fn key_specs_declare_what_each_command_does_with_its_key() {
     // RO/RW/OW/RM: what happens to the key; access: its data is replied or copied; update /
     // delete: its data changes (Redis allows one of insert, update, delete per key spec).
     let expected = [
-        (ACQUIRE, "rw access update"), // grants or re-enters, replies the fence
-        (RENEW, "rw update"),          // lengthens the caller's lease, replies 1 or 0
-        (RELEASE, "rw update"),        // ends the lease; the key and its fence stay
-        (RAISE, "rw access update"),   // raises the fence, replies it
-        (CAD, "rm delete"),            // as Valkey's DELIFEQ: deletes the key, replies 1 or 0
-        (STATUS, "ro access"),         // replies the key's state, changes nothing
-        (APPLY, "ow update"),          // replaces the key's value with the primary's record
-        (APPLYSEM, "ow update"),       // the same, for a semaphore key
+        (ACQUIRE, "rw access update"),    // grants or re-enters, replies the fence
+        (ACQUIREALL, "rw access update"), // the same on each of its keys
+        (RENEW, "rw update"),             // lengthens the caller's lease, replies 1 or 0
+        (RELEASE, "rw update"),           // ends the lease; the key and its fence stay
+        (RAISE, "rw access update"),      // raises the fence, replies it
+        (CAD, "rm delete"),               // as Valkey's DELIFEQ: deletes the key, replies 1 or 0
+        (STATUS, "ro access"),            // replies the key's state, changes nothing
+        (APPLY, "ow update"),             // replaces the key's value with the primary's record
+        (APPLYSEM, "ow update"),          // the same, for a semaphore key
     ];
     assert_eq!(expected.map(|(c, _)| c.name), command::ALL.map(|c| c.name), "every command is checked");
     for (call, (cmd, flags)) in calls("lock:k").iter().zip(expected) {

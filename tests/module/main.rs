@@ -4,6 +4,7 @@
 
 mod support;
 
+mod acquire_all;
 mod blocking;
 mod commands;
 mod hostile_input;

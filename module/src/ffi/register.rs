@@ -3,7 +3,7 @@
 
 use std::ffi::{c_int, CStr, CString};
 
-use fencedlock_protocol::{ArgKind, Command};
+use fencedlock_protocol::{Arg, ArgKind, Command};
 use redis_module::{raw, Context};
 
 use super::{log_warning, OK};
@@ -129,7 +129,12 @@ pub fn create_command(
     // SAFETY: called from OnLoad with the module's context; the strings outlive the calls.
     unsafe {
         let create = raw::RedisModule_CreateCommand.ok_or("no RedisModule_CreateCommand")?;
-        if create(ctx.ctx, spec.c_name.as_ptr(), *handler, c_flags.as_ptr(), 1, 1, 1) != OK {
+        // A command that counts its keys declares none here: its key spec (below) and the
+        // getkeys API (its handler) find them.
+        let first_key = if spec.counts_keys() { 0 } else { 1 };
+        if create(ctx.ctx, spec.c_name.as_ptr(), *handler, c_flags.as_ptr(), first_key, first_key, first_key)
+            != OK
+        {
             return Err(format!("cannot create command {name} with flags '{flags}'"));
         }
         let command = raw::RedisModule_GetCommand
@@ -177,8 +182,12 @@ unsafe fn set_command_info(
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
-    // (argument, its option word if it is an option's value, optional)
-    let required = spec.args.iter().map(|a| (a, None, false));
+    // (argument, its option word if it is an option's value, optional); `numkeys key [key
+    // ...]` is documented as Redis documents EVAL's: the count, then the key, repeated.
+    let required = spec.args.iter().flat_map(|a| match a.kind {
+        ArgKind::Keys => vec![(&NUMKEYS, None, false), (a, None, false)],
+        _ => vec![(a, None, false)],
+    });
     let optional = spec.optional.iter().flat_map(|group| group.iter()).map(|a| (a, None, true));
     let options = spec.options.iter().map(|o| (&o.value, Some(o.word), true));
     let args: Vec<_> = required.chain(optional).chain(options).collect();
@@ -197,7 +206,7 @@ unsafe fn set_command_info(
             let mut doc: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
             doc.name = name.as_ptr();
             (doc.type_, doc.key_spec_index) = match arg.kind {
-                ArgKind::Key => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
+                ArgKind::Key | ArgKind::Keys => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY, 0),
                 ArgKind::Text => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_STRING, -1),
                 ArgKind::Integer => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER, -1),
                 ArgKind::Flag => (raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN, -1),
@@ -210,18 +219,22 @@ unsafe fn set_command_info(
             if *optional {
                 doc.flags = raw::REDISMODULE_CMD_ARG_OPTIONAL as c_int;
             }
+            if arg.kind == ArgKind::Keys {
+                doc.flags = raw::REDISMODULE_CMD_ARG_MULTIPLE as c_int;
+            }
             doc
         })
         .collect();
     // SAFETY: as above; the zeroed entry terminates the argument array.
     docs.push(unsafe { std::mem::zeroed() });
     let summary = CString::new(spec.summary).map_err(|_| "its summary holds a NUL byte")?;
-    let key_specs = [key_spec(key), key_spec_end()];
+    let key_specs = [key_spec(key, spec.counts_keys()), key_spec_end()];
     // SAFETY: as above.
     let mut info: raw::RedisModuleCommandInfo = unsafe { std::mem::zeroed() };
     info.version = &version;
     info.summary = summary.as_ptr();
-    info.complexity = c"O(1)".as_ptr();
+    info.complexity =
+        if spec.counts_keys() { c"O(N) where N is the number of keys" } else { c"O(1)" }.as_ptr();
     info.since = c"0.1.0".as_ptr();
     info.arity = spec.arity();
     info.args = docs.as_mut_ptr();
@@ -236,18 +249,31 @@ unsafe fn set_command_info(
     Ok(())
 }
 
-/// The one key, argument 1, with `access`.
-fn key_spec(access: KeyAccess) -> raw::RedisModuleCommandKeySpec {
+/// The one key, argument 1, with `access`; or, for a command that counts its keys, the keys
+/// after their count in argument 1 (as EVAL's), each with `access`.
+fn key_spec(access: KeyAccess, counted: bool) -> raw::RedisModuleCommandKeySpec {
     // SAFETY: the bindgen struct is plain data; all-zero is its C "unset" value.
     let mut spec: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
     spec.flags = access.0;
     spec.begin_search_type = raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
     spec.bs.index = raw::RedisModuleCommandKeySpec__bindgen_ty_1__bindgen_ty_1 { pos: 1 };
-    spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
-    spec.fk.range =
-        raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 };
+    if counted {
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+        spec.fk.keynum = raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_2 {
+            keynumidx: 0,
+            firstkey: 1,
+            keystep: 1,
+        };
+    } else {
+        spec.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_RANGE;
+        spec.fk.range =
+            raw::RedisModuleCommandKeySpec__bindgen_ty_2__bindgen_ty_1 { lastkey: 0, keystep: 1, limit: 0 };
+    }
     spec
 }
+
+/// The count before a command's keys, in its docs.
+const NUMKEYS: Arg = Arg { name: "numkeys", kind: ArgKind::Integer };
 
 /// The entry that ends a key spec array: no begin search type.
 fn key_spec_end() -> raw::RedisModuleCommandKeySpec {

@@ -95,6 +95,7 @@ class ReplyError(enum.Enum):
     BAD_TIMEOUT = ("ERR", "timeout must be")
     BAD_LABEL = ("ERR", "label must be")
     BAD_PERMITS = ("ERR", "permits must be")
+    BAD_KEYS = ("ERR", "numkeys must be")
     SYNTAX = ("ERR", "syntax error")
     PERMITS_MISMATCH = ("ERR", "permits mismatch")
     UPGRADE_REFUSED = ("ERR", "upgrade refused")
@@ -138,6 +139,7 @@ _BAD_REQUESTS = frozenset(
         ReplyError.BAD_TIMEOUT,
         ReplyError.BAD_LABEL,
         ReplyError.BAD_PERMITS,
+        ReplyError.BAD_KEYS,
         ReplyError.SYNTAX,
     }
 )
