@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use crate::support::{config, wait_until};
+use crate::support::{calls, config, wait_until};
 use fencedlock::{Error, LockConfig, Locker};
-use fencedlock_protocol::command::STATUS;
+use fencedlock_protocol::command::{ACQUIRE, ACQUIREALL, STATUS};
 use harness::redis::{ErrorKind, ServerErrorKind, Value};
 use harness::{decode_status, Cluster, Server};
 
@@ -144,4 +144,27 @@ async fn a_periodic_job_is_recorded_through_a_cluster() {
         let again = locker.run_at_most_every(key, hour, |_| async { Ok::<_, Error>(0) }).await;
         assert!(matches!(again, Ok(fencedlock::Periodic::NotDue { .. })), "{key}: {again:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_of_one_slot_is_one_command_and_a_spread_set_is_taken_key_by_key() {
+    let cluster = Cluster::builder().masters(3).start();
+    let locker = Locker::open_cluster(&cluster.urls(), config(10_000, 1_000)).expect("cluster locker");
+    let count = |command: &str| -> u64 { cluster.nodes().iter().map(|node| calls(node, command)).sum() };
+
+    let tagged = ["{order-9}:stock", "{order-9}:payment", "{order-9}:mail"];
+    let set = locker.try_acquire_all(&tagged).await.expect("granted");
+    assert_eq!((count(ACQUIREALL.name), count(ACQUIRE.name)), (1, 0), "one command on the slot's owner");
+    for lease in set.iter() {
+        let owner = owner_status(&cluster, lease.key());
+        assert_eq!((owner.len(), owner[0].1, owner[0].2), (1, lease.fence(), true), "{}", lease.key());
+    }
+
+    // Keys of three slots (on different masters): one ACQUIRE each, still all or none.
+    let spread = ["spread:a", "spread:b", "spread:c"];
+    let slots: std::collections::HashSet<u16> = spread.iter().map(|k| cluster.key_slot(k)).collect();
+    assert_eq!(slots.len(), 3);
+    let taken = locker.try_acquire_all(&spread).await.expect("granted");
+    assert_eq!((count(ACQUIREALL.name), count(ACQUIRE.name)), (1, 3));
+    assert!(set.release().await.expect("released") && taken.release().await.expect("released"));
 }

@@ -1,15 +1,18 @@
 //! Several keys at once (`Locker::acquire_all`): all or none, no partial hold on a refusal, no
 //! deadlock between callers naming the same keys in opposite orders, and every lease valid on
-//! return after a long wait; on both engines and over Redlock.
+//! return after a long wait; on both engines and over Redlock. On one server whose module has
+//! `ACQUIREALL` the set is one command; elsewhere (the library, a module older than it) key by
+//! key.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use fencedlock::{Error, LockConfig, Locker, Redlock};
+use fencedlock_protocol::command::{ACQUIRE, ACQUIREALL};
 use harness::Server;
 
-use crate::support::{config, wait_until};
+use crate::support::{calls, config, v1_module, wait_until};
 
 /// Both engines: the module, and the Functions library on a server without it.
 fn servers() -> [(&'static str, Server); 2] {
@@ -115,5 +118,56 @@ async fn over_redlock_each_key_by_majority() {
         servers.iter().all(|s| !s.lock_held("r:0"))
     })
     .await;
+    assert!(all.release().await.expect("released"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_server_takes_the_set_in_one_command_and_a_refusal_in_one_reply() {
+    let server = Server::start();
+    let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    let all = locker.try_acquire_all(&["one:b", "one:a", "one:c"]).await.expect("all granted");
+    assert_eq!((calls(&server, ACQUIREALL.name), calls(&server, ACQUIRE.name)), (1, 0), "one command");
+    let fences: Vec<u64> = all.iter().map(|l| l.fence()).collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "granted in the order named: {fences:?}");
+    let token = all.iter().next().map(|l| l.token().clone()).expect("a lease");
+    assert!(all.iter().all(|l| l.token() == &token && l.is_valid()), "one token for the set");
+    for lease in all.iter() {
+        let st = server.lock_status(lease.key()).expect("held");
+        assert_eq!((st.fence, st.held), (lease.fence(), true), "{}", lease.key());
+    }
+
+    // A busy key: one refused command, no key of the set created, the busy key named.
+    let other = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    let refused = other.try_acquire_all(&["one:z", "one:c", "one:y"]).await;
+    assert!(matches!(refused, Err(Error::Contended { ref key }) if key == "one:c"), "{refused:?}");
+    assert_eq!(calls(&server, ACQUIREALL.name), 2);
+    assert!(server.lock_status("one:z").is_none() && server.lock_status("one:y").is_none());
+
+    // Waiting: the set is granted as soon as its last key is free.
+    let waiter = {
+        let other = other.clone();
+        tokio::spawn(async move { other.acquire_all(&["one:y", "one:a"]).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiter.is_finished(), "one:a is still held");
+    assert!(server.lock_status("one:y").is_none(), "no part of a set is held while it waits");
+    assert!(all.release().await.expect("released"));
+    let taken = waiter.await.expect("task").expect("granted after the release");
+    assert!(taken.iter().all(|l| l.fence() > fences[2]));
+    taken.release().await.expect("released");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_older_than_acquireall_is_asked_key_by_key() {
+    let server = Server::builder().without_module().arg("loadmodule", v1_module().to_string_lossy()).start();
+    let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    // Connected first, so that what follows sends nothing but the set's requests.
+    locker.try_acquire("old:warm").await.expect("grant").release().await.expect("released");
+    let errors = || server.info_field("errorstats", "errorstat_ERR").unwrap_or_default();
+    let errors_before = errors();
+    let all = locker.try_acquire_all(&["old:a", "old:b"]).await.expect("all granted");
+    assert_eq!(calls(&server, ACQUIRE.name), 3, "one ACQUIRE per key");
+    // No ACQUIREALL was sent: its "unknown command" would have echoed the token.
+    assert_eq!(errors(), errors_before);
     assert!(all.release().await.expect("released"));
 }

@@ -88,6 +88,15 @@ impl Coordinator {
         &self.rounds.config
     }
 
+    /// The locker's one server, when its grants need no replica confirmation: where a set of
+    /// keys can be taken in one command (`ACQUIREALL`).
+    pub(crate) fn plain_single(&self) -> Option<&Node> {
+        match (self.topology, self.rounds.nodes.as_slice()) {
+            (Topology::Single { confirm: None }, [node]) => Some(node),
+            _ => None,
+        }
+    }
+
     /// One acquisition round: replica-confirmed (which never waits on the server, so `block`
     /// does not apply) or the plain round, waiting up to `block` on each node that can.
     pub(crate) async fn attempt(

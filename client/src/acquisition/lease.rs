@@ -145,6 +145,19 @@ impl Lease {
         }
     }
 
+    /// The lease on `key` that a grant made outside the rounds gives (a set of keys taken in
+    /// one `ACQUIREALL`): armed from now on, released on drop like any other.
+    pub(crate) fn from_grant(coordinator: &Arc<Coordinator>, key: &str, token: Token, grant: Grant) -> Lease {
+        let claim = Claim {
+            coordinator: Arc::clone(coordinator),
+            key: key.to_owned(),
+            token,
+            armed: true,
+            waited: false,
+        };
+        Lease::granted(claim, grant)
+    }
+
     /// The lease `grant` gives; it owns the (still armed) claim's release from now on.
     fn granted(mut claim: Claim, grant: Grant) -> Lease {
         // Every waiting request of the acquisition was answered or closed long before this

@@ -69,8 +69,13 @@ impl Node {
     /// Whether `COMMAND INFO` knows the module's `ACQUIRE`; `None` where the server will not
     /// say (`COMMAND` renamed away or denied by an ACL).
     async fn knows_module(&self) -> Result<Option<bool>, Failure> {
+        self.knows_command(ACQUIRE.name).await
+    }
+
+    /// Whether `COMMAND INFO` knows `name`; `None` where the server will not say.
+    pub(super) async fn knows_command(&self, name: &str) -> Result<Option<bool>, Failure> {
         let mut info = redis::cmd("COMMAND");
-        info.arg("INFO").arg(ACQUIRE.name);
+        info.arg("INFO").arg(name);
         match self.query::<Vec<redis::Value>>(&info, None).await {
             Ok(entries) => Ok(Some(entries.iter().any(|entry| !matches!(entry, redis::Value::Nil)))),
             Err(Failure::Redis(e)) if cause::answered(&e) => Ok(None),

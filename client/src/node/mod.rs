@@ -40,7 +40,8 @@ mod wake;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::{Acquire, Raise, Release, Renew};
+use fencedlock_protocol::command::ACQUIREALL;
+use fencedlock_protocol::{Acquire, AcquireAll, Raise, Release, Renew};
 use redis::{Cmd, FromRedisValue, RedisError};
 use tokio::sync::{Mutex, OnceCell};
 
@@ -69,6 +70,8 @@ pub struct Node {
     /// Which engine to use, and the one found on the server by the first request.
     choice: EngineChoice,
     engine: Arc<OnceCell<Engine>>,
+    /// Whether the server's module serves `ACQUIREALL`, asked by the first `acquire_all`.
+    acquire_all: Arc<OnceCell<bool>>,
 }
 
 /// What an ACQUIRE came back with.
@@ -147,6 +150,7 @@ impl Node {
             pool: Pool::new(DEFAULT_MAX_BLOCKING),
             choice: EngineChoice::Auto,
             engine: Arc::new(OnceCell::new()),
+            acquire_all: Arc::new(OnceCell::new()),
         }
     }
 
@@ -275,6 +279,26 @@ impl Node {
     /// Redlock watches the node it waits on with this.
     pub(crate) async fn ping(&self) -> Result<(), Failure> {
         self.query::<String>(&redis::cmd("PING"), None).await.map(drop)
+    }
+
+    /// Whether the server takes a set of keys in one `FENCEDLOCK.ACQUIREALL`: the module
+    /// serves leases there and knows the command (modules older than it do not, nor does the
+    /// Functions library; a server that hides `COMMAND` is not asked to). Asked once, before
+    /// any `ACQUIREALL` is sent: an unknown command's reply would echo the token.
+    pub(crate) async fn serves_acquire_all(&self) -> Result<bool, Failure> {
+        let ask = || async {
+            if self.engine_now().await? != Engine::Module {
+                return Ok(false);
+            }
+            Ok(self.knows_command(ACQUIREALL.name).await? == Some(true))
+        };
+        self.acquire_all.get_or_try_init(ask).await.copied()
+    }
+
+    /// `FENCEDLOCK.ACQUIREALL` on the module (see [`Node::serves_acquire_all`]): a fence per
+    /// key, in the request's order, or `None` when the server refused the set.
+    pub(crate) async fn acquire_all(&self, request: &AcquireAll<'_>) -> Result<Option<Vec<u64>>, Failure> {
+        self.query(&Engine::Module.call(request), Some(request.each.token)).await
     }
 
     /// `FENCEDLOCK.RENEW`: whether we still held the lease (it now runs `ttl_ms` from now).
