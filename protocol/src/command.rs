@@ -264,6 +264,7 @@ command! {
     ],
     summary: "Takes the lease on key for token; replies its fence, or nil while another token holds it (BLOCK: waits in arrival order up to timeout_ms, 0 = no limit; LABEL: a public label shown by STATUS; PERMITS: up to n holders at once; SHARED: a read lease, held together with other readers)"
 }
+
 /// `ACQUIREALL`'s keys: their count, then the keys.
 const KEYS: Arg = Arg { name: "key", kind: ArgKind::Keys };
 
@@ -274,8 +275,8 @@ command! {
     /// A nil or an error changes no key. Each key is decided as an `ACQUIRE` of the same token,
     /// ttl and options, so a key the token already holds is re-entered (same fence, fresh ttl:
     /// a retry after a lost reply gets the same fences) and each fresh grant takes the key's
-    /// next fence. The keys are 1 to [`MAX_ACQUIRE_KEYS`](crate::limits::MAX_ACQUIRE_KEYS), distinct, and in a cluster in one
-    /// slot (hash tags); `RENEW` and `RELEASE` stay per key.
+    /// next fence. The keys are 1 to [`MAX_ACQUIRE_KEYS`](crate::limits::MAX_ACQUIRE_KEYS),
+    /// distinct, and in a cluster in one slot (hash tags); `RENEW` and `RELEASE` stay per key.
     ///
     /// It never waits (`BLOCK` is a syntax error): a caller that holds nothing while it waits
     /// cannot deadlock with one that asks for an overlapping set in another order, so callers
