@@ -69,15 +69,15 @@ def test_the_shipped_library_is_the_protocols() -> None:
 
 def test_limits() -> None:
     limits = source("limits.rs")
-    for name in ("MAX_TOKEN_LEN", "MAX_LABEL_LEN", "MAX_PERMITS", "DEFAULT_MAX_TTL_MS", "MAX_MAX_TTL_MS",
-                 "MAX_FENCE", "EPOCH_GAP", "MAX_BLOCK_MS"):
+    for name in ("MAX_TOKEN_LEN", "MAX_LABEL_LEN", "MAX_PERMITS", "MAX_ACQUIRE_KEYS", "DEFAULT_MAX_TTL_MS",
+                 "MAX_MAX_TTL_MS", "MAX_FENCE", "EPOCH_GAP", "MAX_BLOCK_MS"):
         assert getattr(_contract, name) == rust_const(limits, name), name
     assert _contract.SLOTS == rust_const(source("cluster.rs"), "SLOTS")
 
 
 def test_command_names_and_option_words() -> None:
     command = source("command.rs")
-    for ident in ("ACQUIRE", "RENEW", "RELEASE", "RAISE", "STATUS"):
+    for ident in ("ACQUIRE", "ACQUIREALL", "RENEW", "RELEASE", "RAISE", "STATUS"):
         found = re.search(rf'\b{ident} = "([^"]+)"', command)
         assert found and getattr(_contract, ident) == found.group(1), ident
     for word in ("BLOCK", "LABEL", "PERMITS", "SHARED"):
@@ -90,6 +90,12 @@ def test_command_names_and_option_words() -> None:
     assert order == ["LABEL", "PERMITS", "SHARED", "BLOCK"], order
     sent = _wire.acquire(_wire.Engine.MODULE, b"k", b"t", 1, label=b"l", shared=True, block_ms=1)
     assert [w for w in sent if w in (_contract.LABEL, _contract.SHARED, _contract.BLOCK)] == ["LABEL", "SHARED", "BLOCK"]
+    # ACQUIREALL: the name, the count and the keys, then ACQUIRE's words after its key, no BLOCK.
+    body = words[words.index("impl<'a> Request<'a> for AcquireAll<'a>"):]
+    body = body[:body.index("\n}\n")]
+    assert "ACQUIREALL.name.as_bytes()), decimal(self.keys.len() as u64)]" in body
+    assert "Acquire { block_ms: None, ..self.each }.words().into_iter().skip(2)" in body
+    assert _wire.acquire_all([b"a", b"b"], b"t", 5, label=b"l") == (_contract.ACQUIREALL, 2, b"a", b"b", b"t", 5, "LABEL", b"l")
 
 
 def test_the_libraries_names_version_and_keys() -> None:

@@ -1,7 +1,10 @@
 """Several keys at once (``acquire_all``, ``lease_all``), as the Rust client's
 ``tests/client/multi.rs``: all or none (a refusal leaves nothing of the set held), no deadlock
 between callers naming the same keys in opposite orders, and every lease valid on return
-after a long wait; on the engines, over Redlock and on asyncio."""
+after a long wait; on the engines, over Redlock and on asyncio. On a module server that has
+``FENCEDLOCK.ACQUIREALL`` a set is one command for one token, read back from the server's
+``INFO commandstats``; elsewhere (the Functions library, a server hiding ``COMMAND``, keys of
+several slots on a cluster node) key by key, and the command is never sent."""
 
 from __future__ import annotations
 
@@ -15,8 +18,8 @@ import redis.asyncio
 
 import fencedlock
 import fencedlock.asyncio
-from fencedlock import InvalidArgument, Leases, Locker, LockStatus, NotAcquired, Redlock, _keys
-from servers import Server, Servers
+from fencedlock import InvalidArgument, Leases, Locker, LockStatus, NotAcquired, Redlock, Unavailable, _keys
+from servers import Server, Servers, free_port
 
 
 def free(server: Server, key: str) -> bool:
@@ -183,3 +186,237 @@ def test_every_caller_takes_the_keys_in_one_order() -> None:
     # Two callers naming the same keys in opposite orders take them in the same order.
     assert _keys.taking_order(["k:2", "k:10", "k:1"])[1] == _keys.taking_order(["k:1", "k:2", "k:10"])[1]
     assert _keys.taking_order(["\u00e9", "z", "Z"])[1] == ["Z", "z", "\u00e9"], "by the keys' UTF-8 bytes"
+
+
+# -- one ACQUIREALL where the server has it --------------------------------------------------
+
+
+def calls(stats: redis.Redis, command: str) -> int:
+    """How many times the server ran ``command`` (``INFO commandstats``; names compared
+    case-insensitively: a module's command shows as it was registered)."""
+    wanted = f"cmdstat_{command}".lower()
+    return sum(int(entry["calls"]) for name, entry in stats.info("commandstats").items() if name.lower() == wanted)
+
+
+def errors(stats: redis.Redis, code: str) -> int:
+    """Error replies of ``code`` so far (``INFO errorstats``)."""
+    return int(stats.info("errorstats").get(f"errorstat_{code}", {}).get("count", 0))
+
+
+ACQUIREALL = "fencedlock.acquireall"
+ACQUIRE = "fencedlock.acquire"
+
+
+def held_by(server: Server, key: str, fence: int) -> bool:
+    status = Locker(server.client()).status(key)
+    return isinstance(status, LockStatus) and status.held and status.fence == fence
+
+
+@pytest.mark.engines("module")
+def test_a_set_is_one_command_for_one_token(server: Server) -> None:
+    stats = server.admin()
+    locker = Locker(server.client(), ttl=5)
+    taken = locker.acquire_all(["o:c", "o:a", "o:b"], label="host-a")
+    assert taken is not None and taken.keys == ["o:c", "o:a", "o:b"]
+    assert calls(stats, ACQUIREALL) == 1 and calls(stats, ACQUIRE) == 0, "one ACQUIREALL, no ACQUIRE"
+    assert len({lease.token for lease in taken}) == 1, "one token for every lease"
+    fences = [lease.fence for lease in taken]
+    assert fences == sorted(set(fences)), f"fences rise in the order named: {fences}"
+    for lease in taken:
+        status = locker.status(lease.key)
+        assert isinstance(status, LockStatus) and status.held and status.fence == lease.fence
+        assert status.label == b"host-a" == lease.label
+        assert 4.0 < lease.remaining <= 5.0, "valid for the ttl from before the request"
+
+    # Each lease is a lease like any other: renewed and released on its own key.
+    first = taken.get("o:a")
+    assert first is not None
+    first.renew()
+    assert first.release() is True and free(server, "o:a") and not free(server, "o:b")
+    assert taken.release() is False, "o:a was released already"
+    assert all(free(server, key) for key in ("o:a", "o:b", "o:c"))
+
+    # The server's capability was asked once (COMMAND INFO: the engine, then ACQUIREALL).
+    asked = calls(stats, "command|info")
+    with locker.lease_all(["o:a", "o:b"], keep_alive=False) as leases:
+        assert len({lease.token for lease in leases}) == 1 and all(lease.fence > max(fences) for lease in leases)
+    assert calls(stats, "command|info") == asked, "asked once per server"
+    assert calls(stats, ACQUIREALL) == 2 and calls(stats, ACQUIRE) == 0
+
+
+@pytest.mark.engines("module")
+def test_a_busy_key_refuses_the_whole_set_and_creates_nothing(server: Server) -> None:
+    stats = server.admin()
+    holder = Locker(server.client(), ttl=5).acquire("b:2")
+    assert holder is not None
+    locker = Locker(server.client(), ttl=5)
+    assert locker.acquire_all(["b:1", "b:2", "b:3"]) is None
+    assert stats.exists("b:1", "b:3") == 0, "no key of a refused set is created"
+    assert calls(stats, ACQUIREALL) == 1 and calls(stats, ACQUIRE) == 1, "one attempt, the holder's ACQUIRE only"
+    with pytest.raises(NotAcquired) as refused:
+        with locker.lease_all(["b:3", "b:1", "b:2"]):
+            raise AssertionError("never runs unlocked")
+    assert refused.value.key == "b:2", "the key held now is named"
+    assert stats.exists("b:1", "b:3") == 0
+    assert calls(stats, ACQUIREALL) == 2
+    assert held_by(server, "b:2", holder.fence), "the holder's lease is untouched"
+
+
+@pytest.mark.engines("module")
+def test_a_waiter_holds_nothing_and_gets_the_set_when_the_last_key_is_released(server: Server) -> None:
+    stats = server.admin()
+    holders = [Locker(server.client(), ttl=10).acquire(key) for key in ("w:1", "w:2")]
+    one, two = holders
+    assert one is not None and two is not None
+    locker = Locker(server.client(), ttl=5)
+    result: List[Optional[Leases]] = []
+    got_at: List[float] = []
+
+    def waiter() -> None:
+        result.append(locker.acquire_all(["w:3", "w:2", "w:1"], wait=10))
+        got_at.append(time.monotonic())
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    time.sleep(0.6)
+    assert stats.exists("w:3") == 0 and held_by(server, "w:1", one.fence) and held_by(server, "w:2", two.fence)
+    assert one.release()
+    time.sleep(0.6)
+    assert stats.exists("w:3") == 0, "a waiter holds no key of the set while one is busy"
+    assert free(server, "w:1"), "w:1, free, is not taken while w:2 is busy"
+    assert calls(stats, ACQUIREALL) >= 3, "whole attempts retried"
+    released_at = time.monotonic()
+    assert two.release()
+    thread.join(10)
+    (taken,) = result
+    assert taken is not None and taken.keys == ["w:3", "w:2", "w:1"]
+    assert got_at[0] - released_at < 1.0, "granted within a backoff step of the last release"
+    assert len({lease.token for lease in taken}) == 1 and calls(stats, ACQUIRE) == 2, "the holders' ACQUIREs only"
+    assert all(held_by(server, lease.key, lease.fence) for lease in taken)
+    assert taken.release()
+
+
+@pytest.mark.engines("module")
+def test_an_attempt_whose_reply_was_lost_is_sent_again_with_the_same_token(server: Server) -> None:
+    """The server stops while the first attempt is under way and runs it when it resumes: the
+    next attempt, with the same token, re-enters the keys (same fences). A new token would be
+    refused until the first grant's ttl ended, past the wait."""
+    stats = server.admin()
+    locker = Locker(server.client(socket_timeout=1), ttl=30, timeout=0.3)
+    warm = locker.acquire_all(["l:0"])  # the server's capability asked and kept
+    assert warm is not None and warm.release()
+    before = calls(stats, ACQUIREALL)
+    result: List[Optional[Leases]] = []
+    server.pause()
+    try:
+        thread = threading.Thread(target=lambda: result.append(locker.acquire_all(["l:1", "l:2"], wait=8)))
+        thread.start()
+        time.sleep(1.0)
+    finally:
+        server.resume()
+    thread.join(15)
+    (taken,) = result
+    assert taken is not None, "granted after the server resumed"
+    assert calls(stats, ACQUIREALL) - before >= 2, "the lost attempt ran, then another"
+    assert all(held_by(server, lease.key, lease.fence) for lease in taken), "the fences the server holds"
+    assert taken.release()
+
+
+@pytest.mark.engines("module")
+def test_a_final_attempt_without_an_answer_gives_the_set_back(server: Server) -> None:
+    locker = Locker(server.client(socket_timeout=1), ttl=30, timeout=0.3)
+    warm = locker.acquire_all(["g:0"])
+    assert warm is not None and warm.release()
+    server.pause()
+    try:
+        with pytest.raises(Unavailable):
+            locker.acquire_all(["g:1", "g:2"])
+    finally:
+        server.resume()
+    # The server runs the ACQUIREALL as it resumes; the releases sent by its token end it.
+    deadline = time.monotonic() + 5
+    while not (free(server, "g:1") and free(server, "g:2")):
+        assert time.monotonic() < deadline, "the set granted unheard is still held"
+        time.sleep(0.05)
+    assert calls(server.admin(), ACQUIREALL) >= 2, "the unanswered attempt did run"
+
+
+@pytest.mark.engines("functions", "script")
+def test_on_the_functions_engine_the_keys_are_taken_one_by_one(server: Server) -> None:
+    stats = server.admin()
+    locker = Locker(server.client(), ttl=5)
+    warm = locker.acquire("f:0")  # the engine detected, the connection made
+    assert warm is not None and warm.release()
+    errs, asked = errors(stats, "ERR"), calls(stats, "command|info")
+    taken = locker.acquire_all(["f:2", "f:1"])
+    assert taken is not None and taken.keys == ["f:2", "f:1"]
+    assert errors(stats, "ERR") == errs, "no unknown command sent"
+    assert calls(stats, "command|info") == asked, "not asked: the Functions library has no ACQUIREALL"
+    assert calls(stats, ACQUIREALL) == 0
+    assert len({lease.token for lease in taken}) == 2, "a token per key"
+    assert taken.release()
+
+
+@pytest.mark.engines("module")
+def test_a_server_that_hides_command_is_not_sent_acquireall(servers: Servers) -> None:
+    server = servers.start("module", args=["--user", "default", "on", "nopass", "~*", "&*", "+@all", "-command"])
+    stats = server.admin()
+    locker = Locker(server.client(), ttl=5)
+    taken = locker.acquire_all(["h:1", "h:2"])
+    assert taken is not None and locker.engine is fencedlock.Engine.MODULE
+    assert calls(stats, ACQUIREALL) == 0 and calls(stats, ACQUIRE) == 2, "key by key"
+    assert errors(stats, "NOPERM") >= 1, "COMMAND was refused, so ACQUIREALL counts as unknown"
+    assert taken.release()
+
+
+@pytest.mark.engines("module")
+def test_on_a_cluster_node_only_keys_of_one_slot_go_in_one_command(servers: Servers) -> None:
+    server = servers.start(
+        "module",
+        args=["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-port", str(free_port())],
+    )
+    stats = server.admin()
+    stats.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)  # type: ignore[no-untyped-call]
+    deadline = time.monotonic() + 10
+    while b"cluster_state:ok" not in stats.execute_command("CLUSTER", "INFO"):  # type: ignore[no-untyped-call]
+        assert time.monotonic() < deadline, "the one-node cluster never came up"
+        time.sleep(0.05)
+    locker = Locker(server.client(), ttl=5)
+    one_slot = locker.acquire_all(["{acct}:ledger", "{acct}:mail"])
+    assert one_slot is not None and calls(stats, ACQUIREALL) == 1 and calls(stats, ACQUIRE) == 0
+    assert len({lease.token for lease in one_slot}) == 1
+    keys = ["c:x", "c:y"]
+    assert _keys.key_slot(b"c:x") != _keys.key_slot(b"c:y")
+    spread = locker.acquire_all(keys)
+    assert spread is not None and spread.keys == keys, "keys of two slots, taken one by one"
+    assert calls(stats, ACQUIREALL) == 1 and calls(stats, ACQUIRE) == 2 and errors(stats, "CROSSSLOT") == 0
+    assert one_slot.release() and spread.release()
+
+
+@pytest.mark.engines("module")
+def test_asyncio_a_set_is_one_command_and_a_busy_key_refuses_it(server: Server) -> None:
+    stats = server.admin()
+
+    async def run() -> None:
+        locker = fencedlock.asyncio.Locker(redis.asyncio.Redis(port=server.port, socket_timeout=10), ttl=5)
+        taken = await locker.acquire_all(["s:b", "s:a"], label="host-a")
+        assert taken is not None and taken.keys == ["s:b", "s:a"]
+        assert calls(stats, ACQUIREALL) == 1 and calls(stats, ACQUIRE) == 0
+        assert len({lease.token for lease in taken}) == 1
+        assert all(held_by(server, lease.key, lease.fence) for lease in taken)
+        fences = [lease.fence for lease in taken]
+        assert fences == sorted(set(fences))
+
+        other = fencedlock.asyncio.Locker(redis.asyncio.Redis(port=server.port, socket_timeout=10), ttl=5)
+        assert await other.acquire_all(["s:0", "s:a"]) is None
+        assert stats.exists("s:0") == 0 and calls(stats, ACQUIREALL) == 2
+        with pytest.raises(NotAcquired) as refused:
+            async with other.lease_all(["s:0", "s:a"]):
+                raise AssertionError("never runs unlocked")
+        assert refused.value.key == "s:a" and stats.exists("s:0") == 0
+        assert await taken.release() is True
+        async with other.lease_all(["s:0", "s:a"], wait=2) as leases:
+            assert len({lease.token for lease in leases}) == 1
+        assert calls(stats, ACQUIREALL) == 4 and calls(stats, ACQUIRE) == 0
+
+    asyncio.run(run())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis.exceptions as rexc
 
-from fencedlock import BadReply, Cause, LockStatus, PermitStatus, SemaphoreStatus, _keys, _server, _terms, _wire
+from fencedlock import BadReply, Cause, LockStatus, PermitStatus, SemaphoreStatus, _keys, _multi, _server, _terms, _wire
 from fencedlock._wire import Engine
 from fencedlock.errors import (InvalidArgument, PermitsMismatch, ReplyError, ServerError, Unavailable, UpgradeRefused,
                                WrongType, translate)
@@ -130,3 +130,27 @@ def test_validity_and_naps() -> None:
     assert _terms.ttl_ms(30) == 30_000 and _terms.ttl_ms(0.001) == 1
     with pytest.raises(InvalidArgument):
         _terms.Clock(factor=1.0)
+
+
+def test_a_set_in_one_command_replies_and_server_facts() -> None:
+    assert _wire.fences_of(None, 2) is None
+    assert _wire.fences_of([3, 4], 2) == [3, 4]
+    for broken in ([3], [3, None], [3, 0], [3, b"4"], 7):
+        with pytest.raises(BadReply):
+            _wire.fences_of(broken, 2)
+    # Which sets go in one command: the module has it; 1 to 64 keys; one slot on a cluster.
+    keys = [f"k{i}".encode() for i in range(65)]
+    plain, cluster = _multi.OneCommand(known=True, clustered=False), _multi.OneCommand(known=True, clustered=True)
+    assert plain.takes(keys[:64]) and not plain.takes(keys) and not plain.takes([])
+    assert not _multi.NOT_SERVED.takes([b"a"]) and not cluster.takes([b"a", b"b"])
+    assert cluster.takes([b"{t}a", b"{t}b"])
+    assert _multi.known([None]) is False and _multi.known([["fencedlock.acquireall", -5]]) and not _multi.known(None)
+    assert not _multi.clustered(b"# Cluster\r\ncluster_enabled:0\r\n") and not _multi.clustered("cluster_enabled:0")
+    assert _multi.clustered(b"# Cluster\r\ncluster_enabled:1\r\n") and _multi.clustered(None), "one slot when unsure"
+    # Only a request without a reply may have been granted.
+    assert _multi.may_have_granted(translate(rexc.TimeoutError("Timeout reading"), "n"))
+    assert _multi.may_have_granted(_multi.granted_too_late("n"))
+    assert not _multi.may_have_granted(translate(rexc.ResponseError("WRONGTYPE Operation against a key"), "n"))
+    assert not _multi.may_have_granted(translate(rexc.ResponseError("CROSSSLOT Keys in request don't hash"), "n"))
+    assert _multi.holds(LockStatus(3, True, 1.0, None)) and not _multi.holds(LockStatus(3, False, None, None))
+    assert not _multi.holds(None) and _multi.every_key(["a", "b"]) == "a b"

@@ -11,6 +11,9 @@ from typing import Optional
 
 # Command names (protocol/src/command.rs).
 ACQUIRE = "FENCEDLOCK.ACQUIRE"
+ACQUIREALL = "FENCEDLOCK.ACQUIREALL"
+"""Several keys for one token, all or nothing, never waiting; on the module only (not the
+Functions library), and only modules of this version or later."""
 RENEW = "FENCEDLOCK.RENEW"
 RELEASE = "FENCEDLOCK.RELEASE"
 RAISE = "FENCEDLOCK.RAISE"
@@ -29,6 +32,8 @@ SHARED_PERMITS = 0
 MAX_TOKEN_LEN = 512
 MAX_LABEL_LEN = 256
 MAX_PERMITS = 1024
+MAX_ACQUIRE_KEYS = 64
+"""The most keys one ``ACQUIREALL`` takes."""
 DEFAULT_MAX_TTL_MS = 24 * 60 * 60 * 1000
 MAX_MAX_TTL_MS = 1 << 42
 MAX_BLOCK_MS = MAX_MAX_TTL_MS

@@ -18,8 +18,9 @@ from typing import Any, Callable, Optional
 import redis
 import redis.exceptions as rexc
 
-from . import _contract, _wire
+from . import _contract, _multi, _wire
 from ._keys import wake_key
+from ._multi import OneCommand
 from ._wire import Args, Engine
 from .errors import Cause, FencedLockError, NoEngine, Unavailable, translate
 
@@ -77,6 +78,8 @@ class Server:
         self._forced = engine
         self._engine: Optional[Engine] = None
         self._detecting = threading.Lock()
+        self._one_command: Optional[OneCommand] = None
+        self._probing = threading.Lock()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -178,6 +181,38 @@ class Server:
                 raise self._no_engine(refusal) from None
         self._load_script()
         return Engine.SCRIPT
+
+    def one_command(self) -> OneCommand:
+        """Which sets of keys this server takes in one ``ACQUIREALL``, asked by the first
+        caller once the engine's detection said "module" (``COMMAND INFO``, then ``INFO
+        cluster``), and kept. Never the command itself: a server that does not know it would
+        echo the token in its error; one that hides ``COMMAND`` does not know it.
+        :class:`Unavailable` when the server cannot be asked now (asked again next time)."""
+        found = self._one_command
+        if found is not None:
+            return found
+        with self._probing:
+            if self._one_command is None:
+                self._one_command = self._probe_one_command()
+            return self._one_command
+
+    def _probe_one_command(self) -> OneCommand:
+        if self.detect() is not Engine.MODULE:
+            return _multi.NOT_SERVED
+        try:
+            if not _multi.known(self.call(("COMMAND", "INFO", _contract.ACQUIREALL))):
+                return _multi.NOT_SERVED
+        except Unavailable:
+            raise
+        except FencedLockError:
+            return _multi.NOT_SERVED
+        try:
+            info = self.call(_multi.INFO_CLUSTER)
+        except Unavailable:
+            raise
+        except FencedLockError:
+            info = None
+        return OneCommand(known=True, clustered=_multi.clustered(info))
 
     def _library_version(self) -> Optional[int]:
         try:

@@ -115,6 +115,17 @@ def acquire(
     return command(engine, _contract.ACQUIRE, key, rest, waiting)
 
 
+def acquire_all(keys: Sequence[bytes], token: bytes, ttl_ms: int, *, label: Optional[bytes] = None) -> Args:
+    """``ACQUIREALL numkeys key [key ...] token ttl_ms [LABEL l]`` as the protocol's
+    ``AcquireAll::words`` builds it: the keys after their count, then ``ACQUIRE``'s words
+    after its key (never ``BLOCK``: the command does not wait). The module's command only:
+    the Functions library does not serve it."""
+    rest: List[Union[str, bytes, int]] = [token, ttl_ms]
+    if label is not None:
+        rest += [_contract.LABEL, label]
+    return (_contract.ACQUIREALL, len(keys), *keys, *rest)
+
+
 def fence_of(reply: Any) -> Optional[int]:
     """An ``ACQUIRE``/``RAISE`` reply: the fence, or ``None`` for nil."""
     if reply is None:
@@ -122,6 +133,22 @@ def fence_of(reply: Any) -> Optional[int]:
     if isinstance(reply, int) and not isinstance(reply, bool) and 1 <= reply <= _contract.MAX_FENCE:
         return reply
     raise BadReply(f"a fence or nil was expected, not {type(reply).__name__}")
+
+
+def fences_of(reply: Any, count: int) -> Optional[List[int]]:
+    """An ``ACQUIREALL`` reply for ``count`` keys: a fence per key in the order sent, or
+    ``None`` for nil (the set refused)."""
+    if reply is None:
+        return None
+    if not isinstance(reply, list) or len(reply) != count:
+        raise BadReply(f"{count} fences or nil were expected, not {reply!r}")
+    fences: List[int] = []
+    for value in reply:
+        fence = fence_of(value)
+        if fence is None:
+            raise BadReply("ACQUIREALL replied nil in place of a fence")
+        fences.append(fence)
+    return fences
 
 
 def flag_of(reply: Any) -> bool:

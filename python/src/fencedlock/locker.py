@@ -6,11 +6,11 @@ import contextlib
 import random
 import threading
 import time
-from typing import Callable, Iterable, Iterator, Optional, TypeVar, Union
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, TypeVar, Union
 
 import redis
 
-from . import _contract, _keys, _periodic, _terms, _wire, periodic
+from . import _contract, _keys, _multi, _periodic, _terms, _wire, periodic
 from ._server import Server
 from ._wire import Engine, Status
 from .errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
@@ -137,7 +137,7 @@ class Locker:
             except FencedLockError as err:
                 if err.cause is Cause.TIMED_OUT:
                     # The server may grant it when it answers again: give it back then.
-                    self._release_later(raw_key, token)
+                    self._release_later(token, raw_key)
                 if not err.is_retryable or time.monotonic() >= until:
                     raise
             time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
@@ -191,16 +191,31 @@ class Locker:
                 self._release_quietly(key, token)
             raise
 
-    def _release_later(self, key: bytes, token: bytes) -> None:
-        """Releases in the background, at once and again one timeout later: an ACQUIRE that
-        got no answer may still be granted when its server wakes up."""
+    def _release_later(self, token: bytes, *keys: bytes) -> threading.Event:
+        """Releases ``keys`` in the background, at once and again one timeout later: an
+        ACQUIRE that got no answer may still be granted when its server wakes up. The event
+        is set when the first pass is done."""
+        first = threading.Event()
 
         def release() -> None:
-            self._release_quietly(key, token)
+            self._release_each(token, keys)
+            first.set()
             time.sleep(self._server.timeout)
-            self._release_quietly(key, token)
+            self._release_each(token, keys)
 
         threading.Thread(target=release, name="fencedlock-release", daemon=True).start()
+        return first
+
+    def _release_each(self, token: bytes, keys: Sequence[bytes]) -> None:
+        """Releases each key, quietly; a server that does not answer is left for the next
+        pass (rather than one connection attempt per key)."""
+        for key in keys:
+            try:
+                self.release(key, token)
+            except Unavailable:
+                return
+            except FencedLockError:
+                continue
 
     def _release_quietly(self, key: bytes, token: bytes) -> None:
         try:
@@ -247,7 +262,12 @@ class Locker:
         held when one is held elsewhere (after ``wait`` seconds in all, if given). Keys are
         taken in their byte order, so callers naming overlapping keys in different orders
         cannot deadlock; a refusal or an error releases every key taken before the call
-        returns. :class:`InvalidArgument` for no keys or a key named twice."""
+        returns. :class:`InvalidArgument` for no keys or a key named twice.
+
+        Where the server's module has ``ACQUIREALL`` (and on a Redis Cluster node, for keys of
+        one slot) the set is taken in one command, for one token: every key or none, at once,
+        retried whole with backoff while ``wait`` lasts, holding nothing in between. Elsewhere
+        (the Functions library, an older module) key by key, as above."""
         taken = self._take_all(keys, ttl, wait, label)
         if isinstance(taken, str):
             return None
@@ -266,7 +286,8 @@ class Locker:
     ) -> Iterator[Leases]:
         """``with locker.lease_all([a, b], ttl=30, wait=10) as leases:``: the body runs under
         (kept-alive) leases on every key, released after; :class:`NotAcquired` naming the
-        key that was refused."""
+        key that was refused (a set refused in one command: the key held now, or every key
+        when none is)."""
         taken = self._take_all(keys, ttl, wait, label)
         if isinstance(taken, str):
             raise NotAcquired(taken)
@@ -279,13 +300,88 @@ class Locker:
         self, keys: Iterable[str], ttl: Optional[_terms.Seconds], wait: Optional[_terms.Seconds], label: Union[str, bytes, None]
     ) -> Union[Leases, str]:
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
-        _terms.check_label(label)
+        raw_label = _terms.check_label(label)
+        wait_s = _terms.wait_seconds(wait)
+        named, _ = _keys.taking_order(keys)
+        raw = [_keys.check_key(key) for key in named]
+        if self._takes_at_once(raw):
+            return self._take_at_once(named, raw, ttl_ms, raw_label, wait_s)
         return take_all(
             lambda key, left: self.acquire(key, ttl, wait=left, label=label),
-            keys,
-            _terms.wait_seconds(wait),
+            named,
+            wait_s,
             self._clock.window(ttl_ms),
         )
+
+    def _takes_at_once(self, keys: Sequence[bytes]) -> bool:
+        """Whether the server takes ``keys`` in one ``ACQUIREALL``. A server that cannot be
+        asked now is passed over: the keys are then taken one by one, with each key's
+        retries."""
+        try:
+            return self._server.one_command().takes(keys)
+        except FencedLockError:
+            return False
+
+    def _take_at_once(
+        self, keys: List[str], raw: List[bytes], ttl_ms: int, label: Optional[bytes], wait: float
+    ) -> Union[Leases, str]:
+        """``keys`` in ``ACQUIREALL``s for one token: once, or with backoff until granted, an
+        error is final, or ``wait`` ran out; the leases, or the name of the key held now. Every
+        attempt sends the same token, so one sent again after a lost reply gets the same
+        fences (the server re-enters them); a set that may have been granted without our
+        hearing of it is released before the call raises or returns."""
+        token = _terms.new_token()
+        args = _wire.acquire_all(raw, token, ttl_ms, label=label)
+        until = time.monotonic() + wait
+        unheard = False
+        try:
+            while True:
+                failure: Optional[FencedLockError] = None
+                sent = time.monotonic()
+                try:
+                    fences = _wire.fences_of(self._server.call(args, secret=token), len(raw))
+                except FencedLockError as err:
+                    failure, fences = err, None
+                if fences is not None:
+                    deadline = self._clock.deadline(sent, ttl_ms)
+                    if time.monotonic() < deadline:
+                        return Leases([
+                            Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, label)
+                            for key, raw_key, fence in zip(keys, raw, fences)
+                        ])
+                    failure = _multi.granted_too_late(self._server.name)
+                unheard = unheard or (failure is not None and _multi.may_have_granted(failure))
+                if (failure is not None and not failure.is_retryable) or time.monotonic() >= until:
+                    break
+                time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
+        except BaseException:
+            # Interrupted mid-request or between attempts: a grant may have come unheard.
+            self._release_later(token, *raw)
+            raise
+        if unheard:
+            self._give_back_set(raw, token)
+        if failure is not None:
+            raise failure
+        return self._held_key(keys)
+
+    def _held_key(self, keys: Sequence[str]) -> str:
+        """The key of a refused set to name: the first one ``STATUS`` shows held now, or every
+        key when none is (refused for a waiter queued on one, or freed since)."""
+        for key in keys:
+            try:
+                if _multi.holds(self.status(key)):
+                    return key
+            except FencedLockError:
+                continue
+        return _multi.every_key(keys)
+
+    def _give_back_set(self, keys: Sequence[bytes], token: bytes) -> None:
+        """Releases every key of a set that may have been granted to ``token`` unheard (a
+        RELEASE by our token cannot end another's lease): at once and one timeout later, as
+        :meth:`_release_later` does, waiting up to one timeout for the first pass. A server
+        that answers has the keys back before the call goes on; one that does not (stopped,
+        unreachable) cannot hold the caller up longer than that."""
+        self._release_later(token, *keys).wait(self._server.timeout)
 
     # -- periodic jobs -------------------------------------------------------------------
 

@@ -1,9 +1,18 @@
 """Several keys at once, all or none: :meth:`Locker.acquire_all
 <fencedlock.Locker.acquire_all>` hands back a lease on every key, each with its own fence, or
 no lease at all. The rules are the Rust client's (``docs/rust.md``, "Several keys at once"):
-keys taken in their byte order whatever order they were named in (no deadlock), everything
-taken released before a refusal returns (no partial hold), leases that aged while later keys
-were awaited renewed before the call returns (every lease valid).
+
+- **In one command where the server can**: a :class:`~fencedlock.Locker` whose server's
+  module has ``FENCEDLOCK.ACQUIREALL`` (asked once with ``COMMAND INFO``; on a Redis Cluster
+  node, keys of one slot) takes the set in one command for one token, every key or none at
+  once. The command never waits: the call retries whole attempts with backoff, the same
+  token each time, holding nothing in between (no deadlock). A refusal names the key held
+  now.
+- **Key by key elsewhere** (:class:`~fencedlock.Redlock`, the Functions library, a module
+  without the command, more than 64 keys): keys taken in their byte order whatever order they
+  were named in (no deadlock), everything taken released before a refusal returns (no partial
+  hold), leases that aged while later keys were awaited renewed before the call returns
+  (every lease valid); :func:`take_all` below.
 """
 
 from __future__ import annotations

@@ -11,8 +11,9 @@ from typing import Any, Callable, Awaitable, Optional
 import redis.asyncio
 import redis.exceptions as rexc
 
-from .. import _contract, _wire
+from .. import _contract, _multi, _wire
 from .._keys import wake_key
+from .._multi import OneCommand
 from .._server import LIST_LIBRARY, blpop_timeout, checkout, describe, nap
 from .._wire import Args, Engine
 from ..errors import Cause, FencedLockError, NoEngine, Unavailable, translate
@@ -27,6 +28,8 @@ class Server:
         self._forced = engine
         self._engine: Optional[Engine] = None
         self._detecting = asyncio.Lock()
+        self._one_command: Optional[OneCommand] = None
+        self._probing = asyncio.Lock()
 
     async def call(self, args: Args, *, secret: Optional[bytes] = None, timeout: Optional[float] = None) -> Any:
         for attempt in (1, 2):
@@ -116,6 +119,34 @@ class Server:
                 raise self._no_engine(refusal) from None
         await self._load_script()
         return Engine.SCRIPT
+
+    async def one_command(self) -> OneCommand:
+        """See ``fencedlock._server.Server.one_command``."""
+        found = self._one_command
+        if found is not None:
+            return found
+        async with self._probing:
+            if self._one_command is None:
+                self._one_command = await self._probe_one_command()
+            return self._one_command
+
+    async def _probe_one_command(self) -> OneCommand:
+        if await self.detect() is not Engine.MODULE:
+            return _multi.NOT_SERVED
+        try:
+            if not _multi.known(await self.call(("COMMAND", "INFO", _contract.ACQUIREALL))):
+                return _multi.NOT_SERVED
+        except Unavailable:
+            raise
+        except FencedLockError:
+            return _multi.NOT_SERVED
+        try:
+            info = await self.call(_multi.INFO_CLUSTER)
+        except Unavailable:
+            raise
+        except FencedLockError:
+            info = None
+        return OneCommand(known=True, clustered=_multi.clustered(info))
 
     async def _library_version(self) -> Optional[int]:
         try:

@@ -7,11 +7,11 @@ import asyncio
 import contextlib
 import random
 import time
-from typing import AsyncIterator, Awaitable, Callable, Iterable, Optional, Set, TypeVar, Union
+from typing import AsyncIterator, Awaitable, Callable, Iterable, List, Optional, Sequence, Set, TypeVar, Union
 
 import redis.asyncio
 
-from .. import _contract, _keys, _periodic, _terms, _wire
+from .. import _contract, _keys, _multi, _periodic, _terms, _wire
 from .._wire import Engine, Status
 from ..errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from ..locker import BACKOFF, EngineName, engine_choice
@@ -109,7 +109,7 @@ class Locker:
                 break
             except FencedLockError as err:
                 if err.cause is Cause.TIMED_OUT:
-                    self._release_later(raw_key, token)
+                    self._release_later(token, raw_key)
                 if not err.is_retryable or time.monotonic() >= until:
                     raise
             await asyncio.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
@@ -122,7 +122,7 @@ class Locker:
                 await lease._renew(None)
             except Unavailable:
                 if not lease.is_valid():
-                    self._release_later(raw_key, token)
+                    self._release_later(token, raw_key)
                     raise
         if keep_alive:
             lease.keep_alive(on_lost)
@@ -158,23 +158,34 @@ class Locker:
             # A refusal the module answered with (an upgrade refused, a permit count
             # mismatch, ...) granted nothing: the token may hold a lease of its own.
             if not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None):
-                self._release_later(key, token)
+                self._release_later(token, key)
             raise
 
-    def _release_later(self, key: bytes, token: bytes) -> None:
-        """Releases in a task, at once and one timeout later (see the sync locker)."""
+    def _release_later(self, token: bytes, *keys: bytes) -> asyncio.Event:
+        """Releases ``keys`` in a task, at once and one timeout later (see the sync locker);
+        the event is set when the first pass is done."""
+        first = asyncio.Event()
 
         async def release() -> None:
-            for pause in (0.0, self._server.timeout):
-                await asyncio.sleep(pause)
-                try:
-                    await self.release(key, token)
-                except FencedLockError:
-                    pass
+            await self._release_each(token, keys)
+            first.set()
+            await asyncio.sleep(self._server.timeout)
+            await self._release_each(token, keys)
 
         task = asyncio.get_running_loop().create_task(release())
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+        return first
+
+    async def _release_each(self, token: bytes, keys: Sequence[bytes]) -> None:
+        """See :meth:`fencedlock.Locker._release_each`."""
+        for key in keys:
+            try:
+                await self.release(key, token)
+            except Unavailable:
+                return
+            except FencedLockError:
+                continue
 
     @contextlib.asynccontextmanager
     async def lease(
@@ -206,8 +217,9 @@ class Locker:
         keep_alive: bool = False,
         on_lost: Optional[LostCallback] = None,
     ) -> Optional[Leases]:
-        """See :meth:`fencedlock.Locker.acquire_all`. Cancel-safe: a cancelled call
-        releases what it took."""
+        """See :meth:`fencedlock.Locker.acquire_all` (in one ``ACQUIREALL`` where the server
+        has it). Cancel-safe: a cancelled call releases what it took, or may have been
+        granted."""
         taken = await self._take_all(keys, ttl, wait, label)
         if isinstance(taken, str):
             return None
@@ -238,13 +250,81 @@ class Locker:
         self, keys: Iterable[str], ttl: Optional[_terms.Seconds], wait: Optional[_terms.Seconds], label: Union[str, bytes, None]
     ) -> Union[Leases, str]:
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
-        _terms.check_label(label)
+        raw_label = _terms.check_label(label)
+        wait_s = _terms.wait_seconds(wait)
+        named, _ = _keys.taking_order(keys)
+        raw = [_keys.check_key(key) for key in named]
+        if await self._takes_at_once(raw):
+            return await self._take_at_once(named, raw, ttl_ms, raw_label, wait_s)
         return await take_all(
             lambda key, left: self.acquire(key, ttl, wait=left, label=label),
-            keys,
-            _terms.wait_seconds(wait),
+            named,
+            wait_s,
             self._clock.window(ttl_ms),
         )
+
+    async def _takes_at_once(self, keys: Sequence[bytes]) -> bool:
+        """See :meth:`fencedlock.Locker._takes_at_once`."""
+        try:
+            return (await self._server.one_command()).takes(keys)
+        except FencedLockError:
+            return False
+
+    async def _take_at_once(
+        self, keys: List[str], raw: List[bytes], ttl_ms: int, label: Optional[bytes], wait: float
+    ) -> Union[Leases, str]:
+        """See :meth:`fencedlock.Locker._take_at_once`."""
+        token = _terms.new_token()
+        args = _wire.acquire_all(raw, token, ttl_ms, label=label)
+        until = time.monotonic() + wait
+        unheard = False
+        try:
+            while True:
+                failure: Optional[FencedLockError] = None
+                sent = time.monotonic()
+                try:
+                    fences = _wire.fences_of(await self._server.call(args, secret=token), len(raw))
+                except FencedLockError as err:
+                    failure, fences = err, None
+                if fences is not None:
+                    deadline = self._clock.deadline(sent, ttl_ms)
+                    if time.monotonic() < deadline:
+                        return Leases([
+                            Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, label)
+                            for key, raw_key, fence in zip(keys, raw, fences)
+                        ])
+                    failure = _multi.granted_too_late(self._server.name)
+                unheard = unheard or (failure is not None and _multi.may_have_granted(failure))
+                if (failure is not None and not failure.is_retryable) or time.monotonic() >= until:
+                    break
+                await asyncio.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
+        except BaseException:
+            # Cancelled mid-request or between attempts: a grant may have come unheard.
+            self._release_later(token, *raw)
+            raise
+        if unheard:
+            await self._give_back_set(raw, token)
+        if failure is not None:
+            raise failure
+        return await self._held_key(keys)
+
+    async def _held_key(self, keys: Sequence[str]) -> str:
+        """See :meth:`fencedlock.Locker._held_key`."""
+        for key in keys:
+            try:
+                if _multi.holds(await self.status(key)):
+                    return key
+            except FencedLockError:
+                continue
+        return _multi.every_key(keys)
+
+    async def _give_back_set(self, keys: Sequence[bytes], token: bytes) -> None:
+        """See :meth:`fencedlock.Locker._give_back_set`."""
+        first = self._release_later(token, *keys)
+        try:
+            await asyncio.wait_for(first.wait(), self._server.timeout)
+        except asyncio.TimeoutError:
+            pass
 
     async def schedule(self, lease: Lease, every: _terms.Seconds) -> Union[Due, NotDue]:
         """See :meth:`fencedlock.Locker.schedule`."""
