@@ -5,6 +5,7 @@
  */
 export { Locker, Redlock, TOKEN_BYTES, type RedisClient } from './locker.js';
 export { Lease } from './lease.js';
+export { Leases } from './multi.js';
 export { Semaphore } from './semaphore.js';
 export { ReadWriteLock } from './read-write.js';
 export { Election, Leadership, MIN_CAMPAIGN_WINDOW_MS, type Leader } from './election.js';
@@ -25,4 +26,4 @@ export {
   type LossReason,
   type Vote,
 } from './errors.js';
-export { LIBRARY_VERSION, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN, SHARED_PERMITS, floorKey, wakeKey, type ReplyErrorKind } from './protocol.js';
+export { LIBRARY_VERSION, MAX_ACQUIRE_KEYS, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN, SHARED_PERMITS, floorKey, wakeKey, type ReplyErrorKind } from './protocol.js';

@@ -11,10 +11,12 @@ import { NodeRedisBackend, isNodeRedis, type NodeRedisLike } from './node-redis.
 import type { Backend } from './connection.js';
 import { Core, mayHold, type Grant } from './core.js';
 import type { Engine } from './engine.js';
-import { ContendedError, FencedLockError, InvalidArgumentError } from './errors.js';
+import { ContendedError, FencedLockError, InvalidArgumentError, ServerError } from './errors.js';
 import { KeepAlive } from './keepalive.js';
 import { Lease } from './lease.js';
+import { Leases, busyKey, canonicalOrder, giveBack, giveBackSet, refresh } from './multi.js';
 import { checkKey, checkTtl, checkWait, drift, settle, type AcquireOptions, type LockerOptions, type Settings } from './options.js';
+import { MAX_ACQUIRE_KEYS, keySlot } from './protocol.js';
 import { ranking } from './ranking.js';
 import { Server, type AcquireRequest, type KeyStatus } from './server.js';
 
@@ -117,6 +119,25 @@ abstract class Base {
   }
 
   /**
+   * A lease on every key of `keys`, each with its own fence, or none: waiting up to `wait` ms
+   * in all. On a `Locker` whose server's module serves `FENCEDLOCK.ACQUIREALL` (on a Redis
+   * Cluster: keys of one slot) the set is taken in one command for one token, sent again with
+   * backoff while any key is busy, holding nothing in between; elsewhere key by key, in the
+   * keys' byte order (so overlapping sets named in different orders never deadlock), releasing
+   * what was taken when a key is refused. A set still busy after the wait is a
+   * `ContendedError` naming a key held; no keys, a bad key or a key named twice, an
+   * `InvalidArgumentError` before anything is sent. The leases come in the order named.
+   */
+  acquireAll(keys: readonly string[], options: AcquireOptions = {}): Promise<Leases> {
+    return this.takeAll(keys, options, {});
+  }
+
+  /** `acquireAll` with one attempt (per key, key by key): a `ContendedError` as soon as a key is held elsewhere, nothing kept. */
+  tryAcquireAll(keys: readonly string[], options: Omit<AcquireOptions, 'wait'> = {}): Promise<Leases> {
+    return this.takeAll(keys, { ...options, wait: 0 }, {});
+  }
+
+  /**
    * Runs `body` under a lease on `key`, kept alive every `renewInterval` (ttl / 3), and
    * releases it at the end. `signal` is aborted, with a `LeaseLostError`, the moment the lease
    * is lost (the first failed renewal, or the validity running out): stop writing then. The
@@ -186,6 +207,101 @@ abstract class Base {
       if (left <= 0) {
         if (grant === null) return null;
         throw lastError;
+      }
+      await sleep(Math.min(backoff(round), left), undefined, signal ? { signal } : undefined).catch(() => undefined);
+    }
+  }
+
+  /**
+   * The one server a set may be taken on in one `ACQUIREALL`, if any: a `Locker`'s. A Redlock
+   * has none, whatever its number of masters.
+   */
+  protected oneServer(): Server | undefined {
+    return undefined;
+  }
+
+  /** @internal Several keys, all or none (`multi.ts`), waiting as the options say. */
+  async takeAll(keys: readonly string[], options: AcquireOptions, terms: Terms): Promise<Leases> {
+    const order = canonicalOrder(keys);
+    const ttl = checkTtl(options.ttl ?? this.settings.ttl);
+    const wait = checkWait(options.wait ?? this.settings.wait);
+    const signal = options.signal;
+    if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
+    const giveUp = performance.now() + wait;
+    const server = await this.#oneCommandServer(keys);
+    if (server) return this.#takeAtOnce(server, keys, { ttl, giveUp, signal }, terms);
+    const taken: (Lease | undefined)[] = keys.map(() => undefined);
+    try {
+      for (const i of order) {
+        const key = keys[i] ?? '';
+        const left = Math.max(0, giveUp - performance.now());
+        const lease = await this.take(key, { ttl, wait: left, ...(signal ? { signal } : {}) }, terms);
+        if (!lease) throw new ContendedError(key);
+        taken[i] = lease;
+      }
+      const leases = taken.filter((lease): lease is Lease => lease !== undefined);
+      await refresh(leases, this.settings);
+      return new Leases(leases);
+    } catch (err) {
+      await giveBack(taken);
+      throw err;
+    }
+  }
+
+  /**
+   * The server that takes `keys` in one `ACQUIREALL`, if there is one. A server that cannot
+   * be asked now is passed over: the keys are then taken one by one, with each key's retries.
+   */
+  async #oneCommandServer(keys: readonly string[]): Promise<Server | undefined> {
+    const server = this.oneServer();
+    if (!server || keys.length > MAX_ACQUIRE_KEYS) return undefined;
+    if (server.backend.isCluster) {
+      const slot = keySlot(Buffer.from(keys[0] ?? '', 'utf8'));
+      if (keys.some((key) => keySlot(Buffer.from(key, 'utf8')) !== slot)) return undefined;
+    }
+    const serves = await server.servesAcquireAll().catch(() => false);
+    return serves ? server : undefined;
+  }
+
+  /**
+   * `keys` in `ACQUIREALL`s for one token on `server`: once, or with backoff until granted, an
+   * error is final, or `giveUp`. Every attempt sends the same token, so one whose reply was
+   * lost and that is sent again gets the same fences; a call that fails after an attempt that
+   * may have been granted releases every key.
+   */
+  async #takeAtOnce(server: Server, keys: readonly string[], bounds: { ttl: number; giveUp: number; signal: AbortSignal | undefined }, terms: Terms): Promise<Leases> {
+    const { ttl, giveUp, signal } = bounds;
+    const token = randomBytes(TOKEN_BYTES).toString('hex');
+    const req = { token, ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
+    let mayBeHeld = false;
+    for (let round = 0; ; round++) {
+      if (signal?.aborted) {
+        if (mayBeHeld) await giveBackSet(server, keys, token);
+        throw abortError(signal);
+      }
+      const sent = performance.now();
+      // undefined: refused (a key held by another token, or waited for).
+      let failure: unknown;
+      try {
+        const fences = await server.acquireAll(keys, req);
+        if (fences !== null) {
+          const validUntil = this.core.deadline(sent, ttl);
+          if (performance.now() < validUntil) {
+            return new Leases(fences.map((fence, i) => new Lease(this.core, keys[i] ?? '', token, fence, validUntil, ttl)));
+          }
+          mayBeHeld = true;
+          failure = new ServerError(server.name, 'TimedOut', 'the grant took longer than the lease', undefined);
+        }
+      } catch (err) {
+        if (mayHold(err)) mayBeHeld = true;
+        failure = err;
+      }
+      const left = giveUp - performance.now();
+      const retryable = failure === undefined || (failure instanceof FencedLockError && failure.isRetryable());
+      if (!retryable || left <= 0) {
+        if (mayBeHeld) await giveBackSet(server, keys, token);
+        if (failure === undefined) throw new ContendedError(await busyKey(server, keys));
+        throw failure;
       }
       await sleep(Math.min(backoff(round), left), undefined, signal ? { signal } : undefined).catch(() => undefined);
     }
@@ -292,6 +408,10 @@ export class Locker extends Base {
       await owned.close();
       throw err;
     }
+  }
+
+  protected override oneServer(): Server | undefined {
+    return this.core.servers[0];
   }
 
   /** The key's fence and holders (never a token); null for a key without lock state. */

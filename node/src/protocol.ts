@@ -15,6 +15,13 @@ export const COMMANDS = {
 
 export type CommandName = keyof typeof COMMANDS;
 
+/**
+ * The module's one command over several keys (`numkeys key [key ...] token ttl_ms [LABEL l]
+ * [PERMITS n | SHARED]`): every key or none, for one token. Not in `COMMANDS`: the Functions
+ * library does not serve it, and modules older than it do not know it.
+ */
+export const ACQUIRE_ALL = 'FENCEDLOCK.ACQUIREALL';
+
 /** ACQUIRE's option words. */
 export const BLOCK = 'BLOCK';
 export const LABEL = 'LABEL';
@@ -28,6 +35,8 @@ export const SHARED_PERMITS = 0;
 export const MAX_TOKEN_LEN = 512;
 export const MAX_LABEL_LEN = 256;
 export const MAX_PERMITS = 1024;
+/** The most keys one `ACQUIREALL` takes. */
+export const MAX_ACQUIRE_KEYS = 64;
 export const DEFAULT_MAX_TTL_MS = 86_400_000;
 /** `MAX_MAX_TTL_MS`: the most any server can be configured to allow (2^42 ms). */
 export const MAX_MAX_TTL_MS = 4_398_046_511_104;

@@ -8,7 +8,7 @@
 import { ConnectionFailure, ErrorReply, LossyInteger, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
 import { LIBRARY, SCRIPT, request, type Engine, type EngineChoice } from './engine.js';
 import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
-import { BLOCK, COMMANDS, LABEL, LIBRARY_NAME, LIBRARY_VERSION, MAX_BLOCK_MS, MAX_PERMITS, PERMITS, SHARED, SHARED_PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
+import { ACQUIRE_ALL, BLOCK, COMMANDS, LABEL, LIBRARY_NAME, LIBRARY_VERSION, MAX_BLOCK_MS, MAX_PERMITS, PERMITS, SHARED, SHARED_PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
 import { Pool } from './pool.js';
 
 /** The `library_code` of the first library in a `FUNCTION LIST … WITHCODE` reply (a flat
@@ -163,6 +163,16 @@ export function heldForMs(status: KeyStatus | null): number {
   return Math.min(...status.holders.map((h) => h.remainingMs));
 }
 
+/** The words after ACQUIRE's key (ACQUIREALL's keys): token, ttl, then the options asked for. */
+function acquireTerms(req: Omit<AcquireRequest, 'key'>, blockMs?: number): Arg[] {
+  const rest: Arg[] = [req.token, String(req.ttlMs)];
+  if (blockMs !== undefined) rest.push(BLOCK, String(blockMs));
+  if (req.label) rest.push(LABEL, req.label);
+  if (req.permits !== undefined && req.permits > 1) rest.push(PERMITS, String(req.permits));
+  if (req.shared) rest.push(SHARED);
+  return rest;
+}
+
 /** The per-server options a locker applies. */
 export interface ServerOptions {
   readonly timeoutMs: number;
@@ -177,6 +187,8 @@ export type WaitAnswer = bigint | null;
 export class Server {
   #engine: Promise<Engine> | undefined;
   #found: Engine | undefined;
+  /** Whether the module here serves `ACQUIREALL`, asked by the first `acquireAll`. */
+  #acquireAll: Promise<boolean> | undefined;
   readonly pool: Pool<DedicatedConnection>;
 
   constructor(readonly backend: Backend, readonly options: ServerOptions) {
@@ -314,12 +326,7 @@ export class Server {
   }
 
   #acquireWords(engine: Engine, req: AcquireRequest, waiting: boolean, blockMs?: number): Arg[] {
-    const rest: Arg[] = [req.token, String(req.ttlMs)];
-    if (blockMs !== undefined) rest.push(BLOCK, String(blockMs));
-    if (req.label) rest.push(LABEL, req.label);
-    if (req.permits !== undefined && req.permits > 1) rest.push(PERMITS, String(req.permits));
-    if (req.shared) rest.push(SHARED);
-    return request(engine, 'acquire', req.key, rest, waiting);
+    return request(engine, 'acquire', req.key, acquireTerms(req, blockMs), waiting);
   }
 
   /** One ACQUIRE attempt on the shared connection: the fence, or null while held elsewhere. */
@@ -327,6 +334,55 @@ export class Server {
     const engine = this.#found ?? (await this.detect());
     try {
       return asFence(await this.call(this.#acquireWords(engine, req, false), req.key), 'ACQUIRE');
+    } catch (err) {
+      throw this.error(err, req.token);
+    }
+  }
+
+  /**
+   * Whether this server takes a set of keys in one `FENCEDLOCK.ACQUIREALL`: its engine is the
+   * module and the module knows the command (`COMMAND INFO`; modules older than it do not, nor
+   * does the Functions library; a server that hides `COMMAND` is not asked to). Asked once,
+   * after the engine is known and before any `ACQUIREALL` is sent: a server that does not know
+   * the command would echo its arguments, the token among them, in its error. A question
+   * that got no answer is asked again next time.
+   */
+  servesAcquireAll(): Promise<boolean> {
+    if (!this.#acquireAll) {
+      this.#acquireAll = this.#servesAcquireAll().catch((err: unknown) => {
+        this.#acquireAll = undefined;
+        throw this.error(err);
+      });
+    }
+    return this.#acquireAll;
+  }
+
+  async #servesAcquireAll(): Promise<boolean> {
+    if ((await this.detect()) !== 'module') return false;
+    try {
+      const info = await this.call(['COMMAND', 'INFO', ACQUIRE_ALL]);
+      return Array.isArray(info) && info.some((entry) => entry !== null);
+    } catch (err) {
+      if (answered(err)) return false;
+      throw err;
+    }
+  }
+
+  /**
+   * One `FENCEDLOCK.ACQUIREALL` for `keys` (only where `servesAcquireAll()` said yes; keys of
+   * one slot on a cluster): a fence per key, in the order named, or null when the server
+   * refused the set (then no key changed). Never waits.
+   */
+  async acquireAll(keys: readonly string[], req: Omit<AcquireRequest, 'key'>): Promise<bigint[] | null> {
+    try {
+      const reply = await this.call([ACQUIRE_ALL, String(keys.length), ...keys, ...acquireTerms(req)], keys[0]);
+      if (reply === null) return null;
+      if (!Array.isArray(reply) || reply.length !== keys.length) throw new BadReplyError(`${this.name}: ACQUIREALL must reply one fence per key, or nil`);
+      return reply.map((item) => {
+        const fence = asFence(item, 'ACQUIREALL');
+        if (fence === null) throw new BadReplyError(`${this.name}: ACQUIREALL replied nil for a key of a granted set`);
+        return fence;
+      });
     } catch (err) {
       throw this.error(err, req.token);
     }

@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { LIBRARY_VERSION, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN, floorKey, wakeKey } from 'fencedlock';
+import { LIBRARY_VERSION, MAX_ACQUIRE_KEYS, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN, floorKey, wakeKey } from 'fencedlock';
 import * as protocol from '../src/protocol.js';
 import { ranking, score } from '../src/ranking.js';
 import { REPO } from './support/servers.js';
@@ -48,6 +48,7 @@ test('command names and option words are the protocol crate\'s', () => {
   for (const [name, sent] of Object.entries(protocol.COMMANDS)) {
     assert.match(command, new RegExp(`\\n\\s*${name.toUpperCase()} = "${sent.replace('.', '\\.')}",`), `${name}`);
   }
+  assert.match(command, new RegExp(`\\n\\s*ACQUIREALL = "${protocol.ACQUIRE_ALL.replace('.', '\\.')}",`), 'acquireAll');
   assert.equal(protocol.BLOCK, string(command, 'BLOCK'));
   assert.equal(protocol.LABEL, string(command, 'LABEL'));
   assert.equal(protocol.PERMITS, string(command, 'PERMITS'));
@@ -59,6 +60,7 @@ test('limits are the protocol crate\'s', () => {
   assert.equal(MAX_TOKEN_LEN, number(limits, 'MAX_TOKEN_LEN'));
   assert.equal(MAX_LABEL_LEN, number(limits, 'MAX_LABEL_LEN'));
   assert.equal(MAX_PERMITS, number(limits, 'MAX_PERMITS'));
+  assert.equal(MAX_ACQUIRE_KEYS, number(limits, 'MAX_ACQUIRE_KEYS'));
   assert.equal(protocol.DEFAULT_MAX_TTL_MS, number(limits, 'DEFAULT_MAX_TTL_MS'));
   assert.equal(protocol.MAX_MAX_TTL_MS, number(limits, 'MAX_MAX_TTL_MS'));
   assert.equal(constant(limits, 'MAX_BLOCK_MS'), 'MAX_MAX_TTL_MS');

@@ -1,0 +1,548 @@
+/**
+ * `acquireAll` / `tryAcquireAll`: several keys, all or none. On a server whose module serves
+ * `FENCEDLOCK.ACQUIREALL` the set is one command for one token (counted in `INFO
+ * commandstats`, the token read back from `SLOWLOG`); a busy key refuses the set without
+ * creating any other key; a waiter holds nothing until the whole set is free; a retry after a
+ * lost reply re-enters with the same token. Elsewhere (the Functions library, Redlock, a
+ * server that hides `COMMAND`, more than 64 keys, keys of several Cluster slots) key by key,
+ * and no `ACQUIREALL` is ever sent. Callers naming overlapping sets in opposite orders never
+ * deadlock, on either engine. Both clients throughout.
+ */
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { after, before, describe, test } from 'node:test';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+import { Cluster } from 'ioredis';
+import { createCluster } from 'redis';
+import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerError } from 'fencedlock';
+import { CLIENTS, client, type ClientKind } from './support/clients.js';
+import { TestServer, type Setup } from './support/servers.js';
+
+/** `INFO commandstats` as calls per command, the names lower-cased (Redis 7.0 shows module commands upper-case). */
+async function commandCalls(server: TestServer): Promise<Map<string, number>> {
+  const info = String(await server.admin(['INFO', 'commandstats']));
+  const calls = new Map<string, number>();
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set((m[1] ?? '').toLowerCase(), Number(m[2]));
+  return calls;
+}
+
+function callsOf(calls: Map<string, number>, name: string): number {
+  return calls.get(name.toLowerCase()) ?? 0;
+}
+
+/** `errorstat_ERR`'s count in `INFO errorstats` (0 before any `ERR` reply). */
+async function errCount(server: TestServer): Promise<number> {
+  const info = String(await server.admin(['INFO', 'errorstats']));
+  return Number(/^errorstat_ERR:count=(\d+)/m.exec(info)?.[1] ?? 0);
+}
+
+async function exists(server: TestServer, key: string): Promise<number> {
+  return Number(await server.admin(['EXISTS', key]));
+}
+
+/** The holders `STATUS` shows on `key` (through the locker: either engine). */
+async function holders(locker: Locker, key: string): Promise<number> {
+  return (await locker.status(key))?.holders.length ?? 0;
+}
+
+/** Every `SLOWLOG` entry's arguments, oldest first (the server logs every command while the threshold is 0). */
+async function slowlog(server: TestServer): Promise<string[][]> {
+  const reply = await server.admin(['SLOWLOG', 'GET', '1000']);
+  assert.ok(Array.isArray(reply));
+  return reply
+    .map((entry) => (Array.isArray(entry) && Array.isArray(entry[3]) ? entry[3].map(String) : []))
+    .reverse();
+}
+
+function fencesRise(leases: Leases): void {
+  const fences = [...leases].map((lease) => lease.fence);
+  for (let i = 1; i < fences.length; i++) assert.ok((fences[i] ?? 0n) > (fences[i - 1] ?? 0n), `fences rise in the order named: ${fences.join(', ')}`);
+}
+
+describe('acquireAll on the module: one ACQUIREALL', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await TestServer.start({ setup: 'module' });
+  });
+  after(() => server.stop());
+
+  for (const kind of CLIENTS) {
+    test(`${kind}: a set is one ACQUIREALL for one token, fences rising in the order named, each key held`, async () => {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000 });
+      const keys = [`one:${kind}:b`, `one:${kind}:c`, `one:${kind}:a`];
+      try {
+        await server.admin(['CONFIG', 'RESETSTAT']);
+        await server.admin(['SLOWLOG', 'RESET']);
+        await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '0']);
+        const leases = await locker.acquireAll(keys);
+        const calls = await commandCalls(server);
+        assert.equal(callsOf(calls, 'fencedlock.acquireall'), 1, 'one ACQUIREALL');
+        assert.equal(callsOf(calls, 'fencedlock.acquire'), 0, 'no ACQUIRE');
+        assert.equal(callsOf(calls, 'command|info'), 2, 'COMMAND INFO for the engine, then for ACQUIREALL');
+        assert.ok(leases instanceof Leases);
+        assert.equal(leases.size, 3);
+        assert.deepEqual([...leases].map((lease) => lease.key), keys, 'the leases in the order named');
+        assert.deepEqual(leases.keys, keys);
+        fencesRise(leases);
+        for (const key of keys) {
+          const lease = leases.get(key);
+          assert.ok(lease && lease.key === key && lease.isValid());
+          const status = await locker.status(key);
+          assert.equal(status?.fence, lease.fence, `STATUS of ${key} shows its fence`);
+          assert.equal(status?.holders.length, 1);
+          assert.equal(status?.holders[0]?.fence, lease.fence);
+        }
+        assert.equal(leases.get('not-in-the-set'), undefined);
+        assert.equal(await leases.release(), true, 'each was still held');
+        for (const key of keys) assert.equal(await holders(locker, key), 0, `${key} released`);
+        await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+
+        // One token: the one ACQUIREALL's, and every lease released with it.
+        const log = await slowlog(server);
+        const acquireAll = log.filter((argv) => argv[0]?.toUpperCase() === 'FENCEDLOCK.ACQUIREALL');
+        assert.equal(acquireAll.length, 1);
+        assert.deepEqual(acquireAll[0]?.slice(1, 5), ['3', ...keys]);
+        const token = acquireAll[0]?.[5];
+        assert.match(token ?? '', /^[0-9a-f]{32}$/);
+        const releases = log.filter((argv) => argv[0]?.toUpperCase() === 'FENCEDLOCK.RELEASE');
+        assert.deepEqual(releases.map((argv) => argv[1]).sort(), [...keys].sort());
+        for (const argv of releases) assert.equal(argv[2], token, `${argv[1]} released with the set's token`);
+
+        // Asked once per server: another set sends no COMMAND INFO.
+        const again = await locker.acquireAll([`one:${kind}:d`, `one:${kind}:e`]);
+        const later = await commandCalls(server);
+        assert.equal(callsOf(later, 'fencedlock.acquireall'), 2);
+        assert.equal(callsOf(later, 'command|info'), 2, 'the answer is cached');
+        await again.release();
+      } finally {
+        await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+        await locker.close();
+        await c.close();
+      }
+    });
+
+    test(`${kind}: a busy key refuses the set, the error names it, and no other key is created`, async () => {
+      const c = await client(kind, server.port);
+      const r = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000 });
+      const rival = new Locker(r.client, { ttl: 10_000 });
+      const [a, b, cc] = [`busy:${kind}:a`, `busy:${kind}:b`, `busy:${kind}:c`];
+      try {
+        const held = await rival.acquire(b);
+        assert.ok(held);
+        await server.admin(['CONFIG', 'RESETSTAT']);
+        const once = await locker.tryAcquireAll([a, b, cc]).catch((e: unknown) => e);
+        assert.ok(once instanceof ContendedError, String(once));
+        assert.equal(once.key, b, 'names the key held');
+        const started = performance.now();
+        const waited = await locker.acquireAll([cc, b, a], { wait: 400 }).catch((e: unknown) => e);
+        assert.ok(waited instanceof ContendedError, String(waited));
+        assert.equal(waited.key, b);
+        assert.ok(performance.now() - started >= 400, 'waited the wait out');
+        assert.equal(await exists(server, a), 0, `${a} never created`);
+        assert.equal(await exists(server, cc), 0, `${cc} never created`);
+        const calls = await commandCalls(server);
+        assert.ok(callsOf(calls, 'fencedlock.acquireall') >= 3, 'whole attempts, retried');
+        assert.equal(callsOf(calls, 'fencedlock.acquire'), 0);
+        assert.equal((await rival.status(b))?.holders[0]?.fence, held.fence, 'the holder keeps its lease');
+        await held.release();
+        const leases = await locker.tryAcquireAll([a, b, cc]);
+        assert.ok([...leases].every((lease) => lease.fence > 0n));
+        assert.ok((leases.get(b)?.fence ?? 0n) > held.fence);
+        await leases.release();
+      } finally {
+        await locker.close();
+        await rival.close();
+        await c.close();
+        await r.close();
+      }
+    });
+
+    test(`${kind}: a waiter holds nothing meanwhile and gets the set right after the last key is released`, async () => {
+      const c = await client(kind, server.port);
+      const r = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000 });
+      const rival = new Locker(r.client, { ttl: 10_000 });
+      const [a, b, cc] = [`wait:${kind}:a`, `wait:${kind}:b`, `wait:${kind}:c`];
+      try {
+        const heldB = await rival.acquire(b);
+        const heldC = await rival.acquire(cc);
+        assert.ok(heldB && heldC);
+        let settled = false;
+        const waiting = locker.acquireAll([cc, a, b], { wait: 10_000 }).finally(() => (settled = true));
+        await sleep(300);
+        assert.equal(await exists(server, a), 0, `the free ${a} is not taken while the others are busy`);
+        await heldB.release();
+        await sleep(300);
+        assert.equal(settled, false, 'still waiting for the last key');
+        assert.equal(await exists(server, a), 0);
+        assert.equal(await holders(locker, b), 0, `${b} not held by the waiter either`);
+        const releasedAt = performance.now();
+        await heldC.release();
+        const leases = await waiting;
+        const took = performance.now() - releasedAt;
+        assert.ok(took < 700, `granted ${took.toFixed(0)} ms after the last release (backoff at most 400 ms)`);
+        assert.deepEqual(leases.keys, [cc, a, b]);
+        assert.ok((leases.get(b)?.fence ?? 0n) > heldB.fence && (leases.get(cc)?.fence ?? 0n) > heldC.fence);
+        await leases.release();
+      } finally {
+        await locker.close();
+        await rival.close();
+        await c.close();
+        await r.close();
+      }
+    });
+
+    test(`${kind}: an attempt whose reply was lost is sent again with the same token and re-entered`, async () => {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000, timeout: 150 });
+      const keys = [`lost:${kind}:a`, `lost:${kind}:b`];
+      try {
+        await (await locker.acquireAll([`lost:${kind}:warm`])).release(); // engine and ACQUIREALL asked before the stop
+        server.signal('SIGSTOP');
+        const taking = locker.acquireAll(keys, { wait: 5000 });
+        await sleep(600); // a few attempts time out, queued on the stopped server
+        server.signal('SIGCONT');
+        const leases = await taking;
+        for (const lease of leases) {
+          const status = await locker.status(lease.key);
+          assert.equal(status?.fence, lease.fence, `${lease.key}: the first grant's fence, re-entered`);
+          assert.equal(status?.holders.length, 1);
+        }
+        assert.equal(await leases.release(), true);
+      } finally {
+        server.signal('SIGCONT');
+        await locker.close();
+        await c.close();
+      }
+    });
+
+    test(`${kind}: a final attempt that may have been granted releases every key`, async () => {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000, timeout: 150 });
+      const keys = [`maybe:${kind}:a`, `maybe:${kind}:b`];
+      try {
+        await (await locker.acquireAll([`maybe:${kind}:warm`])).release();
+        server.signal('SIGSTOP');
+        const err = await locker.tryAcquireAll(keys).catch((e: unknown) => e);
+        server.signal('SIGCONT');
+        assert.ok(err instanceof ServerError && err.kind === 'TimedOut', String(err));
+        // The queued ACQUIREALL ran once the server went on, and the releases queued after it.
+        await sleep(200);
+        for (const key of keys) {
+          assert.equal(await exists(server, key), 1, `${key} was granted late`);
+          assert.equal(await holders(locker, key), 0, `${key} released by the set's token`);
+        }
+      } finally {
+        server.signal('SIGCONT');
+        await locker.close();
+        await c.close();
+      }
+    });
+
+    test(`${kind}: more than 64 keys go key by key`, async () => {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000 });
+      const keys = Array.from({ length: 65 }, (_, i) => `many:${kind}:${i}`);
+      try {
+        await server.admin(['CONFIG', 'RESETSTAT']);
+        const leases = await locker.acquireAll(keys);
+        const calls = await commandCalls(server);
+        assert.equal(callsOf(calls, 'fencedlock.acquireall'), 0);
+        assert.equal(callsOf(calls, 'fencedlock.acquire'), 65);
+        assert.deepEqual(leases.keys, keys);
+        assert.equal(await leases.release(), true);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
+
+    test(`${kind}: no keys, a key named twice or a bad key is refused before anything is sent`, async () => {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client);
+      try {
+        await server.admin(['CONFIG', 'RESETSTAT']);
+        for (const keys of [[], ['d:a', 'd:b', 'd:a'], ['d:a', ''], ['d:a', 'd:\n']]) {
+          await assert.rejects(locker.acquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
+          await assert.rejects(locker.tryAcquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
+        }
+        await assert.rejects(locker.acquireAll('d:a' as unknown as string[]), InvalidArgumentError);
+        await assert.rejects(locker.acquireAll(['d:a'], { ttl: 0 }), InvalidArgumentError);
+        const calls = await commandCalls(server);
+        assert.deepEqual([...calls.keys()].filter((name) => name !== 'config|resetstat' && name !== 'info'), [], 'nothing sent');
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
+  }
+});
+
+describe('acquireAll where the module is not asked: a server that hides COMMAND', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await TestServer.start({ setup: 'module', args: ['--user', 'default', 'on', 'nopass', '~*', '&*', '+@all', '-command'] });
+  });
+  after(() => server.stop());
+
+  for (const kind of CLIENTS) {
+    test(`${kind}: the module engine, key by key, no ACQUIREALL sent`, async () => {
+      const c = await client(kind, server.port);
+      // The module engine, as configured: the COMMAND INFO that is refused here is ACQUIREALL's.
+      const locker = new Locker(c.client, { engine: 'module' });
+      try {
+        await server.admin(['CONFIG', 'RESETSTAT']);
+        const leases = await locker.acquireAll([`hidden:${kind}:b`, `hidden:${kind}:a`]);
+        assert.equal(await locker.engine(), 'module');
+        const calls = await commandCalls(server);
+        assert.equal(callsOf(calls, 'fencedlock.acquireall'), 0);
+        assert.equal(callsOf(calls, 'fencedlock.acquire'), 2);
+        assert.deepEqual(leases.keys, [`hidden:${kind}:b`, `hidden:${kind}:a`]);
+        assert.equal(await leases.release(), true);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
+  }
+});
+
+describe('acquireAll where COMMAND INFO does not know ACQUIREALL (the module engine forced on a server without it)', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await TestServer.start({ setup: 'managed' });
+  });
+  after(() => server.stop());
+
+  for (const kind of CLIENTS) {
+    test(`${kind}: ACQUIREALL is never sent; the first key's ACQUIRE is the unknown command`, async () => {
+      // An ioredis client the locker uses as it is: no connection of its own to open (and
+      // count the errors of) after the reset.
+      const c = await client(kind, server.port, { stringNumbers: true });
+      const locker = new Locker(c.client, { engine: 'module' });
+      try {
+        await server.admin(['CONFIG', 'RESETSTAT']);
+        const err = await locker.acquireAll([`old:${kind}:b`, `old:${kind}:a`]).catch((e: unknown) => e);
+        assert.ok(err instanceof ServerError && err.kind === 'NoModule', String(err));
+        assert.match(err.message, /unknown command .FENCEDLOCK\.ACQUIRE.,/, 'key by key: the ACQUIRE of the first key in byte order');
+        assert.doesNotMatch(err.message, /[0-9a-f]{32}/, 'no token in the error');
+        assert.equal(callsOf(await commandCalls(server), 'command|info'), 1, 'asked with COMMAND INFO first');
+        assert.equal(await errCount(server), 1, 'one unknown command: the first ACQUIRE, nothing after it');
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
+  }
+});
+
+describe('acquireAll on the Functions library: key by key', () => {
+  let server: TestServer;
+  before(async () => {
+    server = await TestServer.start({ setup: 'managed' });
+  });
+  after(() => server.stop());
+
+  for (const kind of CLIENTS) {
+    test(`${kind}: every key leased with its own fence, no ACQUIREALL sent`, async () => {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000 });
+      const keys = [`fn:${kind}:b`, `fn:${kind}:a`, `fn:${kind}:c`];
+      try {
+        const warm = await locker.acquire(`fn:${kind}:warm`); // engine detection (its errors) first
+        assert.ok(warm);
+        await warm.release();
+        assert.equal(await locker.engine(), 'functions');
+        const errors = await errCount(server);
+        const leases = await locker.acquireAll(keys);
+        assert.equal(await errCount(server), errors, 'no error reply: no ACQUIREALL was sent');
+        assert.deepEqual(leases.keys, keys);
+        for (const lease of leases) assert.equal((await locker.status(lease.key))?.fence, lease.fence);
+        assert.equal(await leases.release(), true);
+        for (const key of keys) assert.equal(await holders(locker, key), 0);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
+
+    test(`${kind}: a lease that aged while a later key was awaited is renewed before the call returns`, async () => {
+      const c = await client(kind, server.port);
+      const r = await client(kind, server.port);
+      const TTL = 1200;
+      const locker = new Locker(c.client, { ttl: TTL });
+      const rival = new Locker(r.client, { ttl: 10_000 });
+      const [a, b] = [`fnaged:${kind}:a`, `fnaged:${kind}:b`];
+      try {
+        const held = await rival.acquire(b);
+        assert.ok(held);
+        setTimeout(() => void held.release(), 600).unref();
+        const started = performance.now();
+        const leases = await locker.acquireAll([b, a], { wait: 5000 });
+        assert.ok(performance.now() - started >= 550, `${a} was taken, then ${b} awaited`);
+        const window = TTL - (TTL * 0.01 + 2);
+        for (const lease of leases) {
+          assert.ok(lease.remaining() > window * 0.75, `${lease.key}: ${lease.remaining().toFixed(0)} ms of ${window} left`);
+          assert.ok(((await locker.status(lease.key))?.holders[0]?.remainingMs ?? 0) > window * 0.75, `${lease.key} renewed on the server too`);
+        }
+        await leases.release();
+      } finally {
+        await locker.close();
+        await rival.close();
+        await c.close();
+        await r.close();
+      }
+    });
+
+    test(`${kind}: a busy key refuses the set and what was taken is released`, async () => {
+      const c = await client(kind, server.port);
+      const r = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000 });
+      const rival = new Locker(r.client, { ttl: 10_000 });
+      const [a, b, cc] = [`fnbusy:${kind}:a`, `fnbusy:${kind}:b`, `fnbusy:${kind}:c`];
+      try {
+        const held = await rival.acquire(b);
+        assert.ok(held);
+        for (const attempt of [() => locker.tryAcquireAll([cc, b, a]), () => locker.acquireAll([cc, b, a], { wait: 300 })]) {
+          const err = await attempt().catch((e: unknown) => e);
+          assert.ok(err instanceof ContendedError, String(err));
+          assert.equal(err.key, b);
+          assert.equal(await holders(locker, a), 0, `${a}, taken first in byte order, was released`);
+          assert.equal(await server.admin(['EXISTS', cc]), '0', `${cc}, after the busy key, never taken`);
+        }
+        await held.release();
+      } finally {
+        await locker.close();
+        await rival.close();
+        await c.close();
+        await r.close();
+      }
+    });
+  }
+});
+
+describe('overlapping sets named in opposite orders never deadlock', () => {
+  const servers: Partial<Record<Setup, TestServer>> = {};
+  before(async () => {
+    servers.module = await TestServer.start({ setup: 'module' });
+    servers.managed = await TestServer.start({ setup: 'managed' });
+  });
+  after(async () => {
+    for (const s of Object.values(servers)) await s.stop();
+  });
+
+  type Maker = (c: object) => Locker | Redlock;
+  const cases: [string, Setup, Maker, boolean][] = [
+    ['module, one ACQUIREALL', 'module', (c) => new Locker(c, { ttl: 5000 }), true],
+    ['module through a Redlock of one master, key by key (queued on the server)', 'module', (c) => new Redlock([c], { ttl: 5000 }), false],
+    ['Functions library, key by key (woken)', 'managed', (c) => new Locker(c, { ttl: 5000 }), false],
+  ];
+  for (const kind of CLIENTS) {
+    for (const [name, setup, make, oneCommand] of cases) {
+      test(`${kind}: ${name}`, async () => {
+        const server = servers[setup];
+        assert.ok(server);
+        const clients = [];
+        for (let i = 0; i < 4; i++) clients.push(await client(kind, server.port));
+        const lockers = clients.map((c) => make(c.client));
+        const [x, y] = [`order:${kind}:${setup}:${oneCommand}:x`, `order:${kind}:${setup}:${oneCommand}:y`];
+        const ROUNDS = 15;
+        try {
+          await server.admin(['CONFIG', 'RESETSTAT']);
+          const started = performance.now();
+          const run = async (locker: Locker | Redlock, keys: string[]): Promise<number> => {
+            let done = 0;
+            for (let i = 0; i < ROUNDS; i++) {
+              const leases = await locker.acquireAll(keys, { wait: 2000 });
+              await sleep(3);
+              await leases.release();
+              done++;
+            }
+            return done;
+          };
+          // Two callers name {x, y}, two {y, x}, all at once, over and over.
+          const done = await Promise.all(lockers.map((locker, i) => run(locker, i % 2 === 0 ? [x, y] : [y, x])));
+          assert.deepEqual(done, lockers.map(() => ROUNDS));
+          const took = performance.now() - started;
+          assert.ok(took < 20_000, `${lockers.length * ROUNDS} sets in ${took.toFixed(0)} ms`);
+          const calls = await commandCalls(server);
+          if (oneCommand) assert.ok(callsOf(calls, 'fencedlock.acquireall') >= lockers.length * ROUNDS);
+          else assert.equal(callsOf(calls, 'fencedlock.acquireall'), 0, 'key by key: no ACQUIREALL');
+        } finally {
+          for (const locker of lockers) await locker.close();
+          for (const c of clients) await c.close();
+        }
+      });
+    }
+  }
+});
+
+describe('acquireAll on a Redis Cluster (module)', () => {
+  const nodes: TestServer[] = [];
+  before(async () => {
+    for (let i = 0; i < 3; i++) nodes.push(await TestServer.start({ setup: 'module', args: ['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'] }));
+    execFileSync('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'], { stdio: 'ignore' });
+    const deadline = Date.now() + 20_000;
+    for (const n of nodes) {
+      while (!String(await n.admin(['CLUSTER', 'INFO'])).includes('cluster_state:ok')) {
+        if (Date.now() > deadline) throw new Error('the cluster did not come up within 20 s');
+        await sleep(100);
+      }
+    }
+  });
+  after(async () => {
+    for (const n of nodes) await n.stop();
+  });
+
+  async function totals(name: string): Promise<number> {
+    let sum = 0;
+    for (const n of nodes) sum += callsOf(await commandCalls(n), name);
+    return sum;
+  }
+
+  const makers: Record<ClientKind, () => Promise<{ client: object; close(): Promise<void> }>> = {
+    ioredis: async () => {
+      const c = new Cluster(nodes.map((n) => ({ host: '127.0.0.1', port: n.port })));
+      c.on('error', () => {});
+      return { client: c, close: async () => void c.disconnect() };
+    },
+    'node-redis': async () => {
+      const c = createCluster({ rootNodes: nodes.map((n) => ({ url: `redis://127.0.0.1:${n.port}` })) });
+      c.on('error', () => {});
+      await c.connect();
+      return { client: c, close: async () => void c.destroy() };
+    },
+  };
+  for (const kind of CLIENTS) {
+    test(`${kind}: keys of one slot in one ACQUIREALL; keys of several slots key by key`, async () => {
+      const c = await makers[kind]();
+      const locker = new Locker(c.client, { ttl: 5000, timeout: 2000 });
+      try {
+        for (const n of nodes) await n.admin(['CONFIG', 'RESETSTAT']);
+        const tagged = [`{set-${kind}}:ledger`, `{set-${kind}}:mail`, `{set-${kind}}:pdf`];
+        const one = await locker.acquireAll(tagged);
+        assert.equal(await totals('fencedlock.acquireall'), 1);
+        assert.equal(await totals('fencedlock.acquire'), 0);
+        fencesRise(one);
+        for (const lease of one) assert.equal((await locker.status(lease.key))?.holders[0]?.fence, lease.fence);
+        assert.equal(await one.release(), true);
+
+        const spread = Array.from({ length: 6 }, (_, i) => `spread:${kind}:${i}`);
+        const slots = new Set<string>();
+        for (const key of spread) slots.add(String(await nodes[0]?.admin(['CLUSTER', 'KEYSLOT', key])));
+        assert.ok(slots.size > 1);
+        const many = await locker.acquireAll(spread);
+        assert.equal(await totals('fencedlock.acquireall'), 1, 'no ACQUIREALL for keys of several slots');
+        assert.equal(await totals('fencedlock.acquire'), spread.length);
+        for (const lease of many) assert.equal((await locker.status(lease.key))?.holders[0]?.fence, lease.fence);
+        assert.equal(await many.release(), true);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
+  }
+});
