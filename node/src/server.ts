@@ -291,9 +291,13 @@ export class Server {
     );
   }
 
+  /** The server's library version, undefined when it has none. Asked without `call`'s reload:
+   *  that would load the library to answer, so a module server that hides COMMAND would look
+   *  like one with the library (and get it loaded beside the module). */
   async #libraryVersion(): Promise<number | undefined> {
     try {
-      return Number(asInteger(await this.call(['FCALL_RO', VERSION_FUNCTION, '0']), VERSION_FUNCTION));
+      const reply = await bounded(this.backend.shared().call(['FCALL_RO', VERSION_FUNCTION, '0']), this.options.timeoutMs);
+      return Number(asInteger(reply, VERSION_FUNCTION));
     } catch (err) {
       if (answered(err)) return undefined;
       throw err;

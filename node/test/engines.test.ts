@@ -33,6 +33,32 @@ test('a server with neither engine is a NoEngineError, and nothing is written', 
   }
 });
 
+test('a module server that hides COMMAND is served by the module, and no library is loaded there', async () => {
+  const server = await TestServer.start({
+    setup: 'module',
+    args: ['--user', 'default', 'on', 'nopass', '~*', '&*', '+@all', '-command'],
+  });
+  try {
+    for (const kind of CLIENTS) {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client);
+      try {
+        assert.equal(await locker.engine(), 'module', kind);
+        const lease = await locker.acquire(`hidden:${kind}`);
+        assert.ok(lease, kind);
+        assert.equal(await server.admin(['TYPE', `hidden:${kind}`]), 'fencelock', `${kind}: the module's key`);
+        await lease.release();
+        assert.deepEqual(await server.admin(['FUNCTION', 'LIST']), [], `${kind}: no library loaded`);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    }
+  } finally {
+    await server.stop();
+  }
+});
+
 test('a library of this version with other code is replaced, through either client', async () => {
   const server = await TestServer.start({ setup: 'managed' });
   try {
