@@ -72,6 +72,13 @@ RW_READ_LUA = (
     "end "
     "return redis.call('pttl', KEYS[1])"
 )
+# Several keys all or nothing, as hand-rolled scripts take them (our own script): nil when any
+# key exists, else every key set with a ttl; no fences.
+MULTI_LUA = (
+    "for i = 1, #KEYS do if redis.call('exists', KEYS[i]) == 1 then return false end end "
+    "for i = 1, #KEYS do redis.call('set', KEYS[i], ARGV[1], 'px', ARGV[2]) end "
+    "return #KEYS"
+)
 RW_WRITE_LUA = (
     "local mode = redis.call('hget', KEYS[1], 'mode') "
     "if mode == false then "
@@ -533,7 +540,9 @@ def memory_phase(srv: Server, keys: int, token: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def group_table(token: str, K: int, cad_sha: str, renew_sha: str, read_sha: str, write_sha: str) -> dict:
+def group_table(
+    token: str, K: int, cad_sha: str, renew_sha: str, read_sha: str, write_sha: str, multi_sha: str
+) -> dict:
     """Every group: name -> (title, members, pairs (a, b, target, label), prepare-once)."""
 
     def load_locks(c):
@@ -558,6 +567,10 @@ def group_table(token: str, K: int, cad_sha: str, renew_sha: str, read_sha: str,
     v_cad_lua = "EVALSHA compare-and-delete (valkey, match)"
     read, read_lua = "ACQUIRE … SHARED (fresh key)", "EVALSHA Redisson-style read lock (fresh key)"
     write, write_lua = "ACQUIRE, the write lease (fresh key)", "EVALSHA Redisson-style write lock (fresh key)"
+    # Four keys a call; each key's own prefix keeps the random names of one call apart.
+    set_keys = [f"{prefix}:__rand_int__" for prefix in ("ma", "mb", "mc", "md")]
+    lua_keys = [f"{prefix}:__rand_int__" for prefix in ("na", "nb", "nc", "nd")]
+    all4, all4_lua = "ACQUIREALL of 4 keys (fresh keys)", "EVALSHA all-or-nothing SET PX of 4 keys (fresh keys)"
     return {
         "acquire": (
             "acquire",
@@ -616,6 +629,15 @@ def group_table(token: str, K: int, cad_sha: str, renew_sha: str, read_sha: str,
             ],
             None,
         ),
+        "multikey": (
+            "several keys at once: 4 keys all or nothing (fresh keys)",
+            [
+                Member(all4, "redis", ["FENCEDLOCK.ACQUIREALL", "4", *set_keys, token, ttl], fresh, flush, created),
+                Member(all4_lua, "redis", ["EVALSHA", multi_sha, "4", *lua_keys, token, ttl], fresh, flush, created),
+            ],
+            [(all4, all4_lua, 1.0, "ACQUIREALL / EVALSHA all-or-nothing, 4 keys")],
+            None,
+        ),
         "valkey": (
             "Valkey 9.1: compare-and-delete (matching value, keys consumed)",
             [
@@ -633,7 +655,7 @@ def group_table(token: str, K: int, cad_sha: str, renew_sha: str, read_sha: str,
     }
 
 
-GROUPS = ("acquire", "consume", "steady", "rwlock", "valkey", "memory")
+GROUPS = ("acquire", "consume", "steady", "rwlock", "multikey", "valkey", "memory")
 
 
 def main() -> int:
@@ -682,7 +704,7 @@ def main() -> int:
         shas = []
         for s in servers.values():
             c = Conn(s.port)
-            shas.append(tuple(c.cmd("SCRIPT", "LOAD", lua) for lua in (CAD_LUA, RENEW_LUA, RW_READ_LUA, RW_WRITE_LUA)))
+            shas.append(tuple(c.cmd("SCRIPT", "LOAD", lua) for lua in (CAD_LUA, RENEW_LUA, RW_READ_LUA, RW_WRITE_LUA, MULTI_LUA)))
             c.close()
         if len(set(shas)) != 1:
             raise RuntimeError(f"the servers computed different script SHA1s: {shas}")
