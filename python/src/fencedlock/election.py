@@ -79,11 +79,12 @@ class Election:
         raw_label = _terms.check_label(label)
         assert raw_label is not None
         wait = max(_terms.seconds(window, "window"), MIN_CAMPAIGN_WINDOW)
-        token = _terms.new_token()
         while stop is None or not stop.is_set():
-            lease = self.locker.acquire(
-                self.key, self._ttl, wait=wait, label=raw_label, token=token, keep_alive=True, on_lost=on_lost
-            )
+            # Each window with the locker's own token, never one kept across windows: the
+            # locker gives back a window's grant made without its hearing of it (a request
+            # unanswered or interrupted), and a token it gave back must not be used again,
+            # lest a release still in flight end a later window's leadership.
+            lease = self.locker.acquire(self.key, self._ttl, wait=wait, label=raw_label, keep_alive=True, on_lost=on_lost)
             if lease is not None:
                 return Leadership(lease, raw_label)
         raise NotAcquired(self.key)

@@ -99,7 +99,13 @@ class Locker:
         Functions engine woken by releases). ``permits=n`` makes the key a semaphore of n
         holders; ``label`` is public (``STATUS`` shows it); ``token`` re-enters a lease
         held with that token (same fence, the lease restarted). Read leases are
-        :class:`~fencedlock.ReadWriteLock`'s."""
+        :class:`~fencedlock.ReadWriteLock`'s.
+
+        A ``token`` passed in stays the caller's: it is never released here, not even when
+        an attempt went unanswered (that would end the lease the caller holds with it), so a
+        call that raises may leave it holding the key, re-entered or newly granted, until its
+        ttl or the caller's :meth:`release_token`. Without ``token`` an attempt that may have
+        been granted unheard is given back, and nothing is left held when the call fails."""
         return self._take(key, ttl, wait, permits, label, token, keep_alive, on_lost, shared=False)
 
     def _take(
@@ -121,6 +127,8 @@ class Locker:
         wait_s = _terms.wait_seconds(wait)
         permits = _terms.check_permits(permits)
         raw_label = _terms.check_label(label)
+        # Ours to give back (a token we made), or the caller's (never released here).
+        ours = token is None
         token = _terms.new_token() if token is None else _terms.check_token(token)
         server = self._server
         until = time.monotonic() + wait_s
@@ -130,16 +138,28 @@ class Locker:
             sent = time.monotonic()
             try:
                 if wait_s > 0:
-                    fence = self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, shared, until)
+                    fence = self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, shared, until, ours=ours)
                 else:
                     fence = _wire.fence_of(server.call(attempt, secret=token))
                 break
             except FencedLockError as err:
-                if err.cause is Cause.TIMED_OUT:
+                if ours and err.cause is Cause.TIMED_OUT:
                     # The server may grant it when it answers again: give it back then.
                     self._release_later(token, raw_key)
                 if not err.is_retryable or time.monotonic() >= until:
                     raise
+                if ours:
+                    # Retried with a fresh token, never the one just given up: a release of
+                    # it still in flight (the background passes above, at once and one
+                    # timeout later, or _wait's own release, which may itself go unanswered
+                    # and run late) would otherwise end the lease this retry returns, and
+                    # another owner could take the lock while the caller works under it.
+                    # Releases by the old token can end only the old token's late grant,
+                    # never the new token's lease. (Waiting for them instead would not do:
+                    # one without an answer may still run later, in any order with the retry.)
+                    # A caller's token is retried as it is and never released (it may hold
+                    # the caller's lease): a late grant of it is the same lease re-entered.
+                    token = _terms.new_token()
             time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
         if fence is None:
             return None
@@ -150,7 +170,8 @@ class Locker:
                 lease._renew(None)
             except Unavailable:
                 if not lease.is_valid():
-                    self._release_quietly(raw_key, token)
+                    if ours:
+                        self._release_quietly(raw_key, token)
                     raise
         if keep_alive:
             lease.keep_alive(on_lost)
@@ -166,9 +187,13 @@ class Locker:
         permits: int,
         shared: bool,
         until: float,
+        *,
+        ours: bool,
     ) -> Optional[int]:
-        """One waiting request; a grant the server may have made without our hearing of it
-        (no answer, or interrupted) is released before the error goes on."""
+        """One waiting request. With a token that is ``ours`` (made by :meth:`_take`), a
+        grant the server may have made without our hearing of it (no answer, or interrupted)
+        is released before the error goes on; a caller's token is left alone (see
+        :meth:`_take`)."""
         block_ms = max(1, min(int((until - time.monotonic()) * 1000) + 1, _contract.MAX_BLOCK_MS))
         attempt = _wire.acquire(
             engine,
@@ -187,7 +212,8 @@ class Locker:
         except BaseException as err:
             # A refusal the module answered with (an upgrade refused, a permit count
             # mismatch, ...) granted nothing: the token may hold a lease of its own.
-            if not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None):
+            unheard = not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None)
+            if ours and unheard:
                 self._release_quietly(key, token)
             raise
 

@@ -58,11 +58,10 @@ class Election:
         raw_label = _terms.check_label(label)
         assert raw_label is not None
         wait = max(_terms.seconds(window, "window"), MIN_CAMPAIGN_WINDOW)
-        token = _terms.new_token()
         while True:
-            lease = await self.locker.acquire(
-                self.key, self._ttl, wait=wait, label=raw_label, token=token, keep_alive=True, on_lost=on_lost
-            )
+            # Each window with the locker's own token (see fencedlock.Election.campaign): a
+            # cancelled window's possible grant is given back, and never reused.
+            lease = await self.locker.acquire(self.key, self._ttl, wait=wait, label=raw_label, keep_alive=True, on_lost=on_lost)
             if lease is not None:
                 return Leadership(lease, raw_label)
 

@@ -73,7 +73,8 @@ class Locker:
         on_lost: Optional[LostCallback] = None,
     ) -> Optional[Lease]:
         """See :meth:`fencedlock.Locker.acquire`. Cancel-safe: a cancelled wait leaves the
-        server's queue, and a grant it may have received is released."""
+        server's queue, and a grant it may have received is released (never one of a
+        ``token`` passed in: that stays the caller's to release)."""
         return await self._take(key, ttl, wait, permits, label, token, keep_alive, on_lost, shared=False)
 
     async def _take(
@@ -95,6 +96,8 @@ class Locker:
         wait_s = _terms.wait_seconds(wait)
         permits = _terms.check_permits(permits)
         raw_label = _terms.check_label(label)
+        # Ours to give back (a token we made), or the caller's (never released here).
+        ours = token is None
         token = _terms.new_token() if token is None else _terms.check_token(token)
         until = time.monotonic() + wait_s
         while True:
@@ -102,16 +105,22 @@ class Locker:
             sent = time.monotonic()
             try:
                 if wait_s > 0:
-                    fence = await self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, shared, until)
+                    fence = await self._wait(engine, raw_key, token, ttl_ms, raw_label, permits, shared, until, ours=ours)
                 else:
                     attempt = _wire.acquire(engine, raw_key, token, ttl_ms, label=raw_label, permits=permits, shared=shared)
                     fence = _wire.fence_of(await self._server.call(attempt, secret=token))
                 break
             except FencedLockError as err:
-                if err.cause is Cause.TIMED_OUT:
+                if ours and err.cause is Cause.TIMED_OUT:
                     self._release_later(token, raw_key)
                 if not err.is_retryable or time.monotonic() >= until:
                     raise
+                if ours:
+                    # A fresh token for the retry: the releases of the old one still in flight
+                    # (the task above, _wait's) must never reach the lease the retry returns
+                    # (two holders). A caller's token is never released: retried as it is.
+                    # See fencedlock.Locker._take.
+                    token = _terms.new_token()
             await asyncio.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
         if fence is None:
             return None
@@ -122,7 +131,8 @@ class Locker:
                 await lease._renew(None)
             except Unavailable:
                 if not lease.is_valid():
-                    self._release_later(token, raw_key)
+                    if ours:
+                        self._release_later(token, raw_key)
                     raise
         if keep_alive:
             lease.keep_alive(on_lost)
@@ -138,7 +148,10 @@ class Locker:
         permits: int,
         shared: bool,
         until: float,
+        *,
+        ours: bool,
     ) -> Optional[int]:
+        """See :meth:`fencedlock.Locker._wait`: only a token that is ``ours`` is released."""
         block_ms = max(1, min(int((until - time.monotonic()) * 1000) + 1, _contract.MAX_BLOCK_MS))
         attempt = _wire.acquire(
             engine,
@@ -157,7 +170,8 @@ class Locker:
         except BaseException as err:
             # A refusal the module answered with (an upgrade refused, a permit count
             # mismatch, ...) granted nothing: the token may hold a lease of its own.
-            if not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None):
+            unheard = not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None)
+            if ours and unheard:
                 self._release_later(token, key)
             raise
 

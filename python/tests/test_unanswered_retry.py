@@ -1,0 +1,156 @@
+"""An attempt the server did not answer in time, then a retry that is granted: the lease the
+caller gets must stay held. The unanswered attempt's possible late grant is released in the
+background (at once and again one timeout later); that release must never reach the lease
+the retry returns (two holders of one lock). Sync and asyncio; and a caller's own token
+(re-entering its lease) is never released behind its back.
+
+On the Functions library (and the script) a waiting acquisition sends plain attempts, each
+bounded by the locker's timeout, so a server stopped for a moment makes one go unanswered
+and the next (within the wait) be granted. On the module a waiting attempt is one
+``ACQUIRE … BLOCK`` whose bound is the whole wait plus the timeout: a server stopped for
+less is answered late rather than retried, so these tests run on the library engines."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Optional
+
+import pytest
+import redis.asyncio
+
+import fencedlock
+from fencedlock import Locker
+from fencedlock.asyncio import Locker as AsyncLocker
+from servers import Server
+
+TIMEOUT = 1.0
+"""The locker's per-request timeout. The background release's second pass comes one
+TIMEOUT after its first, which is well past the retry (a backoff step of at most 0.4 s
+after the server resumed): a lease the second pass could end is returned before it."""
+
+RESUME_AFTER = 1.3
+"""When the stopped server is resumed: after the first attempt timed out, before the retry."""
+
+WAIT = 8.0
+
+
+def held_by(locker: Locker, key: str, fence: int) -> bool:
+    status = locker.status(key)
+    return isinstance(status, fencedlock.LockStatus) and status.held and status.fence == fence
+
+
+def stopped_for_a_moment(server: Server) -> threading.Timer:
+    """Stops the server now; resumes it RESUME_AFTER seconds later (the caller joins the
+    timer and resumes it again in any case)."""
+    server.pause()
+    resumer = threading.Timer(RESUME_AFTER, server.resume)
+    resumer.start()
+    return resumer
+
+
+def settled(resumer: threading.Timer, server: Server) -> None:
+    resumer.join(10)
+    server.resume()
+
+
+@pytest.mark.engines("functions", "script")
+def test_a_lease_granted_on_a_retry_after_an_unanswered_attempt_stays_held(server: Server) -> None:
+    locker = Locker(server.client(), ttl=30, timeout=TIMEOUT)
+    warm = locker.acquire("k")  # the engine detected and kept
+    assert warm is not None and warm.release()
+    resumer = stopped_for_a_moment(server)
+    try:
+        started = time.monotonic()
+        lease = locker.acquire("k", wait=WAIT)
+        took = time.monotonic() - started
+    finally:
+        settled(resumer, server)
+    assert lease is not None, "granted once the server resumed"
+    assert took > TIMEOUT, "the first attempt went unanswered: the retry is what was granted"
+    # Past both passes of the background release of the unanswered attempt's token.
+    time.sleep(2.5 * TIMEOUT)
+    assert held_by(locker, "k", lease.fence), "the lease the caller holds was ended on the server"
+    lease.renew()
+    other = Locker(server.client(), ttl=30, timeout=TIMEOUT)
+    assert other.acquire("k") is None, "another owner took the lock while the lease is held"
+    assert lease.release() is True
+
+
+@pytest.mark.engines("functions", "script")
+def test_a_callers_token_is_never_released_behind_its_back(server: Server) -> None:
+    """Re-entering one's own lease (``token=``) through a stopped server: the retry re-enters
+    it (same fence) and the lease the caller already held is never released meanwhile."""
+    locker = Locker(server.client(), ttl=30, timeout=TIMEOUT)
+    holder = locker.acquire("k")
+    assert holder is not None
+    resumer = stopped_for_a_moment(server)
+    try:
+        again = locker.acquire("k", token=holder.token, wait=WAIT)
+    finally:
+        settled(resumer, server)
+    assert again is not None and again.fence == holder.fence, "re-entered, never released and granted anew"
+    time.sleep(2.5 * TIMEOUT)
+    assert held_by(locker, "k", holder.fence), "the caller's lease was ended on the server"
+    holder.renew()
+    other = Locker(server.client(), ttl=30, timeout=TIMEOUT)
+    assert other.acquire("k") is None, "another owner took the lock while the lease is held"
+    assert holder.release() is True
+
+
+def aclient(server: Server) -> redis.asyncio.Redis:
+    return redis.asyncio.Redis(port=server.port, socket_timeout=10)
+
+
+async def aheld_by(locker: AsyncLocker, key: str, fence: int) -> bool:
+    status = await locker.status(key)
+    return isinstance(status, fencedlock.LockStatus) and status.held and status.fence == fence
+
+
+@pytest.mark.engines("functions", "script")
+def test_asyncio_a_lease_granted_on_a_retry_after_an_unanswered_attempt_stays_held(server: Server) -> None:
+    async def run() -> None:
+        locker = AsyncLocker(aclient(server), ttl=30, timeout=TIMEOUT)
+        warm = await locker.acquire("k")
+        assert warm is not None and await warm.release()
+        resumer = stopped_for_a_moment(server)
+        lease: Optional[fencedlock.asyncio.Lease] = None
+        try:
+            started = time.monotonic()
+            lease = await locker.acquire("k", wait=WAIT)
+            took = time.monotonic() - started
+        finally:
+            settled(resumer, server)
+        assert lease is not None, "granted once the server resumed"
+        assert took > TIMEOUT, "the first attempt went unanswered: the retry is what was granted"
+        await asyncio.sleep(2.5 * TIMEOUT)
+        assert await aheld_by(locker, "k", lease.fence), "the lease the caller holds was ended on the server"
+        await lease.renew()
+        other = AsyncLocker(aclient(server), ttl=30, timeout=TIMEOUT)
+        assert await other.acquire("k") is None, "another owner took the lock while the lease is held"
+        assert await lease.release() is True
+
+    asyncio.run(run())
+
+
+@pytest.mark.engines("functions", "script")
+def test_asyncio_a_callers_token_is_never_released_behind_its_back(server: Server) -> None:
+    async def run() -> None:
+        locker = AsyncLocker(aclient(server), ttl=30, timeout=TIMEOUT)
+        holder = await locker.acquire("k")
+        assert holder is not None
+        resumer = stopped_for_a_moment(server)
+        try:
+            again = await locker.acquire("k", token=holder.token, wait=WAIT)
+        finally:
+            settled(resumer, server)
+        assert again is not None and again.fence == holder.fence, "re-entered, never released and granted anew"
+        await asyncio.sleep(2.5 * TIMEOUT)
+        assert await aheld_by(locker, "k", holder.fence), "the caller's lease was ended on the server"
+        await holder.renew()
+        other = AsyncLocker(aclient(server), ttl=30, timeout=TIMEOUT)
+        assert await other.acquire("k") is None, "another owner took the lock while the lease is held"
+        assert await holder.release() is True
+
+    asyncio.run(run())
