@@ -144,7 +144,10 @@ export class Core {
     );
   }
 
-  /** A release whose answer nobody waits for (a lease it misses expires after its ttl). */
+  /**
+   * A release whose answer nobody waits for (a lease it misses expires after its ttl). The
+   * token is given up: no lease is handed out for it afterwards (`take` retries with a new one).
+   */
   releaseOn(server: Server, key: string, token: string): void {
     void server.release(key, token).catch(() => undefined);
   }
@@ -156,7 +159,9 @@ export class Core {
   /**
    * The releases after an abandoned waiting request: at once, and again one timeout later.
    * The request's connection is closed, but the release travels on another one and may reach
-   * the server first; a handoff to the waiter in between is ended only by the second.
+   * the server first; a handoff to the waiter in between is ended only by the second. Neither
+   * is ordered before any later request, so `token` must never be asked with again (`take`
+   * retries with a new one): a grant to it would be ended by them.
    */
   releaseAfterWait(server: Server, key: string, token: string): void {
     this.releaseOn(server, key, token);

@@ -88,6 +88,25 @@ function abortError(signal: AbortSignal): unknown {
   return signal.reason ?? new DOMException('aborted', 'AbortError');
 }
 
+/** A new token: 128 random bits, as 32 hex digits. */
+function newToken(): string {
+  return randomBytes(TOKEN_BYTES).toString('hex');
+}
+
+/** `req` with a token of its own, for a request after one whose token may be released later. */
+function withNewToken(req: AcquireRequest): AcquireRequest {
+  return { ...req, token: newToken() };
+}
+
+/** A grant and the token it was granted to (the lease's). */
+interface Won extends Grant {
+  readonly token: string;
+}
+
+function won(req: AcquireRequest, grant: Grant | null): Won | null {
+  return grant === null ? null : { ...grant, token: req.token };
+}
+
 /** The shared base of `Locker` and `Redlock`. */
 abstract class Base {
   /** @internal */
@@ -188,21 +207,29 @@ abstract class Base {
     const wait = checkWait(options.wait ?? this.settings.wait);
     const signal = options.signal;
     if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
-    const req: AcquireRequest = { key, token: randomBytes(TOKEN_BYTES).toString('hex'), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
     const giveUp = performance.now() + wait;
     let lastError: unknown;
     for (let round = 0; ; round++) {
       if (signal?.aborted) throw abortError(signal);
-      let grant: Grant | null | 'again';
+      // Every round asks with a token of its own, never an earlier round's. A round that failed
+      // without an answer may have been granted unheard, so its token is given back in the
+      // background: at once, and after a waiting request again one timeout later
+      // (`releaseAfterWait`), on the shared connection while the retry may wait on a connection
+      // of its own, so nothing orders those releases before the retry's grant. Had the retry
+      // asked with the same token, they would end the lease it hands out: the caller would work
+      // under a lease another client can take (two holders). With a new token they can end only
+      // the earlier round's late grant.
+      const req: AcquireRequest = { key, token: newToken(), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
+      let grant: Won | null | 'again';
       try {
-        grant = wait > 0 && performance.now() < giveUp && this.settings.maxBlocking > 0 ? await this.#waitTurn(req, giveUp, signal) : await this.core.attempt(req);
+        grant = wait > 0 && performance.now() < giveUp && this.settings.maxBlocking > 0 ? await this.#waitTurn(req, giveUp, signal) : won(req, await this.core.attempt(req));
       } catch (err) {
         if (signal?.aborted) throw abortError(signal);
         if (!(err instanceof FencedLockError && err.isRetryable()) || performance.now() >= giveUp) throw err;
         grant = 'again';
         lastError = err;
       }
-      if (grant !== null && grant !== 'again') return new Lease(this.core, key, req.token, grant.fence, grant.validUntil, ttl);
+      if (grant !== null && grant !== 'again') return new Lease(this.core, key, grant.token, grant.fence, grant.validUntil, ttl);
       const left = giveUp - performance.now();
       if (left <= 0) {
         if (grant === null) return null;
@@ -267,11 +294,12 @@ abstract class Base {
    * `keys` in `ACQUIREALL`s for one token on `server`: once, or with backoff until granted, an
    * error is final, or `giveUp`. Every attempt sends the same token, so one whose reply was
    * lost and that is sent again gets the same fences; a call that fails after an attempt that
-   * may have been granted releases every key.
+   * may have been granted releases every key. (So the one token is safe to send again: no
+   * release of it is sent before the call gives up, when no lease of it is handed out.)
    */
   async #takeAtOnce(server: Server, keys: readonly string[], bounds: { ttl: number; giveUp: number; signal: AbortSignal | undefined }, terms: Terms): Promise<Leases> {
     const { ttl, giveUp, signal } = bounds;
-    const token = randomBytes(TOKEN_BYTES).toString('hex');
+    const token = newToken();
     const req = { token, ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
     let mayBeHeld = false;
     for (let round = 0; ; round++) {
@@ -307,8 +335,11 @@ abstract class Base {
     }
   }
 
-  /** One waiting step: a grant, null when the wait ran out, or 'again' to back off and retry. */
-  async #waitTurn(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Grant | null | 'again'> {
+  /**
+   * One waiting step: a grant (and the token it went to), null when the wait ran out, or
+   * 'again' to back off and retry (with a new token: this one may be released later).
+   */
+  async #waitTurn(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Won | null | 'again'> {
     const servers = this.core.servers;
     if (servers.length === 1 && servers[0]) {
       const server = servers[0];
@@ -323,7 +354,7 @@ abstract class Base {
         throw err;
       }
       if (fence === null) return null;
-      return this.#anchor(req, fence, sent);
+      return won(req, await this.#anchor(req, fence, sent));
     }
     return this.#reserve(req, until, signal);
   }
@@ -342,9 +373,12 @@ abstract class Base {
    * reservation, then take the majority in ordinary rounds, each master given a moment for
    * the previous holder's releases still in flight.
    */
-  async #reserve(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Grant | null | 'again'> {
+  async #reserve(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Won | null | 'again'> {
     const servers = this.core.servers;
     const candidates = servers.length - this.core.quorum + 1;
+    // The request asked now. A token that may be released later (a waiting request abandoned,
+    // a round given back) is never asked with again: see `take`.
+    let ask = req;
     for (const i of ranking(req.key, servers.map((s) => s.name)).slice(0, candidates)) {
       const server = servers[i];
       if (!server) continue;
@@ -359,28 +393,36 @@ abstract class Base {
       watchdog.unref();
       let reserved: bigint | null;
       try {
-        reserved = await server.acquireWaiting(req, until, watch.signal);
+        reserved = await server.acquireWaiting(ask, until, watch.signal);
       } catch (err) {
-        if (mayHold(err)) this.core.releaseAfterWait(server, req.key, req.token);
+        if (mayHold(err)) {
+          this.core.releaseAfterWait(server, ask.key, ask.token);
+          // Those releases may reach this master after the round below re-granted the same
+          // token there, leaving the lease on fewer masters than counted: a new token.
+          ask = withNewToken(ask);
+        }
         if (signal?.aborted) throw abortError(signal);
         continue; // this master cannot queue us: the next in the ranking
       } finally {
         clearInterval(watchdog);
         signal?.removeEventListener('abort', onAbort);
       }
-      if (reserved === null) return this.core.attempt(req);
+      if (reserved === null) return won(ask, await this.core.attempt(ask));
       // Reserved: the round, retried while the previous holder's releases may be in flight.
+      // A round that fails gives its token back (the reservation with it), in part in the
+      // background: each retry asks with a new token, which those releases cannot reach.
       const settleBy = performance.now() + this.settings.timeout;
       for (;;) {
-        const grant = await this.core.attempt(req).catch(() => null);
-        if (grant) return grant;
+        const grant = await this.core.attempt(ask).catch(() => null);
+        if (grant) return won(ask, grant);
         if (performance.now() >= settleBy) break;
         await sleep(this.settings.timeout / 10);
+        ask = withNewToken(ask);
       }
-      this.core.releaseInBackground(req.key, req.token);
+      this.core.releaseInBackground(ask.key, ask.token);
       return 'again';
     }
-    return this.core.attempt(req);
+    return won(ask, await this.core.attempt(ask));
   }
 }
 
