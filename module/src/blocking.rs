@@ -37,9 +37,10 @@ fn with<T>(f: impl FnOnce(&mut WaitState) -> T) -> T {
     SERVER.waits(f)
 }
 
-/// Whether anyone waits on the call's key.
+/// Whether anyone waits on the call's key. The count comes first, so that the common case
+/// (nobody waits anywhere) asks Redis for neither the database nor the key's bytes.
 pub fn is_waited(call: &Call) -> bool {
-    is_waited_at(call.db(), call.arg(1))
+    SERVER.waiters() > 0 && SERVER.is_waited_at(call.db(), call.arg(1))
 }
 
 /// Whether anyone waits on `name` in `db`.
@@ -199,7 +200,9 @@ fn give_back_later(lost: LostGrant) {
 /// A lease on the call's key was shortened (a RENEW or a re-entry with a shorter ttl): if anyone
 /// waits, look again when the key now frees up, not at the later instant filed before.
 pub fn shortened(call: &Call, frees_at: Option<Micros>) {
-    shortened_at(call.db(), call.arg(1), frees_at);
+    if frees_at.is_some() && is_waited(call) {
+        shortened_at(call.db(), call.arg(1), frees_at);
+    }
 }
 
 /// [`shortened`] for the lease on `name` in `db`.
