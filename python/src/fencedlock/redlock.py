@@ -90,8 +90,13 @@ class Redlock:
         raw_key = _keys.check_key(key)
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
         until = time.monotonic() + _terms.wait_seconds(wait)
-        token = _terms.new_token()
         while True:
+            # A fresh token every round: a failed round's release that got no answer (a
+            # stopped or slow master) may still run there later, after the next round was
+            # granted; with the same token it would end the lease on that master, which would
+            # then stand on fewer masters than its majority counted (another client could win
+            # one while the caller works under it). The lease has the granted round's token.
+            token = _terms.new_token()
             lease, failure = self._round(key, raw_key, token, ttl_ms)
             if lease is not None:
                 if keep_alive:

@@ -68,8 +68,10 @@ class Redlock:
         raw_key = _keys.check_key(key)
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
         until = time.monotonic() + _terms.wait_seconds(wait)
-        token = _terms.new_token()
         while True:
+            # A fresh token every round (see fencedlock.Redlock.acquire): a failed round's
+            # release that ran late would otherwise end the next round's grant on that master.
+            token = _terms.new_token()
             lease, failure = await self._round(key, raw_key, token, ttl_ms)
             if lease is not None:
                 if keep_alive:
