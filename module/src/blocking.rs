@@ -48,6 +48,18 @@ pub fn is_waited_at(db: i32, name: &[u8]) -> bool {
     SERVER.waiters() > 0 && SERVER.is_waited_at(db, name)
 }
 
+/// Whether a fresh grant on `name` in `db` would pass someone waiting for it (`Ask::
+/// queued_ahead`). A lease that ended belongs to the head of the queue, not to whoever asks
+/// first, so the queue is served first; whoever still waits goes before the request (a
+/// writer behind readers). For a key nobody waits on, call [`is_waited`] first: it is cheaper.
+pub fn queued_ahead(names: &impl Names, db: i32, name: &[u8], now: Micros) -> bool {
+    if !is_waited_at(db, name) {
+        return false;
+    }
+    serve(names, db, name, now);
+    is_waited_at(db, name)
+}
+
 /// Queues the caller of an ACQUIRE that found the key held (until `frees_at` at the latest),
 /// for up to `timeout_ms` (0: no limit). Replies nothing now: the client is answered when served,
 /// or nil by the wake-up at its deadline.

@@ -29,13 +29,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
     // The parser bounds the ttl so that this cannot overflow.
     let ttl = request.ttl_ms.saturating_mul(1000);
     let now = clock::now();
-    let mut queued_ahead = blocking::is_waited(call);
-    if queued_ahead {
-        // A lease that ended belongs to the head of the queue, not to whoever asks first.
-        blocking::serve(call, call.db(), call.arg(1), now);
-        // Whoever is still waiting goes before this request (a writer behind readers).
-        queued_ahead = blocking::is_waited(call);
-    }
+    let queued_ahead = blocking::is_waited(call) && blocking::queued_ahead(call, call.db(), call.arg(1), now);
     let ask =
         Ask { token: request.token, label: request.label, permits: request.capacity(), ttl, queued_ahead };
     let mut key = Store::write(call);
@@ -116,11 +110,7 @@ pub fn acquire_all(call: &Call) -> Result<Reply, LockError> {
     let mut mark = SERVER.high_water();
     let mut decided = Vec::with_capacity(request.keys.len());
     for &key in &request.keys {
-        let mut queued_ahead = blocking::is_waited_at(db, key);
-        if queued_ahead {
-            blocking::serve(call, db, key, now);
-            queued_ahead = blocking::is_waited_at(db, key);
-        }
+        let queued_ahead = blocking::queued_ahead(call, db, key, now);
         let ask = Ask { token: each.token, label: each.label, permits: each.capacity(), ttl, queued_ahead };
         let name = call.string(key).ok_or(LockError::Internal)?;
         let mut lock = Store::named(&name).lock()?.map_or_else(Lock::new, |stored| (*stored).clone());

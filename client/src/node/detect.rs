@@ -36,7 +36,7 @@ impl Node {
         let module = match self.choice {
             // Asked before any lease request, so a server without the module never sees (nor
             // echoes in its "unknown command" reply) a token.
-            EngineChoice::Only(Engine::Module) => match self.knows_module().await? {
+            EngineChoice::Only(Engine::Module) => match self.knows_command(ACQUIRE.name).await? {
                 Some(false) => return Err(Failure::Redis(no_module())),
                 _ => return Ok(Engine::Module),
             },
@@ -45,7 +45,7 @@ impl Node {
                 return Ok(Engine::Script);
             }
             EngineChoice::Only(Engine::Functions) => false,
-            EngineChoice::Auto => match self.knows_module().await? {
+            EngineChoice::Auto => match self.knows_command(ACQUIRE.name).await? {
                 Some(known) => known,
                 None => self.library_version().await?.is_none(),
             },
@@ -66,13 +66,8 @@ impl Node {
         Ok(engine)
     }
 
-    /// Whether `COMMAND INFO` knows the module's `ACQUIRE`; `None` where the server will not
-    /// say (`COMMAND` renamed away or denied by an ACL).
-    async fn knows_module(&self) -> Result<Option<bool>, Failure> {
-        self.knows_command(ACQUIRE.name).await
-    }
-
-    /// Whether `COMMAND INFO` knows `name`; `None` where the server will not say.
+    /// Whether `COMMAND INFO` knows `name` (the module's `ACQUIRE`: the module is loaded);
+    /// `None` where the server will not say (`COMMAND` renamed away or denied by an ACL).
     pub(super) async fn knows_command(&self, name: &str) -> Result<Option<bool>, Failure> {
         let mut info = redis::cmd("COMMAND");
         info.arg("INFO").arg(name);
