@@ -6,9 +6,9 @@
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
-use fencedlock_protocol::command::{Command, ACQUIRE};
+use fencedlock_protocol::command::{Command, ACQUIRE, ACQUIREALL};
 use fencedlock_protocol::functions;
-use fencedlock_protocol::request::{Acquire, Request};
+use fencedlock_protocol::request::{Acquire, AcquireAll, Request};
 use redis::{Cmd, ErrorKind, RedisError};
 
 /// The SHA1 of [`functions::eval_script`], by which `EVALSHA` names it.
@@ -63,28 +63,46 @@ impl Engine {
         self.form(&ACQUIRE, &request.words(), true)
     }
 
+    /// An `ACQUIREALL`: the Functions form names the keys, then their slot's floor key (see
+    /// [`functions::call_keys_all`]; the caller keeps the keys in one slot).
+    pub(crate) fn call_all(self, request: &AcquireAll<'_>) -> Cmd {
+        if self == Engine::Module {
+            return self.call(request);
+        }
+        let words = request.words();
+        // The name, the count and the keys, then the token and the options.
+        let rest = words.get(2 + request.keys.len()..).unwrap_or_default();
+        self.library_form(&ACQUIREALL, functions::call_keys_all(&request.keys), rest)
+    }
+
     fn form(self, command: &Command, words: &[Cow<'_, [u8]>], waiting: bool) -> Cmd {
         let (key, rest) = match words {
             [_name, key, rest @ ..] => (&key[..], rest),
             // Every request has its key; a bug here must not send a malformed command.
             _ => (&b""[..], &[][..]),
         };
-        let mut cmd = match (self, functions::function(command)) {
-            (Engine::Functions | Engine::Script, Some(function)) => {
-                let keys = functions::call_keys(command, key, waiting);
-                // FCALL names the function before the keys; the script takes it as ARGV[1].
-                let mut cmd = match self {
-                    Engine::Script => redis::cmd("EVALSHA").arg(SCRIPT_SHA.as_str()).take(),
-                    _ => redis::cmd("FCALL").arg(function).take(),
-                };
-                cmd.arg(keys.len()).arg(keys);
-                if self == Engine::Script {
-                    cmd.arg(function);
-                }
-                cmd
+        if self == Engine::Module || functions::function(command).is_none() {
+            let mut cmd = redis::cmd(command.name).arg(key).take();
+            for word in rest {
+                cmd.arg(&word[..]);
             }
-            _ => redis::cmd(command.name).arg(key).take(),
+            return cmd;
+        }
+        self.library_form(command, functions::call_keys(command, key, waiting), rest)
+    }
+
+    /// `FCALL function numkeys keys… rest…`, or the script's `EVALSHA`, which takes the
+    /// function's name as `ARGV[1]`.
+    fn library_form(self, command: &Command, keys: Vec<Vec<u8>>, rest: &[Cow<'_, [u8]>]) -> Cmd {
+        let function = functions::function(command).unwrap_or_default();
+        let mut cmd = match self {
+            Engine::Script => redis::cmd("EVALSHA").arg(SCRIPT_SHA.as_str()).take(),
+            _ => redis::cmd("FCALL").arg(function).take(),
         };
+        cmd.arg(keys.len()).arg(keys);
+        if self == Engine::Script {
+            cmd.arg(function);
+        }
         for word in rest {
             cmd.arg(&word[..]);
         }

@@ -45,7 +45,7 @@ export const MAX_BLOCK_MS = MAX_MAX_TTL_MS;
 
 /** The Functions library (`functions.rs`). */
 export const LIBRARY_NAME = 'fencedlock';
-export const LIBRARY_VERSION = 6;
+export const LIBRARY_VERSION = 7;
 export const VERSION_FUNCTION = 'fencedlock_version';
 export const FLOOR_KEY_PREFIX = 'fencedlock:fn-floor:{';
 export const WAKE_KEY_PREFIX = 'fencedlock:fn-wake:{';

@@ -12,7 +12,7 @@
 //! `functions.lua` for the rest.
 
 use crate::cluster::{key_slot, SLOTS};
-use crate::command::{Command, ACQUIRE, CAD, RAISE, RELEASE, RENEW, STATUS};
+use crate::command::{Command, ACQUIRE, ACQUIREALL, CAD, RAISE, RELEASE, RENEW, STATUS};
 
 /// The library's source, for `FUNCTION LOAD REPLACE` (its first line names the library).
 pub const LIBRARY: &str = include_str!("functions.lua");
@@ -31,11 +31,11 @@ pub const NAME: &str = "fencedlock";
 /// the server's is missing or older (or of this version with other code). Raise it with every
 /// change to `functions.lua`, and pin the new source's [`SOURCE_DIGEST`] beside it: servers
 /// that run an older library of the same number would otherwise keep it.
-pub const VERSION: u64 = 6;
+pub const VERSION: u64 = 7;
 
 /// [`source_digest`] of the library at [`VERSION`]. A test fails when `functions.lua` changes
 /// and this does not, which is the reminder to raise [`VERSION`] with it.
-pub const SOURCE_DIGEST: u64 = 0x9ded0a477a8e587d;
+pub const SOURCE_DIGEST: u64 = 0x3e8a322a6887baaa;
 
 /// FNV-1a (64 bits) of the library's source: a change detector, not a security measure.
 pub fn source_digest() -> u64 {
@@ -75,6 +75,7 @@ pub const FENCES_PER_MILLISECOND: u64 = 1024;
 pub fn function(command: &Command) -> Option<&'static str> {
     [
         (ACQUIRE, "fencedlock_acquire"),
+        (ACQUIREALL, "fencedlock_acquireall"),
         (RENEW, "fencedlock_renew"),
         (RELEASE, "fencedlock_release"),
         (RAISE, "fencedlock_raise"),
@@ -86,8 +87,9 @@ pub fn function(command: &Command) -> Option<&'static str> {
     .map(|(_, name)| name)
 }
 
-/// Whether `command` takes the floor key as its second key (the commands that may grant or
-/// change a fence, or a key's expiry); `CAD` and `STATUS` take the lock key alone.
+/// Whether `command` takes the floor key after its lock key (the commands that may grant or
+/// change a fence, or a key's expiry; `ACQUIREALL` after all of them, see [`call_keys_all`]);
+/// `CAD` and `STATUS` take the lock key alone.
 pub fn takes_floor(command: &Command) -> bool {
     !matches!(function(command), None | Some("fencedlock_cad" | "fencedlock_status"))
 }
@@ -170,6 +172,17 @@ fn floor_key_tagged(tag: &[u8]) -> Vec<u8> {
     name
 }
 
+/// The keys of `fencedlock_acquireall` for `keys` (all of one slot): the lock keys in order,
+/// then the floor key of their slot, which the library requires (one floor covers every fence
+/// of the set, so a key of another slot is refused as a wrong floor).
+pub fn call_keys_all(keys: &[&[u8]]) -> Vec<Vec<u8>> {
+    let mut all: Vec<Vec<u8>> = keys.iter().map(|key| key.to_vec()).collect();
+    if let Some(first) = keys.first() {
+        all.push(floor_key(first));
+    }
+    all
+}
+
 /// The keys a call of `command`'s function names, in order: the lock key, then its floor key
 /// where the function [`takes_floor`], then its wake-up list where it [`takes_wake`] or where
 /// a waiter's `ACQUIRE` asks for wake-ups (`waiting`). Every client builds its calls from this.
@@ -191,8 +204,8 @@ mod tests {
     use crate::command::{ALL, SHARED_PERMITS};
     use crate::epoch::FENCES_PER_MICROSECOND;
     use crate::limits::{
-        DEFAULT_MAX_TTL_MS, DEFAULT_RECLAIM_AFTER_MS, EPOCH_GAP, MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN,
-        MAX_PERMITS, MAX_TOKEN_LEN,
+        DEFAULT_MAX_TTL_MS, DEFAULT_RECLAIM_AFTER_MS, EPOCH_GAP, MAX_ACQUIRE_KEYS, MAX_BLOCK_MS, MAX_FENCE,
+        MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN,
     };
     use crate::ReplyError;
 
@@ -222,6 +235,7 @@ mod tests {
         has_local("MAX_TOKEN_LEN", MAX_TOKEN_LEN);
         has_local("MAX_LABEL_LEN", MAX_LABEL_LEN);
         has_local("MAX_PERMITS", MAX_PERMITS);
+        has_local("MAX_ACQUIRE_KEYS", MAX_ACQUIRE_KEYS);
         has_local("SHARED_PERMITS", SHARED_PERMITS);
         // The library cannot read configs: its ttl bound and retention are the defaults.
         has_local("MAX_TTL_MS", DEFAULT_MAX_TTL_MS);
@@ -254,6 +268,7 @@ mod tests {
             ReplyError::UpgradeRefused,
             ReplyError::FencesExhausted,
             ReplyError::WrongType,
+            ReplyError::BadKeys,
         ] {
             let text = format!("'{}'", kind.message(0));
             assert!(LIBRARY.contains(&text), "functions.lua lacks {kind:?}: {text}");
@@ -281,9 +296,10 @@ mod tests {
             let arity = format!("arity('{}')", command.name.to_lowercase());
             assert!(LIBRARY.contains(&arity), "{name} does not check its arity as {arity}");
         }
-        assert_eq!(served, 6);
+        assert_eq!(served, 7);
         assert!(LIBRARY.contains(&format!("function_name = '{VERSION_FUNCTION}'")));
         assert!(takes_floor(&ACQUIRE) && takes_floor(&RAISE) && !takes_floor(&STATUS) && !takes_floor(&CAD));
+        assert!(takes_floor(&ACQUIREALL) && !takes_wake(&ACQUIREALL));
         assert!(takes_wake(&RELEASE) && !takes_wake(&ACQUIRE) && !takes_wake(&RENEW));
     }
 
@@ -308,6 +324,8 @@ mod tests {
             assert_eq!(call_keys(&ACQUIRE, key, true), [key.to_vec(), floor.clone(), wake.clone()]);
             assert_eq!(call_keys(&RELEASE, key, false), [key.to_vec(), floor, wake]);
         }
+        let set: [&[u8]; 2] = [b"{t}a", b"{t}b"];
+        assert_eq!(call_keys_all(&set), [set[0].to_vec(), set[1].to_vec(), floor_key(b"{t}")]);
         // Values the README and the other languages' tests show.
         assert_eq!(floor_key(b"lockk"), b"fencedlock:fn-floor:{221102}");
         assert_eq!(&floor_tag(0), b"253312");

@@ -2,6 +2,7 @@
 
 use fencedlock_protocol::command::{ACQUIRE, CAD, RAISE, RELEASE, RENEW, STATUS};
 use fencedlock_protocol::functions::MAX_SAFE_FENCE;
+use fencedlock_protocol::limits::MAX_ACQUIRE_KEYS;
 use fencedlock_protocol::limits::{
     DEFAULT_MAX_TTL_MS, MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN,
 };
@@ -21,6 +22,7 @@ pub fn all() -> Vec<Case> {
     cases.extend(options());
     cases.extend(semaphores());
     cases.extend(read_write());
+    cases.extend(sets());
     cases.extend(holders_and_expiry());
     cases.extend(raises());
     cases.extend(cad());
@@ -316,6 +318,169 @@ fn semaphores() -> Vec<Case> {
 
 /// Read leases (`SHARED`) and the write lease of a read-write lock: readers together, each
 /// mode refusing the other, downgrade, the refused upgrade, and the options' rules.
+/// `ACQUIREALL`: every key or none, each decided as its own `ACQUIRE`; a refusal or an error
+/// leaves every key as it was (the STATUS of each key after it shows so).
+fn sets() -> Vec<Case> {
+    const ABC: &[&str] = &[":a", ":b", ":c"];
+    const AB: &[&str] = &[":a", ":b"];
+    const BC: &[&str] = &[":b", ":c"];
+    const CA: &[&str] = &[":c", ":a"];
+    let none = &[] as &[&str];
+    let status_of = |suffixes: &'static [&'static str]| -> Vec<Step> {
+        suffixes.iter().map(|suffix| member(STATUS, suffix, none)).collect()
+    };
+    let after = |mut steps: Vec<Step>, more: Vec<Step>| {
+        steps.extend(more);
+        steps
+    };
+    vec![
+        Case::of_keys(
+            "multi:granted-and-re-entered",
+            after(
+                vec![
+                    set(ABC, &["t", "5000", "LABEL", "set-1"]),
+                    // The same token again (a lost reply): the same fences, the leases restarted.
+                    set(ABC, &["t", "8000"]),
+                    set(&[":c", ":b", ":a"], &["t", "8000"]),
+                    member(RENEW, ":b", &["t", "9000"]),
+                    member(RELEASE, ":a", &["t"]),
+                    // One key free again, two re-entered: one new fence, above all.
+                    set(ABC, &["t", "5000"]),
+                ],
+                status_of(ABC),
+            ),
+        ),
+        Case::of_keys(
+            "multi:one-busy-key-refuses-the-set",
+            after(
+                vec![
+                    member(ACQUIRE, ":b", &["other", "5000"]),
+                    set(ABC, &["t", "5000"]),
+                    set(&[":c", ":b"], &["t", "5000"]),
+                ],
+                after(
+                    status_of(ABC),
+                    vec![
+                        member(RELEASE, ":b", &["other"]),
+                        set(ABC, &["t", "5000"]),
+                        member(ACQUIRE, ":c", &["other", "5000"]),
+                    ],
+                ),
+            ),
+        ),
+        Case::of_keys(
+            "multi:readers-writers-and-semaphores",
+            after(
+                vec![
+                    set(AB, &["r1", "5000", "SHARED"]),
+                    set(AB, &["r2", "5000", "shared", "LABEL", "reader"]),
+                    set(BC, &["w", "5000"]),
+                    // A reader's own key without SHARED: the upgrade is refused, nothing taken.
+                    set(CA, &["r1", "5000"]),
+                    set(CA, &["r1", "5000", "SHARED"]),
+                    // Semaphores on keys held by readers: a mismatch; on fresh keys, two permits.
+                    set(BC, &["s", "5000", "PERMITS", "2"]),
+                    set(&[":d", ":e"], &["s1", "5000", "PERMITS", "2"]),
+                    set(&[":e", ":d"], &["s2", "5000", "PERMITS", "2"]),
+                    set(&[":d", ":f"], &["s3", "5000", "PERMITS", "2"]),
+                    set(&[":f", ":d"], &["s3", "5000", "PERMITS", "3"]),
+                ],
+                status_of(&[":a", ":b", ":c", ":d", ":e", ":f"]),
+            ),
+        ),
+        Case::of_keys(
+            "multi:downgrade-keeps-the-fences",
+            after(
+                vec![
+                    set(AB, &["w", "5000"]),
+                    set(AB, &["r", "5000", "SHARED"]),
+                    set(AB, &["w", "5000", "SHARED"]),
+                    set(AB, &["r", "5000", "SHARED"]),
+                    set(AB, &["w", "5000"]),
+                ],
+                status_of(AB),
+            ),
+        ),
+        Case::of_keys(
+            "multi:expired-keys-are-taken-over",
+            after(
+                vec![
+                    set(AB, &["old", "200"]),
+                    set(BC, &["new", "5000"]),
+                    sleep(300),
+                    set(BC, &["new", "5000"]),
+                    member(RENEW, ":a", &["old", "5000"]),
+                    member(RELEASE, ":b", &["old"]),
+                ],
+                status_of(ABC),
+            ),
+        ),
+        Case::of_keys(
+            "multi:above-a-raised-fence",
+            vec![
+                member(ACQUIRE, ":a", &["t", "5000"]),
+                Step::Call {
+                    command: RAISE,
+                    keys: crate::engines::Keys::Member(":a"),
+                    args: vec![lit("t"), Arg::FencePlus(1_000)],
+                    timed: None,
+                },
+                member(RELEASE, ":a", &["t"]),
+                set(&[":b", ":a"], &["u", "5000"]),
+                member(STATUS, ":a", none),
+            ],
+        ),
+        Case::of_keys(
+            "multi:bad-requests-change-nothing",
+            after(
+                vec![
+                    set(AB, &["", "5000"]),
+                    set(AB, &["t", "0"]),
+                    set(AB, &["t", &(DEFAULT_MAX_TTL_MS + 1).to_string()]),
+                    // It never waits: BLOCK is a syntax error once its value is good.
+                    set(AB, &["t", "5000", "BLOCK", "10"]),
+                    set(AB, &["t", "5000", "BLOCK", "soon"]),
+                    set(AB, &["t", "5000", "PERMITS", "0"]),
+                    set(AB, &["t", "5000", "SHARED", "PERMITS", "2"]),
+                    set(AB, &["t", "5000", "LABEL"]),
+                    set(AB, &["t", "5000", "LABEL", "x", "LABEL", "y"]),
+                    set(AB, &["t", "5000", "NOPE", "1"]),
+                    set(&[":a", ":a"], &["t", "5000"]),
+                    set(AB, &["t"]),
+                    set(&[":a"], &["t"]),
+                ],
+                status_of(AB),
+            ),
+        ),
+        Case::of_keys(
+            "multi:at-most-64-keys",
+            vec![
+                set(members(MAX_ACQUIRE_KEYS + 1), &["t", "5000"]),
+                member(STATUS, ":0", none),
+                set(members(MAX_ACQUIRE_KEYS), &["t", "5000"]),
+                member(STATUS, ":63", none),
+            ],
+        ),
+        Case::of_keys(
+            "multi:wrong-type",
+            vec![
+                raw(&["SET", KEY, "x"]),
+                set(&[":a", ""], &["t", "5000"]),
+                member(STATUS, ":a", none),
+                raw(&["DEL", KEY]),
+                set(&[":a", ""], &["t", "5000"]),
+            ],
+        ),
+    ]
+}
+
+/// The suffixes `:0` to `:{n - 1}`, for the largest sets (leaked: the table lives as long as
+/// the test).
+fn members(n: usize) -> &'static [&'static str] {
+    let suffixes: Vec<&'static str> = (0..n).map(|i| &*format!(":{i}").leak()).collect();
+    suffixes.leak()
+}
+
 fn read_write() -> Vec<Case> {
     let none = &[] as &[&str];
     let mut cases = vec![

@@ -10,7 +10,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use fencedlock_protocol::command::{Command, STATUS};
+use fencedlock_protocol::command::{Command, ACQUIREALL, STATUS};
 use fencedlock_protocol::functions;
 use harness::redis::{self, Value};
 use harness::{error_text, Server};
@@ -44,6 +44,23 @@ pub enum Keys {
     KeyOnly,
     /// No key at all (numkeys 0; the module's form is the bare command name).
     None,
+    /// The case's key with this suffix, as [`Keys::WithFloor`] sends it: another lock key of
+    /// the case (in its slot when the case's key is a hash tag).
+    Member(&'static str),
+    /// `ACQUIREALL` of the case's key with each of these suffixes: `numkeys key…` on the
+    /// module, the keys and then their floor key on the library.
+    Set(&'static [&'static str]),
+}
+
+/// The lock keys a request of `keys` names on the case's `key`.
+pub fn lock_keys(key: &[u8], keys: Keys) -> Vec<Vec<u8>> {
+    let member = |suffix: &str| [key, suffix.as_bytes()].concat();
+    match keys {
+        Keys::WithFloor | Keys::KeyOnly => vec![key.to_vec()],
+        Keys::None => Vec::new(),
+        Keys::Member(suffix) => vec![member(suffix)],
+        Keys::Set(suffixes) => suffixes.iter().map(|suffix| member(suffix)).collect(),
+    }
 }
 
 /// A managed server with `source` loaded by the default user (`FUNCTION LOAD REPLACE`).
@@ -56,12 +73,15 @@ pub fn managed_with_library(source: &str) -> Server {
     server
 }
 
-/// The module's request: `FENCEDLOCK.X key args…` (no key for [`Keys::None`]).
+/// The module's request: `FENCEDLOCK.X key args…` (no key for [`Keys::None`]; `numkeys
+/// key…` for [`Keys::Set`]).
 pub fn module_request(command: &Command, key: &[u8], keys: Keys, args: &[Vec<u8>]) -> redis::Cmd {
     let mut cmd = redis::cmd(command.name);
-    if keys != Keys::None {
-        cmd.arg(key);
+    let named = lock_keys(key, keys);
+    if matches!(keys, Keys::Set(_)) {
+        cmd.arg(named.len());
     }
+    cmd.arg(named);
     for a in args {
         cmd.arg(&a[..]);
     }
@@ -119,14 +139,20 @@ pub fn library_request(
             cmd
         }
     };
+    let named = lock_keys(key, keys);
+    let key = named.first().map_or(key, Vec::as_slice);
     match keys {
-        Keys::WithFloor if functions::takes_wake(command) => {
+        Keys::Set(_) => {
+            let all = functions::call_keys_all(&named.iter().map(Vec::as_slice).collect::<Vec<_>>());
+            cmd.arg(all.len()).arg(all);
+        }
+        Keys::WithFloor | Keys::Member(_) if functions::takes_wake(command) => {
             cmd.arg(3).arg(key).arg(functions::floor_key(key)).arg(functions::wake_key(key));
         }
-        Keys::WithFloor if functions::takes_floor(command) => {
+        Keys::WithFloor | Keys::Member(_) if functions::takes_floor(command) => {
             cmd.arg(2).arg(key).arg(functions::floor_key(key));
         }
-        Keys::WithFloor | Keys::KeyOnly => {
+        Keys::WithFloor | Keys::Member(_) | Keys::KeyOnly => {
             cmd.arg(1).arg(key);
         }
         Keys::None => {
@@ -270,6 +296,16 @@ fn reduce(command: &Command, value: Value, fences: &mut Fences) -> Norm {
         matches!(functions::function(command), Some("fencedlock_acquire" | "fencedlock_raise"));
     match value {
         Value::Int(n) if is_fence_reply => Norm::Fence(fences.relate(n)),
+        // ACQUIREALL: a fence per key, in the order asked.
+        Value::Array(items) if command.name == ACQUIREALL.name => Norm::Array(
+            items
+                .into_iter()
+                .map(|item| match item {
+                    Value::Int(n) => Norm::Fence(fences.relate(n)),
+                    other => plain(other),
+                })
+                .collect(),
+        ),
         Value::Array(items) if command.name == STATUS.name => status(items, fences),
         other => plain(other),
     }

@@ -49,6 +49,14 @@ impl Case {
         Case { key: format!("conformance:{name}").into_bytes(), name, steps }
     }
 
+    /// A case of several lock keys on `{conformance:name}` and its members (the key with a
+    /// suffix, [`member`], [`set`]): one hash tag, so every key is in the slot of one floor,
+    /// as the library's `ACQUIREALL` needs.
+    pub fn of_keys(name: impl Into<String>, steps: Vec<Step>) -> Case {
+        let name = name.into();
+        Case { key: format!("{{conformance:{name}}}").into_bytes(), name, steps }
+    }
+
     /// The same case on another key (binary key bytes, the issue's `invoice:inv_72`).
     pub fn on_key(mut self, key: impl Into<Vec<u8>>) -> Case {
         self.key = key.into();
@@ -79,6 +87,17 @@ pub fn call_key_only<A: AsRef<[u8]>>(command: Command, args: &[A]) -> Step {
 /// `command` with no key at all (numkeys 0 on the Functions side).
 pub fn call_keyless(command: Command) -> Step {
     Step::Call { command, keys: Keys::None, args: Vec::new(), timed: None }
+}
+
+/// `ACQUIREALL` of the case's key with each of `suffixes` (see [`Case::of_keys`]).
+pub fn set<A: AsRef<[u8]>>(suffixes: &'static [&'static str], args: &[A]) -> Step {
+    let command = fencedlock_protocol::command::ACQUIREALL;
+    Step::Call { command, keys: Keys::Set(suffixes), args: args.iter().map(lit).collect(), timed: None }
+}
+
+/// `command` on the case's key with `suffix` (see [`Case::of_keys`]).
+pub fn member<A: AsRef<[u8]>>(command: Command, suffix: &'static str, args: &[A]) -> Step {
+    Step::Call { command, keys: Keys::Member(suffix), args: args.iter().map(lit).collect(), timed: None }
 }
 
 /// A request with `BLOCK block_ms` among `args`: whether the reply waited is compared too.

@@ -281,24 +281,28 @@ impl Node {
         self.query::<String>(&redis::cmd("PING"), None).await.map(drop)
     }
 
-    /// Whether the server takes a set of keys in one `FENCEDLOCK.ACQUIREALL`: the module
-    /// serves leases there and knows the command (modules older than it do not, nor does the
-    /// Functions library; a server that hides `COMMAND` is not asked to). Asked once, before
-    /// any `ACQUIREALL` is sent: an unknown command's reply would echo the token.
-    pub(crate) async fn serves_acquire_all(&self) -> Result<bool, Failure> {
-        let ask = || async {
-            if self.engine_now().await? != Engine::Module {
-                return Ok(false);
-            }
-            Ok(self.knows_command(ACQUIREALL.name).await? == Some(true))
-        };
+    /// Whether the server takes a set of keys in one `ACQUIREALL`: the Functions library
+    /// does (the one this client loads, or a newer one) for keys of one slot, which its floor
+    /// requires; the module does where it knows the command (modules older than it do not; a
+    /// server that hides `COMMAND` is not asked to), for keys of one slot on a Redis Cluster.
+    /// The module is asked once, before any `ACQUIREALL` is sent: an unknown command's reply
+    /// would echo the token.
+    pub(crate) async fn serves_acquire_all(&self, one_slot: bool) -> Result<bool, Failure> {
+        if self.engine_now().await? != Engine::Module {
+            return Ok(one_slot);
+        }
+        if self.is_cluster() && !one_slot {
+            return Ok(false);
+        }
+        let ask = || async { Ok(self.knows_command(ACQUIREALL.name).await? == Some(true)) };
         self.acquire_all.get_or_try_init(ask).await.copied()
     }
 
-    /// `FENCEDLOCK.ACQUIREALL` on the module (see [`Node::serves_acquire_all`]): a fence per
-    /// key, in the request's order, or `None` when the server refused the set.
+    /// `ACQUIREALL` (see [`Node::serves_acquire_all`]): a fence per key, in the request's
+    /// order, or `None` when the server refused the set.
     pub(crate) async fn acquire_all(&self, request: &AcquireAll<'_>) -> Result<Option<Vec<u64>>, Failure> {
-        self.query(&Engine::Module.call(request), Some(request.each.token)).await
+        let cmd = self.engine_now().await?.call_all(request);
+        self.query(&cmd, Some(request.each.token)).await
     }
 
     /// `FENCEDLOCK.RENEW`: whether we still held the lease (it now runs `ttl_ms` from now).

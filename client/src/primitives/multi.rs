@@ -3,15 +3,16 @@
 //! lease at all.
 //!
 //! **In one command where the server can.** A locker on one server (without replica
-//! confirmation) whose module serves `FENCEDLOCK.ACQUIREALL` takes the whole set in one
-//! command, for one token: the server grants every key or none, so no other client ever sees
-//! part of the set held, and a process that dies mid-call leaves nothing half-taken. On a Redis
-//! Cluster this needs the keys in one slot (hash tags). The command never waits, so the call
-//! retries whole attempts with backoff until the maximum wait; a caller that waits holds
-//! nothing, so overlapping sets cannot deadlock.
+//! confirmation) takes the whole set in one `ACQUIREALL` for one token where its module serves
+//! `FENCEDLOCK.ACQUIREALL`, or its Functions library `fencedlock_acquireall` (library version
+//! 7 on): the server grants every key or none, so no other client ever sees part of the set
+//! held, and a process that dies mid-call leaves nothing half-taken. The library needs the
+//! keys in one slot (hash tags) on any server, the module on a Redis Cluster. The command
+//! never waits, so the call retries whole attempts with backoff until the maximum wait; a
+//! caller that waits holds nothing, so overlapping sets cannot deadlock.
 //!
-//! **Key by key elsewhere** (Redlock, the Functions library, replica confirmation, keys of
-//! several slots, a module older than `ACQUIREALL`):
+//! **Key by key elsewhere** (Redlock, replica confirmation, keys of several slots where one is
+//! needed, a module older than `ACQUIREALL`):
 //!
 //! - *No deadlock.* Every caller takes the keys in one order, the keys' byte order, whatever
 //!   order it named them in. Two callers asking for `{a, b}` and `{b, a}` both take `a` first,
@@ -131,11 +132,11 @@ impl Locker {
     /// with the retries of each key's acquisition.
     async fn one_command_server(&self, keys: &[&str]) -> Option<&Node> {
         let node = self.coordinator().plain_single()?;
-        let one_slot = keys.iter().all(|key| key_slot(key.as_bytes()) == key_slot(keys[0].as_bytes()));
-        if keys.len() > MAX_ACQUIRE_KEYS || (node.is_cluster() && !one_slot) {
+        if keys.len() > MAX_ACQUIRE_KEYS {
             return None;
         }
-        node.serves_acquire_all().await.ok()?.then_some(node)
+        let one_slot = keys.iter().all(|key| key_slot(key.as_bytes()) == key_slot(keys[0].as_bytes()));
+        node.serves_acquire_all(one_slot).await.ok()?.then_some(node)
     }
 
     /// `keys` in `ACQUIREALL`s for one token on `node`: once, or with backoff until granted, an

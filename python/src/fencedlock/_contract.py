@@ -45,7 +45,7 @@ SLOTS = 16384
 
 # The Functions library (protocol/src/functions.rs).
 LIBRARY_NAME = "fencedlock"
-LIBRARY_VERSION = 6
+LIBRARY_VERSION = 7
 VERSION_FUNCTION = "fencedlock_version"
 FLOOR_KEY_PREFIX = "fencedlock:fn-floor:{"
 WAKE_KEY_PREFIX = "fencedlock:fn-wake:{"

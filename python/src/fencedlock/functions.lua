@@ -4,6 +4,7 @@
 --
 --   FCALL fencedlock_acquire 2 key floor token ttl_ms [LABEL l] [PERMITS n | SHARED] [BLOCK ms]
 --                            (3 key floor wake …: a waiter, see below)
+--   FCALL fencedlock_acquireall N+1 key… floor token ttl_ms [LABEL l] [PERMITS n | SHARED]
 --   FCALL fencedlock_renew   2 key floor token ttl_ms
 --   FCALL fencedlock_release 3 key floor wake token
 --   FCALL fencedlock_raise   2 key floor token fence
@@ -44,6 +45,15 @@
 -- refused may take the wake-up meant for the writer, which then tries again at its own nap's
 -- end, about when the mark ends.
 --
+-- ACQUIREALL takes 1 to 64 distinct lock keys and then their floor (never optional: one floor
+-- must cover every fence of the set, so every key is in the floor's slot, also outside a
+-- cluster). Each key is decided exactly as ACQUIRE decides it (`decide`), writing nothing;
+-- only when every key would be granted or re-entered, and the fences of the new grants fit
+-- below MAX_SAFE_FENCE, is anything written: a script is not rolled back, so a set is never
+-- half stored. A refusal (nil) or an error changes no key. It never waits and names no
+-- wake-up list: a caller waiting for a set holds none of it, so two callers asking for
+-- overlapping sets in any order cannot deadlock.
+--
 -- Leases run on the server's wall clock (TIME): a script has no monotonic clock. BLOCK is
 -- checked and then ignored: a script cannot block, so a busy key is one refused attempt (nil),
 -- as the module does inside MULTI and scripts; the client does the waiting (on `wake`).
@@ -51,11 +61,12 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 6
+local VERSION = 7
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
 local MAX_PERMITS = 1024
+local MAX_ACQUIRE_KEYS = 64
 -- The `permits` of a key held by read leases (ACQUIRE … SHARED), as STATUS shows it.
 local SHARED_PERMITS = 0
 local MAX_TTL_MS = 86400000
@@ -90,7 +101,8 @@ local E_HELD_SHARED = 'ERR permits mismatch: the key is held SHARED; ask with SH
 local E_UPGRADE_REFUSED = 'ERR upgrade refused: the token holds the key SHARED; release it, then acquire without SHARED (a new, higher fence)'
 local E_FENCES_EXHAUSTED = 'ERR fence space exhausted: no fence above 9223372036854775807 can be issued'
 local E_WRONG_TYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
-local E_SCRIPT_FUNCTION = 'ERR fencedlock: as a script, the first argument names the function (fencedlock_acquire, _renew, _release, _raise, _cad, _status or _version)'
+local E_BAD_KEYS = 'ERR numkeys must be an integer from 1 to 64, followed by that many distinct keys'
+local E_SCRIPT_FUNCTION = 'ERR fencedlock: as a script, the first argument names the function (fencedlock_acquire, _acquireall, _renew, _release, _raise, _cad, _status or _version)'
 local E_KEYS = 'ERR fencedlock: pass the lock key and, optionally, the floor key of its slot (fencedlock:fn-floor:{tag}) and its wake-up list (fencedlock:fn-wake:{tag}:key) as the keys'
 local E_FLOOR_KEY = "ERR fencedlock: wrong floor key; this lock key's is "
 local E_WAKE_KEY = "ERR fencedlock: wrong wake-up list; this lock key's is "
@@ -247,13 +259,17 @@ end
 -- The lock key, its floor and its wake-up list (each when given): the error reply as the
 -- fourth value when there are too many or too few (their names are checked once the lock key
 -- is read: keys_refusal).
+local function bind_globals()
+  if not bxor then
+    bxor, byte, char, str_find, str_sub = bit.bxor, string.byte, string.char, string.find, string.sub
+  end
+end
+
 local function keys_of(keys)
   if #keys < 1 or #keys > 3 then
     return nil, nil, nil, E_KEYS
   end
-  if not bxor then
-    bxor, byte, char, str_find, str_sub = bit.bxor, string.byte, string.char, string.find, string.sub
-  end
+  bind_globals()
   return keys[1], keys[2], keys[3]
 end
 
@@ -387,15 +403,10 @@ end
 -- repeated. It also starts above every fence this library state issued; a fresh state (a
 -- (re)load of the library) cannot know what its predecessor issued in this ms and starts at
 -- the next one.
-local function next_fence(key, floor, key_fence, now)
-  local run = server_facts()
-  local base, seen
-  if floor then
-    local got = redis.call('HMGET', floor, 'fence', 'run')
-    base, seen = tonumber(got[1]) or 0, got[2]
-  else
-    base, seen = 0, redis.call('HGET', key, 'run')
-  end
+--
+-- `base` and `seen` are the floor's fence and the run that last wrote it (the key's own `run`
+-- without a floor). Writes nothing: nil when the fence would pass MAX_SAFE_FENCE.
+local function fence_after(base, seen, key_fence, run, now)
   if key_fence > base then
     base = key_fence
   end
@@ -416,12 +427,38 @@ local function next_fence(key, floor, key_fence, now)
   if fence > MAX_SAFE_FENCE then
     return nil
   end
+  return fence
+end
+
+-- The floor's fence and the run that wrote it.
+local function floor_state(floor)
+  local got = redis.call('HMGET', floor, 'fence', 'run')
+  return tonumber(got[1]) or 0, got[2]
+end
+
+-- Records `fence` as issued by this run (in the floor, or the key's `run` without one).
+local function take_fence(key, floor, fence, run)
   if floor then
     redis.call('HSET', floor, 'fence', int(fence), 'run', run)
   else
     redis.call('HSET', key, 'run', run)
   end
   note_issued(fence)
+end
+
+-- The next fence for a grant on `key` (fence_after), taken; nil when the space is exhausted.
+local function next_fence(key, floor, key_fence, now)
+  local run = server_facts()
+  local base, seen
+  if floor then
+    base, seen = floor_state(floor)
+  else
+    base, seen = 0, redis.call('HGET', key, 'run')
+  end
+  local fence = fence_after(base, seen, key_fence, run, now)
+  if fence then
+    take_fence(key, floor, fence, run)
+  end
   return fence
 end
 
@@ -443,6 +480,98 @@ local function refusal(key, wake, lock, holding, writer_waits, after)
   return false
 end
 
+-- ACQUIRE's arguments after the keys: { token, ttl, block, label, permits, shared }, with
+-- `permits` the count the key is held with once granted (SHARED_PERMITS for a read lease);
+-- or nil and the error reply.
+local function parse_ask(args)
+  local ask = { token = args[1] }
+  if not check_token(ask.token) then return nil, E_BAD_TOKEN end
+  local bad_ttl
+  ask.ttl, bad_ttl = parse_ttl(args[2])
+  if not ask.ttl then return nil, bad_ttl end
+  local i = 3
+  while i <= #args do
+    local word, value = string.upper(args[i]), args[i + 1]
+    if word == 'SHARED' and not ask.shared and ask.permits == nil then
+      ask.shared = true
+      i = i + 1
+    else
+      if value == nil then return nil, E_SYNTAX end
+      if word == 'BLOCK' and ask.block == nil then
+        ask.block = parse_u64(value)
+        if ask.block == nil or ask.block > MAX_BLOCK_MS then return nil, E_BAD_TIMEOUT end
+      elseif word == 'LABEL' and ask.label == nil then
+        if #value < 1 or #value > MAX_LABEL_LEN then return nil, E_BAD_LABEL end
+        ask.label = value
+      elseif word == 'PERMITS' and ask.permits == nil and not ask.shared then
+        ask.permits = parse_u64(value)
+        if ask.permits == nil or ask.permits < 1 or ask.permits > MAX_PERMITS then return nil, E_BAD_PERMITS end
+      else
+        return nil, E_SYNTAX
+      end
+      i = i + 2
+    end
+  end
+  if ask.shared then
+    ask.permits = SHARED_PERMITS
+  else
+    ask.permits = ask.permits or 1
+  end
+  return ask
+end
+
+-- What ACQUIRE would do to `lock` (nil: a missing key) at `now`, writing nothing, so that
+-- ACQUIREALL grants a set exactly when each key alone would be granted:
+--   'new', holders        a new lease, joining these live holders (none for a mutex);
+--   'kept', fence         the token's own lease, restarted in `lock` (a re-entry, or a
+--                         writer's downgrade): store `lock`;
+--   'refused', holders, writer_waits, after
+--                         nil for the caller (see refusal);
+--   'error', text         the error reply.
+local function decide(lock, ask, now, deadline)
+  if not lock then return 'new', {} end
+  local holding = live(lock, now)
+  local mine = find(holding, ask.token)
+  if #holding > 0 and lock.permits ~= ask.permits then
+    if lock.permits > 1 or ask.permits > 1 then
+      if lock.permits == SHARED_PERMITS then return 'error', E_HELD_SHARED end
+      return 'error', E_PERMITS_MISMATCH[1] .. int(lock.permits) .. E_PERMITS_MISMATCH[2]
+    end
+    -- Readers (0) and a writer (1): the other mode holds the key.
+    if not mine then return 'refused', holding, not ask.shared end
+    -- A reader's upgrade would deadlock against another reader's.
+    if not ask.shared then return 'error', E_UPGRADE_REFUSED end
+    -- The writer downgrades: its fence stays, the lease restarts as a read lease.
+    lock.permits = SHARED_PERMITS
+  end
+  if mine then
+    -- The holder asks again (its reply was lost, or it downgrades): same fence, the lease
+    -- restarts.
+    mine[3] = deadline
+    if ask.label then mine[4] = ask.label end
+    return 'kept', mine[1]
+  end
+  if #holding >= (ask.shared and MAX_PERMITS or ask.permits) then
+    return 'refused', holding, false
+  end
+  -- Readers do not pass a writer that waits (it may be woken and not yet here).
+  if ask.shared and lock.writer_until > now then
+    return 'refused', holding, false, lock.writer_until
+  end
+  if ask.permits == 1 then holding = {} end
+  return 'new', holding
+end
+
+-- Stores a new lease of `fence` beside `holding` (decide's 'new'); `lock` is the key's state
+-- before it.
+local function grant(key, floor, lock, ask, holding, fence, deadline, now)
+  holding[#holding + 1] = { fence, ask.token, deadline, ask.label or false }
+  store(key, floor, { fence = fence, permits = ask.permits, holders = holding }, now)
+  if not ask.shared and lock and lock.writer_until > 0 then
+    redis.call('HDEL', key, 'writer_until')
+  end
+end
+
 local function acquire(keys, args)
   -- Three valued options and the SHARED flag: 0 to 7 words after the ttl.
   if #args < 2 or #args > 9 then
@@ -450,94 +579,25 @@ local function acquire(keys, args)
   end
   local key, floor, wake, bad = keys_of(keys)
   if bad then return fail(bad) end
-  local token = args[1]
-  if not check_token(token) then return fail(E_BAD_TOKEN) end
-  local ttl, bad_ttl = parse_ttl(args[2])
-  if not ttl then return fail(bad_ttl) end
-  local block, label, permits, shared
-  local i = 3
-  while i <= #args do
-    local word, value = string.upper(args[i]), args[i + 1]
-    if word == 'SHARED' and not shared and permits == nil then
-      shared = true
-      i = i + 1
-    else
-      if value == nil then return fail(E_SYNTAX) end
-      if word == 'BLOCK' and block == nil then
-        block = parse_u64(value)
-        if block == nil or block > MAX_BLOCK_MS then return fail(E_BAD_TIMEOUT) end
-      elseif word == 'LABEL' and label == nil then
-        if #value < 1 or #value > MAX_LABEL_LEN then return fail(E_BAD_LABEL) end
-        label = value
-      elseif word == 'PERMITS' and permits == nil and not shared then
-        permits = parse_u64(value)
-        if permits == nil or permits < 1 or permits > MAX_PERMITS then return fail(E_BAD_PERMITS) end
-      else
-        return fail(E_SYNTAX)
-      end
-      i = i + 2
-    end
-  end
-  -- The count the key is held with once granted.
-  if shared then
-    permits = SHARED_PERMITS
-  else
-    permits = permits or 1
-  end
-
+  local ask, bad_ask = parse_ask(args)
+  if not ask then return fail(bad_ask) end
   local lock, wrong = load(key)
   if wrong then return fail(wrong) end
   local refused = keys_refusal(key, floor, wake, lock)
   if refused then return fail(refused) end
   local now = now_us()
-  local deadline = now + ttl * 1000
-  local holding = {}
-  if lock then
-    holding = live(lock, now)
-    if #holding > 0 and lock.permits ~= permits then
-      if lock.permits > 1 or permits > 1 then
-        if lock.permits == SHARED_PERMITS then return fail(E_HELD_SHARED) end
-        return fail(E_PERMITS_MISMATCH[1] .. int(lock.permits) .. E_PERMITS_MISMATCH[2])
-      end
-      -- Readers (0) and a writer (1): the other mode holds the key.
-      local mine = find(holding, token)
-      if not mine then
-        return refusal(key, wake, lock, holding, not shared)
-      end
-      -- A reader's upgrade would deadlock against another reader's.
-      if not shared then return fail(E_UPGRADE_REFUSED) end
-      -- The writer downgrades: its fence stays, the lease restarts as a read lease.
-      lock.permits = SHARED_PERMITS
-      mine[3] = deadline
-      if label then mine[4] = label end
-      store(key, floor, lock, now)
-      return mine[1]
-    end
-    local mine = find(holding, token)
-    if mine then
-      -- The holder asks again (its reply was lost): same fence, the lease restarts.
-      mine[3] = deadline
-      if label then mine[4] = label end
-      store(key, floor, lock, now)
-      return mine[1]
-    end
-    if #holding >= (shared and MAX_PERMITS or permits) then
-      return refusal(key, wake, lock, holding, false)
-    end
-    -- Readers do not pass a writer that waits (it may be woken and not yet here).
-    if shared and lock.writer_until > now then
-      return refusal(key, wake, lock, holding, false, lock.writer_until)
-    end
+  local deadline = now + ask.ttl * 1000
+  local outcome, detail, writer_waits, after = decide(lock, ask, now, deadline)
+  if outcome == 'error' then return fail(detail) end
+  if outcome == 'refused' then return refusal(key, wake, lock, detail, writer_waits, after) end
+  if outcome == 'kept' then
+    store(key, floor, lock, now)
+    return detail
   end
   local fence = next_fence(key, floor, lock and lock.fence or 0, now)
   if not fence then return fail(E_FENCES_EXHAUSTED) end
-  if permits == 1 then holding = {} end
-  holding[#holding + 1] = { fence, token, deadline, label or false }
-  store(key, floor, { fence = fence, permits = permits, holders = holding }, now)
-  if not shared and lock and lock.writer_until > 0 then
-    redis.call('HDEL', key, 'writer_until')
-  end
-  if shared and wake and lock and lock.wake_until > now then
+  grant(key, floor, lock, ask, detail, fence, deadline, now)
+  if ask.shared and wake and lock and lock.wake_until > now then
     -- A woken reader passes the wake-up on: the readers behind it may enter too, and a release
     -- wakes only one waiter (the cascade ends at the first waiter refused, or after WAKE_TTL_MS).
     redis.call('RPUSH', wake, '1')
@@ -545,6 +605,66 @@ local function acquire(keys, args)
     redis.call('PEXPIRE', wake, WAKE_TTL_MS)
   end
   return fence
+end
+
+-- ACQUIREALL: every key decided first, in order (the first refusal or error is the reply, and
+-- nothing is written), then every new grant's fence computed from the one floor, then all
+-- of it stored. See the header.
+local function acquireall(keys, args)
+  local count = #keys - 1
+  -- As the module answers `ACQUIREALL count keys… args…`: the server's arity check below 5
+  -- words, then the count, then the token and the ttl after the keys.
+  if 2 + count + #args < 5 then return arity('fencedlock.acquireall') end
+  if count < 1 or count > MAX_ACQUIRE_KEYS or #args < 2 then return fail(E_BAD_KEYS) end
+  local named = {}
+  for i = 1, count do
+    if named[keys[i]] then return fail(E_BAD_KEYS) end
+    named[keys[i]] = true
+  end
+  bind_globals()
+  local floor = keys[count + 1]
+  local ask, bad_ask = parse_ask(args)
+  if not ask then return fail(bad_ask) end
+  -- The command never waits (see the header).
+  if ask.block then return fail(E_SYNTAX) end
+  local now = now_us()
+  local deadline = now + ask.ttl * 1000
+  local decided = {}
+  for i = 1, count do
+    local key = keys[i]
+    local lock, wrong = load(key)
+    if wrong then return fail(wrong) end
+    local refused = keys_refusal(key, floor, nil, lock)
+    if refused then return fail(refused) end
+    local outcome, detail = decide(lock, ask, now, deadline)
+    if outcome == 'error' then return fail(detail) end
+    if outcome == 'refused' then return false end
+    decided[i] = { lock = lock, outcome = outcome, detail = detail }
+  end
+  -- The new grants' fences, in key order, each above the last (a key's own fence may be above
+  -- the floor's after a RAISE); all must fit before the first write.
+  local run = server_facts()
+  local base, seen = floor_state(floor)
+  local last
+  for _, d in ipairs(decided) do
+    if d.outcome == 'new' then
+      d.fence = fence_after(base, seen, d.lock and d.lock.fence or 0, run, now)
+      if not d.fence then return fail(E_FENCES_EXHAUSTED) end
+      base, seen, last = d.fence, run, d.fence
+    end
+  end
+  local fences = {}
+  for i, d in ipairs(decided) do
+    if d.outcome == 'new' then
+      grant(keys[i], floor, d.lock, ask, d.detail, d.fence, deadline, now)
+      fences[i] = d.fence
+    else
+      store(keys[i], floor, d.lock, now)
+      fences[i] = d.detail
+    end
+  end
+  if last then take_fence(nil, floor, last, run) end
+  return fences
 end
 
 local function renew(keys, args)
@@ -666,7 +786,8 @@ end
 -- ARGV[1] naming the function. Only a library load has `redis.register_function`.
 if redis.register_function == nil then
   local handlers = {
-    fencedlock_acquire = acquire, fencedlock_renew = renew, fencedlock_release = release,
+    fencedlock_acquire = acquire, fencedlock_acquireall = acquireall, fencedlock_renew = renew,
+    fencedlock_release = release,
     fencedlock_raise = raise, fencedlock_cad = cad, fencedlock_status = status,
     fencedlock_version = version,
   }
@@ -680,6 +801,7 @@ end
 -- Renewing, raising and ending a lease must work when the server is out of memory, as the
 -- module's commands do (only its ACQUIRE is deny-oom): a new grant may be refused then.
 redis.register_function('fencedlock_acquire', acquire)
+redis.register_function('fencedlock_acquireall', acquireall)
 -- (No loop: `pairs` is not among the globals a library may use while it loads.)
 redis.register_function { function_name = 'fencedlock_renew', callback = renew, flags = { 'allow-oom' } }
 redis.register_function { function_name = 'fencedlock_release', callback = release, flags = { 'allow-oom' } }
