@@ -1,8 +1,8 @@
 //! Several keys at once (`Locker::acquire_all`): all or none, no partial hold on a refusal, no
 //! deadlock between callers naming the same keys in opposite orders, and every lease valid on
 //! return after a long wait; on both engines and over Redlock. On one server whose module has
-//! `ACQUIREALL` the set is one command; elsewhere (the library, a module older than it) key by
-//! key.
+//! `ACQUIREALL`, or whose library has `fencedlock_acquireall` (keys of one slot), the set is one
+//! command; elsewhere (a module older than it, keys of several slots on the library) key by key.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -155,6 +155,47 @@ async fn one_server_takes_the_set_in_one_command_and_a_refusal_in_one_reply() {
     let taken = waiter.await.expect("task").expect("granted after the release");
     assert!(taken.iter().all(|l| l.fence() > fences[2]));
     taken.release().await.expect("released");
+}
+
+/// On the library (`FCALL`, or the script where `FUNCTION` is denied) a set of one slot is one
+/// `fencedlock_acquireall` call for one token, a refused set creates no key, and a set spread
+/// over slots (which one floor cannot cover) is taken key by key, a token per key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_library_takes_a_set_of_one_slot_in_one_call() {
+    let forms = [
+        ("functions", Server::builder().without_module().start(), "fcall"),
+        ("script", Server::builder().deny_functions().start(), "evalsha"),
+    ];
+    for (form, server, call) in forms {
+        let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+        // Connected (and the library loaded) first, so that what follows counts only the set.
+        locker.try_acquire("{lib}warm").await.expect("grant").release().await.expect("released");
+        let before = calls(&server, call);
+        let all = locker.try_acquire_all(&["{lib}b", "{lib}a", "{lib}c"]).await.expect("all granted");
+        assert_eq!(calls(&server, call) - before, 1, "{form}: one call for the set");
+        let fences: Vec<u64> = all.iter().map(|l| l.fence()).collect();
+        assert!(fences.windows(2).all(|w| w[0] < w[1]), "{form}: in the order named: {fences:?}");
+        let token = all.iter().next().map(|l| l.token().clone()).expect("a lease");
+        assert!(all.iter().all(|l| l.token() == &token && l.is_valid()), "{form}: one token for the set");
+
+        // A busy key: one refused call, no key of the set created, the busy key named.
+        let other = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+        other.try_acquire("{lib}warm").await.expect("grant").release().await.expect("released");
+        let before = calls(&server, call);
+        let refused = other.try_acquire_all(&["{lib}z", "{lib}c", "{lib}y"]).await;
+        assert!(matches!(refused, Err(Error::Contended { ref key }) if key == "{lib}c"), "{form}: {refused:?}");
+        // The refused call, then a STATUS per key up to the busy one, which names it.
+        assert_eq!(calls(&server, call) - before, 3, "{form}");
+        let created: i64 = server.cmd(&["EXISTS", "{lib}z", "{lib}y"]).expect("EXISTS");
+        assert_eq!(created, 0, "{form}: a refused set created a key");
+        assert!(all.release().await.expect("released"), "{form}");
+
+        // Keys of several slots: key by key, each with a token of its own.
+        let spread = locker.try_acquire_all(&["lib:x", "lib:y"]).await.expect("all granted");
+        let tokens: Vec<_> = spread.iter().map(|l| l.token().clone()).collect();
+        assert_ne!(tokens[0], tokens[1], "{form}: keys of two slots in one call");
+        assert!(spread.release().await.expect("released"), "{form}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,9 +2,8 @@
 
 use fencedlock_protocol::command::{ACQUIRE, CAD, RAISE, RELEASE, RENEW, STATUS};
 use fencedlock_protocol::functions::MAX_SAFE_FENCE;
-use fencedlock_protocol::limits::MAX_ACQUIRE_KEYS;
 use fencedlock_protocol::limits::{
-    DEFAULT_MAX_TTL_MS, MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN,
+    DEFAULT_MAX_TTL_MS, MAX_ACQUIRE_KEYS, MAX_BLOCK_MS, MAX_FENCE, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN,
 };
 
 use crate::table::*;

@@ -12,5 +12,6 @@ mod differences;
 mod engines;
 mod managed;
 mod read_write;
+mod sets;
 mod table;
 mod trust;
