@@ -96,11 +96,11 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
             continue;
         };
         let call = match pending.take() {
-            Some(token) => Call::Release { token },
-            None => Call::Acquire { token: client * 10_000 + n, shared: rng.random_bool(0.6) },
+            Some(token) => Call::Release { token, key: 0 },
+            None => Call::acquire_one(client * 10_000 + n, rng.random_bool(0.6)),
         };
-        let (Call::Acquire { token, .. } | Call::Release { token }) = call;
-        let mut cmd = engine.command(call, key);
+        let token = call.token();
+        let mut cmd = engine.command(&call, key);
         cmd.arg(format!("lin-{token}"));
         if let Call::Acquire { shared, .. } = call {
             cmd.arg(60_000);
@@ -111,7 +111,7 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
         let sent = micros(Instant::now());
         let reply: redis::RedisResult<redis::Value> = cmd.query(c);
         let end = Some(micros(Instant::now()));
-        let reply = match (call, reply) {
+        let reply = match (&call, reply) {
             (_, Err(e)) if e.code().is_some() => panic!("client {client}: {call:?}: {}", error_text(&e)),
             (_, Err(_)) => {
                 conn = None;
@@ -122,7 +122,7 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
             (Call::Acquire { .. }, Ok(redis::Value::Int(fence))) => {
                 pending = Some(token);
                 thread::sleep(Duration::from_millis(rng.random_range(0..3)));
-                Reply::Granted(fence as u64)
+                Reply::Granted(vec![fence as u64])
             }
             (Call::Acquire { .. }, Ok(redis::Value::Nil)) => Reply::Busy,
             (Call::Release { .. }, Ok(redis::Value::Int(held))) => Reply::Released(held == 1),
@@ -143,7 +143,7 @@ enum Via {
 
 impl Via {
     /// `call`'s command up to its token: `ACQUIRE key` / `RELEASE key`, or their `FCALL`.
-    fn command(self, call: Call, key: &str) -> redis::Cmd {
+    fn command(self, call: &Call, key: &str) -> redis::Cmd {
         let command = match call {
             Call::Acquire { .. } => ACQUIRE,
             Call::Release { .. } => RELEASE,
@@ -208,7 +208,7 @@ fn linearizable_through_a_kill9(mut s: Server, engine: Via) {
     let mut stale = history.clone();
     let last = stale.iter().rposition(|op| matches!(op.reply, Reply::Granted(_))).expect("a grant");
     let first = stale.iter().position(|op| matches!(op.reply, Reply::Granted(_))).expect("a grant");
-    let Reply::Granted(low) = stale[first].reply else { unreachable!() };
-    stale[last].reply = Reply::Granted(low);
+    let low = stale[first].reply.clone();
+    stale[last].reply = low;
     assert!(check(&stale, 0).is_err(), "a repeated fence passed the check");
 }
