@@ -4,6 +4,7 @@
 
 mod support;
 
+mod acquire_all;
 mod confirm_failover;
 mod crash;
 mod election;
