@@ -13,8 +13,10 @@ without a hash tag (`invoice:inv_%012d`, 24 bytes), each naming its own slot's f
 - repeated: 1,000 keys granted and released over and over (ACQUIRE and RELEASE both check;
   the library remembers the keys it checked, the script cannot).
 
-    benches/floor_check.py            # table and ratios (about 3 minutes)
-    benches/floor_check.py -n 2000    # fewer requests per measurement
+    benches/floor_check.py                  # table and ratios (about 3 minutes)
+    benches/floor_check.py -n 2000          # fewer requests per measurement
+    benches/floor_check.py --before 9fac37b # against another revision's library (here
+                                            # version 6, before ACQUIREALL split ACQUIRE)
 
 Standard library plus valgrind (scripts/setup --bench). Servers on 127.0.0.1 only.
 """
@@ -75,8 +77,10 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=5000, help="requests per measurement")
     ap.add_argument("--redis", default=os.environ.get("FENCEDLOCK_REDIS_SERVER", "redis-server"))
     ap.add_argument("--out", default=str(ROOT / "target" / "bench-results" / "floor_check.json"))
+    ap.add_argument("--before", default=BEFORE_REV, help="the revision whose library is compared with now")
     opts = ap.parse_args()
-    libraries = {"version 4": library_at(BEFORE_REV), "now": (ROOT / "protocol/src/functions.lua").read_text()}
+    before = f"at {opts.before}"
+    libraries = {before: library_at(opts.before), "now": (ROOT / "protocol/src/functions.lua").read_text()}
     used: set[int] = set()
     results: dict[str, dict[str, float]] = {}
     for name, source in libraries.items():
@@ -96,12 +100,12 @@ def main() -> int:
                     results.setdefault(full, {})[name] = measure(srv, full, prepare, commands, opts.n, None)
         finally:
             srv.cleanup()
-    print(f"\n{'request':<44} {'version 4':>12} {'now':>12} {'ratio':>7}")
+    print(f"\n{'request':<44} {before:>12} {'now':>12} {'ratio':>7}")
     for label, by in results.items():
-        print(f"{label:<44} {by['version 4']:>12,.0f} {by['now']:>12,.0f} {by['now'] / by['version 4']:>6.2f}x")
+        print(f"{label:<44} {by[before]:>12,.0f} {by['now']:>12,.0f} {by['now'] / by[before]:>6.2f}x")
     out = Path(opts.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"n": opts.n, "before_rev": BEFORE_REV, "instructions": results}, indent=1))
+    out.write_text(json.dumps({"n": opts.n, "before_rev": opts.before, "instructions": results}, indent=1))
     return 0
 
 

@@ -87,7 +87,7 @@ fn every_key_of_a_set_must_be_in_its_floors_slot() {
         assert!(refused.as_ref().is_err_and(|e| e.starts_with(WRONG_FLOOR_KEY)), "{form}: {refused:?}");
         // Only the floor: no lock key at all (with words enough to pass the arity check, as
         // `ACQUIREALL 0 t 5000 LABEL l` does on the module).
-        let none = acquire_all(&server, &library, &[floor.clone()], &["t", "5000", "LABEL", "l"]);
+        let none = acquire_all(&server, &library, std::slice::from_ref(&floor), &["t", "5000", "LABEL", "l"]);
         assert_eq!(none, Err(ReplyError::BadKeys.message(0)), "{form}");
         assert_eq!(exists(&server, &["{y}a", "{y}b"]), 0, "{form}");
 
