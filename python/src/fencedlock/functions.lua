@@ -481,31 +481,32 @@ local function refusal(key, wake, lock, holding, writer_waits, after)
 end
 
 -- ACQUIRE's arguments after the keys: { token, ttl, block, label, permits, shared }, with
--- `permits` the count the key is held with once granted (SHARED_PERMITS for a read lease);
--- or nil and the error reply.
+-- `permits` the count the key is held with once granted (SHARED_PERMITS for a read lease) and
+-- false for an option not given; or nil and the error reply.
 local function parse_ask(args)
-  local ask = { token = args[1] }
-  if not check_token(ask.token) then return nil, E_BAD_TOKEN end
-  local bad_ttl
-  ask.ttl, bad_ttl = parse_ttl(args[2])
-  if not ask.ttl then return nil, bad_ttl end
+  local token = args[1]
+  if not check_token(token) then return nil, E_BAD_TOKEN end
+  local ttl, bad_ttl = parse_ttl(args[2])
+  if not ttl then return nil, bad_ttl end
+  -- Every field in the constructor: the table is sized once (a grant's every instruction counts).
+  local ask = { token = token, ttl = ttl, block = false, label = false, permits = false, shared = false }
   local i = 3
   while i <= #args do
     local word, value = string.upper(args[i]), args[i + 1]
-    if word == 'SHARED' and not ask.shared and ask.permits == nil then
+    if word == 'SHARED' and not ask.shared and not ask.permits then
       ask.shared = true
       i = i + 1
     else
       if value == nil then return nil, E_SYNTAX end
-      if word == 'BLOCK' and ask.block == nil then
+      if word == 'BLOCK' and not ask.block then
         ask.block = parse_u64(value)
-        if ask.block == nil or ask.block > MAX_BLOCK_MS then return nil, E_BAD_TIMEOUT end
-      elseif word == 'LABEL' and ask.label == nil then
+        if not ask.block or ask.block > MAX_BLOCK_MS then return nil, E_BAD_TIMEOUT end
+      elseif word == 'LABEL' and not ask.label then
         if #value < 1 or #value > MAX_LABEL_LEN then return nil, E_BAD_LABEL end
         ask.label = value
-      elseif word == 'PERMITS' and ask.permits == nil and not ask.shared then
+      elseif word == 'PERMITS' and not ask.permits and not ask.shared then
         ask.permits = parse_u64(value)
-        if ask.permits == nil or ask.permits < 1 or ask.permits > MAX_PERMITS then return nil, E_BAD_PERMITS end
+        if not ask.permits or ask.permits < 1 or ask.permits > MAX_PERMITS then return nil, E_BAD_PERMITS end
       else
         return nil, E_SYNTAX
       end
@@ -565,7 +566,7 @@ end
 -- Stores a new lease of `fence` beside `holding` (decide's 'new'); `lock` is the key's state
 -- before it.
 local function grant(key, floor, lock, ask, holding, fence, deadline, now)
-  holding[#holding + 1] = { fence, ask.token, deadline, ask.label or false }
+  holding[#holding + 1] = { fence, ask.token, deadline, ask.label }
   store(key, floor, { fence = fence, permits = ask.permits, holders = holding }, now)
   if not ask.shared and lock and lock.writer_until > 0 then
     redis.call('HDEL', key, 'writer_until')
