@@ -67,13 +67,16 @@ fn a_promoted_replica_keeps_the_readers_and_fences_rise_in_both_modes() {
 /// Clients of the recorded run, how long they run, and the bound on each one's operations.
 const CLIENTS: u32 = 3;
 const RUN: Duration = Duration::from_millis(1_500);
-const MAX_OPS_PER_CLIENT: u32 = 400;
+const MAX_OPS_PER_CLIENT: u32 = 1_500;
 
 /// One client's operations on `key` until `until`: a read or a write lease (at random) with a
 /// token of its own, held for a moment, released. A request without a reply (the server died)
 /// is recorded without one; once the server is back, the client releases that token, which
-/// tells whether it had been granted. Error replies (none expected: no restart grace) changed
-/// nothing and are not recorded.
+/// tells whether it had been granted. Error replies changed nothing and are not recorded:
+/// `LOADING` (the restarted server reading its AOF) is waited out, any other (none expected: no
+/// restart grace) fails the test. Between operations the client pauses 1 to 3 ms, so that its
+/// operations span the run and the kill falls among them (without the pause the clients
+/// reached their bound before the kill).
 fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant, until: Instant) -> Vec<Op> {
     let micros = |at: Instant| at.duration_since(start).as_micros() as u64;
     let mut rng = StdRng::seed_from_u64(u64::from(client));
@@ -112,6 +115,10 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
         let reply: redis::RedisResult<redis::Value> = cmd.query(c);
         let end = Some(micros(Instant::now()));
         let reply = match (&call, reply) {
+            (_, Err(e)) if e.code() == Some("LOADING") => {
+                thread::sleep(Duration::from_millis(10));
+                continue;
+            }
             (_, Err(e)) if e.code().is_some() => panic!("client {client}: {call:?}: {}", error_text(&e)),
             (_, Err(_)) => {
                 conn = None;
@@ -129,6 +136,7 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
             (call, Ok(other)) => panic!("client {client}: {call:?} was answered {other:?}"),
         };
         ops.push(Op { call, reply, start: sent, end });
+        thread::sleep(Duration::from_millis(rng.random_range(1..=3)));
     }
     ops
 }
@@ -182,20 +190,30 @@ fn linearizable_through_a_kill9(mut s: Server, engine: Via) {
     let (url, key) = (s.url(), "lin:rw");
     let start = Instant::now();
     let until = start + RUN;
-    let history: Vec<Op> = thread::scope(|scope| {
+    let micros = |at: Instant| at.duration_since(start).as_micros() as u64;
+    let (history, killed, restarted): (Vec<Op>, u64, u64) = thread::scope(|scope| {
         let url = &url;
         let clients: Vec<_> = (0..CLIENTS)
             .map(|c| scope.spawn(move || record_client(url, engine, key, c, start, until)))
             .collect();
         thread::sleep(RUN / 3);
+        let killed = micros(Instant::now());
         s.kill9();
         thread::sleep(Duration::from_millis(100));
         s.restart();
-        clients.into_iter().flat_map(|c| c.join().expect("a client panicked")).collect()
+        let restarted = micros(Instant::now());
+        let history = clients.into_iter().flat_map(|c| c.join().expect("a client panicked")).collect();
+        (history, killed, restarted)
     });
     let grants = history.iter().filter(|op| matches!(op.reply, Reply::Granted(_))).count();
     let unknown = history.iter().filter(|op| op.reply == Reply::Unknown).count();
+    let before = history.iter().filter(|op| op.end.is_some_and(|end| end < killed)).count();
+    let after = history.iter().filter(|op| op.start > restarted).count();
     assert!(grants >= 30, "the clients must run: {grants} grants");
+    assert!(
+        before >= 50 && after >= 50,
+        "the kill must fall inside the run: {before} operations before, {after} after"
+    );
     let checked = Instant::now();
     check(&history, 0).unwrap_or_else(|why| panic!("{why}"));
     eprintln!(
