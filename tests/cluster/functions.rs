@@ -150,3 +150,46 @@ async fn while_a_lock_key_and_its_floor_sit_on_two_nodes_mid_migration_its_reque
     assert_eq!(held.fence(), fence);
     assert!(held.release().await.expect("release"));
 }
+
+/// On the library, a set of one slot is one `fencedlock_acquireall` on the slot's owner (the
+/// keys and the slot's floor in one call, one token); a set of three slots is taken key by key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_set_of_one_slot_is_one_call_on_its_owner_and_a_spread_set_key_by_key() {
+    let cluster = module_less_cluster();
+    let locker = Locker::open_cluster(&cluster.urls(), config()).expect("cluster locker");
+    let fcalls = || -> u64 {
+        cluster
+            .nodes()
+            .iter()
+            .map(|node| node.info_field("commandstats", "cmdstat_fcall").map_or(0, |f| calls_in(&f)))
+            .sum()
+    };
+    // Connected to every node first, so that what follows counts only the sets' calls.
+    for key in ["{warm-1}", "{warm-2}", "{warm-3}"] {
+        locker.try_acquire(key).await.expect("grant").release().await.expect("released");
+    }
+
+    let before = fcalls();
+    let tagged = ["{order-9}:stock", "{order-9}:payment", "{order-9}:mail"];
+    let set = locker.try_acquire_all(&tagged).await.expect("granted");
+    assert_eq!(fcalls() - before, 1, "one call on the slot's owner");
+    let tokens: Vec<_> = set.iter().map(|lease| lease.token().clone()).collect();
+    assert!(tokens.iter().all(|t| *t == tokens[0]), "one token for the set");
+    let fences: Vec<u64> = set.iter().map(|lease| lease.fence()).collect();
+    assert!(fences.windows(2).all(|w| w[0] < w[1]), "{fences:?}");
+
+    let spread = ["spread:a", "spread:b", "spread:c"];
+    let slots: std::collections::HashSet<u16> = spread.iter().map(|k| cluster.key_slot(k)).collect();
+    assert_eq!(slots.len(), 3);
+    let before = fcalls();
+    let taken = locker.try_acquire_all(&spread).await.expect("granted");
+    assert_eq!(fcalls() - before, 3, "a call per key");
+    let tokens: std::collections::HashSet<_> = taken.iter().map(|lease| lease.token().clone()).collect();
+    assert_eq!(tokens.len(), 3, "a token per key");
+    assert!(set.release().await.expect("released") && taken.release().await.expect("released"));
+}
+
+/// The `calls=` count of a `cmdstat_*` line.
+fn calls_in(stat: &str) -> u64 {
+    stat.split(',').find_map(|kv| kv.strip_prefix("calls=")).map_or(0, |n| n.parse().expect("a count"))
+}
