@@ -112,7 +112,19 @@ def test_the_libraries_names_version_and_keys() -> None:
     assert {getattr(_contract, k): v for k, v in table.items() if k != "CAD"} == _contract.FUNCTIONS
     # Which functions take the floor key and the wake-up list.
     assert "fencedlock_cad\" | \"fencedlock_status" in functions
-    assert _contract.TAKES_FLOOR == set(_contract.FUNCTIONS) - {_contract.STATUS}
+    # ACQUIREALL takes the floor too, but last, after every lock key (call_keys_all).
+    assert _contract.TAKES_FLOOR == set(_contract.FUNCTIONS) - {_contract.STATUS, _contract.ACQUIREALL}
+    rule = re.search(r"pub fn call_keys_all\(keys: &\[&\[u8\]\]\) -> Vec<Vec<u8>> \{(.*?)\n\}", functions, re.S)
+    assert rule and "all.push(floor_key(first));" in rule.group(1) and "keys.first()" in rule.group(1), (
+        "call_keys_all changed: restate it in fencedlock._wire.acquire_all"
+    )
+    floor = _keys.floor_key(b"{t}a")
+    assert _wire.acquire_all([b"{t}a", b"{t}b"], b"t", 5, label=b"l", engine=_wire.Engine.FUNCTIONS) == (
+        "FCALL", "fencedlock_acquireall", 3, b"{t}a", b"{t}b", floor, b"t", 5, "LABEL", b"l"
+    )
+    assert _wire.acquire_all([b"{t}a"], b"t", 5, engine=_wire.Engine.SCRIPT) == (
+        "EVALSHA", _wire.SCRIPT_SHA, 2, b"{t}a", floor, "fencedlock_acquireall", b"t", 5
+    )
     assert 'function(command) == Some("fencedlock_release")' in functions
     assert _contract.TAKES_WAKE == {_contract.RELEASE}
 

@@ -2,9 +2,11 @@
 ``tests/client/multi.rs``: all or none (a refusal leaves nothing of the set held), no deadlock
 between callers naming the same keys in opposite orders, and every lease valid on return
 after a long wait; on the engines, over Redlock and on asyncio. On a module server that has
-``FENCEDLOCK.ACQUIREALL`` a set is one command for one token, read back from the server's
-``INFO commandstats``; elsewhere (the Functions library, a server hiding ``COMMAND``, keys of
-several slots on a cluster node) key by key, and the command is never sent."""
+``FENCEDLOCK.ACQUIREALL``, and on the Functions library (``fencedlock_acquireall`` by
+``FCALL``, or ``EVALSHA`` as the script) for keys of one slot, a set is one command for one
+token, read back from the server's ``INFO commandstats``; elsewhere (a server hiding
+``COMMAND``, keys of several slots on the library or a cluster node, more than 64 keys) key by
+key, and the command is never sent."""
 
 from __future__ import annotations
 
@@ -205,6 +207,15 @@ def errors(stats: redis.Redis, code: str) -> int:
 
 ACQUIREALL = "fencedlock.acquireall"
 ACQUIRE = "fencedlock.acquire"
+LIBRARY_CALL = {"functions": "fcall", "script": "evalsha"}
+"""The command that carries every call of the library on its engines (``commandstats`` does
+not tell the library's functions apart)."""
+
+
+def set_calls(stats: redis.Redis, engine: str) -> int:
+    """Calls of the command that takes a set in one request on ``engine``: ``ACQUIREALL`` on
+    the module; on the library, every ``FCALL`` (or ``EVALSHA``), whatever its function."""
+    return calls(stats, ACQUIREALL if engine == "module" else LIBRARY_CALL[engine])
 
 
 def held_by(server: Server, key: str, fence: int) -> bool:
@@ -296,20 +307,21 @@ def test_a_waiter_holds_nothing_and_gets_the_set_when_the_last_key_is_released(s
     assert taken.release()
 
 
-@pytest.mark.engines("module")
-def test_an_attempt_whose_reply_was_lost_is_sent_again_with_the_same_token(server: Server) -> None:
+def test_an_attempt_whose_reply_was_lost_is_sent_again_with_the_same_token(server: Server, engine: str) -> None:
     """The server stops while the first attempt is under way and runs it when it resumes: the
     next attempt, with the same token, re-enters the keys (same fences). A new token would be
-    refused until the first grant's ttl ended, past the wait."""
+    refused until the first grant's ttl ended, past the wait. On every engine: the keys share
+    a slot, so the library takes them in one call too."""
     stats = server.admin()
     locker = Locker(server.client(socket_timeout=1), ttl=30, timeout=0.3)
-    warm = locker.acquire_all(["l:0"])  # the server's capability asked and kept
-    assert warm is not None and warm.release()
-    before = calls(stats, ACQUIREALL)
+    warm_set = locker.acquire_all(["{l}:0"])  # the server's capability asked and kept
+    assert warm_set is not None and warm_set.release()
+    (warm,) = warm_set
+    before = set_calls(stats, engine)
     result: List[Optional[Leases]] = []
     server.pause()
     try:
-        thread = threading.Thread(target=lambda: result.append(locker.acquire_all(["l:1", "l:2"], wait=8)))
+        thread = threading.Thread(target=lambda: result.append(locker.acquire_all(["{l}:1", "{l}:2"], wait=8)))
         thread.start()
         time.sleep(1.0)
     finally:
@@ -317,43 +329,152 @@ def test_an_attempt_whose_reply_was_lost_is_sent_again_with_the_same_token(serve
     thread.join(15)
     (taken,) = result
     assert taken is not None, "granted after the server resumed"
-    assert calls(stats, ACQUIREALL) - before >= 2, "the lost attempt ran, then another"
+    assert set_calls(stats, engine) - before >= 2, "the lost attempt ran, then another"
+    assert len({lease.token for lease in taken}) == 1, "one token for the set"
     assert all(held_by(server, lease.key, lease.fence) for lease in taken), "the fences the server holds"
+    if engine != "module":
+        # The library's fences of one slot rise by one from its floor: the set was granted once
+        # (by the lost attempt), and the attempt that was answered re-entered those fences.
+        assert [lease.fence for lease in taken] == [warm.fence + 1, warm.fence + 2]
     assert taken.release()
 
 
-@pytest.mark.engines("module")
-def test_a_final_attempt_without_an_answer_gives_the_set_back(server: Server) -> None:
+def test_a_final_attempt_without_an_answer_gives_the_set_back(server: Server, engine: str) -> None:
     locker = Locker(server.client(socket_timeout=1), ttl=30, timeout=0.3)
-    warm = locker.acquire_all(["g:0"])
-    assert warm is not None and warm.release()
+    warm_set = locker.acquire_all(["{g}:0"])
+    assert warm_set is not None and warm_set.release()
+    (warm,) = warm_set
+    before = set_calls(server.admin(), engine)
     server.pause()
     try:
         with pytest.raises(Unavailable):
-            locker.acquire_all(["g:1", "g:2"])
+            locker.acquire_all(["{g}:1", "{g}:2"])
     finally:
         server.resume()
-    # The server runs the ACQUIREALL as it resumes; the releases sent by its token end it.
+    # The server runs the set's one request as it resumes; the releases sent by its token end it.
     deadline = time.monotonic() + 5
-    while not (free(server, "g:1") and free(server, "g:2")):
+    while not (free(server, "{g}:1") and free(server, "{g}:2")):
         assert time.monotonic() < deadline, "the set granted unheard is still held"
         time.sleep(0.05)
-    assert calls(server.admin(), ACQUIREALL) >= 2, "the unanswered attempt did run"
+    assert set_calls(server.admin(), engine) > before, "the unanswered attempt did run"
+    if engine != "module":
+        # It was granted (the library keeps a released key's last fence), then given back.
+        shown = [Locker(server.client()).status(key) for key in ("{g}:1", "{g}:2")]
+        assert [s.fence if isinstance(s, LockStatus) else None for s in shown] == [warm.fence + 1, warm.fence + 2]
+
+
+# -- the Functions library's fencedlock_acquireall: keys of one slot ----------------------------
+
+
+def warm_library(server: Server) -> Locker:
+    """A locker whose engine is detected (its library loaded, or its script) and whose
+    connection is made, so that the calls counted after are the set's."""
+    locker = Locker(server.client(), ttl=5)
+    warm = locker.acquire("{warm}")
+    assert warm is not None and warm.release()
+    return locker
 
 
 @pytest.mark.engines("functions", "script")
-def test_on_the_functions_engine_the_keys_are_taken_one_by_one(server: Server) -> None:
+def test_on_the_library_a_set_of_one_slot_is_one_call_for_one_token(server: Server, engine: str) -> None:
     stats = server.admin()
-    locker = Locker(server.client(), ttl=5)
-    warm = locker.acquire("f:0")  # the engine detected, the connection made
-    assert warm is not None and warm.release()
-    errs, asked = errors(stats, "ERR"), calls(stats, "command|info")
+    locker = warm_library(server)
+    errs, asked, before = errors(stats, "ERR"), calls(stats, "command|info"), set_calls(stats, engine)
+    taken = locker.acquire_all(["{o}:c", "{o}:a", "{o}:b"], label="host-a")
+    assert taken is not None and taken.keys == ["{o}:c", "{o}:a", "{o}:b"]
+    assert set_calls(stats, engine) - before == 1, "one call for the set"
+    assert len({lease.token for lease in taken}) == 1, "one token for every lease"
+    fences = [lease.fence for lease in taken]
+    assert fences == list(range(fences[0], fences[0] + 3)), f"the slot's next fences, in the order named: {fences}"
+    for lease in taken:
+        status = locker.status(lease.key)
+        assert isinstance(status, LockStatus) and status.held and status.fence == lease.fence
+        assert status.label == b"host-a" == lease.label
+        assert 4.0 < lease.remaining <= 5.0, "valid for the ttl from before the request"
+    assert errors(stats, "ERR") == errs and calls(stats, "command|info") == asked, "nothing refused, nothing asked"
+
+    # Each lease is a lease like any other: renewed and released on its own key.
+    first = taken.get("{o}:a")
+    assert first is not None
+    first.renew()
+    assert first.release() is True and free(server, "{o}:a") and not free(server, "{o}:c")
+    assert taken.release() is False, "{o}:a was released already"
+    assert all(free(server, key) for key in ("{o}:a", "{o}:b", "{o}:c"))
+
+    # Up to 64 keys in one call; 65 key by key (a token each). (Errors counted on the
+    # locker's own connection: on Redis 7.0 every new one adds some, redis-py's CLIENT SETINFO.)
+    keys = [f"{{o}}:n{i}" for i in range(65)]
+    errs, before = errors(stats, "ERR"), set_calls(stats, engine)
+    with locker.lease_all(keys[:64], keep_alive=False) as leases:
+        assert set_calls(stats, engine) - before == 1 and len({lease.token for lease in leases}) == 1
+    with locker.lease_all(keys, keep_alive=False) as leases:
+        assert len({lease.token for lease in leases}) == 65
+    assert errors(stats, "ERR") == errs
+
+
+@pytest.mark.engines("functions", "script")
+def test_on_the_library_a_busy_key_refuses_the_set_and_creates_nothing(server: Server) -> None:
+    stats = server.admin()
+    holder = Locker(server.client(), ttl=5).acquire("{b}:2")
+    assert holder is not None
+    locker = warm_library(server)
+    assert locker.acquire_all(["{b}:1", "{b}:2", "{b}:3"]) is None
+    assert stats.exists("{b}:1", "{b}:3") == 0, "no key of a refused set is created"
+    with pytest.raises(NotAcquired) as refused:
+        with locker.lease_all(["{b}:3", "{b}:1", "{b}:2"]):
+            raise AssertionError("never runs unlocked")
+    assert refused.value.key == "{b}:2", "the key held now is named"
+    assert stats.exists("{b}:1", "{b}:3") == 0
+    assert held_by(server, "{b}:2", holder.fence), "the holder's lease is untouched"
+
+    # A waiter holds nothing of the set while a key is busy, and gets it when it is released.
+    result: List[Optional[Leases]] = []
+    thread = threading.Thread(target=lambda: result.append(locker.acquire_all(["{b}:3", "{b}:2", "{b}:1"], wait=10)))
+    thread.start()
+    time.sleep(0.6)
+    assert stats.exists("{b}:1", "{b}:3") == 0, "a waiter holds no key of the set while one is busy"
+    assert holder.release()
+    thread.join(10)
+    (taken,) = result
+    assert taken is not None and taken.keys == ["{b}:3", "{b}:2", "{b}:1"]
+    assert len({lease.token for lease in taken}) == 1
+    # Nothing refused took a fence: the set has the slot's next three, in the order named.
+    assert [lease.fence for lease in taken] == [holder.fence + 1, holder.fence + 2, holder.fence + 3]
+    assert all(held_by(server, lease.key, lease.fence) for lease in taken)
+    assert taken.release()
+
+
+@pytest.mark.engines("functions", "script")
+def test_on_the_library_keys_of_several_slots_are_taken_one_by_one(server: Server, engine: str) -> None:
+    stats = server.admin()
+    locker = warm_library(server)
+    assert _keys.key_slot(b"f:2") != _keys.key_slot(b"f:1")
+    errs, asked, before = errors(stats, "ERR"), calls(stats, "command|info"), set_calls(stats, engine)
     taken = locker.acquire_all(["f:2", "f:1"])
     assert taken is not None and taken.keys == ["f:2", "f:1"]
-    assert errors(stats, "ERR") == errs, "no unknown command sent"
-    assert calls(stats, "command|info") == asked, "not asked: the Functions library has no ACQUIREALL"
+    assert errors(stats, "ERR") == errs, "no call the library refuses (a key of another slot: wrong floor)"
+    assert calls(stats, "command|info") == asked, "not asked: the library's capability is known"
     assert calls(stats, ACQUIREALL) == 0
     assert len({lease.token for lease in taken}) == 2, "a token per key"
+    assert set_calls(stats, engine) - before == 2, "one ACQUIRE per key"
+
+    # Still all or none at the API: f:1 busy, f:0 (taken first) is given back.
+    other = Locker(server.client(), ttl=5)
+    assert other.acquire_all(["f:1", "f:0"]) is None
+    assert free(server, "f:0"), "nothing of a refused set is held"
+    assert taken.release()
+
+
+@pytest.mark.engines("script")
+def test_on_the_script_a_set_is_one_call_after_the_server_lost_the_script(server: Server) -> None:
+    stats = server.admin()
+    locker = warm_library(server)
+    stats.script_flush()
+    before = calls(stats, "script|load")
+    taken = locker.acquire_all(["{n}:1", "{n}:2"])
+    assert taken is not None and len({lease.token for lease in taken}) == 1, "one call for one token"
+    assert calls(stats, "script|load") == before + 1, "NOSCRIPT: loaded again, then sent again"
+    assert all(held_by(server, lease.key, lease.fence) for lease in taken)
     assert taken.release()
 
 
@@ -418,5 +539,49 @@ def test_asyncio_a_set_is_one_command_and_a_busy_key_refuses_it(server: Server) 
         async with other.lease_all(["s:0", "s:a"], wait=2) as leases:
             assert len({lease.token for lease in leases}) == 1
         assert calls(stats, ACQUIREALL) == 4 and calls(stats, ACQUIRE) == 0
+
+    asyncio.run(run())
+
+
+@pytest.mark.engines("functions", "script")
+def test_asyncio_on_the_library_a_set_of_one_slot_is_one_call_and_a_busy_key_refuses_it(server: Server, engine: str) -> None:
+    stats = server.admin()
+
+    def aclient() -> redis.asyncio.Redis:
+        return redis.asyncio.Redis(port=server.port, socket_timeout=10)
+
+    async def run() -> None:
+        locker = fencedlock.asyncio.Locker(aclient(), ttl=5)
+        warm = await locker.acquire("{warm}")  # the engine detected, the connection made
+        assert warm is not None and await warm.release()
+        before = set_calls(stats, engine)
+        taken = await locker.acquire_all(["{s}:b", "{s}:a"], label="host-a")
+        assert taken is not None and taken.keys == ["{s}:b", "{s}:a"]
+        assert set_calls(stats, engine) - before == 1, "one call for the set"
+        assert len({lease.token for lease in taken}) == 1
+        assert all(held_by(server, lease.key, lease.fence) and lease.label == b"host-a" for lease in taken)
+        fences = [lease.fence for lease in taken]
+        assert fences == [fences[0], fences[0] + 1]
+
+        other = fencedlock.asyncio.Locker(aclient(), ttl=5)
+        assert await other.acquire_all(["{s}:0", "{s}:a"]) is None
+        assert stats.exists("{s}:0") == 0, "no key of a refused set is created"
+        with pytest.raises(NotAcquired) as refused:
+            async with other.lease_all(["{s}:0", "{s}:a"]):
+                raise AssertionError("never runs unlocked")
+        assert refused.value.key == "{s}:a" and stats.exists("{s}:0") == 0
+        assert await taken.release() is True
+        if engine == "script":
+            stats.script_flush()  # NOSCRIPT: the script is loaded again and the call sent again
+        async with other.lease_all(["{s}:0", "{s}:a"], wait=2) as leases:
+            assert len({lease.token for lease in leases}) == 1
+            assert [lease.fence for lease in leases] == [fences[1] + 1, fences[1] + 2], "nothing refused took a fence"
+
+        # Keys of several slots: one by one, a token each, and still all or none.
+        spread = await locker.acquire_all(["a:b", "a:a"])
+        assert spread is not None and len({lease.token for lease in spread}) == 2
+        assert await other.acquire_all(["a:0", "a:a"]) is None
+        assert free(server, "a:0"), "nothing of a refused set is held"
+        assert await spread.release() is True
 
     asyncio.run(run())

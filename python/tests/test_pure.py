@@ -140,10 +140,14 @@ def test_a_set_in_one_command_replies_and_server_facts() -> None:
             _wire.fences_of(broken, 2)
     # Which sets go in one command: the module has it; 1 to 64 keys; one slot on a cluster.
     keys = [f"k{i}".encode() for i in range(65)]
-    plain, cluster = _multi.OneCommand(known=True, clustered=False), _multi.OneCommand(known=True, clustered=True)
+    plain, cluster = _multi.OneCommand(known=True, one_slot=False), _multi.OneCommand(known=True, one_slot=True)
     assert plain.takes(keys[:64]) and not plain.takes(keys) and not plain.takes([])
     assert not _multi.NOT_SERVED.takes([b"a"]) and not cluster.takes([b"a", b"b"])
     assert cluster.takes([b"{t}a", b"{t}b"])
+    # The Functions library: keys of one slot on any server, up to 64.
+    tagged = [b"{t}" + key for key in keys]
+    assert _multi.LIBRARY.takes(tagged[:64]) and _multi.LIBRARY.takes([b"a"])
+    assert not _multi.LIBRARY.takes(tagged) and not _multi.LIBRARY.takes([b"a", b"b"]) and not _multi.LIBRARY.takes([])
     assert _multi.known([None]) is False and _multi.known([["fencedlock.acquireall", -5]]) and not _multi.known(None)
     assert not _multi.clustered(b"# Cluster\r\ncluster_enabled:0\r\n") and not _multi.clustered("cluster_enabled:0")
     assert _multi.clustered(b"# Cluster\r\ncluster_enabled:1\r\n") and _multi.clustered(None), "one slot when unsure"

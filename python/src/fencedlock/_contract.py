@@ -12,8 +12,9 @@ from typing import Optional
 # Command names (protocol/src/command.rs).
 ACQUIRE = "FENCEDLOCK.ACQUIRE"
 ACQUIREALL = "FENCEDLOCK.ACQUIREALL"
-"""Several keys for one token, all or nothing, never waiting; on the module only (not the
-Functions library), and only modules of this version or later."""
+"""Several keys for one token, all or nothing, never waiting: on modules of this version or
+later, and on the Functions library from version 7 (``fencedlock_acquireall``, for keys of
+one slot, their floor key last)."""
 RENEW = "FENCEDLOCK.RENEW"
 RELEASE = "FENCEDLOCK.RELEASE"
 RAISE = "FENCEDLOCK.RAISE"
@@ -55,13 +56,15 @@ MAX_SAFE_FENCE = (1 << 53) - 1
 # The function serving each command (protocol/src/functions.rs, `function`).
 FUNCTIONS = {
     ACQUIRE: "fencedlock_acquire",
+    ACQUIREALL: "fencedlock_acquireall",
     RENEW: "fencedlock_renew",
     RELEASE: "fencedlock_release",
     RAISE: "fencedlock_raise",
     STATUS: "fencedlock_status",
 }
 # Commands that take the floor key as their second key (`takes_floor`), and the one that
-# always takes the wake-up list as its third (`takes_wake`).
+# always takes the wake-up list as its third (`takes_wake`). ACQUIREALL takes its keys' slot's
+# floor key last, after every lock key (`call_keys_all`): see `_wire.acquire_all`.
 TAKES_FLOOR = frozenset({ACQUIRE, RENEW, RELEASE, RAISE})
 TAKES_WAKE = frozenset({RELEASE})
 

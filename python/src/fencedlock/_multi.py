@@ -1,6 +1,6 @@
-"""What the sync and asyncio lockers share to take a set of keys in one ``ACQUIREALL``:
-which sets a server takes that way, and the rules of the attempts (see
-:mod:`fencedlock.multi`)."""
+"""What the sync and asyncio lockers share to take a set of keys in one ``ACQUIREALL`` (the
+module's command, or the Functions library's ``fencedlock_acquireall``): which sets a server
+takes that way, and the rules of the attempts (see :mod:`fencedlock.multi`)."""
 
 from __future__ import annotations
 
@@ -11,31 +11,39 @@ from . import _contract, _keys, _wire
 from .errors import Cause, FencedLockError, Unavailable
 
 INFO_CLUSTER = ("INFO", "cluster")
-"""Asked once of a server that knows ``ACQUIREALL``: whether it is a Redis Cluster node."""
+"""Asked once of a server whose module knows ``ACQUIREALL``: whether it is a Redis Cluster
+node."""
 
 
 @dataclass(frozen=True)
 class OneCommand:
-    """Whether a server takes a set of keys in one ``ACQUIREALL``: its leases are the
-    module's and the module knows the command (``COMMAND INFO``; the Functions library and
-    modules older than the command do not). On a Redis Cluster node only keys of one slot
-    (the server answers ``CROSSSLOT`` to others), which the keys' hash tags give."""
+    """Whether a server takes a set of keys in one ``ACQUIREALL``, and which sets.
+
+    The module where it knows the command (``COMMAND INFO``; modules older than it do not), for
+    keys of one slot on a Redis Cluster node (the server answers ``CROSSSLOT`` to others),
+    which the keys' hash tags give. The Functions library, by ``FCALL`` or as the script, from
+    version 7 (which this package loads where the server's is older), for keys of one slot on
+    any server: one floor key, the slot's, covers every fence of the set."""
 
     known: bool
-    clustered: bool = True
+    one_slot: bool = True
+    """Whether the keys must be of one slot."""
 
     def takes(self, keys: Sequence[bytes]) -> bool:
         """Whether ``keys`` go in one command here: 1 to ``MAX_ACQUIRE_KEYS`` keys, of one
-        slot on a cluster node."""
+        slot where that is needed."""
         if not self.known or not 1 <= len(keys) <= _contract.MAX_ACQUIRE_KEYS:
             return False
-        return not self.clustered or len({_keys.key_slot(key) for key in keys}) == 1
+        return not self.one_slot or len({_keys.key_slot(key) for key in keys}) == 1
 
 
 NOT_SERVED = OneCommand(known=False)
-"""A server whose leases are the Functions library's, or whose module lacks
-``ACQUIREALL``, or that hides ``COMMAND``: never sent the command, whose "unknown command"
-error would echo the token."""
+"""A server whose module lacks ``ACQUIREALL``, or that hides ``COMMAND``: never sent the
+command, whose "unknown command" error would echo the token."""
+
+LIBRARY = OneCommand(known=True, one_slot=True)
+"""A server whose leases are the Functions library's (``FCALL`` or the script): keys of one
+slot, outside a cluster too. Not asked: the library this package runs is version 7 or later."""
 
 
 def known(entries: Any) -> bool:

@@ -183,11 +183,13 @@ class Server:
         return Engine.SCRIPT
 
     def one_command(self) -> OneCommand:
-        """Which sets of keys this server takes in one ``ACQUIREALL``, asked by the first
-        caller once the engine's detection said "module" (``COMMAND INFO``, then ``INFO
-        cluster``), and kept. Never the command itself: a server that does not know it would
-        echo the token in its error; one that hides ``COMMAND`` does not know it.
-        :class:`Unavailable` when the server cannot be asked now (asked again next time)."""
+        """Which sets of keys this server takes in one ``ACQUIREALL``, found by the first
+        caller and kept. On the Functions library (``FCALL`` or the script) keys of one slot,
+        without asking: detection loaded version 7 or later. On the module, asked
+        (``COMMAND INFO``, then ``INFO cluster``), never by sending the command itself: a server
+        that does not know it would echo the token in its error; one that hides ``COMMAND``
+        does not know it. :class:`Unavailable` when the server cannot be asked now (asked again
+        next time)."""
         found = self._one_command
         if found is not None:
             return found
@@ -198,7 +200,8 @@ class Server:
 
     def _probe_one_command(self) -> OneCommand:
         if self.detect() is not Engine.MODULE:
-            return _multi.NOT_SERVED
+            # The library's fencedlock_acquireall (version 7, loaded at detection where older).
+            return _multi.LIBRARY
         try:
             if not _multi.known(self.call(("COMMAND", "INFO", _contract.ACQUIREALL))):
                 return _multi.NOT_SERVED
@@ -212,7 +215,7 @@ class Server:
             raise
         except FencedLockError:
             info = None
-        return OneCommand(known=True, clustered=_multi.clustered(info))
+        return OneCommand(known=True, one_slot=_multi.clustered(info))
 
     def _library_version(self) -> Optional[int]:
         try:

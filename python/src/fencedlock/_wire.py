@@ -115,15 +115,25 @@ def acquire(
     return command(engine, _contract.ACQUIRE, key, rest, waiting)
 
 
-def acquire_all(keys: Sequence[bytes], token: bytes, ttl_ms: int, *, label: Optional[bytes] = None) -> Args:
+def acquire_all(
+    keys: Sequence[bytes], token: bytes, ttl_ms: int, *, label: Optional[bytes] = None, engine: Engine = Engine.MODULE
+) -> Args:
     """``ACQUIREALL numkeys key [key ...] token ttl_ms [LABEL l]`` as the protocol's
     ``AcquireAll::words`` builds it: the keys after their count, then ``ACQUIRE``'s words
-    after its key (never ``BLOCK``: the command does not wait). The module's command only:
-    the Functions library does not serve it."""
+    after its key (never ``BLOCK``: the command does not wait). On the library
+    (``fencedlock_acquireall``, by ``FCALL`` or the script's ``EVALSHA``) the keys are followed
+    by the floor key of their slot, as ``functions::call_keys_all`` names them: the caller
+    keeps them in one slot (the library refuses a key of another as a wrong floor)."""
     rest: List[Union[str, bytes, int]] = [token, ttl_ms]
     if label is not None:
         rest += [_contract.LABEL, label]
-    return (_contract.ACQUIREALL, len(keys), *keys, *rest)
+    if engine is Engine.MODULE:
+        return (_contract.ACQUIREALL, len(keys), *keys, *rest)
+    function = _contract.FUNCTIONS[_contract.ACQUIREALL]
+    named: List[bytes] = [*keys, _keys.floor_key(keys[0])] if keys else []
+    if engine is Engine.SCRIPT:
+        return ("EVALSHA", SCRIPT_SHA, len(named), *named, function, *rest)
+    return ("FCALL", function, len(named), *named, *rest)
 
 
 def fence_of(reply: Any) -> Optional[int]:

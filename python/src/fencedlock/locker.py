@@ -290,10 +290,12 @@ class Locker:
         cannot deadlock; a refusal or an error releases every key taken before the call
         returns. :class:`InvalidArgument` for no keys or a key named twice.
 
-        Where the server's module has ``ACQUIREALL`` (and on a Redis Cluster node, for keys of
-        one slot) the set is taken in one command, for one token: every key or none, at once,
-        retried whole with backoff while ``wait`` lasts, holding nothing in between. Elsewhere
-        (the Functions library, an older module) key by key, as above."""
+        Where the server's module has ``ACQUIREALL`` (on a Redis Cluster node, for keys of one
+        slot), or its leases are the Functions library's (``fencedlock_acquireall``, for keys of
+        one slot on any server), a set of up to 64 keys is taken in one command, for one token:
+        every key or none, at once, retried whole with backoff while ``wait`` lasts, holding
+        nothing in between. Elsewhere (an older module, keys of several slots on the library
+        or a cluster node, more than 64 keys) key by key, as above."""
         taken = self._take_all(keys, ttl, wait, label)
         if isinstance(taken, str):
             return None
@@ -340,9 +342,9 @@ class Locker:
         )
 
     def _takes_at_once(self, keys: Sequence[bytes]) -> bool:
-        """Whether the server takes ``keys`` in one ``ACQUIREALL``. A server that cannot be
-        asked now is passed over: the keys are then taken one by one, with each key's
-        retries."""
+        """Whether the server takes ``keys`` in one ``ACQUIREALL`` (``Server.one_command``).
+        A server that cannot be asked now is passed over: the keys are then taken one by one,
+        with each key's retries."""
         try:
             return self._server.one_command().takes(keys)
         except FencedLockError:
@@ -351,13 +353,15 @@ class Locker:
     def _take_at_once(
         self, keys: List[str], raw: List[bytes], ttl_ms: int, label: Optional[bytes], wait: float
     ) -> Union[Leases, str]:
-        """``keys`` in ``ACQUIREALL``s for one token: once, or with backoff until granted, an
-        error is final, or ``wait`` ran out; the leases, or the name of the key held now. Every
-        attempt sends the same token, so one sent again after a lost reply gets the same
-        fences (the server re-enters them); a set that may have been granted without our
-        hearing of it is released before the call raises or returns."""
+        """``keys`` in ``ACQUIREALL``s for one token (the module's command, or the library's
+        ``fencedlock_acquireall`` by ``FCALL`` or ``EVALSHA``, whose script the server loads
+        again when it lost it): once, or with backoff until granted, an error is final, or
+        ``wait`` ran out; the leases, or the name of the key held now. Every attempt sends the
+        same token, so one sent again after a lost reply gets the same fences (the server
+        re-enters them); a set that may have been granted without our hearing of it is
+        released before the call raises or returns."""
         token = _terms.new_token()
-        args = _wire.acquire_all(raw, token, ttl_ms, label=label)
+        args = _wire.acquire_all(raw, token, ttl_ms, label=label, engine=self._server.detect())
         until = time.monotonic() + wait
         unheard = False
         try:

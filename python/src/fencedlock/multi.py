@@ -2,17 +2,20 @@
 <fencedlock.Locker.acquire_all>` hands back a lease on every key, each with its own fence, or
 no lease at all. The rules are the Rust client's (``docs/rust.md``, "Several keys at once"):
 
-- **In one command where the server can**: a :class:`~fencedlock.Locker` whose server's
+- **In one command where the server can**: a :class:`~fencedlock.Locker` takes a set of up
+  to 64 keys in one command for one token, every key or none at once, where its server's
   module has ``FENCEDLOCK.ACQUIREALL`` (asked once with ``COMMAND INFO``; on a Redis Cluster
-  node, keys of one slot) takes the set in one command for one token, every key or none at
-  once. The command never waits: the call retries whole attempts with backoff, the same
-  token each time, holding nothing in between (no deadlock). A refusal names the key held
-  now.
-- **Key by key elsewhere** (:class:`~fencedlock.Redlock`, the Functions library, a module
-  without the command, more than 64 keys): keys taken in their byte order whatever order they
-  were named in (no deadlock), everything taken released before a refusal returns (no partial
-  hold), leases that aged while later keys were awaited renewed before the call returns
-  (every lease valid); :func:`take_all` below.
+  node, keys of one slot), or where its leases are the Functions library's (version 7 on,
+  ``fencedlock_acquireall`` by ``FCALL`` or the script's ``EVALSHA``; keys of one slot on
+  any server, as ``{acct-7}:ledger`` and ``{acct-7}:mail``: one floor key, the slot's,
+  covers every fence of the set). The command never waits: the call retries whole attempts
+  with backoff, the same token each time, holding nothing in between (no deadlock). A
+  refusal names the key held now.
+- **Key by key elsewhere** (:class:`~fencedlock.Redlock`, a module without the command, keys
+  of several slots on the library or a cluster node, more than 64 keys): keys taken in
+  their byte order whatever order they were named in (no deadlock), everything taken
+  released before a refusal returns (no partial hold), leases that aged while later keys
+  were awaited renewed before the call returns (every lease valid); :func:`take_all` below.
 """
 
 from __future__ import annotations

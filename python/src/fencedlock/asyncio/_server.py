@@ -132,7 +132,8 @@ class Server:
 
     async def _probe_one_command(self) -> OneCommand:
         if await self.detect() is not Engine.MODULE:
-            return _multi.NOT_SERVED
+            # The library's fencedlock_acquireall (version 7, loaded at detection where older).
+            return _multi.LIBRARY
         try:
             if not _multi.known(await self.call(("COMMAND", "INFO", _contract.ACQUIREALL))):
                 return _multi.NOT_SERVED
@@ -146,7 +147,7 @@ class Server:
             raise
         except FencedLockError:
             info = None
-        return OneCommand(known=True, clustered=_multi.clustered(info))
+        return OneCommand(known=True, one_slot=_multi.clustered(info))
 
     async def _library_version(self) -> Optional[int]:
         try:

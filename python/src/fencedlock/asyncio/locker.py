@@ -289,7 +289,7 @@ class Locker:
     ) -> Union[Leases, str]:
         """See :meth:`fencedlock.Locker._take_at_once`."""
         token = _terms.new_token()
-        args = _wire.acquire_all(raw, token, ttl_ms, label=label)
+        args = _wire.acquire_all(raw, token, ttl_ms, label=label, engine=await self._server.detect())
         until = time.monotonic() + wait
         unheard = False
         try:
