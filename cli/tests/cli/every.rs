@@ -2,7 +2,8 @@
 //! server's clock, on both engines.
 
 use std::fs;
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fencedlock_protocol::periodic::{record_key, STARTED_MS};
 
@@ -67,6 +68,151 @@ fn three_hosts_run_a_job_once_per_period() {
             "{engine}: {status:?}"
         );
         assert!(status.stdout.contains("label \"host-"), "{engine}: {status:?}");
+    }
+}
+
+/// The hosts' clock offsets, as `faketime -f` takes them and in seconds: hours apart, far
+/// more than the period, so a due rule on any host's own clock would disagree.
+const SKEWS: [(&str, i64); 3] = [("-2h", -7_200), ("+0", 0), ("+47m", 2_820)];
+
+/// `fencedlock` whose wall clock (and its command's, which inherits libfaketime's preload) is
+/// off by `offset`. The monotonic clock is left alone, as on a host whose clock is wrong:
+/// libfaketime would otherwise set it to the skewed wall clock.
+fn skewed(offset: &str) -> Command {
+    let mut cmd = fencedlock_under(&["faketime", "-f", offset]);
+    cmd.env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+    cmd
+}
+
+/// Seconds since the Unix epoch of `when` (RFC 3339) by GNU date, or of now.
+fn unix_secs(when: Option<&str>) -> i64 {
+    match when {
+        None => SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_secs() as i64,
+        Some(when) => {
+            let out = Command::new("date").args(["-u", "-d", when, "+%s"]).output().expect("date");
+            String::from_utf8_lossy(&out.stdout)
+                .trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("date -d {when}: {out:?}"))
+        }
+    }
+}
+
+/// The test cannot pass by not skewing: under `faketime -f offset` the CLI's own clock (the
+/// time on its log lines) and its command's (`date`) are off by `secs`.
+fn assert_skewed(url: &str, offset: &str, secs: i64) {
+    let args = ["-v", "run", "--redis", url, "-k", "skew-check", "--", "date", "+%s"];
+    let out = spawn_cmd(skewed(offset).args(args)).finish();
+    assert_eq!(out.code(), 0, "{out:?}");
+    let real = unix_secs(None);
+    let logged = out.stderr.split_whitespace().next().expect("a log line with its time");
+    let command: i64 = out.stdout.trim().parse().expect("date +%s");
+    for (whose, clock) in [("the CLI", unix_secs(Some(logged))), ("its command", command)] {
+        assert!(
+            (clock - real - secs).abs() <= 5,
+            "faketime -f {offset} did not skew {whose}'s clock: {clock} s, the real one {real} s: {out:?}"
+        );
+    }
+}
+
+/// Issue #36: three hosts whose clocks are hours apart (-2 h, +0, +47 min, by libfaketime)
+/// fire `run --every 4s` every 200 ms, out of step, for 11 s; the job takes 2 s. The server's
+/// clock decides, so the skew changes nothing: one run per period, three in all. Each run
+/// appends its host, fence, the server's `TIME`, its own clock and the previous run's record.
+#[test]
+fn hosts_with_skewed_clocks_run_a_job_once_per_period() {
+    const PERIOD_MS: i64 = 4_000;
+    // Each host fires every 200 ms, after a CLI run (~0.1 s); the rest is for a loaded machine.
+    const LATEST_MS: i64 = PERIOD_MS + 200 + 1_000;
+    let faketime = Command::new("faketime").args(["-f", "+0", "true"]).status();
+    assert!(
+        faketime.as_ref().is_ok_and(|s| s.success()),
+        "`faketime -f +0 true` failed ({faketime:?}): run scripts/setup, which installs Debian's faketime"
+    );
+    for (engine, server) in servers() {
+        let url = server.url();
+        for (offset, secs) in SKEWS {
+            assert_skewed(&url, offset, secs);
+        }
+        let dir = scratch();
+        let (ran, job) = (p(dir.path(), "ran"), p(dir.path(), "job.sh"));
+        let record = String::from_utf8(record_key(b"skewed")).expect("an ASCII record key");
+        // redis-cli hangs under libfaketime; it reads the server's clock, which needs no skew.
+        let script = format!(
+            "server() {{ env -u LD_PRELOAD redis-cli -p {port} \"$@\"; }}\n\
+             echo $1 $FENCEDLOCK_FENCE $(server TIME) $(date +%s) $(server HGET '{record}' started_ms) >> '{ran}'\n\
+             sleep 2\n",
+            port = server.port(),
+            ran = ran.display()
+        );
+        fs::write(&job, script).expect("write the job");
+        let window_start = server_ms(&server) as i64;
+        let hosts: Vec<std::thread::JoinHandle<Vec<i32>>> = (0..SKEWS.len())
+            .map(|host| {
+                let (url, job) = (url.clone(), job.display().to_string());
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(70 * host as u64));
+                    let until = Instant::now() + Duration::from_millis(11_000);
+                    let (label, host_arg) = (format!("host-{host}"), host.to_string());
+                    let args = [
+                        "run", "-q", "--redis", &url, "-k", "skewed", "--every", "4s", "--label", &label,
+                        "--", "sh", &job, &host_arg,
+                    ];
+                    let mut codes = Vec::new();
+                    while Instant::now() < until {
+                        codes.push(spawn_cmd(skewed(SKEWS[host].0).args(args)).finish().code());
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    codes
+                })
+            })
+            .collect();
+        let codes: Vec<i32> = hosts.into_iter().flat_map(|h| h.join().expect("host")).collect();
+        assert!(codes.iter().all(|&c| c == 0 || c == SKIPPED), "{engine}: exit codes {codes:?}");
+
+        let runs = fs::read_to_string(&ran).unwrap_or_default();
+        let runs: Vec<Vec<i64>> =
+            runs.lines().map(|l| l.split(' ').map(|f| f.parse().expect("a number")).collect()).collect();
+        let ctx = format!("{engine}: runs (host fence secs micros local_secs previous_record_ms) {runs:?}");
+        // Runs start at about 0, 4 and 8 s: three in 11 s, the next due only after 12 s.
+        assert_eq!(runs.len(), 3, "{ctx}");
+        assert_eq!(codes.iter().filter(|&&c| c == 0).count(), runs.len(), "{ctx}; exit codes {codes:?}");
+        let starts: Vec<i64> = runs.iter().map(|r| r[2] * 1000 + r[3] / 1000).collect();
+        // The record of each run as the next one found it, and of the last one as it was left.
+        let mut recorded: Vec<i64> =
+            runs.iter().skip(1).map(|r| *r.get(5).expect("a previous run")).collect();
+        let last: String = server.cmd(&["HGET", &record, STARTED_MS]).expect("the last run's record");
+        recorded.push(last.parse().expect("started_ms"));
+        assert_eq!(runs[0].len(), 5, "the first run finds no record: {ctx}");
+        for (i, run) in runs.iter().enumerate() {
+            let skew = SKEWS[run[0] as usize].1;
+            assert!(
+                (run[4] - run[2] - skew).abs() <= 3,
+                "run {i}'s host clock is not skewed by {skew} s: {ctx}"
+            );
+            // The CLI stamps the run with the server's time just before it starts the job.
+            assert!(
+                (0..=1_000).contains(&(starts[i] - recorded[i])),
+                "run {i} recorded at {}: {ctx}",
+                recorded[i]
+            );
+        }
+        assert!(runs.windows(2).all(|w| w[0][1] < w[1][1]), "fences rise: {ctx}");
+        assert!(starts[0] - window_start <= LATEST_MS - PERIOD_MS, "the first run came late: {ctx}");
+        for i in 1..runs.len() {
+            // At most one run per period, by the rule (on the record) and as the jobs saw it.
+            assert!(
+                recorded[i] - recorded[i - 1] >= PERIOD_MS,
+                "runs {} and {i} within a period: {ctx}",
+                i - 1
+            );
+            let gap = starts[i] - starts[i - 1];
+            assert!(
+                (PERIOD_MS - 500..=LATEST_MS).contains(&gap),
+                "{gap} ms from run {} to {i}: {ctx}",
+                i - 1
+            );
+        }
     }
 }
 

@@ -32,7 +32,19 @@ pub const HANG: Duration = Duration::from_secs(30);
 
 /// The binary under test, with no inherited fencedlock settings.
 pub fn fencedlock() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fencedlock"));
+    without_settings(Command::new(env!("CARGO_BIN_EXE_fencedlock")))
+}
+
+/// `PREFIX... fencedlock`, as [`fencedlock`]: the binary started by a wrapper that changes
+/// its process (`faketime -f -2h` skews its clock), which the wrapper must start itself.
+pub fn fencedlock_under(prefix: &[&str]) -> Command {
+    let (wrapper, args) = prefix.split_first().expect("a wrapper command");
+    let mut cmd = Command::new(wrapper);
+    cmd.args(args).arg(env!("CARGO_BIN_EXE_fencedlock"));
+    without_settings(cmd)
+}
+
+fn without_settings(mut cmd: Command) -> Command {
     for var in [
         "FENCEDLOCK_REDIS",
         "FENCEDLOCK_TOKEN",
