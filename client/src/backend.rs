@@ -6,9 +6,9 @@
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
-use fencedlock_protocol::command::{Command, ACQUIRE, ACQUIREALL};
+use fencedlock_protocol::command::{Command, ACQUIRE};
 use fencedlock_protocol::functions;
-use fencedlock_protocol::request::{Acquire, AcquireAll, Request};
+use fencedlock_protocol::request::{Acquire, Request};
 use redis::{Cmd, ErrorKind, RedisError};
 
 /// The SHA1 of [`functions::eval_script`], by which `EVALSHA` names it.
@@ -51,7 +51,8 @@ impl Engine {
     /// `request` as this engine's command, word for word as the protocol builds it, the name
     /// and the key replaced by the engine's form of them. The Functions form also names the
     /// key's floor key where the function takes it, so fences survive the deletion or expiry
-    /// of the lock key, and a release the key's wake-up list, so waiters are woken by it.
+    /// of the lock key, and a release the key's wake-up list, so waiters are woken by it;
+    /// `ACQUIREALL`'s keys are followed by their slot's floor key.
     pub(crate) fn call<'a, R: Request<'a>>(self, request: &R) -> Cmd {
         self.form(&R::COMMAND, &request.words(), false)
     }
@@ -61,18 +62,6 @@ impl Engine {
     /// wake and skip the list).
     pub(crate) fn waiting_call(self, request: &Acquire<'_>) -> Cmd {
         self.form(&ACQUIRE, &request.words(), true)
-    }
-
-    /// An `ACQUIREALL`: the Functions form names the keys, then their slot's floor key (see
-    /// [`functions::call_keys_all`]; the caller keeps the keys in one slot).
-    pub(crate) fn call_all(self, request: &AcquireAll<'_>) -> Cmd {
-        if self == Engine::Module {
-            return self.call(request);
-        }
-        let words = request.words();
-        // The name, the count and the keys, then the token and the options.
-        let rest = words.get(2 + request.keys.len()..).unwrap_or_default();
-        self.library_form(&ACQUIREALL, functions::call_keys_all(&request.keys), rest)
     }
 
     fn form(self, command: &Command, words: &[Cow<'_, [u8]>], waiting: bool) -> Cmd {
@@ -88,7 +77,15 @@ impl Engine {
             }
             return cmd;
         }
-        self.library_form(command, functions::call_keys(command, key, waiting), rest)
+        if !command.counts_keys() {
+            return self.library_form(command, functions::call_keys(command, key, waiting), rest);
+        }
+        // `ACQUIREALL count key…`: the library takes the keys, then their slot's floor (the
+        // caller keeps them in one slot).
+        let count = std::str::from_utf8(key).ok().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+        let (keys, rest) = rest.split_at(count.min(rest.len()));
+        let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        self.library_form(command, functions::call_keys_all(&keys), rest)
     }
 
     /// `FCALL function numkeys keys… rest…`, or the script's `EVALSHA`, which takes the
@@ -164,7 +161,7 @@ mod tests {
     use super::*;
     use crate::node::tests::words;
     use fencedlock_protocol::request::Status;
-    use fencedlock_protocol::{Raise, Release, Renew};
+    use fencedlock_protocol::{AcquireAll, Raise, Release, Renew};
 
     #[test]
     fn the_library_code_is_found_in_a_function_list_reply() {
@@ -215,6 +212,27 @@ mod tests {
         assert_eq!(
             words(&Engine::Functions.call(&acquire)),
             ["FCALL", "fencedlock_acquire", "2", "k", floor.as_str(), "t", "5"]
+        );
+        // A set: the keys, then their slot's floor, last.
+        let set = AcquireAll::new(vec![b"{s}a", b"{s}b"], Acquire::mutex(b"{s}a", b"t", 5));
+        assert_eq!(
+            words(&Engine::Module.call(&set)),
+            ["FENCEDLOCK.ACQUIREALL", "2", "{s}a", "{s}b", "t", "5"]
+        );
+        let floor = String::from_utf8(functions::floor_key(b"{s}")).expect("ascii");
+        assert_eq!(
+            words(&Engine::Script.call(&set)),
+            [
+                "EVALSHA",
+                SCRIPT_SHA.as_str(),
+                "3",
+                "{s}a",
+                "{s}b",
+                floor.as_str(),
+                "fencedlock_acquireall",
+                "t",
+                "5"
+            ]
         );
     }
 }

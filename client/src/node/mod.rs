@@ -301,7 +301,7 @@ impl Node {
     /// `ACQUIREALL` (see [`Node::serves_acquire_all`]): a fence per key, in the request's
     /// order, or `None` when the server refused the set.
     pub(crate) async fn acquire_all(&self, request: &AcquireAll<'_>) -> Result<Option<Vec<u64>>, Failure> {
-        let cmd = self.engine_now().await?.call_all(request);
+        let cmd = self.engine_now().await?.call(request);
         self.query(&cmd, Some(request.each.token)).await
     }
 
