@@ -183,7 +183,10 @@ async fn the_library_takes_a_set_of_one_slot_in_one_call() {
         other.try_acquire("{lib}warm").await.expect("grant").release().await.expect("released");
         let before = calls(&server, call);
         let refused = other.try_acquire_all(&["{lib}z", "{lib}c", "{lib}y"]).await;
-        assert!(matches!(refused, Err(Error::Contended { ref key }) if key == "{lib}c"), "{form}: {refused:?}");
+        assert!(
+            matches!(refused, Err(Error::Contended { ref key }) if key == "{lib}c"),
+            "{form}: {refused:?}"
+        );
         // The refused call, then a STATUS per key up to the busy one, which names it.
         assert_eq!(calls(&server, call) - before, 3, "{form}");
         let created: i64 = server.cmd(&["EXISTS", "{lib}z", "{lib}y"]).expect("EXISTS");
