@@ -19,15 +19,13 @@ use rand::{Rng, SeedableRng};
 
 use crate::functions::{module_less, with_aof};
 use crate::linearizable::{check, Call, Op, Reply};
+use crate::support::{record_through_a_kill9, KilledRun};
 
 /// The keys, in one hash slot; a call names them by index.
 const KEYS: [&str; 3] = ["lin:{s}:a", "lin:{s}:b", "lin:{s}:c"];
 
 /// Leases outlive the run: the model has no expiry.
 const TTL_MS: u64 = 60_000;
-
-/// The library's function for `ACQUIREALL` (see the header of `functions.lua`).
-const ACQUIREALL_FUNCTION: &str = "fencedlock_acquireall";
 
 /// Clients of the recorded run, how long they run, and the bound on each one's operations
 /// (well above what a client that pauses between operations reaches in the run: the kill
@@ -60,9 +58,11 @@ impl Via {
                         cmd
                     }
                     Via::Library => {
+                        let function = functions::function(&ACQUIREALL).expect("served by the library");
+                        let bytes: Vec<&[u8]> = names.iter().map(|name| name.as_bytes()).collect();
+                        let keys = functions::call_keys_all(&bytes);
                         let mut cmd = redis::cmd("FCALL");
-                        cmd.arg(ACQUIREALL_FUNCTION).arg(names.len() + 1).arg(&names);
-                        cmd.arg(functions::floor_key(names[0].as_bytes()));
+                        cmd.arg(function).arg(keys.len()).arg(keys);
                         cmd
                     }
                 };
@@ -188,22 +188,10 @@ fn histories_of_sets_on_the_library_through_a_kill9_are_linearizable_too() {
 /// to show a partial grant or a stale fence.
 fn linearizable_through_a_kill9(mut s: Server, engine: Via) {
     let url = s.url();
-    let start = Instant::now();
-    let until = start + RUN;
-    let micros = |at: Instant| at.duration_since(start).as_micros() as u64;
-    let (history, killed, restarted): (Vec<Op>, u64, u64) = thread::scope(|scope| {
-        let url = &url;
-        let clients: Vec<_> =
-            (0..CLIENTS).map(|c| scope.spawn(move || record_client(url, engine, c, start, until))).collect();
-        thread::sleep(RUN / 3);
-        let killed = micros(Instant::now());
-        s.kill9();
-        thread::sleep(Duration::from_millis(100));
-        s.restart();
-        let restarted = micros(Instant::now());
-        let history = clients.into_iter().flat_map(|c| c.join().expect("a client panicked")).collect();
-        (history, killed, restarted)
-    });
+    let KilledRun { history, killed, restarted } =
+        record_through_a_kill9(&mut s, CLIENTS, RUN, |c, start, until| {
+            record_client(&url, engine, c, start, until)
+        });
     let granted = |op: &Op| matches!(op.reply, Reply::Granted(_));
     let grants = history.iter().filter(|op| granted(op)).count();
     let several = history.iter().filter(|op| granted(op) && keys_of(op).len() > 1).count();

@@ -18,6 +18,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::functions::{module_less, with_aof};
 use crate::linearizable::{check, Call, Op, Reply};
+use crate::support::{record_through_a_kill9, KilledRun};
 
 const TTL_MS: u64 = 20_000;
 
@@ -188,23 +189,10 @@ fn histories_on_the_library_through_a_kill9_are_linearizable_too() {
 /// fence.
 fn linearizable_through_a_kill9(mut s: Server, engine: Via) {
     let (url, key) = (s.url(), "lin:rw");
-    let start = Instant::now();
-    let until = start + RUN;
-    let micros = |at: Instant| at.duration_since(start).as_micros() as u64;
-    let (history, killed, restarted): (Vec<Op>, u64, u64) = thread::scope(|scope| {
-        let url = &url;
-        let clients: Vec<_> = (0..CLIENTS)
-            .map(|c| scope.spawn(move || record_client(url, engine, key, c, start, until)))
-            .collect();
-        thread::sleep(RUN / 3);
-        let killed = micros(Instant::now());
-        s.kill9();
-        thread::sleep(Duration::from_millis(100));
-        s.restart();
-        let restarted = micros(Instant::now());
-        let history = clients.into_iter().flat_map(|c| c.join().expect("a client panicked")).collect();
-        (history, killed, restarted)
-    });
+    let KilledRun { history, killed, restarted } =
+        record_through_a_kill9(&mut s, CLIENTS, RUN, |c, start, until| {
+            record_client(&url, engine, key, c, start, until)
+        });
     let grants = history.iter().filter(|op| matches!(op.reply, Reply::Granted(_))).count();
     let unknown = history.iter().filter(|op| op.reply == Reply::Unknown).count();
     let before = history.iter().filter(|op| op.end.is_some_and(|end| end < killed)).count();

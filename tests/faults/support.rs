@@ -405,3 +405,36 @@ pub fn summary(events: &[Event]) -> String {
         count(&|e| e.acked.is_none()),
     )
 }
+
+/// A history recorded by clients around a `kill -9` of their server, and when the kill and the
+/// restart happened (µs after the recording started, the unit of the clients' timestamps).
+pub struct KilledRun<T> {
+    pub history: Vec<T>,
+    pub killed: u64,
+    pub restarted: u64,
+}
+
+/// Runs `record(client, start, until)` on `clients` threads for `run`, kills `s` (`kill -9`) a
+/// third of the way in and restarts it 100 ms later; what the clients recorded, all together.
+pub fn record_through_a_kill9<T: Send>(
+    s: &mut Server,
+    clients: u32,
+    run: Duration,
+    record: impl Fn(u32, Instant, Instant) -> Vec<T> + Sync,
+) -> KilledRun<T> {
+    let start = Instant::now();
+    let until = start + run;
+    let micros = |at: Instant| at.duration_since(start).as_micros() as u64;
+    std::thread::scope(|scope| {
+        let record = &record;
+        let recorders: Vec<_> = (0..clients).map(|c| scope.spawn(move || record(c, start, until))).collect();
+        std::thread::sleep(run / 3);
+        let killed = micros(Instant::now());
+        s.kill9();
+        std::thread::sleep(Duration::from_millis(100));
+        s.restart();
+        let restarted = micros(Instant::now());
+        let history = recorders.into_iter().flat_map(|r| r.join().expect("a client panicked")).collect();
+        KilledRun { history, killed, restarted }
+    })
+}
