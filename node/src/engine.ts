@@ -8,7 +8,7 @@ import { createHash } from 'node:crypto';
 
 import type { Arg } from './connection.js';
 import { LIBRARY } from './library.js';
-import { COMMANDS, FUNCTIONS, floorKey, takesFloor, takesWake, wakeKey, type CommandName } from './protocol.js';
+import { ACQUIRE_ALL, ACQUIRE_ALL_FUNCTION, COMMANDS, FUNCTIONS, acquireAllKeys, floorKey, takesFloor, takesWake, wakeKey, type CommandName } from './protocol.js';
 
 /** The engine a server runs the lease commands with. */
 export type Engine = 'module' | 'functions' | 'script';
@@ -35,4 +35,16 @@ export function request(engine: Engine, command: CommandName, key: string, rest:
   const numkeys = String(1 + keys.length);
   if (engine === 'functions') return ['FCALL', FUNCTIONS[command], numkeys, key, ...keys, ...rest];
   return ['EVALSHA', SCRIPT_SHA, numkeys, key, ...keys, FUNCTIONS[command], ...rest];
+}
+
+/**
+ * `ACQUIREALL` of `keys` with `rest` (token, ttl, options) after them, as `engine` takes it:
+ * the module's `FENCEDLOCK.ACQUIREALL numkeys key… rest…`, or `fencedlock_acquireall` with
+ * the keys and then their slot's floor key (the caller keeps the keys in one slot).
+ */
+export function requestAll(engine: Engine, keys: readonly string[], rest: readonly Arg[]): Arg[] {
+  if (engine === 'module') return [ACQUIRE_ALL, String(keys.length), ...keys, ...rest];
+  const all = acquireAllKeys(keys);
+  if (engine === 'functions') return ['FCALL', ACQUIRE_ALL_FUNCTION, String(all.length), ...all, ...rest];
+  return ['EVALSHA', SCRIPT_SHA, String(all.length), ...all, ACQUIRE_ALL_FUNCTION, ...rest];
 }

@@ -140,8 +140,10 @@ abstract class Base {
   /**
    * A lease on every key of `keys`, each with its own fence, or none: waiting up to `wait` ms
    * in all. On a `Locker` whose server's module serves `FENCEDLOCK.ACQUIREALL` (on a Redis
-   * Cluster: keys of one slot) the set is taken in one command for one token, sent again with
-   * backoff while any key is busy, holding nothing in between; elsewhere key by key, in the
+   * Cluster: keys of one slot), or whose server runs the Functions library or its script form
+   * and the keys are of one slot (hash tags; on any server), at most 64 keys, the set is taken
+   * in one command for one token, sent again with backoff while any key is busy, holding
+   * nothing in between; elsewhere key by key, in the
    * keys' byte order (so overlapping sets named in different orders never deadlock), releasing
    * what was taken when a key is refused. A set still busy after the wait is a
    * `ContendedError` naming a key held; no keys, a bad key or a key named twice, an
@@ -276,17 +278,17 @@ abstract class Base {
   }
 
   /**
-   * The server that takes `keys` in one `ACQUIREALL`, if there is one. A server that cannot
+   * The server that takes `keys` in one `ACQUIREALL`, if there is one: a `Locker`'s, for at
+   * most `MAX_ACQUIRE_KEYS` keys, where `Server.servesAcquireAll` says so (the library: keys of
+   * one slot, on any server; the module: keys of one slot on a cluster). A server that cannot
    * be asked now is passed over: the keys are then taken one by one, with each key's retries.
    */
   async #oneCommandServer(keys: readonly string[]): Promise<Server | undefined> {
     const server = this.oneServer();
     if (!server || keys.length > MAX_ACQUIRE_KEYS) return undefined;
-    if (server.backend.isCluster) {
-      const slot = keySlot(Buffer.from(keys[0] ?? '', 'utf8'));
-      if (keys.some((key) => keySlot(Buffer.from(key, 'utf8')) !== slot)) return undefined;
-    }
-    const serves = await server.servesAcquireAll().catch(() => false);
+    const slot = keySlot(Buffer.from(keys[0] ?? '', 'utf8'));
+    const oneSlot = keys.every((key) => keySlot(Buffer.from(key, 'utf8')) === slot);
+    const serves = await server.servesAcquireAll(oneSlot).catch(() => false);
     return serves ? server : undefined;
   }
 

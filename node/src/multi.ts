@@ -3,18 +3,21 @@
  * with its own fence on every key, or throw and hold none of them. After the Rust client's
  * `primitives/multi.rs`:
  *
- * - **In one command where the server can.** A `Locker` on one server whose module serves
- *   `FENCEDLOCK.ACQUIREALL` (asked with `COMMAND INFO` first; on a Redis Cluster, keys of one
- *   slot) takes the whole set in one command, for one token: every key or none, so no other
- *   client ever sees part of the set held. The command never waits: the call sends it again
- *   with backoff until the wait runs out, holding nothing in between, and with the same token,
- *   so an attempt whose reply was lost is re-entered with the same fences.
- * - **Key by key elsewhere** (Redlock, the Functions library, keys of several slots, more than
- *   `MAX_ACQUIRE_KEYS` keys, a module older than `ACQUIREALL`): in the keys' byte order whatever
- *   order they were named in, so callers naming overlapping sets in different orders never
- *   wait for each other; a key refused releases every key taken before the call throws; a
- *   lease that aged more than a quarter of its validity while later keys were awaited is
- *   renewed before the call returns.
+ * - **In one command where the server can.** A `Locker` on one server takes the whole set in
+ *   one command, for one token, where its module serves `FENCEDLOCK.ACQUIREALL` (asked with
+ *   `COMMAND INFO` first; on a Redis Cluster, keys of one slot), or where it runs the Functions
+ *   library (`FCALL fencedlock_acquireall`, version 7 on) or the library's script (`EVALSHA`)
+ *   and the keys are of one slot (hash tags), which the library needs on any server: every
+ *   key or none, so no other client ever sees part of the set held. The command never waits:
+ *   the call sends it again with backoff until the wait runs out, holding nothing in between,
+ *   and with the same token, so an attempt whose reply was lost is re-entered with the same
+ *   fences.
+ * - **Key by key elsewhere** (Redlock, keys of several slots on the library or on a cluster,
+ *   more than `MAX_ACQUIRE_KEYS` keys, a module older than `ACQUIREALL`): in the keys' byte
+ *   order whatever order they were named in, so callers naming overlapping sets in different
+ *   orders never wait for each other; a key refused releases every key taken before the call
+ *   throws; a lease that aged more than a quarter of its validity while later keys were
+ *   awaited is renewed before the call returns.
  */
 import { inspect } from 'node:util';
 

@@ -17,8 +17,9 @@ export type CommandName = keyof typeof COMMANDS;
 
 /**
  * The module's one command over several keys (`numkeys key [key ...] token ttl_ms [LABEL l]
- * [PERMITS n | SHARED]`): every key or none, for one token. Not in `COMMANDS`: the Functions
- * library does not serve it, and modules older than it do not know it.
+ * [PERMITS n | SHARED]`): every key or none, for one token. Not in `COMMANDS`: its keys are
+ * counted (it has no one key first), the Functions library serves it only for keys of one
+ * slot (`ACQUIRE_ALL_FUNCTION`), and modules older than it do not know it.
  */
 export const ACQUIRE_ALL = 'FENCEDLOCK.ACQUIREALL';
 
@@ -61,6 +62,18 @@ export const FUNCTIONS: Record<CommandName, string> = {
   cad: 'fencedlock_cad',
   status: 'fencedlock_status',
 };
+
+/**
+ * The function serving `ACQUIREALL` (library version 7 on): `FCALL fencedlock_acquireall N+1
+ * key1 … keyN floor token ttl_ms …`, the keys all of one slot and that slot's floor key last
+ * (`call_keys_all`; a key of another slot is refused as a wrong floor key), on any server.
+ */
+export const ACQUIRE_ALL_FUNCTION = 'fencedlock_acquireall';
+
+/** The keys of `fencedlock_acquireall` for `keys` (all of one slot): the keys in order, then their slot's floor key. */
+export function acquireAllKeys(keys: readonly string[]): string[] {
+  return keys.length === 0 ? [] : [...keys, floorKey(keys[0] ?? '')];
+}
 
 /** Whether a function takes the floor key as its second key (`takes_floor`). */
 export function takesFloor(command: CommandName): boolean {

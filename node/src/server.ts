@@ -6,7 +6,7 @@
  * on the Functions engine, attempts woken by the key's wake-up list (`BLPOP`).
  */
 import { ConnectionFailure, ErrorReply, LossyInteger, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
-import { LIBRARY, SCRIPT, request, type Engine, type EngineChoice } from './engine.js';
+import { LIBRARY, SCRIPT, request, requestAll, type Engine, type EngineChoice } from './engine.js';
 import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
 import { ACQUIRE_ALL, BLOCK, COMMANDS, LABEL, LIBRARY_NAME, LIBRARY_VERSION, MAX_BLOCK_MS, MAX_PERMITS, PERMITS, SHARED, SHARED_PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
 import { Pool } from './pool.js';
@@ -187,7 +187,7 @@ export type WaitAnswer = bigint | null;
 export class Server {
   #engine: Promise<Engine> | undefined;
   #found: Engine | undefined;
-  /** Whether the module here serves `ACQUIREALL`, asked by the first `acquireAll`. */
+  /** Whether the module here serves `ACQUIREALL`, asked by the first `acquireAll` on the module. */
   #acquireAll: Promise<boolean> | undefined;
   readonly pool: Pool<DedicatedConnection>;
 
@@ -344,14 +344,20 @@ export class Server {
   }
 
   /**
-   * Whether this server takes a set of keys in one `FENCEDLOCK.ACQUIREALL`: its engine is the
-   * module and the module knows the command (`COMMAND INFO`; modules older than it do not, nor
-   * does the Functions library; a server that hides `COMMAND` is not asked to). Asked once,
-   * after the engine is known and before any `ACQUIREALL` is sent: a server that does not know
-   * the command would echo its arguments, the token among them, in its error. A question
-   * that got no answer is asked again next time.
+   * Whether this server takes a set of keys in one `ACQUIREALL` (`oneSlot`: whether the keys
+   * are all of one cluster slot). The Functions library does (`fencedlock_acquireall`, in the
+   * library this package loads where the server's is older, or a newer one) for keys of one
+   * slot, which its floor key requires on any server; the script form likewise. The module
+   * does where it knows the command (`COMMAND INFO`; modules older than it do not; a server
+   * that hides `COMMAND` is not asked to), for keys of one slot on a Redis Cluster. The module
+   * is asked once, after the engine is known and before any `ACQUIREALL` is sent: a server
+   * that does not know the command would echo its arguments, the token among them, in its
+   * error. A question that got no answer is asked again next time.
    */
-  servesAcquireAll(): Promise<boolean> {
+  async servesAcquireAll(oneSlot: boolean): Promise<boolean> {
+    const engine = this.#found ?? (await this.detect());
+    if (engine !== 'module') return oneSlot;
+    if (this.backend.isCluster && !oneSlot) return false;
     if (!this.#acquireAll) {
       this.#acquireAll = this.#servesAcquireAll().catch((err: unknown) => {
         this.#acquireAll = undefined;
@@ -362,7 +368,6 @@ export class Server {
   }
 
   async #servesAcquireAll(): Promise<boolean> {
-    if ((await this.detect()) !== 'module') return false;
     try {
       const info = await this.call(['COMMAND', 'INFO', ACQUIRE_ALL]);
       return Array.isArray(info) && info.some((entry) => entry !== null);
@@ -373,13 +378,15 @@ export class Server {
   }
 
   /**
-   * One `FENCEDLOCK.ACQUIREALL` for `keys` (only where `servesAcquireAll()` said yes; keys of
-   * one slot on a cluster): a fence per key, in the order named, or null when the server
-   * refused the set (then no key changed). Never waits.
+   * One `ACQUIREALL` for `keys` in the engine's form (only where `servesAcquireAll()` said
+   * yes: on the library, keys of one slot; on the module, keys of one slot on a cluster): a
+   * fence per key, in the order named, or null when the server refused the set (then no key
+   * changed). Never waits. A script or library the server lost is loaded again (`call`).
    */
   async acquireAll(keys: readonly string[], req: Omit<AcquireRequest, 'key'>): Promise<bigint[] | null> {
     try {
-      const reply = await this.call([ACQUIRE_ALL, String(keys.length), ...keys, ...acquireTerms(req)], keys[0]);
+      const engine = this.#found ?? (await this.detect());
+      const reply = await this.call(requestAll(engine, keys, acquireTerms(req)), keys[0]);
       if (reply === null) return null;
       if (!Array.isArray(reply) || reply.length !== keys.length) throw new BadReplyError(`${this.name}: ACQUIREALL must reply one fence per key, or nil`);
       return reply.map((item) => {

@@ -1,12 +1,14 @@
 /**
  * `acquireAll` / `tryAcquireAll`: several keys, all or none. On a server whose module serves
  * `FENCEDLOCK.ACQUIREALL` the set is one command for one token (counted in `INFO
- * commandstats`, the token read back from `SLOWLOG`); a busy key refuses the set without
- * creating any other key; a waiter holds nothing until the whole set is free; a retry after a
- * lost reply re-enters with the same token. Elsewhere (the Functions library, Redlock, a
- * server that hides `COMMAND`, more than 64 keys, keys of several Cluster slots) key by key,
- * and no `ACQUIREALL` is ever sent. Callers naming overlapping sets in opposite orders never
- * deadlock, on either engine. Both clients throughout.
+ * commandstats`, the token read back from `SLOWLOG`); so it is on the Functions library and
+ * its script form for keys of one slot (one `fencedlock_acquireall`, the slot's floor key
+ * last). A busy key refuses the set without creating any other key; a waiter holds nothing
+ * until the whole set is free; a retry after a lost reply re-enters with the same token.
+ * Elsewhere (keys of several slots on the library or on a Cluster, Redlock, a server that
+ * hides `COMMAND`, more than 64 keys) key by key, each key its own token, and no ACQUIREALL is
+ * ever sent. Callers naming overlapping sets in opposite orders never deadlock and never both
+ * hold, on every engine. Both clients throughout.
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -15,7 +17,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
-import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerError } from 'fencedlock';
+import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerError, floorKey, type LockerOptions } from 'fencedlock';
+import { keySlot } from '../src/protocol.js';
 import { CLIENTS, client, type ClientKind } from './support/clients.js';
 import { TestServer, type Setup } from './support/servers.js';
 
@@ -48,7 +51,7 @@ async function holders(locker: Locker, key: string): Promise<number> {
 
 /** Every `SLOWLOG` entry's arguments, oldest first (the server logs every command while the threshold is 0). */
 async function slowlog(server: TestServer): Promise<string[][]> {
-  const reply = await server.admin(['SLOWLOG', 'GET', '1000']);
+  const reply = await server.admin(['SLOWLOG', 'GET', '100000']);
   assert.ok(Array.isArray(reply));
   return reply
     .map((entry) => (Array.isArray(entry) && Array.isArray(entry[3]) ? entry[3].map(String) : []))
@@ -339,125 +342,399 @@ describe('acquireAll where COMMAND INFO does not know ACQUIREALL (the module eng
   }
 });
 
-describe('acquireAll on the Functions library: key by key', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await TestServer.start({ setup: 'managed' });
-  });
-  after(() => server.stop());
+/** The two library forms: the Functions library (`FCALL`), and its script (`EVALSHA`) where `FUNCTION` is denied. */
+const LIBRARY_FORMS: readonly { engine: 'functions' | 'script'; setup: Setup; command: string }[] = [
+  { engine: 'functions', setup: 'managed', command: 'fcall' },
+  { engine: 'script', setup: 'managed-no-function', command: 'evalsha' },
+];
 
-  for (const kind of CLIENTS) {
-    test(`${kind}: every key leased with its own fence, no ACQUIREALL sent`, async () => {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000 });
-      const keys = [`fn:${kind}:b`, `fn:${kind}:a`, `fn:${kind}:c`];
-      try {
-        const warm = await locker.acquire(`fn:${kind}:warm`); // engine detection (its errors) first
-        assert.ok(warm);
-        await warm.release();
-        assert.equal(await locker.engine(), 'functions');
-        const errors = await errCount(server);
-        const leases = await locker.acquireAll(keys);
-        assert.equal(await errCount(server), errors, 'no error reply: no ACQUIREALL was sent');
-        assert.deepEqual(leases.keys, keys);
-        for (const lease of leases) assert.equal((await locker.status(lease.key))?.fence, lease.fence);
-        assert.equal(await leases.release(), true);
-        for (const key of keys) assert.equal(await holders(locker, key), 0);
-      } finally {
-        await locker.close();
-        await c.close();
-      }
-    });
+/** A library call as `SLOWLOG` shows it: the function, its keys, and the arguments after them. */
+interface LibraryCall {
+  readonly fn: string;
+  readonly keys: string[];
+  readonly args: string[];
+}
 
-    test(`${kind}: a lease that aged while a later key was awaited is renewed before the call returns`, async () => {
-      const c = await client(kind, server.port);
-      const r = await client(kind, server.port);
-      const TTL = 1200;
-      const locker = new Locker(c.client, { ttl: TTL });
-      const rival = new Locker(r.client, { ttl: 10_000 });
-      const [a, b] = [`fnaged:${kind}:a`, `fnaged:${kind}:b`];
-      try {
-        const held = await rival.acquire(b);
-        assert.ok(held);
-        setTimeout(() => void held.release(), 600).unref();
-        const started = performance.now();
-        const leases = await locker.acquireAll([b, a], { wait: 5000 });
-        assert.ok(performance.now() - started >= 550, `${a} was taken, then ${b} awaited`);
-        const window = TTL - (TTL * 0.01 + 2);
-        for (const lease of leases) {
-          assert.ok(lease.remaining() > window * 0.75, `${lease.key}: ${lease.remaining().toFixed(0)} ms of ${window} left`);
-          assert.ok(((await locker.status(lease.key))?.holders[0]?.remainingMs ?? 0) > window * 0.75, `${lease.key} renewed on the server too`);
-        }
-        await leases.release();
-      } finally {
-        await locker.close();
-        await rival.close();
-        await c.close();
-        await r.close();
-      }
-    });
-
-    test(`${kind}: a busy key refuses the set and what was taken is released`, async () => {
-      const c = await client(kind, server.port);
-      const r = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000 });
-      const rival = new Locker(r.client, { ttl: 10_000 });
-      const [a, b, cc] = [`fnbusy:${kind}:a`, `fnbusy:${kind}:b`, `fnbusy:${kind}:c`];
-      try {
-        const held = await rival.acquire(b);
-        assert.ok(held);
-        for (const attempt of [() => locker.tryAcquireAll([cc, b, a]), () => locker.acquireAll([cc, b, a], { wait: 300 })]) {
-          const err = await attempt().catch((e: unknown) => e);
-          assert.ok(err instanceof ContendedError, String(err));
-          assert.equal(err.key, b);
-          assert.equal(await holders(locker, a), 0, `${a}, taken first in byte order, was released`);
-          assert.equal(await server.admin(['EXISTS', cc]), '0', `${cc}, after the busy key, never taken`);
-        }
-        await held.release();
-      } finally {
-        await locker.close();
-        await rival.close();
-        await c.close();
-        await r.close();
-      }
-    });
+/** The library calls among `log` (`FCALL fn n keys… args…` or `EVALSHA sha n keys… fn args…`). */
+function libraryCalls(log: readonly string[][]): LibraryCall[] {
+  const calls: LibraryCall[] = [];
+  for (const argv of log) {
+    const name = argv[0]?.toUpperCase();
+    const n = Number(argv[2]);
+    if (name === 'FCALL' || name === 'FCALL_RO') calls.push({ fn: argv[1] ?? '', keys: argv.slice(3, 3 + n), args: argv.slice(3 + n) });
+    if (name === 'EVALSHA' || name === 'EVALSHA_RO') calls.push({ fn: argv[3 + n] ?? '', keys: argv.slice(3, 3 + n), args: argv.slice(4 + n) });
   }
-});
+  return calls;
+}
 
-describe('overlapping sets named in opposite orders never deadlock', () => {
+function callsTo(calls: readonly LibraryCall[], fn: string): LibraryCall[] {
+  return calls.filter((call) => call.fn === fn);
+}
+
+/** Logs every command from now on (`SLOWLOG`, threshold 0), from an empty log and zeroed `INFO commandstats`. */
+async function logEverything(server: TestServer): Promise<void> {
+  await server.admin(['CONFIG', 'RESETSTAT']);
+  await server.admin(['CONFIG', 'SET', 'slowlog-max-len', '100000']);
+  await server.admin(['SLOWLOG', 'RESET']);
+  await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '0']);
+}
+
+/** Stops logging and hands back the library calls logged. */
+async function loggedCalls(server: TestServer): Promise<LibraryCall[]> {
+  await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+  return libraryCalls(await slowlog(server));
+}
+
+function slotsOf(keys: readonly string[]): Set<number> {
+  return new Set(keys.map((key) => keySlot(Buffer.from(key))));
+}
+
+for (const { engine, setup, command } of LIBRARY_FORMS) {
+  describe(`acquireAll on the library (${engine}): keys of one slot in one fencedlock_acquireall`, () => {
+    let server: TestServer;
+    before(async () => {
+      server = await TestServer.start({ setup });
+    });
+    after(async () => {
+      server.signal('SIGCONT');
+      await server.stop();
+    });
+
+    /** A locker on its own client with the engine known (its detection's commands done before the test's). */
+    async function warmLocker(kind: ClientKind, options: LockerOptions = {}): Promise<{ locker: Locker; close(): Promise<void> }> {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000, ...options });
+      try {
+        await (await locker.acquireAll([`{warm}:${kind}:${Math.random()}`])).release();
+        assert.equal(await locker.engine(), engine);
+      } catch (err) {
+        await locker.close();
+        await c.close();
+        throw err;
+      }
+      return {
+        locker,
+        close: async () => {
+          await locker.close();
+          await c.close();
+        },
+      };
+    }
+
+    for (const kind of CLIENTS) {
+      test(`${kind}: a set of one slot is one ${command.toUpperCase()} for one token, the floor key last, every lease valid`, async () => {
+        const { locker, close } = await warmLocker(kind);
+        const tag = `{one-${kind}-${engine}}`;
+        const keys = [`${tag}:b`, `${tag}:c`, `${tag}:a`];
+        try {
+          await logEverything(server);
+          const leases = await locker.acquireAll(keys);
+          const stats = await commandCalls(server);
+          assert.equal(callsOf(stats, command), 1, `one ${command.toUpperCase()}`);
+          assert.deepEqual(leases.keys, keys, 'the leases in the order named');
+          fencesRise(leases);
+          for (const key of keys) {
+            const lease = leases.get(key);
+            assert.ok(lease && lease.isValid(), `${key}: a valid lease`);
+            const status = await locker.status(key);
+            assert.equal(status?.holders.length, 1);
+            assert.equal(status?.holders[0]?.fence, lease.fence, `STATUS of ${key} shows its fence`);
+          }
+          assert.equal(await leases.release(), true, 'each was still held');
+          for (const key of keys) assert.equal(await holders(locker, key), 0, `${key} released`);
+
+          const calls = await loggedCalls(server);
+          const all = callsTo(calls, 'fencedlock_acquireall');
+          assert.equal(all.length, 1, 'one fencedlock_acquireall');
+          assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0, 'no key by key');
+          assert.deepEqual(all[0]?.keys, [...keys, floorKey(keys[0] ?? '')], 'the keys in the order named, then their floor key');
+          const token = all[0]?.args[0];
+          assert.match(token ?? '', /^[0-9a-f]{32}$/);
+          const releases = callsTo(calls, 'fencedlock_release');
+          assert.deepEqual(releases.map((call) => call.keys[0]).sort(), [...keys].sort());
+          for (const call of releases) assert.equal(call.args[0], token, `${call.keys[0]} released with the set's one token`);
+
+          // tryAcquireAll takes the same path.
+          await server.admin(['CONFIG', 'RESETSTAT']);
+          const again = await locker.tryAcquireAll([`${tag}:d`, `${tag}:e`]);
+          assert.equal(callsOf(await commandCalls(server), command), 1);
+          assert.ok(again.isValid());
+          await again.release();
+        } finally {
+          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await close();
+        }
+      });
+
+      test(`${kind}: a busy key refuses the set, the error names it, and no other key is created`, async () => {
+        const { locker, close } = await warmLocker(kind);
+        const rival = await warmLocker(kind);
+        const tag = `{busy-${kind}-${engine}}`;
+        const [a, b, cc] = [`${tag}:a`, `${tag}:b`, `${tag}:c`];
+        try {
+          const held = await rival.locker.acquire(b);
+          assert.ok(held);
+          await logEverything(server);
+          const once = await locker.tryAcquireAll([a, b, cc]).catch((e: unknown) => e);
+          assert.ok(once instanceof ContendedError, String(once));
+          assert.equal(once.key, b, 'names the key held');
+          const started = performance.now();
+          const waited = await locker.acquireAll([cc, b, a], { wait: 400 }).catch((e: unknown) => e);
+          assert.ok(waited instanceof ContendedError, String(waited));
+          assert.equal(waited.key, b);
+          assert.ok(performance.now() - started >= 400, 'waited the wait out');
+          assert.equal(await exists(server, a), 0, `${a} never created`);
+          assert.equal(await exists(server, cc), 0, `${cc} never created`);
+          const calls = await loggedCalls(server);
+          assert.ok(callsTo(calls, 'fencedlock_acquireall').length >= 3, 'whole attempts, retried');
+          assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0, 'no key by key');
+          assert.equal(new Set(callsTo(calls, 'fencedlock_acquireall').slice(1).map((call) => call.args[0])).size, 1, 'the waiting call retries with one token');
+          assert.equal((await rival.locker.status(b))?.holders[0]?.fence, held.fence, 'the holder keeps its lease');
+          await held.release();
+          const leases = await locker.tryAcquireAll([a, b, cc]);
+          assert.ok(leases.isValid());
+          assert.ok((leases.get(b)?.fence ?? 0n) > held.fence);
+          await leases.release();
+        } finally {
+          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await close();
+          await rival.close();
+        }
+      });
+
+      test(`${kind}: an attempt whose reply was lost is sent again with the same token and re-entered`, async () => {
+        const { locker, close } = await warmLocker(kind, { timeout: 150 });
+        const keys = [`{lost-${kind}-${engine}}:a`, `{lost-${kind}-${engine}}:b`];
+        try {
+          server.signal('SIGSTOP');
+          const taking = locker.acquireAll(keys, { wait: 5000 });
+          await sleep(600); // a few attempts time out, queued on the stopped server
+          server.signal('SIGCONT');
+          const leases = await taking;
+          for (const lease of leases) {
+            const status = await locker.status(lease.key);
+            assert.equal(status?.fence, lease.fence, `${lease.key}: the first grant's fence, re-entered`);
+            assert.equal(status?.holders.length, 1);
+          }
+          assert.equal(await leases.release(), true);
+        } finally {
+          server.signal('SIGCONT');
+          await close();
+        }
+      });
+
+      test(`${kind}: a final attempt that may have been granted releases every key`, async () => {
+        const { locker, close } = await warmLocker(kind, { timeout: 150 });
+        const keys = [`{maybe-${kind}-${engine}}:a`, `{maybe-${kind}-${engine}}:b`];
+        try {
+          server.signal('SIGSTOP');
+          const err = await locker.tryAcquireAll(keys).catch((e: unknown) => e);
+          server.signal('SIGCONT');
+          assert.ok(err instanceof ServerError && err.kind === 'TimedOut', String(err));
+          // The queued call ran once the server went on, and the releases queued after it.
+          await sleep(200);
+          for (const key of keys) {
+            assert.equal(await exists(server, key), 1, `${key} was granted late`);
+            assert.equal(await holders(locker, key), 0, `${key} released by the set's token`);
+          }
+        } finally {
+          server.signal('SIGCONT');
+          await close();
+        }
+      });
+
+      test(`${kind}: a ${engine === 'script' ? 'script' : 'library'} the server lost is loaded again, and the set is still taken in one call`, async () => {
+        const { locker, close } = await warmLocker(kind);
+        const keys = [`{reload-${kind}-${engine}}:a`, `{reload-${kind}-${engine}}:b`];
+        try {
+          await server.admin(engine === 'script' ? ['SCRIPT', 'FLUSH'] : ['FUNCTION', 'DELETE', 'fencedlock']);
+          await logEverything(server);
+          const leases = await locker.acquireAll(keys);
+          const calls = await loggedCalls(server);
+          assert.ok(leases.isValid());
+          const all = callsTo(calls, 'fencedlock_acquireall');
+          assert.ok(all.length >= 1 && new Set(all.map((call) => call.args[0])).size === 1, 'fencedlock_acquireall, sent again with its one token');
+          assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0);
+          for (const lease of leases) assert.equal((await locker.status(lease.key))?.holders[0]?.fence, lease.fence);
+          assert.equal(await leases.release(), true);
+        } finally {
+          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await close();
+        }
+      });
+
+      test(`${kind}: more than 64 keys of one slot go key by key`, async () => {
+        const { locker, close } = await warmLocker(kind);
+        const keys = Array.from({ length: 65 }, (_, i) => `{many-${kind}-${engine}}:${i}`);
+        try {
+          await server.admin(['CONFIG', 'RESETSTAT']);
+          const leases = await locker.acquireAll(keys);
+          assert.equal(callsOf(await commandCalls(server), command), 65, 'one call per key');
+          assert.deepEqual(leases.keys, keys);
+          assert.equal(await leases.release(), true);
+        } finally {
+          await close();
+        }
+      });
+    }
+  });
+
+  describe(`acquireAll on the library (${engine}): keys of several slots key by key`, () => {
+    let server: TestServer;
+    before(async () => {
+      server = await TestServer.start({ setup });
+    });
+    after(() => server.stop());
+
+    for (const kind of CLIENTS) {
+      test(`${kind}: every key leased with its own token and fence, no fencedlock_acquireall sent`, async () => {
+        const c = await client(kind, server.port);
+        const locker = new Locker(c.client, { ttl: 10_000 });
+        const keys = [`fn:${kind}:b`, `fn:${kind}:a`, `fn:${kind}:c`];
+        try {
+          assert.equal(slotsOf(keys).size, keys.length, 'keys of several slots');
+          const warm = await locker.acquire(`fn:${kind}:warm`); // engine detection (its errors) first
+          assert.ok(warm);
+          await warm.release();
+          assert.equal(await locker.engine(), engine);
+          await logEverything(server);
+          const leases = await locker.acquireAll(keys);
+          const calls = await loggedCalls(server);
+          assert.equal(await errCount(server), 0, 'no error reply');
+          assert.equal(callsTo(calls, 'fencedlock_acquireall').length, 0, 'no fencedlock_acquireall');
+          const each = callsTo(calls, 'fencedlock_acquire');
+          assert.deepEqual(each.map((call) => call.keys[0]), [...keys].sort(), 'one ACQUIRE per key, in byte order');
+          assert.equal(new Set(each.map((call) => call.args[0])).size, keys.length, 'each key its own token');
+          assert.deepEqual(leases.keys, keys);
+          for (const lease of leases) {
+            assert.ok(lease.isValid());
+            assert.equal((await locker.status(lease.key))?.fence, lease.fence);
+          }
+          assert.equal(await leases.release(), true);
+          for (const key of keys) assert.equal(await holders(locker, key), 0);
+        } finally {
+          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await locker.close();
+          await c.close();
+        }
+      });
+
+      test(`${kind}: a lease that aged while a later key was awaited is renewed before the call returns`, async () => {
+        const c = await client(kind, server.port);
+        const r = await client(kind, server.port);
+        const TTL = 1200;
+        const locker = new Locker(c.client, { ttl: TTL });
+        const rival = new Locker(r.client, { ttl: 10_000 });
+        const [a, b] = [`fnaged:${kind}:a`, `fnaged:${kind}:b`];
+        try {
+          assert.equal(slotsOf([a, b]).size, 2, 'keys of two slots');
+          const held = await rival.acquire(b);
+          assert.ok(held);
+          setTimeout(() => void held.release(), 600).unref();
+          const started = performance.now();
+          const leases = await locker.acquireAll([b, a], { wait: 5000 });
+          assert.ok(performance.now() - started >= 550, `${a} was taken, then ${b} awaited`);
+          const window = TTL - (TTL * 0.01 + 2);
+          for (const lease of leases) {
+            assert.ok(lease.remaining() > window * 0.75, `${lease.key}: ${lease.remaining().toFixed(0)} ms of ${window} left`);
+            assert.ok(((await locker.status(lease.key))?.holders[0]?.remainingMs ?? 0) > window * 0.75, `${lease.key} renewed on the server too`);
+          }
+          await leases.release();
+        } finally {
+          await locker.close();
+          await rival.close();
+          await c.close();
+          await r.close();
+        }
+      });
+
+      test(`${kind}: a busy key refuses the set and what was taken is released`, async () => {
+        const c = await client(kind, server.port);
+        const r = await client(kind, server.port);
+        const locker = new Locker(c.client, { ttl: 10_000 });
+        const rival = new Locker(r.client, { ttl: 10_000 });
+        const [a, b, cc] = [`fnbusy:${kind}:a`, `fnbusy:${kind}:b`, `fnbusy:${kind}:c`];
+        try {
+          assert.equal(slotsOf([a, b, cc]).size, 3, 'keys of several slots');
+          const held = await rival.acquire(b);
+          assert.ok(held);
+          for (const attempt of [() => locker.tryAcquireAll([cc, b, a]), () => locker.acquireAll([cc, b, a], { wait: 300 })]) {
+            const err = await attempt().catch((e: unknown) => e);
+            assert.ok(err instanceof ContendedError, String(err));
+            assert.equal(err.key, b);
+            assert.equal(await holders(locker, a), 0, `${a}, taken first in byte order, was released`);
+            assert.equal(await exists(server, cc), 0, `${cc}, after the busy key, never taken`);
+          }
+          await held.release();
+        } finally {
+          await locker.close();
+          await rival.close();
+          await c.close();
+          await r.close();
+        }
+      });
+    }
+  });
+}
+
+describe('overlapping sets named in opposite orders never deadlock, and never both hold', () => {
   const servers: Partial<Record<Setup, TestServer>> = {};
   before(async () => {
     servers.module = await TestServer.start({ setup: 'module' });
     servers.managed = await TestServer.start({ setup: 'managed' });
+    servers['managed-no-function'] = await TestServer.start({ setup: 'managed-no-function' });
   });
   after(async () => {
     for (const s of Object.values(servers)) await s.stop();
   });
 
   type Maker = (c: object) => Locker | Redlock;
-  const cases: [string, Setup, Maker, boolean][] = [
-    ['module, one ACQUIREALL', 'module', (c) => new Locker(c, { ttl: 5000 }), true],
-    ['module through a Redlock of one master, key by key (queued on the server)', 'module', (c) => new Redlock([c], { ttl: 5000 }), false],
-    ['Functions library, key by key (woken)', 'managed', (c) => new Locker(c, { ttl: 5000 }), false],
+  interface Case {
+    readonly name: string;
+    readonly setup: Setup;
+    readonly make: Maker;
+    /** Whether each set is one ACQUIREALL (the module's, or the library's fencedlock_acquireall). */
+    readonly oneCommand: boolean;
+    /** Whether the two keys share a slot (a hash tag). */
+    readonly oneSlot: boolean;
+  }
+  const locker: Maker = (c) => new Locker(c, { ttl: 5000 });
+  const cases: Case[] = [
+    { name: 'module, one ACQUIREALL', setup: 'module', make: locker, oneCommand: true, oneSlot: false },
+    { name: 'module through a Redlock of one master, key by key (queued on the server)', setup: 'module', make: (c) => new Redlock([c], { ttl: 5000 }), oneCommand: false, oneSlot: false },
+    { name: 'Functions library, keys of two slots, key by key (woken)', setup: 'managed', make: locker, oneCommand: false, oneSlot: false },
+    { name: 'Functions library, keys of one slot, one fencedlock_acquireall', setup: 'managed', make: locker, oneCommand: true, oneSlot: true },
+    { name: 'the library as a script, keys of one slot, one fencedlock_acquireall', setup: 'managed-no-function', make: locker, oneCommand: true, oneSlot: true },
   ];
   for (const kind of CLIENTS) {
-    for (const [name, setup, make, oneCommand] of cases) {
+    for (const { name, setup, make, oneCommand, oneSlot } of cases) {
       test(`${kind}: ${name}`, async () => {
         const server = servers[setup];
         assert.ok(server);
+        const module = setup === 'module';
         const clients = [];
         for (let i = 0; i < 4; i++) clients.push(await client(kind, server.port));
         const lockers = clients.map((c) => make(c.client));
-        const [x, y] = [`order:${kind}:${setup}:${oneCommand}:x`, `order:${kind}:${setup}:${oneCommand}:y`];
+        const prefix = oneSlot ? `{order-${kind}-${setup}}` : `order:${kind}:${setup}:${oneCommand}`;
+        const [x, y] = [`${prefix}:x`, `${prefix}:y`];
+        assert.equal(slotsOf([x, y]).size, oneSlot ? 1 : 2);
         const ROUNDS = 15;
         try {
-          await server.admin(['CONFIG', 'RESETSTAT']);
+          for (const l of lockers) await l.engine(); // engine detection before the count
+          if (module) await server.admin(['CONFIG', 'RESETSTAT']);
+          else await logEverything(server);
           const started = performance.now();
+          let holding = 0;
+          let most = 0;
           const run = async (locker: Locker | Redlock, keys: string[]): Promise<number> => {
             let done = 0;
             for (let i = 0; i < ROUNDS; i++) {
               const leases = await locker.acquireAll(keys, { wait: 2000 });
+              holding++;
+              most = Math.max(most, holding);
+              assert.ok(leases.isValid());
               await sleep(3);
+              holding--;
               await leases.release();
               done++;
             }
@@ -466,12 +743,27 @@ describe('overlapping sets named in opposite orders never deadlock', () => {
           // Two callers name {x, y}, two {y, x}, all at once, over and over.
           const done = await Promise.all(lockers.map((locker, i) => run(locker, i % 2 === 0 ? [x, y] : [y, x])));
           assert.deepEqual(done, lockers.map(() => ROUNDS));
+          assert.equal(most, 1, 'never two holders of the set at once');
           const took = performance.now() - started;
           assert.ok(took < 20_000, `${lockers.length * ROUNDS} sets in ${took.toFixed(0)} ms`);
-          const calls = await commandCalls(server);
-          if (oneCommand) assert.ok(callsOf(calls, 'fencedlock.acquireall') >= lockers.length * ROUNDS);
-          else assert.equal(callsOf(calls, 'fencedlock.acquireall'), 0, 'key by key: no ACQUIREALL');
+          let all: number;
+          let each: number;
+          if (module) {
+            const calls = await commandCalls(server);
+            [all, each] = [callsOf(calls, 'fencedlock.acquireall'), callsOf(calls, 'fencedlock.acquire')];
+          } else {
+            const calls = await loggedCalls(server);
+            [all, each] = [callsTo(calls, 'fencedlock_acquireall').length, callsTo(calls, 'fencedlock_acquire').length];
+          }
+          if (oneCommand) {
+            assert.ok(all >= lockers.length * ROUNDS, `${all} ACQUIREALLs`);
+            assert.equal(each, 0, 'no key by key');
+          } else {
+            assert.equal(all, 0, 'key by key: no ACQUIREALL');
+            assert.ok(each >= 2 * lockers.length * ROUNDS, `${each} ACQUIREs`);
+          }
         } finally {
+          if (!module) await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
           for (const locker of lockers) await locker.close();
           for (const c of clients) await c.close();
         }

@@ -93,6 +93,11 @@ test('the Functions library\'s names, version and key prefixes are the protocol 
   for (const [name, fn] of Object.entries(protocol.FUNCTIONS)) {
     assert.match(functions, new RegExp(`\\(${name.toUpperCase()}, "${fn}"\\)`), name);
   }
+  assert.match(functions, new RegExp(`\\(ACQUIREALL, "${protocol.ACQUIRE_ALL_FUNCTION}"\\)`), 'acquireAll');
+  // call_keys_all: the keys in order, then the floor key of the first key's slot, last.
+  const callKeysAll = functions.slice(functions.indexOf('pub fn call_keys_all'));
+  assert.match(callKeysAll.slice(0, callKeysAll.indexOf('\n}\n')), /keys\.iter\(\)\.map\(\|key\| key\.to_vec\(\)\)\.collect\(\);\s*if let Some\(first\) = keys\.first\(\) \{\s*all\.push\(floor_key\(first\)\);/, 'call_keys_all: the keys, then the first key\'s floor');
+  assert.deepEqual(protocol.acquireAllKeys(['{t}a', '{t}b']), ['{t}a', '{t}b', floorKey('{t}a')]);
   assert.match(functions, /!matches!\(function\(command\), None \| Some\("fencedlock_cad" \| "fencedlock_status"\)\)/, 'takes_floor: all but cad and status');
   assert.match(functions, /function\(command\) == Some\("fencedlock_release"\)/, 'takes_wake: release');
   assert.ok(!protocol.takesFloor('cad') && !protocol.takesFloor('status') && protocol.takesFloor('acquire') && protocol.takesFloor('raise'));

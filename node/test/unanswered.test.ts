@@ -6,7 +6,8 @@
  * once every release of the attempts before it has run. A server stopped with SIGSTOP makes
  * the first attempts time out; it resumes while the retry is under way. One server (either
  * engine: the module's queue, or the Functions library's wake-ups), one key or a set (one
- * ACQUIREALL, or key by key), polling, and Redlock's waiting on the key's designated master.
+ * ACQUIREALL, the library's for keys of one slot, or key by key), polling, and Redlock's
+ * waiting on the key's designated master.
  * Both clients throughout.
  */
 import assert from 'node:assert/strict';
@@ -128,23 +129,29 @@ for (const setup of ['module', 'managed'] as Setup[]) {
         }
       });
 
-      test(`${kind}: acquireAll with attempts unanswered: every lease outlives the late releases`, async () => {
-        const { locker, other, close } = await lockers(kind);
-        const keys = [`unanswered:all:${setup}:${kind}:b`, `unanswered:all:${setup}:${kind}:a`];
-        try {
-          server.signal('SIGSTOP');
-          const taking = locker.acquireAll(keys, { wait: 5000 });
-          await sleep(TIMEOUT * 1.5);
-          server.signal('SIGCONT');
-          const leases = await taking;
-          assert.equal(leases.size, 2);
-          await sleep(PAST_THE_RELEASES);
-          for (const lease of leases) await stillHeld(lease, other);
-          assert.equal(await leases.release(), true);
-        } finally {
-          await close();
-        }
-      });
+      // On the module one ACQUIREALL whatever the slots; on the library keys of one slot are
+      // one fencedlock_acquireall, keys of several key by key.
+      const sets: [string, string][] = [['', `unanswered:all:${setup}:${kind}`]];
+      if (setup === 'managed') sets.push([' (keys of one slot)', `{unanswered-all-${setup}-${kind}}`]);
+      for (const [which, prefix] of sets) {
+        test(`${kind}: acquireAll with attempts unanswered${which}: every lease outlives the late releases`, async () => {
+          const { locker, other, close } = await lockers(kind);
+          const keys = [`${prefix}:b`, `${prefix}:a`];
+          try {
+            server.signal('SIGSTOP');
+            const taking = locker.acquireAll(keys, { wait: 5000 });
+            await sleep(TIMEOUT * 1.5);
+            server.signal('SIGCONT');
+            const leases = await taking;
+            assert.equal(leases.size, 2);
+            await sleep(PAST_THE_RELEASES);
+            for (const lease of leases) await stillHeld(lease, other);
+            assert.equal(await leases.release(), true);
+          } finally {
+            await close();
+          }
+        });
+      }
     }
   });
 }
