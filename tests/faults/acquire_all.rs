@@ -11,15 +11,14 @@ use std::time::{Duration, Instant};
 
 use fencedlock_protocol::command::{ACQUIREALL, RELEASE, SHARED};
 use fencedlock_protocol::functions;
+use harness::error_text;
 use harness::redis;
-use harness::{error_text, Server};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
-use crate::functions::{module_less, with_aof};
 use crate::linearizable::{check, Call, Op, Reply};
-use crate::support::{record_through_a_kill9, KilledRun};
+use crate::support::{record_through_a_kill9, KilledRun, Via};
 
 /// The keys, in one hash slot; a call names them by index.
 const KEYS: [&str; 3] = ["lin:{s}:a", "lin:{s}:b", "lin:{s}:c"];
@@ -34,56 +33,46 @@ const CLIENTS: u32 = 3;
 const RUN: Duration = Duration::from_millis(1_500);
 const MAX_OPS_PER_CLIENT: u32 = 1_500;
 
-/// Which engine the clients of a recorded history talk to.
-#[derive(Debug, Clone, Copy)]
-enum Via {
-    Module,
-    /// The Functions library on a server without the module, with the keys' floor.
-    Library,
-}
-
-impl Via {
-    /// `call`'s whole command: `ACQUIREALL n key… token ttl [SHARED]` or `RELEASE key token`,
-    /// or their `FCALL` (the set's floor key after its keys; a release's floor and wake-up
-    /// list after its key).
-    fn command(self, call: &Call) -> redis::Cmd {
-        let token = format!("set-{}", call.token());
-        match (self, call) {
-            (_, Call::Acquire { keys, shared, .. }) => {
-                let names: Vec<&str> = keys.iter().map(|k| KEYS[*k]).collect();
-                let mut cmd = match self {
-                    Via::Module => {
-                        let mut cmd = redis::cmd(ACQUIREALL.name);
-                        cmd.arg(names.len()).arg(&names);
-                        cmd
-                    }
-                    Via::Library => {
-                        let function = functions::function(&ACQUIREALL).expect("served by the library");
-                        let bytes: Vec<&[u8]> = names.iter().map(|name| name.as_bytes()).collect();
-                        let keys = functions::call_keys_all(&bytes);
-                        let mut cmd = redis::cmd("FCALL");
-                        cmd.arg(function).arg(keys.len()).arg(keys);
-                        cmd
-                    }
-                };
-                cmd.arg(token).arg(TTL_MS);
-                if *shared {
-                    cmd.arg(SHARED);
+/// `call`'s whole command through `via`: `ACQUIREALL n key… token ttl [SHARED]` or `RELEASE
+/// key token`, or their `FCALL` (the set's floor key after its keys; a release's floor and
+/// wake-up list after its key).
+fn command(via: Via, call: &Call) -> redis::Cmd {
+    let token = format!("set-{}", call.token());
+    match (via, call) {
+        (_, Call::Acquire { keys, shared, .. }) => {
+            let names: Vec<&str> = keys.iter().map(|k| KEYS[*k]).collect();
+            let mut cmd = match via {
+                Via::Module => {
+                    let mut cmd = redis::cmd(ACQUIREALL.name);
+                    cmd.arg(names.len()).arg(&names);
+                    cmd
                 }
-                cmd
+                Via::Library => {
+                    let function = functions::function(&ACQUIREALL).expect("served by the library");
+                    let bytes: Vec<&[u8]> = names.iter().map(|name| name.as_bytes()).collect();
+                    let keys = functions::call_keys_all(&bytes);
+                    let mut cmd = redis::cmd("FCALL");
+                    cmd.arg(function).arg(keys.len()).arg(keys);
+                    cmd
+                }
+            };
+            cmd.arg(token).arg(TTL_MS);
+            if *shared {
+                cmd.arg(SHARED);
             }
-            (Via::Module, Call::Release { key, .. }) => {
-                let mut cmd = redis::cmd(RELEASE.name);
-                cmd.arg(KEYS[*key]).arg(token);
-                cmd
-            }
-            (Via::Library, Call::Release { key, .. }) => {
-                let function = functions::function(&RELEASE).expect("served by the library");
-                let keys = functions::call_keys(&RELEASE, KEYS[*key].as_bytes(), false);
-                let mut cmd = redis::cmd("FCALL");
-                cmd.arg(function).arg(keys.len()).arg(keys).arg(token);
-                cmd
-            }
+            cmd
+        }
+        (Via::Module, Call::Release { key, .. }) => {
+            let mut cmd = redis::cmd(RELEASE.name);
+            cmd.arg(KEYS[*key]).arg(token);
+            cmd
+        }
+        (Via::Library, Call::Release { key, .. }) => {
+            let function = functions::function(&RELEASE).expect("served by the library");
+            let keys = functions::call_keys(&RELEASE, KEYS[*key].as_bytes(), false);
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(function).arg(keys.len()).arg(keys).arg(token);
+            cmd
         }
     }
 }
@@ -134,7 +123,7 @@ fn record_client(url: &str, engine: Via, client: u32, start: Instant, until: Ins
             },
         };
         let sent = micros(Instant::now());
-        let reply: redis::RedisResult<redis::Value> = engine.command(&call).query(c);
+        let reply: redis::RedisResult<redis::Value> = command(engine, &call).query(c);
         let end = Some(micros(Instant::now()));
         let reply = match (&call, reply) {
             (_, Err(e)) if e.code() == Some("LOADING") => {
@@ -174,19 +163,19 @@ fn record_client(url: &str, engine: Via, client: u32, start: Instant, until: Ins
 
 #[test]
 fn histories_of_sets_through_a_kill9_are_linearizable_and_a_partial_grant_is_caught() {
-    let s = Server::builder().arg("fencedlock.restart-grace-ms", "0");
-    linearizable_through_a_kill9(with_aof(s, "always").start(), Via::Module);
+    linearizable_through_a_kill9(Via::Module);
 }
 
 #[test]
 fn histories_of_sets_on_the_library_through_a_kill9_are_linearizable_too() {
-    linearizable_through_a_kill9(module_less(with_aof(Server::builder(), "always")), Via::Library);
+    linearizable_through_a_kill9(Via::Library);
 }
 
 /// Three clients take sets of keys on `s` through `engine` while it is killed and restarted;
 /// all-or-nothing read-write locks must explain their history, and not the same history made
 /// to show a partial grant or a stale fence.
-fn linearizable_through_a_kill9(mut s: Server, engine: Via) {
+fn linearizable_through_a_kill9(engine: Via) {
+    let mut s = engine.durable_server();
     let url = s.url();
     let KilledRun { history, killed, restarted } =
         record_through_a_kill9(&mut s, CLIENTS, RUN, |c, start, until| {

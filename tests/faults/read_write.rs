@@ -16,9 +16,8 @@ use harness::{epoch_of, error_text, Server};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::functions::{module_less, with_aof};
 use crate::linearizable::{check, Call, Op, Reply};
-use crate::support::{record_through_a_kill9, KilledRun};
+use crate::support::{record_through_a_kill9, KilledRun, Via};
 
 const TTL_MS: u64 = 20_000;
 
@@ -104,7 +103,7 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
             None => Call::acquire_one(client * 10_000 + n, rng.random_bool(0.6)),
         };
         let token = call.token();
-        let mut cmd = engine.command(&call, key);
+        let mut cmd = command(engine, &call, key);
         cmd.arg(format!("lin-{token}"));
         if let Call::Acquire { shared, .. } = call {
             cmd.arg(60_000);
@@ -142,52 +141,43 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
     ops
 }
 
-/// Which engine the clients of a recorded history talk to.
-#[derive(Debug, Clone, Copy)]
-enum Via {
-    Module,
-    /// The Functions library on a server without the module, with the key's floor.
-    Library,
-}
-
-impl Via {
-    /// `call`'s command up to its token: `ACQUIRE key` / `RELEASE key`, or their `FCALL`.
-    fn command(self, call: &Call, key: &str) -> redis::Cmd {
-        let command = match call {
-            Call::Acquire { .. } => ACQUIRE,
-            Call::Release { .. } => RELEASE,
-        };
-        match self {
-            Via::Module => {
-                let mut cmd = redis::cmd(command.name);
-                cmd.arg(key);
-                cmd
-            }
-            Via::Library => {
-                let function = functions::function(&command).expect("served by the library");
-                let mut cmd = redis::cmd("FCALL");
-                cmd.arg(function).arg(2).arg(key).arg(functions::floor_key(key.as_bytes()));
-                cmd
-            }
+/// `call`'s command through `via` up to its token: `ACQUIRE key` / `RELEASE key`, or their
+/// `FCALL`.
+fn command(via: Via, call: &Call, key: &str) -> redis::Cmd {
+    let command = match call {
+        Call::Acquire { .. } => ACQUIRE,
+        Call::Release { .. } => RELEASE,
+    };
+    match via {
+        Via::Module => {
+            let mut cmd = redis::cmd(command.name);
+            cmd.arg(key);
+            cmd
+        }
+        Via::Library => {
+            let function = functions::function(&command).expect("served by the library");
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(function).arg(2).arg(key).arg(functions::floor_key(key.as_bytes()));
+            cmd
         }
     }
 }
 
 #[test]
 fn histories_through_a_kill9_are_linearizable_and_a_stale_fence_is_caught() {
-    let s = Server::builder().arg("fencedlock.restart-grace-ms", "0");
-    linearizable_through_a_kill9(with_aof(s, "always").start(), Via::Module);
+    linearizable_through_a_kill9(Via::Module);
 }
 
 #[test]
 fn histories_on_the_library_through_a_kill9_are_linearizable_too() {
-    linearizable_through_a_kill9(module_less(with_aof(Server::builder(), "always")), Via::Library);
+    linearizable_through_a_kill9(Via::Library);
 }
 
 /// Three clients read and write on `s` through `engine` while it is killed and restarted;
 /// one read-write lock must explain their history, and not the same history with one stale
 /// fence.
-fn linearizable_through_a_kill9(mut s: Server, engine: Via) {
+fn linearizable_through_a_kill9(engine: Via) {
+    let mut s = engine.durable_server();
     let (url, key) = (s.url(), "lin:rw");
     let KilledRun { history, killed, restarted } =
         record_through_a_kill9(&mut s, CLIENTS, RUN, |c, start, until| {

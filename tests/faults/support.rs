@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use fencedlock_protocol::command::{ACQUIRE, RELEASE, RENEW};
 use harness::redis::{self, aio::MultiplexedConnection, AsyncConnectionConfig, Value};
 use harness::{epoch_of, error_text, Server};
+
+use crate::functions::{module_less, with_aof};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
@@ -437,4 +439,25 @@ pub fn record_through_a_kill9<T: Send>(
         let history = recorders.into_iter().flat_map(|r| r.join().expect("a client panicked")).collect();
         KilledRun { history, killed, restarted }
     })
+}
+
+/// Which engine the clients of a recorded history talk to.
+#[derive(Debug, Clone, Copy)]
+pub enum Via {
+    Module,
+    /// The Functions library on a server without the module, with the keys' floor.
+    Library,
+}
+
+impl Via {
+    /// A server on this engine that keeps every write through a `kill -9` (`appendfsync
+    /// always`); the module's without a restart grace, whose refusals the models do not know.
+    pub fn durable_server(self) -> Server {
+        match self {
+            Via::Module => {
+                with_aof(Server::builder().arg("fencedlock.restart-grace-ms", "0"), "always").start()
+            }
+            Via::Library => module_less(with_aof(Server::builder(), "always")),
+        }
+    }
 }
