@@ -81,6 +81,14 @@ def command(engine: Engine, name: str, key: bytes, rest: Sequence[Union[str, byt
         keys += [_keys.floor_key(key), _keys.wake_key(key)]
     elif name in _contract.TAKES_FLOOR:
         keys.append(_keys.floor_key(key))
+    return _library_call(engine, function, keys, rest)
+
+
+def _library_call(
+    engine: Engine, function: str, keys: Sequence[bytes], rest: Sequence[Union[str, bytes, int]]
+) -> Args:
+    """``FCALL function numkeys keys… rest…``, or the script's ``EVALSHA``, which takes the
+    function's name as its first argument."""
     if engine is Engine.SCRIPT:
         return ("EVALSHA", SCRIPT_SHA, len(keys), *keys, function, *rest)
     return ("FCALL", function, len(keys), *keys, *rest)
@@ -129,11 +137,8 @@ def acquire_all(
         rest += [_contract.LABEL, label]
     if engine is Engine.MODULE:
         return (_contract.ACQUIREALL, len(keys), *keys, *rest)
-    function = _contract.FUNCTIONS[_contract.ACQUIREALL]
     named: List[bytes] = [*keys, _keys.floor_key(keys[0])] if keys else []
-    if engine is Engine.SCRIPT:
-        return ("EVALSHA", SCRIPT_SHA, len(named), *named, function, *rest)
-    return ("FCALL", function, len(named), *named, *rest)
+    return _library_call(engine, _contract.FUNCTIONS[_contract.ACQUIREALL], named, rest)
 
 
 def fence_of(reply: Any) -> Optional[int]:
