@@ -32,9 +32,7 @@ export { LIBRARY };
 export function request(engine: Engine, command: CommandName, key: string, rest: readonly Arg[], waiting = false): Arg[] {
   if (engine === 'module') return [COMMANDS[command], key, ...rest];
   const keys = waiting || takesWake(command) ? [floorKey(key), wakeKey(key)] : takesFloor(command) ? [floorKey(key)] : [];
-  const numkeys = String(1 + keys.length);
-  if (engine === 'functions') return ['FCALL', FUNCTIONS[command], numkeys, key, ...keys, ...rest];
-  return ['EVALSHA', SCRIPT_SHA, numkeys, key, ...keys, FUNCTIONS[command], ...rest];
+  return libraryCall(engine, FUNCTIONS[command], [key, ...keys], rest);
 }
 
 /**
@@ -44,7 +42,11 @@ export function request(engine: Engine, command: CommandName, key: string, rest:
  */
 export function requestAll(engine: Engine, keys: readonly string[], rest: readonly Arg[]): Arg[] {
   if (engine === 'module') return [ACQUIRE_ALL, String(keys.length), ...keys, ...rest];
-  const all = acquireAllKeys(keys);
-  if (engine === 'functions') return ['FCALL', ACQUIRE_ALL_FUNCTION, String(all.length), ...all, ...rest];
-  return ['EVALSHA', SCRIPT_SHA, String(all.length), ...all, ACQUIRE_ALL_FUNCTION, ...rest];
+  return libraryCall(engine, ACQUIRE_ALL_FUNCTION, acquireAllKeys(keys), rest);
+}
+
+/** `FCALL fn numkeys keys… rest…`, or the script's `EVALSHA`, which takes the function's name first. */
+function libraryCall(engine: Engine, fn: string, keys: readonly string[], rest: readonly Arg[]): Arg[] {
+  if (engine === 'script') return ['EVALSHA', SCRIPT_SHA, String(keys.length), ...keys, fn, ...rest];
+  return ['FCALL', fn, String(keys.length), ...keys, ...rest];
 }
