@@ -20,6 +20,29 @@ fn server_ms(server: &Server) -> u64 {
     secs.parse::<u64>().unwrap() * 1000 + micros.parse::<u64>().unwrap() / 1000
 }
 
+/// `hosts` threads, 70 ms out of step, each calling `fire(host)` every 200 ms for `window`:
+/// every exit code they got.
+fn hosts_firing(hosts: usize, window: Duration, fire: impl Fn(usize) -> i32 + Sync) -> Vec<i32> {
+    std::thread::scope(|scope| {
+        let fire = &fire;
+        let threads: Vec<_> = (0..hosts)
+            .map(|host| {
+                scope.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(70 * host as u64));
+                    let until = Instant::now() + window;
+                    let mut codes = Vec::new();
+                    while Instant::now() < until {
+                        codes.push(fire(host));
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                    codes
+                })
+            })
+            .collect();
+        threads.into_iter().flat_map(|t| t.join().expect("host")).collect()
+    })
+}
+
 /// Three "hosts" fire `run --every 3s` every 200 ms, out of step, for 7.5 s; each run takes
 /// 1 s. Successive runs start at least a period apart (on the server's clock, which stamps
 /// them), and the job does run every period.
@@ -30,27 +53,11 @@ fn three_hosts_run_a_job_once_per_period() {
         let ran = p(dir.path(), "ran");
         let script = format!("echo $FENCEDLOCK_FENCE >> '{}'; sleep 1", ran.display());
         let url = server.url();
-        let hosts: Vec<std::thread::JoinHandle<Vec<i32>>> = (0..3u64)
-            .map(|host| {
-                let (url, script) = (url.clone(), script.clone());
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(70 * host));
-                    let until = Instant::now() + Duration::from_millis(7_500);
-                    let mut codes = Vec::new();
-                    while Instant::now() < until {
-                        let label = format!("host-{host}");
-                        let args = [
-                            "run", "-q", "--redis", &url, "-k", "nightly", "--every", "3s", "--label", &label,
-                        ];
-                        let outcome = run(&[&args[..], &["--", "sh", "-c", &script]].concat());
-                        codes.push(outcome.code());
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
-                    codes
-                })
-            })
-            .collect();
-        let codes: Vec<i32> = hosts.into_iter().flat_map(|h| h.join().expect("host")).collect();
+        let codes = hosts_firing(3, Duration::from_millis(7_500), |host| {
+            let label = format!("host-{host}");
+            let args = ["run", "-q", "--redis", &url, "-k", "nightly", "--every", "3s", "--label", &label];
+            run(&[&args[..], &["--", "sh", "-c", &script]].concat()).code()
+        });
         assert!(codes.iter().all(|&c| c == 0 || c == SKIPPED), "{engine}: exit codes {codes:?}");
         let runs = fs::read_to_string(&ran).unwrap_or_default();
         let fences: Vec<u64> = runs.lines().map(|l| l.parse().expect("a fence")).collect();
@@ -147,27 +154,15 @@ fn hosts_with_skewed_clocks_run_a_job_once_per_period() {
         );
         fs::write(&job, script).expect("write the job");
         let window_start = server_ms(&server) as i64;
-        let hosts: Vec<std::thread::JoinHandle<Vec<i32>>> = (0..SKEWS.len())
-            .map(|host| {
-                let (url, job) = (url.clone(), job.display().to_string());
-                std::thread::spawn(move || {
-                    std::thread::sleep(Duration::from_millis(70 * host as u64));
-                    let until = Instant::now() + Duration::from_millis(11_000);
-                    let (label, host_arg) = (format!("host-{host}"), host.to_string());
-                    let args = [
-                        "run", "-q", "--redis", &url, "-k", "skewed", "--every", "4s", "--label", &label,
-                        "--", "sh", &job, &host_arg,
-                    ];
-                    let mut codes = Vec::new();
-                    while Instant::now() < until {
-                        codes.push(spawn_cmd(skewed(SKEWS[host].0).args(args)).finish().code());
-                        std::thread::sleep(Duration::from_millis(200));
-                    }
-                    codes
-                })
-            })
-            .collect();
-        let codes: Vec<i32> = hosts.into_iter().flat_map(|h| h.join().expect("host")).collect();
+        let job = job.display().to_string();
+        let codes = hosts_firing(SKEWS.len(), Duration::from_millis(11_000), |host| {
+            let (label, host_arg) = (format!("host-{host}"), host.to_string());
+            let args = [
+                "run", "-q", "--redis", &url, "-k", "skewed", "--every", "4s", "--label", &label, "--", "sh",
+                &job, &host_arg,
+            ];
+            spawn_cmd(skewed(SKEWS[host].0).args(args)).finish().code()
+        });
         assert!(codes.iter().all(|&c| c == 0 || c == SKIPPED), "{engine}: exit codes {codes:?}");
 
         let runs = fs::read_to_string(&ran).unwrap_or_default();
