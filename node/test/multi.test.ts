@@ -17,7 +17,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
-import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerError, floorKey, type LockerOptions } from 'fencedlock';
+import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerError, floorKey, type Engine, type LockerOptions } from 'fencedlock';
 import { keySlot } from '../src/protocol.js';
 import { CLIENTS, client, type ClientKind } from './support/clients.js';
 import { TestServer, type Setup } from './support/servers.js';
@@ -63,226 +63,380 @@ function fencesRise(leases: Leases): void {
   for (let i = 1; i < fences.length; i++) assert.ok((fences[i] ?? 0n) > (fences[i - 1] ?? 0n), `fences rise in the order named: ${fences.join(', ')}`);
 }
 
-describe('acquireAll on the module: one ACQUIREALL', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await TestServer.start({ setup: 'module' });
-  });
-  after(() => server.stop());
+/** A lock command as `SLOWLOG` shows it, on either engine: the function, its keys, and the arguments after them. */
+interface LockCall {
+  readonly fn: string;
+  readonly keys: string[];
+  readonly args: string[];
+}
 
-  for (const kind of CLIENTS) {
-    test(`${kind}: a set is one ACQUIREALL for one token, fences rising in the order named, each key held`, async () => {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000 });
-      const keys = [`one:${kind}:b`, `one:${kind}:c`, `one:${kind}:a`];
-      try {
-        await server.admin(['CONFIG', 'RESETSTAT']);
-        await server.admin(['SLOWLOG', 'RESET']);
-        await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '0']);
-        const leases = await locker.acquireAll(keys);
-        const calls = await commandCalls(server);
-        assert.equal(callsOf(calls, 'fencedlock.acquireall'), 1, 'one ACQUIREALL');
-        assert.equal(callsOf(calls, 'fencedlock.acquire'), 0, 'no ACQUIRE');
-        assert.equal(callsOf(calls, 'command|info'), 2, 'COMMAND INFO for the engine, then for ACQUIREALL');
-        assert.ok(leases instanceof Leases);
-        assert.equal(leases.size, 3);
-        assert.deepEqual([...leases].map((lease) => lease.key), keys, 'the leases in the order named');
-        assert.deepEqual(leases.keys, keys);
-        fencesRise(leases);
-        for (const key of keys) {
-          const lease = leases.get(key);
-          assert.ok(lease && lease.key === key && lease.isValid());
-          const status = await locker.status(key);
-          assert.equal(status?.fence, lease.fence, `STATUS of ${key} shows its fence`);
-          assert.equal(status?.holders.length, 1);
-          assert.equal(status?.holders[0]?.fence, lease.fence);
-        }
-        assert.equal(leases.get('not-in-the-set'), undefined);
-        assert.equal(await leases.release(), true, 'each was still held');
-        for (const key of keys) assert.equal(await holders(locker, key), 0, `${key} released`);
-        await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
-
-        // One token: the one ACQUIREALL's, and every lease released with it.
-        const log = await slowlog(server);
-        const acquireAll = log.filter((argv) => argv[0]?.toUpperCase() === 'FENCEDLOCK.ACQUIREALL');
-        assert.equal(acquireAll.length, 1);
-        assert.deepEqual(acquireAll[0]?.slice(1, 5), ['3', ...keys]);
-        const token = acquireAll[0]?.[5];
-        assert.match(token ?? '', /^[0-9a-f]{32}$/);
-        const releases = log.filter((argv) => argv[0]?.toUpperCase() === 'FENCEDLOCK.RELEASE');
-        assert.deepEqual(releases.map((argv) => argv[1]).sort(), [...keys].sort());
-        for (const argv of releases) assert.equal(argv[2], token, `${argv[1]} released with the set's token`);
-
-        // Asked once per server: another set sends no COMMAND INFO.
-        const again = await locker.acquireAll([`one:${kind}:d`, `one:${kind}:e`]);
-        const later = await commandCalls(server);
-        assert.equal(callsOf(later, 'fencedlock.acquireall'), 2);
-        assert.equal(callsOf(later, 'command|info'), 2, 'the answer is cached');
-        await again.release();
-      } finally {
-        await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
-        await locker.close();
-        await c.close();
-      }
-    });
-
-    test(`${kind}: a busy key refuses the set, the error names it, and no other key is created`, async () => {
-      const c = await client(kind, server.port);
-      const r = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000 });
-      const rival = new Locker(r.client, { ttl: 10_000 });
-      const [a, b, cc] = [`busy:${kind}:a`, `busy:${kind}:b`, `busy:${kind}:c`];
-      try {
-        const held = await rival.acquire(b);
-        assert.ok(held);
-        await server.admin(['CONFIG', 'RESETSTAT']);
-        const once = await locker.tryAcquireAll([a, b, cc]).catch((e: unknown) => e);
-        assert.ok(once instanceof ContendedError, String(once));
-        assert.equal(once.key, b, 'names the key held');
-        const started = performance.now();
-        const waited = await locker.acquireAll([cc, b, a], { wait: 400 }).catch((e: unknown) => e);
-        assert.ok(waited instanceof ContendedError, String(waited));
-        assert.equal(waited.key, b);
-        assert.ok(performance.now() - started >= 400, 'waited the wait out');
-        assert.equal(await exists(server, a), 0, `${a} never created`);
-        assert.equal(await exists(server, cc), 0, `${cc} never created`);
-        const calls = await commandCalls(server);
-        assert.ok(callsOf(calls, 'fencedlock.acquireall') >= 3, 'whole attempts, retried');
-        assert.equal(callsOf(calls, 'fencedlock.acquire'), 0);
-        assert.equal((await rival.status(b))?.holders[0]?.fence, held.fence, 'the holder keeps its lease');
-        await held.release();
-        const leases = await locker.tryAcquireAll([a, b, cc]);
-        assert.ok([...leases].every((lease) => lease.fence > 0n));
-        assert.ok((leases.get(b)?.fence ?? 0n) > held.fence);
-        await leases.release();
-      } finally {
-        await locker.close();
-        await rival.close();
-        await c.close();
-        await r.close();
-      }
-    });
-
-    test(`${kind}: a waiter holds nothing meanwhile and gets the set right after the last key is released`, async () => {
-      const c = await client(kind, server.port);
-      const r = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000 });
-      const rival = new Locker(r.client, { ttl: 10_000 });
-      const [a, b, cc] = [`wait:${kind}:a`, `wait:${kind}:b`, `wait:${kind}:c`];
-      try {
-        const heldB = await rival.acquire(b);
-        const heldC = await rival.acquire(cc);
-        assert.ok(heldB && heldC);
-        let settled = false;
-        const waiting = locker.acquireAll([cc, a, b], { wait: 10_000 }).finally(() => (settled = true));
-        await sleep(300);
-        assert.equal(await exists(server, a), 0, `the free ${a} is not taken while the others are busy`);
-        await heldB.release();
-        await sleep(300);
-        assert.equal(settled, false, 'still waiting for the last key');
-        assert.equal(await exists(server, a), 0);
-        assert.equal(await holders(locker, b), 0, `${b} not held by the waiter either`);
-        const releasedAt = performance.now();
-        await heldC.release();
-        const leases = await waiting;
-        const took = performance.now() - releasedAt;
-        assert.ok(took < 700, `granted ${took.toFixed(0)} ms after the last release (backoff at most 400 ms)`);
-        assert.deepEqual(leases.keys, [cc, a, b]);
-        assert.ok((leases.get(b)?.fence ?? 0n) > heldB.fence && (leases.get(cc)?.fence ?? 0n) > heldC.fence);
-        await leases.release();
-      } finally {
-        await locker.close();
-        await rival.close();
-        await c.close();
-        await r.close();
-      }
-    });
-
-    test(`${kind}: an attempt whose reply was lost is sent again with the same token and re-entered`, async () => {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000, timeout: 150 });
-      const keys = [`lost:${kind}:a`, `lost:${kind}:b`];
-      try {
-        await (await locker.acquireAll([`lost:${kind}:warm`])).release(); // engine and ACQUIREALL asked before the stop
-        server.signal('SIGSTOP');
-        const taking = locker.acquireAll(keys, { wait: 5000 });
-        await sleep(600); // a few attempts time out, queued on the stopped server
-        server.signal('SIGCONT');
-        const leases = await taking;
-        for (const lease of leases) {
-          const status = await locker.status(lease.key);
-          assert.equal(status?.fence, lease.fence, `${lease.key}: the first grant's fence, re-entered`);
-          assert.equal(status?.holders.length, 1);
-        }
-        assert.equal(await leases.release(), true);
-      } finally {
-        server.signal('SIGCONT');
-        await locker.close();
-        await c.close();
-      }
-    });
-
-    test(`${kind}: a final attempt that may have been granted releases every key`, async () => {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000, timeout: 150 });
-      const keys = [`maybe:${kind}:a`, `maybe:${kind}:b`];
-      try {
-        await (await locker.acquireAll([`maybe:${kind}:warm`])).release();
-        server.signal('SIGSTOP');
-        const err = await locker.tryAcquireAll(keys).catch((e: unknown) => e);
-        server.signal('SIGCONT');
-        assert.ok(err instanceof ServerError && err.kind === 'TimedOut', String(err));
-        // The queued ACQUIREALL ran once the server went on, and the releases queued after it.
-        await sleep(200);
-        for (const key of keys) {
-          assert.equal(await exists(server, key), 1, `${key} was granted late`);
-          assert.equal(await holders(locker, key), 0, `${key} released by the set's token`);
-        }
-      } finally {
-        server.signal('SIGCONT');
-        await locker.close();
-        await c.close();
-      }
-    });
-
-    test(`${kind}: more than 64 keys go key by key`, async () => {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000 });
-      const keys = Array.from({ length: 65 }, (_, i) => `many:${kind}:${i}`);
-      try {
-        await server.admin(['CONFIG', 'RESETSTAT']);
-        const leases = await locker.acquireAll(keys);
-        const calls = await commandCalls(server);
-        assert.equal(callsOf(calls, 'fencedlock.acquireall'), 0);
-        assert.equal(callsOf(calls, 'fencedlock.acquire'), 65);
-        assert.deepEqual(leases.keys, keys);
-        assert.equal(await leases.release(), true);
-      } finally {
-        await locker.close();
-        await c.close();
-      }
-    });
-
-    test(`${kind}: no keys, a key named twice or a bad key is refused before anything is sent`, async () => {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client);
-      try {
-        await server.admin(['CONFIG', 'RESETSTAT']);
-        for (const keys of [[], ['d:a', 'd:b', 'd:a'], ['d:a', ''], ['d:a', 'd:\n']]) {
-          await assert.rejects(locker.acquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
-          await assert.rejects(locker.tryAcquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
-        }
-        await assert.rejects(locker.acquireAll('d:a' as unknown as string[]), InvalidArgumentError);
-        await assert.rejects(locker.acquireAll(['d:a'], { ttl: 0 }), InvalidArgumentError);
-        const calls = await commandCalls(server);
-        assert.deepEqual([...calls.keys()].filter((name) => name !== 'config|resetstat' && name !== 'info'), [], 'nothing sent');
-      } finally {
-        await locker.close();
-        await c.close();
-      }
-    });
+/**
+ * The lock commands among `log`, each named as the library names it (`fencedlock_acquireall`):
+ * the library's `FCALL fn n keys… args…` or `EVALSHA sha n keys… fn args…`, and the module's
+ * `FENCEDLOCK.ACQUIREALL n keys… args…` or `FENCEDLOCK.<NAME> key args…`.
+ */
+function lockCalls(log: readonly string[][]): LockCall[] {
+  const calls: LockCall[] = [];
+  for (const argv of log) {
+    const name = argv[0]?.toUpperCase() ?? '';
+    const n = Number(argv[2]);
+    if (name === 'FCALL' || name === 'FCALL_RO') calls.push({ fn: argv[1] ?? '', keys: argv.slice(3, 3 + n), args: argv.slice(3 + n) });
+    if (name === 'EVALSHA' || name === 'EVALSHA_RO') calls.push({ fn: argv[3 + n] ?? '', keys: argv.slice(3, 3 + n), args: argv.slice(4 + n) });
+    if (name === 'FENCEDLOCK.ACQUIREALL') {
+      const count = Number(argv[1]);
+      calls.push({ fn: 'fencedlock_acquireall', keys: argv.slice(2, 2 + count), args: argv.slice(2 + count) });
+    } else if (name.startsWith('FENCEDLOCK.')) {
+      calls.push({ fn: `fencedlock_${name.slice('FENCEDLOCK.'.length).toLowerCase()}`, keys: argv.slice(1, 2), args: argv.slice(2) });
+    }
   }
-});
+  return calls;
+}
+
+function callsTo(calls: readonly LockCall[], fn: string): LockCall[] {
+  return calls.filter((call) => call.fn === fn);
+}
+
+/** Logs every command from now on (`SLOWLOG`, threshold 0), from an empty log and zeroed `INFO commandstats`. */
+async function logEverything(server: TestServer): Promise<void> {
+  await server.admin(['CONFIG', 'RESETSTAT']);
+  await server.admin(['CONFIG', 'SET', 'slowlog-max-len', '100000']);
+  await server.admin(['SLOWLOG', 'RESET']);
+  await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '0']);
+}
+
+/** Stops logging and hands back the lock commands logged. */
+async function loggedCalls(server: TestServer): Promise<LockCall[]> {
+  await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+  return lockCalls(await slowlog(server));
+}
+
+function slotsOf(keys: readonly string[]): Set<number> {
+  return new Set(keys.map((key) => keySlot(Buffer.from(key))));
+}
+
+/** An engine that takes a set of one slot in one call, and how the tests see that call. */
+interface Form {
+  readonly engine: Engine;
+  /** The server to start. */
+  readonly setup: Setup;
+  /** The suite's name. */
+  readonly title: string;
+  /** The command a set is, as `INFO commandstats` counts it. */
+  readonly command: string;
+  /** The command each key is when a set goes key by key, as `INFO commandstats` counts it. */
+  readonly keyCommand: string;
+  /** The keys the set's one call names: the module's the keys as named; the library's those, then their floor key. */
+  callKeys(keys: readonly string[]): string[];
+  /**
+   * Whether a test that counts commands first warms its lockers (the engine detected, its
+   * commands sent before the count): the library's detection sends `FCALL`s (`EVALSHA`s) of
+   * its own, while on the module a cold locker's `COMMAND INFO`s are part of what is counted.
+   */
+  readonly warm: boolean;
+}
+
+/** The library's keys of a set: the keys as named, then their floor key. */
+function withFloor(keys: readonly string[]): string[] {
+  return [...keys, floorKey(keys[0] ?? '')];
+}
+
+/**
+ * The module (`FENCEDLOCK.ACQUIREALL`), the Functions library (`FCALL`), and the library's
+ * script (`EVALSHA`) where `FUNCTION` is denied: a set of one slot is one call for one token on
+ * each.
+ */
+const FORMS: readonly Form[] = [
+  { engine: 'module', setup: 'module', title: 'acquireAll on the module: one ACQUIREALL', command: 'fencedlock.acquireall', keyCommand: 'fencedlock.acquire', callKeys: (keys) => [...keys], warm: false },
+  { engine: 'functions', setup: 'managed', title: 'acquireAll on the library (functions): keys of one slot in one fencedlock_acquireall', command: 'fcall', keyCommand: 'fcall', callKeys: withFloor, warm: true },
+  { engine: 'script', setup: 'managed-no-function', title: 'acquireAll on the library (script): keys of one slot in one fencedlock_acquireall', command: 'evalsha', keyCommand: 'evalsha', callKeys: withFloor, warm: true },
+];
+
+/** The two library forms: the Functions library (`FCALL`), and its script (`EVALSHA`) where `FUNCTION` is denied. */
+const LIBRARY_FORMS = FORMS.filter((form) => form.engine !== 'module');
+
+for (const form of FORMS) {
+  const { engine, setup, command } = form;
+  const module = engine === 'module';
+  const CALL = module ? 'ACQUIREALL' : command.toUpperCase();
+  describe(form.title, () => {
+    let server: TestServer;
+    before(async () => {
+      server = await TestServer.start({ setup });
+    });
+    after(async () => {
+      server.signal('SIGCONT');
+      await server.stop();
+    });
+
+    /**
+     * A locker on its own client; `warm`: with the engine known (its detection's commands done
+     * before the test's).
+     */
+    async function openLocker(kind: ClientKind, options: LockerOptions = {}, warm = true): Promise<{ locker: Locker; close(): Promise<void> }> {
+      const c = await client(kind, server.port);
+      const locker = new Locker(c.client, { ttl: 10_000, ...options });
+      const close = async (): Promise<void> => {
+        await locker.close();
+        await c.close();
+      };
+      if (!warm) return { locker, close };
+      try {
+        await (await locker.acquireAll([`{warm}:${kind}:${Math.random()}`])).release();
+        assert.equal(await locker.engine(), engine);
+      } catch (err) {
+        await close();
+        throw err;
+      }
+      return { locker, close };
+    }
+
+    for (const kind of CLIENTS) {
+      test(`${kind}: a set of one slot is one ${CALL} for one token, ${module ? 'its keys as named' : 'the floor key last'}, fences rising in the order named, each key held`, async () => {
+        const { locker, close } = await openLocker(kind, {}, form.warm);
+        const tag = `{one-${kind}-${engine}}`;
+        const keys = [`${tag}:b`, `${tag}:c`, `${tag}:a`];
+        try {
+          await logEverything(server);
+          const leases = await locker.acquireAll(keys);
+          const stats = await commandCalls(server);
+          assert.equal(callsOf(stats, command), 1, `one ${CALL}`);
+          if (module) {
+            assert.equal(callsOf(stats, 'fencedlock.acquire'), 0, 'no ACQUIRE');
+            assert.equal(callsOf(stats, 'command|info'), 2, 'COMMAND INFO for the engine, then for ACQUIREALL');
+          }
+          assert.ok(leases instanceof Leases);
+          assert.equal(leases.size, 3);
+          assert.deepEqual([...leases].map((lease) => lease.key), keys, 'the leases in the order named');
+          assert.deepEqual(leases.keys, keys);
+          fencesRise(leases);
+          for (const key of keys) {
+            const lease = leases.get(key);
+            assert.ok(lease && lease.key === key && lease.isValid(), `${key}: a valid lease`);
+            const status = await locker.status(key);
+            assert.equal(status?.fence, lease.fence, `STATUS of ${key} shows its fence`);
+            assert.equal(status?.holders.length, 1);
+            assert.equal(status?.holders[0]?.fence, lease.fence, `STATUS of ${key} shows its holder's fence`);
+          }
+          assert.equal(leases.get('not-in-the-set'), undefined);
+          assert.equal(await leases.release(), true, 'each was still held');
+          for (const key of keys) assert.equal(await holders(locker, key), 0, `${key} released`);
+
+          // One token: the one call's, and every lease released with it.
+          const calls = await loggedCalls(server);
+          const all = callsTo(calls, 'fencedlock_acquireall');
+          assert.equal(all.length, 1, 'one fencedlock_acquireall');
+          assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0, 'no key by key');
+          assert.deepEqual(all[0]?.keys, form.callKeys(keys), module ? 'the keys in the order named' : 'the keys in the order named, then their floor key');
+          const token = all[0]?.args[0];
+          assert.match(token ?? '', /^[0-9a-f]{32}$/);
+          const releases = callsTo(calls, 'fencedlock_release');
+          assert.deepEqual(releases.map((call) => call.keys[0]).sort(), [...keys].sort());
+          for (const call of releases) assert.equal(call.args[0], token, `${call.keys[0]} released with the set's one token`);
+
+          // Asked once per server: another set sends no COMMAND INFO.
+          const again = await locker.acquireAll([`${tag}:d`, `${tag}:e`]);
+          if (module) {
+            const later = await commandCalls(server);
+            assert.equal(callsOf(later, command), 2);
+            assert.equal(callsOf(later, 'command|info'), 2, 'the answer is cached');
+          }
+          assert.ok(again.isValid());
+          await again.release();
+
+          // tryAcquireAll takes the same path.
+          await server.admin(['CONFIG', 'RESETSTAT']);
+          const tried = await locker.tryAcquireAll([`${tag}:f`, `${tag}:g`]);
+          assert.equal(callsOf(await commandCalls(server), command), 1);
+          assert.ok(tried.isValid());
+          await tried.release();
+        } finally {
+          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await close();
+        }
+      });
+
+      test(`${kind}: a busy key refuses the set, the error names it, and no other key is created`, async () => {
+        const { locker, close } = await openLocker(kind, {}, form.warm);
+        const rival = await openLocker(kind, {}, form.warm);
+        const tag = `{busy-${kind}-${engine}}`;
+        const [a, b, cc] = [`${tag}:a`, `${tag}:b`, `${tag}:c`];
+        try {
+          const held = await rival.locker.acquire(b);
+          assert.ok(held);
+          await logEverything(server);
+          const once = await locker.tryAcquireAll([a, b, cc]).catch((e: unknown) => e);
+          assert.ok(once instanceof ContendedError, String(once));
+          assert.equal(once.key, b, 'names the key held');
+          const started = performance.now();
+          const waited = await locker.acquireAll([cc, b, a], { wait: 400 }).catch((e: unknown) => e);
+          assert.ok(waited instanceof ContendedError, String(waited));
+          assert.equal(waited.key, b);
+          assert.ok(performance.now() - started >= 400, 'waited the wait out');
+          assert.equal(await exists(server, a), 0, `${a} never created`);
+          assert.equal(await exists(server, cc), 0, `${cc} never created`);
+          if (module) {
+            const stats = await commandCalls(server);
+            assert.ok(callsOf(stats, command) >= 3, 'whole attempts, retried');
+            assert.equal(callsOf(stats, 'fencedlock.acquire'), 0);
+          }
+          const calls = await loggedCalls(server);
+          assert.ok(callsTo(calls, 'fencedlock_acquireall').length >= 3, 'whole attempts, retried');
+          assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0, 'no key by key');
+          assert.equal(new Set(callsTo(calls, 'fencedlock_acquireall').slice(1).map((call) => call.args[0])).size, 1, 'the waiting call retries with one token');
+          assert.equal((await rival.locker.status(b))?.holders[0]?.fence, held.fence, 'the holder keeps its lease');
+          await held.release();
+          const leases = await locker.tryAcquireAll([a, b, cc]);
+          assert.ok([...leases].every((lease) => lease.fence > 0n));
+          assert.ok(leases.isValid());
+          assert.ok((leases.get(b)?.fence ?? 0n) > held.fence);
+          await leases.release();
+        } finally {
+          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await close();
+          await rival.close();
+        }
+      });
+
+      if (module) {
+        test(`${kind}: a waiter holds nothing meanwhile and gets the set right after the last key is released`, async () => {
+          const c = await client(kind, server.port);
+          const r = await client(kind, server.port);
+          const locker = new Locker(c.client, { ttl: 10_000 });
+          const rival = new Locker(r.client, { ttl: 10_000 });
+          const [a, b, cc] = [`wait:${kind}:a`, `wait:${kind}:b`, `wait:${kind}:c`];
+          try {
+            const heldB = await rival.acquire(b);
+            const heldC = await rival.acquire(cc);
+            assert.ok(heldB && heldC);
+            let settled = false;
+            const waiting = locker.acquireAll([cc, a, b], { wait: 10_000 }).finally(() => (settled = true));
+            await sleep(300);
+            assert.equal(await exists(server, a), 0, `the free ${a} is not taken while the others are busy`);
+            await heldB.release();
+            await sleep(300);
+            assert.equal(settled, false, 'still waiting for the last key');
+            assert.equal(await exists(server, a), 0);
+            assert.equal(await holders(locker, b), 0, `${b} not held by the waiter either`);
+            const releasedAt = performance.now();
+            await heldC.release();
+            const leases = await waiting;
+            const took = performance.now() - releasedAt;
+            assert.ok(took < 700, `granted ${took.toFixed(0)} ms after the last release (backoff at most 400 ms)`);
+            assert.deepEqual(leases.keys, [cc, a, b]);
+            assert.ok((leases.get(b)?.fence ?? 0n) > heldB.fence && (leases.get(cc)?.fence ?? 0n) > heldC.fence);
+            await leases.release();
+          } finally {
+            await locker.close();
+            await rival.close();
+            await c.close();
+            await r.close();
+          }
+        });
+      }
+
+      test(`${kind}: an attempt whose reply was lost is sent again with the same token and re-entered`, async () => {
+        // The engine (and, on the module, ACQUIREALL) asked before the stop.
+        const { locker, close } = await openLocker(kind, { timeout: 150 });
+        const keys = [`{lost-${kind}-${engine}}:a`, `{lost-${kind}-${engine}}:b`];
+        try {
+          server.signal('SIGSTOP');
+          const taking = locker.acquireAll(keys, { wait: 5000 });
+          await sleep(600); // a few attempts time out, queued on the stopped server
+          server.signal('SIGCONT');
+          const leases = await taking;
+          for (const lease of leases) {
+            const status = await locker.status(lease.key);
+            assert.equal(status?.fence, lease.fence, `${lease.key}: the first grant's fence, re-entered`);
+            assert.equal(status?.holders.length, 1);
+          }
+          assert.equal(await leases.release(), true);
+        } finally {
+          server.signal('SIGCONT');
+          await close();
+        }
+      });
+
+      test(`${kind}: a final attempt that may have been granted releases every key`, async () => {
+        const { locker, close } = await openLocker(kind, { timeout: 150 });
+        const keys = [`{maybe-${kind}-${engine}}:a`, `{maybe-${kind}-${engine}}:b`];
+        try {
+          server.signal('SIGSTOP');
+          const err = await locker.tryAcquireAll(keys).catch((e: unknown) => e);
+          server.signal('SIGCONT');
+          assert.ok(err instanceof ServerError && err.kind === 'TimedOut', String(err));
+          // The queued call ran once the server went on, and the releases queued after it.
+          await sleep(200);
+          for (const key of keys) {
+            assert.equal(await exists(server, key), 1, `${key} was granted late`);
+            assert.equal(await holders(locker, key), 0, `${key} released by the set's token`);
+          }
+        } finally {
+          server.signal('SIGCONT');
+          await close();
+        }
+      });
+
+      if (!module) {
+        test(`${kind}: a ${engine === 'script' ? 'script' : 'library'} the server lost is loaded again, and the set is still taken in one call`, async () => {
+          const { locker, close } = await openLocker(kind);
+          const keys = [`{reload-${kind}-${engine}}:a`, `{reload-${kind}-${engine}}:b`];
+          try {
+            await server.admin(engine === 'script' ? ['SCRIPT', 'FLUSH'] : ['FUNCTION', 'DELETE', 'fencedlock']);
+            await logEverything(server);
+            const leases = await locker.acquireAll(keys);
+            const calls = await loggedCalls(server);
+            assert.ok(leases.isValid());
+            const all = callsTo(calls, 'fencedlock_acquireall');
+            assert.ok(all.length >= 1 && new Set(all.map((call) => call.args[0])).size === 1, 'fencedlock_acquireall, sent again with its one token');
+            assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0);
+            for (const lease of leases) assert.equal((await locker.status(lease.key))?.holders[0]?.fence, lease.fence);
+            assert.equal(await leases.release(), true);
+          } finally {
+            await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+            await close();
+          }
+        });
+      }
+
+      test(`${kind}: more than 64 keys of one slot go key by key`, async () => {
+        const { locker, close } = await openLocker(kind, {}, form.warm);
+        const keys = Array.from({ length: 65 }, (_, i) => `{many-${kind}-${engine}}:${i}`);
+        try {
+          await server.admin(['CONFIG', 'RESETSTAT']);
+          const leases = await locker.acquireAll(keys);
+          const calls = await commandCalls(server);
+          if (module) assert.equal(callsOf(calls, command), 0);
+          assert.equal(callsOf(calls, form.keyCommand), 65, 'one call per key');
+          assert.deepEqual(leases.keys, keys);
+          assert.equal(await leases.release(), true);
+        } finally {
+          await close();
+        }
+      });
+
+      if (module) {
+        test(`${kind}: no keys, a key named twice or a bad key is refused before anything is sent`, async () => {
+          const c = await client(kind, server.port);
+          const locker = new Locker(c.client);
+          try {
+            await server.admin(['CONFIG', 'RESETSTAT']);
+            for (const keys of [[], ['d:a', 'd:b', 'd:a'], ['d:a', ''], ['d:a', 'd:\n']]) {
+              await assert.rejects(locker.acquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
+              await assert.rejects(locker.tryAcquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
+            }
+            await assert.rejects(locker.acquireAll('d:a' as unknown as string[]), InvalidArgumentError);
+            await assert.rejects(locker.acquireAll(['d:a'], { ttl: 0 }), InvalidArgumentError);
+            const calls = await commandCalls(server);
+            assert.deepEqual([...calls.keys()].filter((name) => name !== 'config|resetstat' && name !== 'info'), [], 'nothing sent');
+          } finally {
+            await locker.close();
+            await c.close();
+          }
+        });
+      }
+    }
+  });
+}
 
 describe('acquireAll where the module is not asked: a server that hides COMMAND', () => {
   let server: TestServer;
@@ -342,243 +496,7 @@ describe('acquireAll where COMMAND INFO does not know ACQUIREALL (the module eng
   }
 });
 
-/** The two library forms: the Functions library (`FCALL`), and its script (`EVALSHA`) where `FUNCTION` is denied. */
-const LIBRARY_FORMS: readonly { engine: 'functions' | 'script'; setup: Setup; command: string }[] = [
-  { engine: 'functions', setup: 'managed', command: 'fcall' },
-  { engine: 'script', setup: 'managed-no-function', command: 'evalsha' },
-];
-
-/** A library call as `SLOWLOG` shows it: the function, its keys, and the arguments after them. */
-interface LibraryCall {
-  readonly fn: string;
-  readonly keys: string[];
-  readonly args: string[];
-}
-
-/** The library calls among `log` (`FCALL fn n keys… args…` or `EVALSHA sha n keys… fn args…`). */
-function libraryCalls(log: readonly string[][]): LibraryCall[] {
-  const calls: LibraryCall[] = [];
-  for (const argv of log) {
-    const name = argv[0]?.toUpperCase();
-    const n = Number(argv[2]);
-    if (name === 'FCALL' || name === 'FCALL_RO') calls.push({ fn: argv[1] ?? '', keys: argv.slice(3, 3 + n), args: argv.slice(3 + n) });
-    if (name === 'EVALSHA' || name === 'EVALSHA_RO') calls.push({ fn: argv[3 + n] ?? '', keys: argv.slice(3, 3 + n), args: argv.slice(4 + n) });
-  }
-  return calls;
-}
-
-function callsTo(calls: readonly LibraryCall[], fn: string): LibraryCall[] {
-  return calls.filter((call) => call.fn === fn);
-}
-
-/** Logs every command from now on (`SLOWLOG`, threshold 0), from an empty log and zeroed `INFO commandstats`. */
-async function logEverything(server: TestServer): Promise<void> {
-  await server.admin(['CONFIG', 'RESETSTAT']);
-  await server.admin(['CONFIG', 'SET', 'slowlog-max-len', '100000']);
-  await server.admin(['SLOWLOG', 'RESET']);
-  await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '0']);
-}
-
-/** Stops logging and hands back the library calls logged. */
-async function loggedCalls(server: TestServer): Promise<LibraryCall[]> {
-  await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
-  return libraryCalls(await slowlog(server));
-}
-
-function slotsOf(keys: readonly string[]): Set<number> {
-  return new Set(keys.map((key) => keySlot(Buffer.from(key))));
-}
-
-for (const { engine, setup, command } of LIBRARY_FORMS) {
-  describe(`acquireAll on the library (${engine}): keys of one slot in one fencedlock_acquireall`, () => {
-    let server: TestServer;
-    before(async () => {
-      server = await TestServer.start({ setup });
-    });
-    after(async () => {
-      server.signal('SIGCONT');
-      await server.stop();
-    });
-
-    /** A locker on its own client with the engine known (its detection's commands done before the test's). */
-    async function warmLocker(kind: ClientKind, options: LockerOptions = {}): Promise<{ locker: Locker; close(): Promise<void> }> {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000, ...options });
-      try {
-        await (await locker.acquireAll([`{warm}:${kind}:${Math.random()}`])).release();
-        assert.equal(await locker.engine(), engine);
-      } catch (err) {
-        await locker.close();
-        await c.close();
-        throw err;
-      }
-      return {
-        locker,
-        close: async () => {
-          await locker.close();
-          await c.close();
-        },
-      };
-    }
-
-    for (const kind of CLIENTS) {
-      test(`${kind}: a set of one slot is one ${command.toUpperCase()} for one token, the floor key last, every lease valid`, async () => {
-        const { locker, close } = await warmLocker(kind);
-        const tag = `{one-${kind}-${engine}}`;
-        const keys = [`${tag}:b`, `${tag}:c`, `${tag}:a`];
-        try {
-          await logEverything(server);
-          const leases = await locker.acquireAll(keys);
-          const stats = await commandCalls(server);
-          assert.equal(callsOf(stats, command), 1, `one ${command.toUpperCase()}`);
-          assert.deepEqual(leases.keys, keys, 'the leases in the order named');
-          fencesRise(leases);
-          for (const key of keys) {
-            const lease = leases.get(key);
-            assert.ok(lease && lease.isValid(), `${key}: a valid lease`);
-            const status = await locker.status(key);
-            assert.equal(status?.holders.length, 1);
-            assert.equal(status?.holders[0]?.fence, lease.fence, `STATUS of ${key} shows its fence`);
-          }
-          assert.equal(await leases.release(), true, 'each was still held');
-          for (const key of keys) assert.equal(await holders(locker, key), 0, `${key} released`);
-
-          const calls = await loggedCalls(server);
-          const all = callsTo(calls, 'fencedlock_acquireall');
-          assert.equal(all.length, 1, 'one fencedlock_acquireall');
-          assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0, 'no key by key');
-          assert.deepEqual(all[0]?.keys, [...keys, floorKey(keys[0] ?? '')], 'the keys in the order named, then their floor key');
-          const token = all[0]?.args[0];
-          assert.match(token ?? '', /^[0-9a-f]{32}$/);
-          const releases = callsTo(calls, 'fencedlock_release');
-          assert.deepEqual(releases.map((call) => call.keys[0]).sort(), [...keys].sort());
-          for (const call of releases) assert.equal(call.args[0], token, `${call.keys[0]} released with the set's one token`);
-
-          // tryAcquireAll takes the same path.
-          await server.admin(['CONFIG', 'RESETSTAT']);
-          const again = await locker.tryAcquireAll([`${tag}:d`, `${tag}:e`]);
-          assert.equal(callsOf(await commandCalls(server), command), 1);
-          assert.ok(again.isValid());
-          await again.release();
-        } finally {
-          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
-          await close();
-        }
-      });
-
-      test(`${kind}: a busy key refuses the set, the error names it, and no other key is created`, async () => {
-        const { locker, close } = await warmLocker(kind);
-        const rival = await warmLocker(kind);
-        const tag = `{busy-${kind}-${engine}}`;
-        const [a, b, cc] = [`${tag}:a`, `${tag}:b`, `${tag}:c`];
-        try {
-          const held = await rival.locker.acquire(b);
-          assert.ok(held);
-          await logEverything(server);
-          const once = await locker.tryAcquireAll([a, b, cc]).catch((e: unknown) => e);
-          assert.ok(once instanceof ContendedError, String(once));
-          assert.equal(once.key, b, 'names the key held');
-          const started = performance.now();
-          const waited = await locker.acquireAll([cc, b, a], { wait: 400 }).catch((e: unknown) => e);
-          assert.ok(waited instanceof ContendedError, String(waited));
-          assert.equal(waited.key, b);
-          assert.ok(performance.now() - started >= 400, 'waited the wait out');
-          assert.equal(await exists(server, a), 0, `${a} never created`);
-          assert.equal(await exists(server, cc), 0, `${cc} never created`);
-          const calls = await loggedCalls(server);
-          assert.ok(callsTo(calls, 'fencedlock_acquireall').length >= 3, 'whole attempts, retried');
-          assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0, 'no key by key');
-          assert.equal(new Set(callsTo(calls, 'fencedlock_acquireall').slice(1).map((call) => call.args[0])).size, 1, 'the waiting call retries with one token');
-          assert.equal((await rival.locker.status(b))?.holders[0]?.fence, held.fence, 'the holder keeps its lease');
-          await held.release();
-          const leases = await locker.tryAcquireAll([a, b, cc]);
-          assert.ok(leases.isValid());
-          assert.ok((leases.get(b)?.fence ?? 0n) > held.fence);
-          await leases.release();
-        } finally {
-          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
-          await close();
-          await rival.close();
-        }
-      });
-
-      test(`${kind}: an attempt whose reply was lost is sent again with the same token and re-entered`, async () => {
-        const { locker, close } = await warmLocker(kind, { timeout: 150 });
-        const keys = [`{lost-${kind}-${engine}}:a`, `{lost-${kind}-${engine}}:b`];
-        try {
-          server.signal('SIGSTOP');
-          const taking = locker.acquireAll(keys, { wait: 5000 });
-          await sleep(600); // a few attempts time out, queued on the stopped server
-          server.signal('SIGCONT');
-          const leases = await taking;
-          for (const lease of leases) {
-            const status = await locker.status(lease.key);
-            assert.equal(status?.fence, lease.fence, `${lease.key}: the first grant's fence, re-entered`);
-            assert.equal(status?.holders.length, 1);
-          }
-          assert.equal(await leases.release(), true);
-        } finally {
-          server.signal('SIGCONT');
-          await close();
-        }
-      });
-
-      test(`${kind}: a final attempt that may have been granted releases every key`, async () => {
-        const { locker, close } = await warmLocker(kind, { timeout: 150 });
-        const keys = [`{maybe-${kind}-${engine}}:a`, `{maybe-${kind}-${engine}}:b`];
-        try {
-          server.signal('SIGSTOP');
-          const err = await locker.tryAcquireAll(keys).catch((e: unknown) => e);
-          server.signal('SIGCONT');
-          assert.ok(err instanceof ServerError && err.kind === 'TimedOut', String(err));
-          // The queued call ran once the server went on, and the releases queued after it.
-          await sleep(200);
-          for (const key of keys) {
-            assert.equal(await exists(server, key), 1, `${key} was granted late`);
-            assert.equal(await holders(locker, key), 0, `${key} released by the set's token`);
-          }
-        } finally {
-          server.signal('SIGCONT');
-          await close();
-        }
-      });
-
-      test(`${kind}: a ${engine === 'script' ? 'script' : 'library'} the server lost is loaded again, and the set is still taken in one call`, async () => {
-        const { locker, close } = await warmLocker(kind);
-        const keys = [`{reload-${kind}-${engine}}:a`, `{reload-${kind}-${engine}}:b`];
-        try {
-          await server.admin(engine === 'script' ? ['SCRIPT', 'FLUSH'] : ['FUNCTION', 'DELETE', 'fencedlock']);
-          await logEverything(server);
-          const leases = await locker.acquireAll(keys);
-          const calls = await loggedCalls(server);
-          assert.ok(leases.isValid());
-          const all = callsTo(calls, 'fencedlock_acquireall');
-          assert.ok(all.length >= 1 && new Set(all.map((call) => call.args[0])).size === 1, 'fencedlock_acquireall, sent again with its one token');
-          assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0);
-          for (const lease of leases) assert.equal((await locker.status(lease.key))?.holders[0]?.fence, lease.fence);
-          assert.equal(await leases.release(), true);
-        } finally {
-          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
-          await close();
-        }
-      });
-
-      test(`${kind}: more than 64 keys of one slot go key by key`, async () => {
-        const { locker, close } = await warmLocker(kind);
-        const keys = Array.from({ length: 65 }, (_, i) => `{many-${kind}-${engine}}:${i}`);
-        try {
-          await server.admin(['CONFIG', 'RESETSTAT']);
-          const leases = await locker.acquireAll(keys);
-          assert.equal(callsOf(await commandCalls(server), command), 65, 'one call per key');
-          assert.deepEqual(leases.keys, keys);
-          assert.equal(await leases.release(), true);
-        } finally {
-          await close();
-        }
-      });
-    }
-  });
-
+for (const { engine, setup } of LIBRARY_FORMS) {
   describe(`acquireAll on the library (${engine}): keys of several slots key by key`, () => {
     let server: TestServer;
     before(async () => {
@@ -676,6 +594,7 @@ for (const { engine, setup, command } of LIBRARY_FORMS) {
     }
   });
 }
+
 
 describe('overlapping sets named in opposite orders never deadlock, and never both hold', () => {
   const servers: Partial<Record<Setup, TestServer>> = {};
