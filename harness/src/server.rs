@@ -551,6 +551,12 @@ impl Server {
         }
     }
 
+    /// The server process's id while it runs: for a signal sent later from another task (a
+    /// resume scheduled while the test goes on).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Thaw a paused process (SIGCONT).
     pub fn resume(&self) {
         if let Some(child) = &self.child {

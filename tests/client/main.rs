@@ -6,6 +6,7 @@ mod support;
 
 mod cluster;
 mod confirm;
+mod corpus;
 mod election;
 mod fenced_stress;
 mod functions;

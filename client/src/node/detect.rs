@@ -78,6 +78,23 @@ impl Node {
         }
     }
 
+    /// The failure of a lease request whose reply could not be parsed. A server that lost
+    /// the module since it was detected answers "unknown command" with the arguments echoed,
+    /// the binary token among them, which the `redis` crate cannot parse: without this check
+    /// that server reads as a broken reply, not as [`Cause::NoModule`](crate::Cause::NoModule).
+    /// The connection is dropped either way, as nothing after an unparsable reply is in step.
+    pub(super) async fn unparsable(&self, failure: Failure) -> Failure {
+        self.drop_connection();
+        if self.engine() != Some(Engine::Module) {
+            return failure;
+        }
+        // Boxed: `knows_command` sends through `query`, which calls this.
+        match Box::pin(self.knows_command(ACQUIRE.name)).await {
+            Ok(Some(false)) => Failure::Redis(no_module()),
+            _ => failure,
+        }
+    }
+
     /// `refusal` of the last engine tried, as the error of a server without any engine (one
     /// that answered; an unanswered request stays what it was).
     fn no_engine(&self, refusal: Failure) -> Failure {

@@ -353,6 +353,9 @@ impl Node {
     /// comes back without echoed arguments and without `secret` (the token the command carries).
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd, secret: Option<&[u8]>) -> Result<T, Failure> {
         match tokio::time::timeout(self.timeout, self.query_unbounded(cmd)).await {
+            Ok(Err(e)) if secret.is_some() && e.kind() == redis::ErrorKind::Parse => {
+                Err(self.unparsable(self.failure(e, secret)).await)
+            }
             Ok(result) => result.map_err(|e| self.failure(e, secret)),
             Err(_elapsed) => {
                 // A silent primary may have been replaced: ask the sentinels on the next request.
