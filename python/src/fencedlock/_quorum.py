@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import List, Optional, Union
+from typing import List, Optional, Tuple, Union
 
-from .errors import FencedLockError
+from .errors import Cause, FencedLockError, QuorumNotReached, Unavailable, VoteShown
 
 
 def quorum(nodes: int) -> int:
@@ -21,8 +21,15 @@ class Answer(enum.Enum):
 
 
 Vote = Union[int, Answer, FencedLockError]
-"""A node's answer: a fence (a grant or a confirmed raise), yes, refused, an error, or not
-waited for because the round was decided without it."""
+"""A node's answer: a fence (a grant or a confirmed raise), yes, refused, an error (a node
+that had not answered when the round's time ran out: ``TIMED_OUT``), or not waited for
+because the round was decided without it."""
+
+
+def unanswered(name: str, seconds: float) -> FencedLockError:
+    """The vote of a node that had not answered when the round's time ran out: no answer,
+    an outage (the Rust client's ``Vote::TimedOut``), never "not awaited"."""
+    return Unavailable(f"{name}: no answer within {seconds:.3f} s", cause=Cause.TIMED_OUT)
 
 
 def is_yes(vote: Vote) -> bool:
@@ -74,14 +81,30 @@ def majority_held(votes: List[Vote], q: int) -> Optional[bool]:
 
 
 def outage(votes: List[Vote]) -> Optional[FencedLockError]:
-    """The error to report when no majority formed because nodes could not answer and none
-    refused (a refusal means "held", never "unavailable")."""
+    """The first outage among the votes when no majority formed because nodes could not
+    answer (timed out, unreachable, not ready, ...) and none refused; ``None`` when any node
+    refused (a refusal is the service answering "held", never "unavailable"; the Rust client's
+    ``Error::is_unavailable``) or no node failed with an outage."""
     if any(v is Answer.REFUSED for v in votes):
         return None
     for vote in votes:
         if isinstance(vote, FencedLockError) and vote.cause is not None and vote.cause.is_outage:
             return vote
     return None
+
+
+def shown(votes: List[Vote], names: List[str]) -> List[Tuple[str, VoteShown]]:
+    """The votes as :attr:`QuorumNotReached.votes` carries them."""
+    return [(name, vote.value if isinstance(vote, Answer) else vote) for name, vote in zip(names, votes)]
+
+
+def not_reached(key: str, votes: List[Vote], names: List[str]) -> Optional[QuorumNotReached]:
+    """The error of a round without a majority that was an outage (see :func:`outage`), or
+    ``None`` when it was "held"."""
+    failure = outage(votes)
+    if failure is None:
+        return None
+    return QuorumNotReached(f"no majority for {key!r}: {describe(votes, names)}", shown(votes, names), cause=failure.cause)
 
 
 def describe(votes: List[Vote], names: List[str]) -> str:

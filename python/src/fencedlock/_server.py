@@ -1,5 +1,6 @@
 """One lock server behind the user's redis-py client: its engine, detected once, and every
-request bounded by the per-server timeout on a connection of the client's own pool.
+request bounded by the per-server timeout, connection set-up included, on connections of the
+server's own (made from the client's connection settings, see ``_clients``).
 
 Requests go on pooled connections one at a time, so a request that waits on the server
 (``ACQUIRE … BLOCK``, a ``BLPOP`` on a wake-up list) holds its own connection and never stalls
@@ -9,16 +10,19 @@ forgets a waiter) and is an :class:`~fencedlock.Unavailable` of cause ``TIMED_OU
 
 from __future__ import annotations
 
-import inspect
 import math
+import os
 import threading
 import time
-from typing import Any, Callable, Optional
+from pathlib import Path
+from typing import Any, Callable, List, Optional
 
 import redis
 import redis.exceptions as rexc
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
-from . import _contract, _multi, _wire
+from . import _clients, _contract, _multi, _wire
 from ._keys import wake_key
 from ._multi import OneCommand
 from ._wire import Args, Engine
@@ -42,16 +46,67 @@ def describe(pool: Any) -> str:
     return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-def checkout(pool: Any) -> Callable[[], Any]:
-    """The pool's ``get_connection``: without arguments where it allows that (redis-py 5.3+
-    warns about them), with a command name where it needs one (4.x)."""
-    params = list(inspect.signature(pool.get_connection).parameters.values())
-    if params and params[0].default is inspect.Parameter.empty and params[0].kind in (
-        inspect.Parameter.POSITIONAL_ONLY,
-        inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    ):
-        return lambda: pool.get_connection("FENCEDLOCK")
-    return lambda: pool.get_connection()
+def remaining(deadline: float) -> float:
+    """Seconds left until ``deadline``; never 0, which some waits read as "forever"."""
+    return max(deadline - time.monotonic(), 0.001)
+
+
+LIBRARY_FILE = Path(_wire.__file__).resolve().parent / "functions.lua"
+"""The Functions library this package carries (``NoEngine.library``)."""
+
+
+def no_engine(name: str, refusal: Exception) -> NoEngine:
+    """The error of a server that neither runs the module nor lets the library be loaded."""
+    return NoEngine(
+        f"{name}: the fencedlock module is not loaded and the Functions library could not be loaded "
+        f"({refusal}); load the module (--loadmodule …/libfencedlock_module.so), or have an administrator load "
+        f"the library this package carries (redis-cli -x FUNCTION LOAD REPLACE < {LIBRARY_FILE}), or allow this "
+        "user FUNCTION LOAD, or SCRIPT LOAD and EVALSHA",
+        library=LIBRARY_FILE,
+        cause=Cause.NO_ENGINE,
+    )
+
+
+class Connections:
+    """The server's own connections, made with the client's connection class and
+    arguments, without redis-py's retries, and connected within a request's time left."""
+
+    def __init__(self, pool: Any, timeout: float) -> None:
+        self._class = pool.connection_class
+        self._kwargs = _clients.connection_kwargs(pool, timeout, Retry(NoBackoff(), 0))
+        self._timeout = timeout
+        self._idle: List[Any] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def get(self, deadline: float) -> Any:
+        """An idle connection, or a new one; connected (handshake included) by ``deadline``."""
+        with self._lock:
+            if self._pid != os.getpid():
+                # A forked child: the parent's sockets are not ours to use.
+                self._idle, self._pid = [], os.getpid()
+            conn = self._idle.pop() if self._idle else None
+        if conn is None:
+            conn = self._class(**self._kwargs)
+        if getattr(conn, "_sock", None) is None:
+            budget = remaining(deadline)
+            conn.socket_connect_timeout = conn.socket_timeout = budget
+            try:
+                conn.connect()
+            except BaseException:
+                conn.disconnect()
+                raise
+            finally:
+                conn.socket_connect_timeout = conn.socket_timeout = self._timeout
+            sock = getattr(conn, "_sock", None)
+            if sock is not None:
+                sock.settimeout(self._timeout)
+        return conn
+
+    def put(self, conn: Any) -> None:
+        with self._lock:
+            if self._pid == os.getpid():
+                self._idle.append(conn)
 
 
 def blpop_timeout(nap: float) -> str:
@@ -71,9 +126,9 @@ class Server:
     """One server: the user's client, its engine, and bounded requests."""
 
     def __init__(self, client: redis.Redis, *, timeout: float, engine: Optional[Engine]) -> None:
-        self._pool = client.connection_pool
-        self._get = checkout(self._pool)
-        self.name = describe(self._pool)
+        self._client = client
+        self._pool = Connections(client.connection_pool, timeout)
+        self.name = describe(client.connection_pool)
         self.timeout = timeout
         self._forced = engine
         self._engine: Optional[Engine] = None
@@ -87,35 +142,37 @@ class Server:
         """``args`` on a pooled connection, answered within ``timeout`` (the server's timeout
         by default). A connection found broken (a server restarted since) is replaced and the
         request sent once more: every request is safe to repeat for its token."""
+        deadline = time.monotonic() + (timeout or self.timeout)
         for attempt in (1, 2):
-            conn = self._connection(secret)
+            conn = self._connection(secret, deadline)
             try:
-                return self._exchange(conn, args, timeout or self.timeout, secret)
+                return self._exchange(conn, args, deadline, secret)
             except rexc.ConnectionError as exc:
                 conn.disconnect()
-                if attempt == 2 or isinstance(exc, rexc.AuthenticationError):
+                if attempt == 2 or isinstance(exc, rexc.AuthenticationError) or time.monotonic() >= deadline:
                     raise translate(exc, self.name, secret) from None
             finally:
-                self._pool.release(conn)
+                self._pool.put(conn)
         raise AssertionError("unreachable")
 
-    def _connection(self, secret: Optional[bytes]) -> Any:
+    def _connection(self, secret: Optional[bytes], deadline: float) -> Any:
+        """A connection, connected by ``deadline`` (the request's)."""
         try:
-            return self._get()
+            return self._pool.get(deadline)
         except (rexc.RedisError, OSError) as exc:
             raise translate(exc, self.name, secret) from None
 
-    def _exchange(self, conn: Any, args: Args, timeout: float, secret: Optional[bytes]) -> Any:
-        """One request and its reply on ``conn``; the script loaded once more if the server's
-        cache lost it (a restart, a failover, ``SCRIPT FLUSH``). Error replies and timeouts are
-        the package's errors; a broken connection is left to the caller (redis-py's
-        ``ConnectionError``). The connection is closed unless it is in step."""
+    def _exchange(self, conn: Any, args: Args, deadline: float, secret: Optional[bytes]) -> Any:
+        """One request and its reply on ``conn`` by ``deadline``; the script loaded once more
+        if the server's cache lost it (a restart, a failover, ``SCRIPT FLUSH``). Error replies
+        and timeouts are the package's errors; a broken connection is left to the caller
+        (redis-py's ``ConnectionError``). The connection is closed unless it is in step."""
         try:
             try:
-                return self._roundtrip(conn, args, timeout)
+                return self._roundtrip(conn, args, deadline)
             except rexc.NoScriptError:
-                self._roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), timeout)
-                return self._roundtrip(conn, args, timeout)
+                self._roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), deadline)
+                return self._roundtrip(conn, args, deadline)
         except rexc.ConnectionError:
             raise
         except rexc.ResponseError as exc:
@@ -130,8 +187,9 @@ class Server:
             raise
 
     @staticmethod
-    def _roundtrip(conn: Any, args: Args, timeout: float) -> Any:
+    def _roundtrip(conn: Any, args: Args, deadline: float) -> Any:
         conn.send_command(*args)
+        timeout = remaining(deadline)
         if not conn.can_read(timeout=timeout):
             conn.disconnect()
             raise rexc.TimeoutError(f"no answer within {timeout:.3f} s")
@@ -255,13 +313,7 @@ class Server:
             raise self._no_engine(refusal) from None
 
     def _no_engine(self, refusal: FencedLockError) -> NoEngine:
-        return NoEngine(
-            f"{self.name}: the fencedlock module is not loaded and the Functions library could not be loaded "
-            f"({refusal}); load the module (--loadmodule …/libfencedlock_module.so), or have an administrator load "
-            "the library (fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE), or allow this user "
-            "FUNCTION LOAD or SCRIPT LOAD and EVALSHA",
-            cause=Cause.NO_ENGINE,
-        )
+        return no_engine(self.name, refusal)
 
     # -- waiting -------------------------------------------------------------------------
 
@@ -272,41 +324,46 @@ class Server:
         list for as long as ``STATUS`` shows the holders' leases to last. The reply: a fence
         or nil. Without an answer in time: :class:`Unavailable` (the caller must release, the
         server may have granted at that instant)."""
-        conn = self._connection(secret)
+        engine = self.detect()
+        conn = self._connection(secret, time.monotonic() + self.timeout)
         try:
-            if self.detect() is Engine.MODULE:
-                return self._exchange(conn, attempt, max(until - time.monotonic(), 0) + self.timeout, secret)
+            if engine is Engine.MODULE:
+                return self._exchange(conn, attempt, max(until, time.monotonic()) + self.timeout, secret)
             return self._woken(conn, attempt, registering, status, key, until, secret)
         except rexc.ConnectionError as exc:
             conn.disconnect()
             raise translate(exc, self.name, secret) from None
         finally:
-            self._pool.release(conn)
+            self._pool.put(conn)
 
     def _woken(
         self, conn: Any, attempt: Args, registering: Args, status: Args, key: bytes, until: float, secret: bytes
     ) -> Any:
-        reply = self._exchange(conn, attempt, self.timeout, secret)
+        reply = self._exchange(conn, attempt, self._deadline(), secret)
         while reply is None:
             left = until - time.monotonic()
             if left <= 0:
                 return None
             try:
-                held_for = _wire.held_for(_wire.decode_status(self._exchange(conn, status, self.timeout, secret)))
+                held_for = _wire.held_for(_wire.decode_status(self._exchange(conn, status, self._deadline(), secret)))
             except FencedLockError as exc:
                 if exc.cause is not None and exc.cause.is_outage:
                     raise
                 held_for = 0.0
             # This attempt names the wake-up list, so releases until the refusing leases end
             # push a wake-up; it follows the STATUS the nap is timed by.
-            reply = self._exchange(conn, registering, self.timeout, secret)
+            reply = self._exchange(conn, registering, self._deadline(), secret)
             if reply is not None:
                 return reply
             pause = nap(held_for, left)
             blpop = ("BLPOP", wake_key(key), blpop_timeout(pause))
-            self._exchange(conn, blpop, pause + self.timeout, secret)
+            self._exchange(conn, blpop, self._deadline(pause), secret)
             # The attempt after a wake-up names the wake-up list too: a reader granted then
             # passes the wake-up on to the readers waiting behind it (a release wakes one).
-            reply = self._exchange(conn, registering, self.timeout, secret)
+            reply = self._exchange(conn, registering, self._deadline(), secret)
         return reply
+
+    def _deadline(self, longer: float = 0.0) -> float:
+        """The deadline of one request sent now (that may wait ``longer`` on the server)."""
+        return time.monotonic() + longer + self.timeout
 

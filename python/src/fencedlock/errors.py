@@ -9,7 +9,8 @@ exception class raised are all derived from it, so they never disagree about an 
     ran out).
   - :class:`LeaseLost`: the lease is gone or its validity ran out; protected work must stop.
   - :class:`Unavailable`: the lock service could not answer (unreachable, timed out, loading,
-    out of memory, restart grace, no majority for lack of answers).
+    out of memory, restart grace), with :class:`QuorumNotReached` (no Redlock majority because
+    masters did not answer, and none refused: its ``votes`` say how each master answered).
   - :class:`NoEngine`: neither the module nor the Functions library can serve the server.
   - :class:`ServerError`: the server refused for another reason (``NOPERM``, ...), with
     :class:`WrongType` (the key holds something else), :class:`PermitsMismatch` and
@@ -26,7 +27,8 @@ from __future__ import annotations
 
 import enum
 import ssl
-from typing import Optional
+from pathlib import Path
+from typing import Optional, Sequence, Tuple, Union
 
 import redis.exceptions as rexc
 from redis.sentinel import MasterNotFoundError
@@ -43,6 +45,7 @@ __all__ = [
     "NoEngine",
     "NotAcquired",
     "PermitsMismatch",
+    "QuorumNotReached",
     "ReplyError",
     "RowNotFound",
     "ServerError",
@@ -75,7 +78,8 @@ class Cause(enum.Enum):
     @property
     def is_retryable(self) -> bool:
         """A later attempt may not meet it: timeouts, lost connections, a server not ready,
-        a failover under way."""
+        a failover under way. Not ``MISROUTED``: a client of one server asks the same node
+        again, which answers ``MOVED`` again."""
         return self in _RETRYABLE
 
     @property
@@ -87,9 +91,7 @@ class Cause(enum.Enum):
         return self.is_retryable or self in (Cause.OUT_OF_MEMORY, Cause.BUSY, Cause.NO_REPLICAS)
 
 
-_RETRYABLE = frozenset(
-    {Cause.TIMED_OUT, Cause.UNREACHABLE, Cause.NOT_READY, Cause.NO_PRIMARY, Cause.READ_ONLY, Cause.MISROUTED}
-)
+_RETRYABLE = frozenset({Cause.TIMED_OUT, Cause.UNREACHABLE, Cause.NOT_READY, Cause.NO_PRIMARY, Cause.READ_ONLY})
 
 
 class FencedLockError(Exception):
@@ -139,8 +141,31 @@ class Unavailable(FencedLockError):
     """The lock service could not answer."""
 
 
+VoteShown = Union[int, str, FencedLockError]
+"""How one master answered a round: the fence it granted, ``"refused"``, ``"not awaited"``
+(the round was decided without it), or the error it failed with (a timeout included)."""
+
+
+class QuorumNotReached(Unavailable):
+    """Redlock: no majority, because masters did not answer (timed out, unreachable, not
+    ready) and none refused; whether the key is held elsewhere is unknown (the Rust client's
+    ``QuorumNotReached`` for which ``is_unavailable()`` holds). A round in which any master
+    refused is "held": ``acquire`` returns ``None``."""
+
+    def __init__(self, message: str, votes: Sequence[Tuple[str, VoteShown]], *, cause: Optional[Cause] = None) -> None:
+        super().__init__(message, cause=cause)
+        self.votes = tuple(votes)
+        """``(server, vote)`` for every master, in the order given."""
+
+
 class NoEngine(FencedLockError):
-    """No module, and the Functions library can be neither loaded nor run as a script."""
+    """No module, and the Functions library can be neither loaded nor run as a script.
+    :attr:`library` is the library file this package carries, for an administrator to load
+    (``redis-cli -x FUNCTION LOAD REPLACE < PATH``)."""
+
+    def __init__(self, message: str, *, library: Path, cause: Optional[Cause] = None) -> None:
+        super().__init__(message, cause=cause)
+        self.library = library
 
 
 class ServerError(FencedLockError):

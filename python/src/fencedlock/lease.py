@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from types import TracebackType
-from typing import Callable, Optional, Protocol, Type
+from typing import Callable, Optional, Protocol, Type, Union
 
 from . import _terms
 from .errors import FencedLockError, LeaseLost
@@ -49,6 +49,8 @@ class Lease:
         clock: _terms.Clock,
         renew_every: Optional[float],
         label: Optional[bytes] = None,
+        *,
+        shown_label: Union[str, bytes, None] = None,
     ) -> None:
         self._authority = authority
         self._key = key
@@ -56,6 +58,7 @@ class Lease:
         self._token = token
         self._fence = fence
         self._label = label
+        self._shown_label = shown_label if shown_label is not None else label
         self._ttl_ms = ttl_ms
         self._deadline = deadline
         self._clock = clock
@@ -80,10 +83,10 @@ class Lease:
         return self._fence
 
     @property
-    def label(self) -> Optional[bytes]:
-        """The public label the lease was granted with (a periodic job records it as who ran
-        the job)."""
-        return self._label
+    def label(self) -> Union[str, bytes, None]:
+        """The public label the lease was granted with, as it was given (``str`` or
+        ``bytes``; a periodic job records it as who ran the job)."""
+        return self._shown_label
 
     @property
     def token(self) -> bytes:
@@ -181,7 +184,7 @@ class Lease:
                     return
                 if not isinstance(err, LeaseLost):
                     err = LeaseLost(self._key, f"renewal failed: {err}", cause=err.cause)
-                log.warning("fencedlock: lease on %r (fence %d) lost: %s", self._key, self._fence, err)
+                log.warning("fencedlock: %s (fence %d)", err, self._fence)
                 self._declare_lost(err)
                 return
 

@@ -10,7 +10,7 @@ from typing import Callable, Iterable, Iterator, List, Optional, Sequence, TypeV
 
 import redis
 
-from . import _contract, _keys, _multi, _periodic, _terms, _wire, periodic
+from . import _clients, _contract, _keys, _multi, _periodic, _terms, _wire, periodic
 from ._server import Server
 from ._wire import Engine, Status
 from .errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
@@ -43,7 +43,9 @@ class Locker:
     >>> with locker.lease("nightly-report", ttl=30, wait=10) as lease:
     ...     build_report(lease.fence)                        # kept alive; NotAcquired if not granted
 
-    ``ttl`` is the default lease time in seconds; ``timeout`` bounds each request (seconds);
+    ``ttl`` is the default lease time in seconds; ``timeout`` bounds each request (seconds),
+    the whole of it: connecting and the connection's handshake included, on connections the
+    locker makes from the client's settings without redis-py's retries (see ``_clients``);
     ``engine`` is ``"auto"`` (the module where loaded, else the Functions library, loaded when
     missing or older, else the library as a script) or one of them.
     """
@@ -59,8 +61,7 @@ class Locker:
         drift: _terms.Seconds = 0.002,
         renew_every: Optional[_terms.Seconds] = None,
     ) -> None:
-        if getattr(client, "connection_pool", None) is None:
-            raise InvalidArgument("Locker needs a redis.Redis client (redis.asyncio clients go to fencedlock.asyncio)")
+        _clients.check_sync(client, "Locker")
         self._ttl_ms = _terms.ttl_ms(ttl)
         request_timeout = _terms.seconds(timeout, "timeout")
         if request_timeout <= 0:
@@ -163,7 +164,8 @@ class Locker:
             time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
         if fence is None:
             return None
-        lease = Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every, raw_label)
+        lease = Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every, raw_label,
+                      shown_label=label)
         if self._clock.needs_anchor(time.monotonic() - sent, ttl_ms):
             # A grant handed over after a long wait began at the handoff: measure from a RENEW.
             try:
@@ -333,7 +335,7 @@ class Locker:
         named, _ = _keys.taking_order(keys)
         raw = [_keys.check_key(key) for key in named]
         if self._takes_at_once(raw):
-            return self._take_at_once(named, raw, ttl_ms, raw_label, wait_s)
+            return self._take_at_once(named, raw, ttl_ms, raw_label, wait_s, shown_label=label)
         return take_all(
             lambda key, left: self.acquire(key, ttl, wait=left, label=label),
             named,
@@ -351,7 +353,8 @@ class Locker:
             return False
 
     def _take_at_once(
-        self, keys: List[str], raw: List[bytes], ttl_ms: int, label: Optional[bytes], wait: float
+        self, keys: List[str], raw: List[bytes], ttl_ms: int, label: Optional[bytes], wait: float, *,
+        shown_label: Union[str, bytes, None] = None,
     ) -> Union[Leases, str]:
         """``keys`` in ``ACQUIREALL``s for one token (the module's command, or the library's
         ``fencedlock_acquireall`` by ``FCALL`` or ``EVALSHA``, whose script the server loads
@@ -376,7 +379,8 @@ class Locker:
                     deadline = self._clock.deadline(sent, ttl_ms)
                     if time.monotonic() < deadline:
                         return Leases([
-                            Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, label)
+                            Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, label,
+                                  shown_label=shown_label)
                             for key, raw_key, fence in zip(keys, raw, fences)
                         ])
                     failure = _multi.granted_too_late(self._server.name)

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable, List, Optional, Sequence, TypeVar, U
 
 import redis
 
-from . import _contract, _keys, _periodic, _quorum, _terms, _wire, periodic
+from . import _clients, _contract, _keys, _periodic, _quorum, _terms, _wire, periodic
 from ._quorum import Answer, Tally, Vote
 from ._server import Server
 from .errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
@@ -36,8 +36,8 @@ T = TypeVar("T")
 
 class Redlock:
     """Leases by majority of ``clients`` (one per independent master), with fences that rise
-    across successive grants. Give each client a ``socket_timeout``: a master that stops
-    answering then also frees the thread that asked it."""
+    across successive grants. ``timeout`` bounds each request to a master, connection set-up
+    included (see :class:`fencedlock.Locker`)."""
 
     def __init__(
         self,
@@ -52,6 +52,8 @@ class Redlock:
     ) -> None:
         if not clients:
             raise InvalidArgument("Redlock needs at least one client")
+        for client in clients:
+            _clients.check_sync(client, "Redlock")
         if len({id(c) for c in clients}) != len(clients):
             raise InvalidArgument("a client is given twice")
         self._ttl_ms = _terms.ttl_ms(ttl)
@@ -85,8 +87,9 @@ class Redlock:
         on_lost: Optional[LostCallback] = None,
     ) -> Optional[Lease]:
         """A lease granted by a majority, or ``None`` while another owner holds it (after
-        rounds with jittered backoff for ``wait`` seconds). :class:`Unavailable` when no
-        majority could answer and none refused."""
+        rounds with jittered backoff for ``wait`` seconds). :class:`QuorumNotReached` (an
+        :class:`Unavailable`) when the last round had no majority because masters did not
+        answer and none refused."""
         raw_key = _keys.check_key(key)
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
         until = time.monotonic() + _terms.wait_seconds(wait)
@@ -193,10 +196,7 @@ class Redlock:
         # No usable majority: give back what any node may have granted (not the refusers').
         owed = [i for i, v in enumerate(votes) if v is not Answer.REFUSED]
         self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed, settle=True)
-        failure = _quorum.outage(votes)
-        if failure is not None:
-            return None, Unavailable(f"no majority for {key!r}: {_quorum.describe(votes, self.names)}", cause=failure.cause)
-        return None, None
+        return None, _quorum.not_reached(key, votes, self.names)
 
     def _raise(self, key: bytes, token: bytes, granting: List[int], target: int) -> Optional[int]:
         """RAISE on every granting node to ``target``; the fence if a majority confirmed."""
@@ -232,6 +232,9 @@ class Redlock:
         while pending and (settle or not tally.decided()):
             done, _ = futures.wait(pending, timeout=max(give_up - time.monotonic(), 0), return_when=futures.FIRST_COMPLETED)
             if not done:
+                # The round's time ran out: a node that has not answered did not answer.
+                for i in pending.values():
+                    votes[i] = _quorum.unanswered(self._servers[i].name, self._timeout)
                 break
             for future in done:
                 i = pending.pop(future)

@@ -6,24 +6,52 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Awaitable, Optional
+from typing import Any, List, Optional
 
 import redis.asyncio
 import redis.exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
-from .. import _contract, _multi, _wire
+from .. import _clients, _contract, _multi, _wire
 from .._keys import wake_key
 from .._multi import OneCommand
-from .._server import LIST_LIBRARY, blpop_timeout, checkout, describe, nap
+from .._server import LIST_LIBRARY, blpop_timeout, describe, nap, no_engine, remaining
 from .._wire import Args, Engine
-from ..errors import Cause, FencedLockError, NoEngine, Unavailable, translate
+from ..errors import FencedLockError, NoEngine, Unavailable, translate
+
+
+class Connections:
+    """The twin of ``fencedlock._server.Connections``: connected within the request's
+    time left (``asyncio.wait_for`` over the connection's set-up and handshake)."""
+
+    def __init__(self, pool: Any, timeout: float) -> None:
+        self._class = pool.connection_class
+        self._kwargs = _clients.connection_kwargs(pool, timeout, Retry(NoBackoff(), 0))
+        self._idle: List[Any] = []
+
+    async def get(self, deadline: float) -> Any:
+        conn = self._idle.pop() if self._idle else self._class(**self._kwargs)
+        if not conn.is_connected:
+            try:
+                await asyncio.wait_for(conn.connect(), remaining(deadline))
+            except asyncio.TimeoutError:
+                await conn.disconnect(nowait=True)
+                raise rexc.TimeoutError("Timeout connecting to server") from None
+            except BaseException:
+                await conn.disconnect(nowait=True)
+                raise
+        return conn
+
+    def put(self, conn: Any) -> None:
+        self._idle.append(conn)
 
 
 class Server:
     def __init__(self, client: redis.asyncio.Redis, *, timeout: float, engine: Optional[Engine]) -> None:
-        self._pool = client.connection_pool
-        self._get: Callable[[], Awaitable[Any]] = checkout(self._pool)
-        self.name = describe(self._pool)
+        self._client = client
+        self._pool = Connections(client.connection_pool, timeout)
+        self.name = describe(client.connection_pool)
         self.timeout = timeout
         self._forced = engine
         self._engine: Optional[Engine] = None
@@ -32,31 +60,32 @@ class Server:
         self._probing = asyncio.Lock()
 
     async def call(self, args: Args, *, secret: Optional[bytes] = None, timeout: Optional[float] = None) -> Any:
+        deadline = time.monotonic() + (timeout or self.timeout)
         for attempt in (1, 2):
-            conn = await self._connection(secret)
+            conn = await self._connection(secret, deadline)
             try:
-                return await self._exchange(conn, args, timeout or self.timeout, secret)
+                return await self._exchange(conn, args, deadline, secret)
             except rexc.ConnectionError as exc:
                 await conn.disconnect()
-                if attempt == 2 or isinstance(exc, rexc.AuthenticationError):
+                if attempt == 2 or isinstance(exc, rexc.AuthenticationError) or time.monotonic() >= deadline:
                     raise translate(exc, self.name, secret) from None
             finally:
-                await self._pool.release(conn)
+                self._pool.put(conn)
         raise AssertionError("unreachable")
 
-    async def _connection(self, secret: Optional[bytes]) -> Any:
+    async def _connection(self, secret: Optional[bytes], deadline: float) -> Any:
         try:
-            return await self._get()
+            return await self._pool.get(deadline)
         except (rexc.RedisError, OSError) as exc:
             raise translate(exc, self.name, secret) from None
 
-    async def _exchange(self, conn: Any, args: Args, timeout: float, secret: Optional[bytes]) -> Any:
+    async def _exchange(self, conn: Any, args: Args, deadline: float, secret: Optional[bytes]) -> Any:
         try:
             try:
-                return await self._roundtrip(conn, args, timeout)
+                return await self._roundtrip(conn, args, deadline)
             except rexc.NoScriptError:
-                await self._roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), timeout)
-                return await self._roundtrip(conn, args, timeout)
+                await self._roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), deadline)
+                return await self._roundtrip(conn, args, deadline)
         except rexc.ConnectionError:
             raise
         except rexc.ResponseError as exc:
@@ -71,8 +100,9 @@ class Server:
             raise
 
     @staticmethod
-    async def _roundtrip(conn: Any, args: Args, timeout: float) -> Any:
+    async def _roundtrip(conn: Any, args: Args, deadline: float) -> Any:
         await conn.send_command(*args)
+        timeout = remaining(deadline)
         try:
             return await asyncio.wait_for(conn.read_response(), timeout)
         except asyncio.TimeoutError:
@@ -184,48 +214,47 @@ class Server:
             raise self._no_engine(refusal) from None
 
     def _no_engine(self, refusal: FencedLockError) -> NoEngine:
-        return NoEngine(
-            f"{self.name}: the fencedlock module is not loaded and the Functions library could not be loaded "
-            f"({refusal}); load the module (--loadmodule …/libfencedlock_module.so), or have an administrator load "
-            "the library (fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE), or allow this user "
-            "FUNCTION LOAD or SCRIPT LOAD and EVALSHA",
-            cause=Cause.NO_ENGINE,
-        )
+        return no_engine(self.name, refusal)
 
     async def wait(self, attempt: Args, registering: Args, status: Args, key: bytes, until: float, secret: bytes) -> Any:
         """See ``fencedlock._server.Server.wait``."""
-        conn = await self._connection(secret)
+        engine = await self.detect()
+        conn = await self._connection(secret, time.monotonic() + self.timeout)
         try:
-            if await self.detect() is Engine.MODULE:
-                return await self._exchange(conn, attempt, max(until - time.monotonic(), 0) + self.timeout, secret)
+            if engine is Engine.MODULE:
+                return await self._exchange(conn, attempt, max(until, time.monotonic()) + self.timeout, secret)
             return await self._woken(conn, attempt, registering, status, key, until, secret)
         except rexc.ConnectionError as exc:
             await conn.disconnect()
             raise translate(exc, self.name, secret) from None
         finally:
-            await self._pool.release(conn)
+            self._pool.put(conn)
 
     async def _woken(
         self, conn: Any, attempt: Args, registering: Args, status: Args, key: bytes, until: float, secret: bytes
     ) -> Any:
-        reply = await self._exchange(conn, attempt, self.timeout, secret)
+        reply = await self._exchange(conn, attempt, self._deadline(), secret)
         while reply is None:
             left = until - time.monotonic()
             if left <= 0:
                 return None
             try:
-                shown = _wire.decode_status(await self._exchange(conn, status, self.timeout, secret))
+                shown = _wire.decode_status(await self._exchange(conn, status, self._deadline(), secret))
                 held_for = _wire.held_for(shown)
             except FencedLockError as exc:
                 if exc.cause is not None and exc.cause.is_outage:
                     raise
                 held_for = 0.0
-            reply = await self._exchange(conn, registering, self.timeout, secret)
+            reply = await self._exchange(conn, registering, self._deadline(), secret)
             if reply is not None:
                 return reply
             pause = nap(held_for, left)
-            await self._exchange(conn, ("BLPOP", wake_key(key), blpop_timeout(pause)), pause + self.timeout, secret)
+            await self._exchange(conn, ("BLPOP", wake_key(key), blpop_timeout(pause)), self._deadline(pause), secret)
             # The attempt after a wake-up names the wake-up list too: a reader granted then
             # passes the wake-up on to the readers waiting behind it (a release wakes one).
-            reply = await self._exchange(conn, registering, self.timeout, secret)
+            reply = await self._exchange(conn, registering, self._deadline(), secret)
         return reply
+
+    def _deadline(self, longer: float = 0.0) -> float:
+        """The deadline of one request sent now (that may wait ``longer`` on the server)."""
+        return time.monotonic() + longer + self.timeout

@@ -7,7 +7,7 @@ import inspect
 import logging
 import time
 from types import TracebackType
-from typing import Any, Callable, Optional, Protocol, Type
+from typing import Any, Callable, Optional, Protocol, Type, Union
 
 from .. import _terms
 from ..errors import FencedLockError, LeaseLost
@@ -41,6 +41,8 @@ class Lease:
         clock: _terms.Clock,
         renew_every: Optional[float],
         label: Optional[bytes] = None,
+        *,
+        shown_label: Union[str, bytes, None] = None,
     ) -> None:
         self._authority = authority
         self._key = key
@@ -48,6 +50,7 @@ class Lease:
         self._token = token
         self._fence = fence
         self._label = label
+        self._shown_label = shown_label if shown_label is not None else label
         self._ttl_ms = ttl_ms
         self._deadline = deadline
         self._clock = clock
@@ -68,10 +71,10 @@ class Lease:
         return self._fence
 
     @property
-    def label(self) -> Optional[bytes]:
-        """The public label the lease was granted with (a periodic job records it as who ran
-        the job)."""
-        return self._label
+    def label(self) -> Union[str, bytes, None]:
+        """The public label the lease was granted with, as it was given (``str`` or
+        ``bytes``; a periodic job records it as who ran the job)."""
+        return self._shown_label
 
     @property
     def token(self) -> bytes:
@@ -150,7 +153,7 @@ class Lease:
             except FencedLockError as err:
                 if not isinstance(err, LeaseLost):
                     err = LeaseLost(self._key, f"renewal failed: {err}", cause=err.cause)
-                log.warning("fencedlock: lease on %r (fence %d) lost: %s", self._key, self._fence, err)
+                log.warning("fencedlock: %s (fence %d)", err, self._fence)
                 await self._declare_lost(err)
                 return
 

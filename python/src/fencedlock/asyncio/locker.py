@@ -11,7 +11,7 @@ from typing import AsyncIterator, Awaitable, Callable, Iterable, List, Optional,
 
 import redis.asyncio
 
-from .. import _contract, _keys, _multi, _periodic, _terms, _wire
+from .. import _clients, _contract, _keys, _multi, _periodic, _terms, _wire
 from .._wire import Engine, Status
 from ..errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from ..locker import BACKOFF, EngineName, engine_choice
@@ -40,8 +40,7 @@ class Locker:
         drift: _terms.Seconds = 0.002,
         renew_every: Optional[_terms.Seconds] = None,
     ) -> None:
-        if getattr(client, "connection_pool", None) is None:
-            raise InvalidArgument("fencedlock.asyncio.Locker needs a redis.asyncio.Redis client")
+        _clients.check_async(client, "Locker")
         self._ttl_ms = _terms.ttl_ms(ttl)
         request_timeout = _terms.seconds(timeout, "timeout")
         if request_timeout <= 0:
@@ -125,7 +124,7 @@ class Locker:
         if fence is None:
             return None
         deadline = self._clock.deadline(sent, ttl_ms)
-        lease = Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, raw_label)
+        lease = Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, raw_label, shown_label=label)
         if self._clock.needs_anchor(time.monotonic() - sent, ttl_ms):
             try:
                 await lease._renew(None)
@@ -269,7 +268,7 @@ class Locker:
         named, _ = _keys.taking_order(keys)
         raw = [_keys.check_key(key) for key in named]
         if await self._takes_at_once(raw):
-            return await self._take_at_once(named, raw, ttl_ms, raw_label, wait_s)
+            return await self._take_at_once(named, raw, ttl_ms, raw_label, wait_s, shown_label=label)
         return await take_all(
             lambda key, left: self.acquire(key, ttl, wait=left, label=label),
             named,
@@ -285,7 +284,8 @@ class Locker:
             return False
 
     async def _take_at_once(
-        self, keys: List[str], raw: List[bytes], ttl_ms: int, label: Optional[bytes], wait: float
+        self, keys: List[str], raw: List[bytes], ttl_ms: int, label: Optional[bytes], wait: float, *,
+        shown_label: Union[str, bytes, None] = None,
     ) -> Union[Leases, str]:
         """See :meth:`fencedlock.Locker._take_at_once`."""
         token = _terms.new_token()
@@ -304,7 +304,8 @@ class Locker:
                     deadline = self._clock.deadline(sent, ttl_ms)
                     if time.monotonic() < deadline:
                         return Leases([
-                            Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, label)
+                            Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every, label,
+                                  shown_label=shown_label)
                             for key, raw_key, fence in zip(keys, raw, fences)
                         ])
                     failure = _multi.granted_too_late(self._server.name)

@@ -30,7 +30,7 @@ class Due:
         self._key = lease.key
         self._raw_key = raw_key
         self._fence = lease.fence
-        self._label = lease.label
+        self._label = lease._label
         self._started_ms = started_ms
         self._every_ms = every_ms
         self._previous = previous

@@ -9,7 +9,7 @@ from typing import Awaitable, Callable, Iterable, List, Optional, Sequence, Type
 
 import redis.asyncio
 
-from .. import _contract, _keys, _periodic, _quorum, _terms, _wire
+from .. import _clients, _contract, _keys, _periodic, _quorum, _terms, _wire
 from .._quorum import Answer, Tally, Vote
 from ..errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from ..locker import BACKOFF, EngineName, engine_choice
@@ -39,6 +39,8 @@ class Redlock:
     ) -> None:
         if not clients:
             raise InvalidArgument("Redlock needs at least one client")
+        for client in clients:
+            _clients.check_async(client, "Redlock")
         if len({id(c) for c in clients}) != len(clients):
             raise InvalidArgument("a client is given twice")
         self._ttl_ms = _terms.ttl_ms(ttl)
@@ -65,6 +67,8 @@ class Redlock:
         keep_alive: bool = False,
         on_lost: Optional[LostCallback] = None,
     ) -> Optional[Lease]:
+        """See :meth:`fencedlock.Redlock.acquire`: ``None`` when held elsewhere,
+        :class:`QuorumNotReached` when masters did not answer and none refused."""
         raw_key = _keys.check_key(key)
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
         until = time.monotonic() + _terms.wait_seconds(wait)
@@ -163,10 +167,7 @@ class Redlock:
             return Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every), None
         owed = [i for i, v in enumerate(votes) if v is not Answer.REFUSED]
         await self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed, settle=True)
-        failure = _quorum.outage(votes)
-        if failure is not None:
-            return None, Unavailable(f"no majority for {key!r}: {_quorum.describe(votes, self.names)}", cause=failure.cause)
-        return None, None
+        return None, _quorum.not_reached(key, votes, self.names)
 
     async def _raise(self, key: bytes, token: bytes, granting: List[int], target: int) -> Optional[int]:
         async def ask(server: Server) -> Vote:
@@ -200,6 +201,9 @@ class Redlock:
         while pending and (settle or not tally.decided()):
             done, _ = await asyncio.wait(pending, timeout=max(give_up - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED)
             if not done:
+                # The round's time ran out: a node that has not answered did not answer.
+                for i in pending.values():
+                    votes[i] = _quorum.unanswered(self._servers[i].name, self._timeout)
                 break
             for task in done:
                 i = pending.pop(task)
