@@ -26,6 +26,27 @@ pub enum Error {
         /// The resource label of the table.
         resource: String,
     },
+    /// The row has the id but its fence column is NULL: there is no fence to compare, so
+    /// nothing was written. `add_fence_column` adds the column `NOT NULL DEFAULT 0` but leaves
+    /// an existing one as it is: set the NULLs to 0 and make the column `NOT NULL`.
+    #[error("the fence column {column:?} of {table} is NULL on that row: nothing written")]
+    NullFence {
+        /// The table, `schema.table` or `table`.
+        table: String,
+        /// The fence column.
+        column: String,
+    },
+    /// A column name that is no column of the table, refused before anything was written.
+    /// SQLite reads a double-quoted name that matches no column as a string literal, so the
+    /// SQLite helpers check every name against the table first; PostgreSQL refuses it itself
+    /// (`Error::Postgres`, SQLSTATE `42703`).
+    #[error("no column {column:?} in {table}")]
+    UnknownColumn {
+        /// The table, `schema.table` or `table`.
+        table: String,
+        /// The name as given.
+        column: String,
+    },
     /// A fence outside `1..=MAX_FENCE`: fences start at 1, and PostgreSQL's `bigint` and
     /// SQLite's `INTEGER` are signed 64-bit, which every fence the module hands out fits.
     #[error("fence {0} is not a fence: fences are 1..={max}", max = MAX_FENCE)]

@@ -88,9 +88,13 @@
 //!   (`rusqlite::TransactionBehavior::Immediate`) so the write lock is taken before the read.
 //!
 //! A statement that matched no row is followed by one read of the row's fence, to tell a
-//! stale fence ([`Error::Stale`]) from a missing row ([`Error::NotFound`]) and from a state
-//! precondition that did not hold ([`Written::PreconditionFailed`]). The write that was
-//! applied costs one statement, the same as the write without the guard.
+//! stale fence ([`Error::Stale`]) from a missing row ([`Error::NotFound`]), a NULL fence
+//! ([`Error::NullFence`]) and a state precondition that did not hold
+//! ([`Written::PreconditionFailed`]). The write that was applied costs one statement on
+//! PostgreSQL, the same as the write without the guard. SQLite reads a double-quoted name that
+//! matches no column as a string literal, so there every helper first asks the table for the
+//! names it was given (one in-process query): a misspelled name is [`Error::UnknownColumn`],
+//! never a value, as PostgreSQL refuses it.
 //!
 //! # Fences in signed columns
 //!

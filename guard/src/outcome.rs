@@ -23,37 +23,41 @@ impl<T> Written<T> {
     }
 }
 
-/// Why a claim matched no row, from the row's fence read right after it (`stored`: `None`
-/// when no row has the id): [`Error::Stale`] (counted and logged) for a newer fence, else
-/// [`Error::NotFound`] (the row was absent when the claim ran).
-pub(crate) fn claim_refused(table: &Table, fence: u64, stored: Option<i64>) -> Error {
-    stale(table, Step::Claim, fence, stored).unwrap_or_else(|| not_found(table))
+/// The row's fence as read right after a statement matched no row: `None` when no row has
+/// the id, `Some(None)` when the row's fence is NULL (a nullable column added by hand).
+pub(crate) type Stored = Option<Option<i64>>;
+
+/// Why a claim matched no row: [`Error::Stale`] (counted and logged) for a newer fence,
+/// [`Error::NullFence`] for a NULL one, else [`Error::NotFound`] (the row was absent when the
+/// claim ran).
+pub(crate) fn claim_refused(table: &Table, fence: u64, stored: Stored) -> Error {
+    match stored {
+        Some(Some(stored)) => stale(table, Step::Claim, fence, stored).unwrap_or_else(|| not_found(table)),
+        Some(None) => null_fence(table),
+        None => not_found(table),
+    }
 }
 
-/// Why a guarded write matched no row: [`Error::Stale`] for a newer fence; with a
-/// `precondition` and a current fence, `Ok` (the precondition did not hold); else
-/// [`Error::NotFound`].
-pub(crate) fn write_refused(
-    table: &Table,
-    fence: u64,
-    stored: Option<i64>,
-    precondition: bool,
-) -> Result<()> {
-    if let Some(stale) = stale(table, Step::Write, fence, stored) {
-        return Err(stale);
-    }
-    if stored.is_some() && precondition {
-        Ok(())
-    } else {
-        // Nothing else could stop the statement: the row was absent when it ran (and
-        // inserted since, which READ COMMITTED's next statement sees).
-        Err(not_found(table))
+/// Why a guarded write matched no row: [`Error::Stale`] for a newer fence,
+/// [`Error::NullFence`] for a NULL one; with a `precondition` and a current fence, `Ok` (the
+/// precondition did not hold); else [`Error::NotFound`].
+pub(crate) fn write_refused(table: &Table, fence: u64, stored: Stored, precondition: bool) -> Result<()> {
+    match stored {
+        Some(Some(stored)) => match stale(table, Step::Write, fence, stored) {
+            Some(stale) => Err(stale),
+            None if precondition => Ok(()),
+            // Nothing else could stop the statement: the row was absent when it ran (and
+            // inserted since, which READ COMMITTED's next statement sees).
+            None => Err(not_found(table)),
+        },
+        Some(None) => Err(null_fence(table)),
+        None => Err(not_found(table)),
     }
 }
 
 /// [`Error::Stale`], counted and logged, if the stored fence is above `fence`.
-fn stale(table: &Table, step: Step, fence: u64, stored: Option<i64>) -> Option<Error> {
-    let last_fence = fence::from_sql(stored?)?;
+fn stale(table: &Table, step: Step, fence: u64, stored: i64) -> Option<Error> {
+    let last_fence = fence::from_sql(stored)?;
     if last_fence <= fence {
         return None;
     }
@@ -64,4 +68,10 @@ fn stale(table: &Table, step: Step, fence: u64, stored: Option<i64>) -> Option<E
 
 fn not_found(table: &Table) -> Error {
     Error::NotFound { resource: table.resource() }
+}
+
+/// A NULL compares with nothing, so no statement matches the row: refused by name, never
+/// read as a missing row or as fence 0.
+fn null_fence(table: &Table) -> Error {
+    Error::NullFence { table: table.qualified_name(), column: table.fence_column_name().to_owned() }
 }

@@ -35,7 +35,7 @@ use tokio_postgres::{GenericClient, Row};
 
 use crate::error::Result;
 use crate::fence;
-use crate::outcome::{claim_refused, write_refused, Written};
+use crate::outcome::{claim_refused, write_refused, Stored, Written};
 use crate::sql::{self, Dialect};
 use crate::table::Table;
 
@@ -46,7 +46,8 @@ pub type Update<'a> = crate::update::Update<'a, dyn ToSql + Sync + 'a>;
 pub type Param<'a> = &'a (dyn ToSql + Sync);
 
 /// The schema step: adds the fence column (`bigint NOT NULL DEFAULT 0`) to `table` unless it
-/// has it already.
+/// has it already. An existing column is left as it is: keep it `NOT NULL` (a row whose
+/// fence is NULL is refused with [`Error::NullFence`](crate::Error::NullFence)).
 pub async fn add_fence_column<C: GenericClient>(client: &C, table: &Table) -> Result<()> {
     let alter = sql::add_fence_column(table, Dialect::Postgres)?;
     let alter = alter.replacen(" ADD COLUMN ", " ADD COLUMN IF NOT EXISTS ", 1);
@@ -60,7 +61,8 @@ pub async fn add_fence_column<C: GenericClient>(client: &C, table: &Table) -> Re
 /// holder inherits, which no older holder can change afterwards.
 ///
 /// [`Error::Stale`](crate::Error::Stale) if the row carries a newer fence (abandon the
-/// attempt), [`Error::NotFound`](crate::Error::NotFound) if no row has the id.
+/// attempt), [`Error::NotFound`](crate::Error::NotFound) if no row has the id,
+/// [`Error::NullFence`](crate::Error::NullFence) if its fence is NULL.
 pub async fn claim<C: GenericClient>(
     client: &C,
     table: &Table,
@@ -82,7 +84,8 @@ pub async fn claim<C: GenericClient>(
 ///
 /// `Applied` if the row was updated, `PreconditionFailed` if the fence is current but the
 /// update's precondition did not hold; [`Error::Stale`](crate::Error::Stale) if the row carries
-/// a newer fence, [`Error::NotFound`](crate::Error::NotFound) if no row has the id.
+/// a newer fence, [`Error::NotFound`](crate::Error::NotFound) if no row has the id,
+/// [`Error::NullFence`](crate::Error::NullFence) if its fence is NULL.
 pub async fn write<C: GenericClient>(
     client: &C,
     table: &Table,
@@ -144,8 +147,12 @@ async fn refused_write<C: GenericClient, T>(
     Ok(Written::PreconditionFailed)
 }
 
-/// The row's fence, read after a statement matched nothing (in the same transaction).
-async fn stored_fence<C: GenericClient>(client: &C, table: &Table, id: Param<'_>) -> Result<Option<i64>> {
+/// The row's fence, read after a statement matched nothing (in the same transaction). Read as
+/// nullable: a column added by hand may hold NULL.
+async fn stored_fence<C: GenericClient>(client: &C, table: &Table, id: Param<'_>) -> Result<Stored> {
     let sql = sql::fence_of(table, Dialect::Postgres)?;
-    Ok(client.query_opt(&sql, &[id]).await?.map(|row| row.get(0)))
+    match client.query_opt(&sql, &[id]).await? {
+        Some(row) => Ok(Some(row.try_get(0)?)),
+        None => Ok(None),
+    }
 }

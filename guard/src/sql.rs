@@ -53,6 +53,9 @@ const FENCE_PARAM: usize = 1;
 const ID_PARAM: usize = 2;
 /// The first parameter of an update's own values.
 const FIRST_UPDATE_PARAM: usize = 3;
+/// The first name [`unknown_column`] asks about (1 and 2 are the table and its schema).
+#[cfg(feature = "sqlite")]
+const FIRST_NAME_PARAM: usize = 3;
 
 /// `ALTER TABLE t ADD COLUMN "last_fence" bigint NOT NULL DEFAULT 0`.
 pub fn add_fence_column(table: &Table, dialect: Dialect) -> Result<String> {
@@ -122,6 +125,33 @@ pub fn fence_of(table: &Table, dialect: Dialect) -> Result<String> {
     ))
 }
 
+/// SQLite only: the first of `names` (parameters 3 on) that is no column of the table
+/// (parameter 1, in schema parameter 2, or NULL for SQLite's search order), else no row. SQLite
+/// reads a double-quoted name that matches no column as a string literal, so the helpers ask
+/// first. Names match as SQLite matches them (ASCII case folded); `rowid`, `oid` and `_rowid_`
+/// are names on a table with a rowid (WITHOUT ROWID: its primary key index carries no rowid,
+/// `cid` -1). A table with no columns does not exist: the statement itself then says so.
+#[cfg(feature = "sqlite")]
+pub fn unknown_column(names: usize) -> String {
+    let mut sql = String::from("SELECT n.column1 FROM (VALUES ");
+    for i in 0..names {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push('(');
+        Dialect::Sqlite.push_placeholder(&mut sql, FIRST_NAME_PARAM + i);
+        sql.push(')');
+    }
+    sql.push_str(
+        ") AS n WHERE EXISTS (SELECT 1 FROM pragma_table_xinfo(?1, ?2)) \
+         AND n.column1 COLLATE NOCASE NOT IN (SELECT name FROM pragma_table_xinfo(?1, ?2)) \
+         AND (n.column1 COLLATE NOCASE NOT IN ('rowid', 'oid', '_rowid_') \
+         OR EXISTS (SELECT 1 FROM pragma_index_list(?1, ?2) AS i WHERE i.origin = 'pk' \
+         AND NOT EXISTS (SELECT 1 FROM pragma_index_xinfo(i.name, ?2) WHERE cid = -1))) LIMIT 1",
+    );
+    sql
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +212,15 @@ mod tests {
         assert_eq!(
             fence_of(&t, Dialect::Postgres).unwrap(),
             r#"SELECT "last_fence" FROM "invoice_jobs" WHERE "id" = $1"#
+        );
+    }
+
+    #[test]
+    #[cfg(feature = "sqlite")]
+    fn sqlite_asks_for_a_name_that_is_no_column_first() {
+        assert_eq!(
+            unknown_column(2),
+            r#"SELECT n.column1 FROM (VALUES (?3), (?4)) AS n WHERE EXISTS (SELECT 1 FROM pragma_table_xinfo(?1, ?2)) AND n.column1 COLLATE NOCASE NOT IN (SELECT name FROM pragma_table_xinfo(?1, ?2)) AND (n.column1 COLLATE NOCASE NOT IN ('rowid', 'oid', '_rowid_') OR EXISTS (SELECT 1 FROM pragma_index_list(?1, ?2) AS i WHERE i.origin = 'pk' AND NOT EXISTS (SELECT 1 FROM pragma_index_xinfo(i.name, ?2) WHERE cid = -1))) LIMIT 1"#
         );
     }
 

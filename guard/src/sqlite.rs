@@ -31,9 +31,9 @@
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::fence;
-use crate::outcome::{claim_refused, write_refused, Written};
+use crate::outcome::{claim_refused, write_refused, Stored, Written};
 use crate::sql::{self, Dialect};
 use crate::table::Table;
 
@@ -44,7 +44,8 @@ pub type Update<'a> = crate::update::Update<'a, dyn ToSql + 'a>;
 pub type Param<'a> = &'a dyn ToSql;
 
 /// The schema step: adds the fence column (`INTEGER NOT NULL DEFAULT 0`) to `table` unless it
-/// has it already.
+/// has it already. An existing column is left as it is: keep it `NOT NULL` (a row whose
+/// fence is NULL is refused with [`Error::NullFence`]).
 pub fn add_fence_column(conn: &Connection, table: &Table) -> Result<()> {
     let alter = sql::add_fence_column(table, Dialect::Sqlite)?;
     let (name, schema) = table.name_and_schema();
@@ -66,8 +67,9 @@ pub fn add_fence_column(conn: &Connection, table: &Table) -> Result<()> {
 /// `returning` columns (the fence if empty): the state this holder inherits, which no older
 /// holder can change afterwards.
 ///
-/// [`Error::Stale`](crate::Error::Stale) if the row carries a newer fence (abandon the
-/// attempt), [`Error::NotFound`](crate::Error::NotFound) if no row has the id.
+/// [`Error::Stale`] if the row carries a newer fence (abandon the attempt), [`Error::NotFound`]
+/// if no row has the id, [`Error::NullFence`] if its fence is NULL, [`Error::UnknownColumn`] if a
+/// name is no column of the table (asked first: SQLite would read it as a string).
 pub fn claim<T>(
     conn: &Connection,
     table: &Table,
@@ -78,6 +80,7 @@ pub fn claim<T>(
 ) -> Result<T> {
     let bound = fence::to_sql(fence)?;
     let sql = sql::claim(table, Dialect::Sqlite, returning)?;
+    check_columns(conn, table, None, returning)?;
     let claimed = conn.prepare_cached(&sql)?.query_row([&bound as Param<'_>, id], map).optional()?;
     match claimed {
         Some(state) => Ok(state),
@@ -90,8 +93,9 @@ pub fn claim<T>(
 /// many times with its fence.
 ///
 /// `Applied` if the row was updated, `PreconditionFailed` if the fence is current but the
-/// update's precondition did not hold; [`Error::Stale`](crate::Error::Stale) if the row carries
-/// a newer fence, [`Error::NotFound`](crate::Error::NotFound) if no row has the id.
+/// update's precondition did not hold; [`Error::Stale`] if the row carries a newer fence,
+/// [`Error::NotFound`] if no row has the id, [`Error::NullFence`] if its fence is NULL,
+/// [`Error::UnknownColumn`] if a name is no column of the table.
 pub fn write(
     conn: &Connection,
     table: &Table,
@@ -101,6 +105,7 @@ pub fn write(
 ) -> Result<Written<()>> {
     let bound = fence::to_sql(fence)?;
     let (sql, values) = sql::write(table, Dialect::Sqlite, update, &[])?;
+    check_columns(conn, table, Some(update), &[])?;
     if conn.prepare_cached(&sql)?.execute(params(&bound, id, &values).as_slice())? > 0 {
         return Ok(Written::Applied(()));
     }
@@ -119,6 +124,7 @@ pub fn write_returning<T>(
 ) -> Result<Written<T>> {
     let bound = fence::to_sql(fence)?;
     let (sql, values) = sql::write(table, Dialect::Sqlite, update, returning)?;
+    check_columns(conn, table, Some(update), returning)?;
     let written =
         conn.prepare_cached(&sql)?.query_row(params(&bound, id, &values).as_slice(), map).optional()?;
     match written {
@@ -153,8 +159,40 @@ fn refused_write<T>(
     Ok(Written::PreconditionFailed)
 }
 
-/// The row's fence, read after a statement matched nothing (in the same transaction).
-fn stored_fence(conn: &Connection, table: &Table, id: Param<'_>) -> Result<Option<i64>> {
+/// The row's fence, read after a statement matched nothing (in the same transaction). Read as
+/// nullable: a column added by hand may hold NULL.
+fn stored_fence(conn: &Connection, table: &Table, id: Param<'_>) -> Result<Stored> {
     let sql = sql::fence_of(table, Dialect::Sqlite)?;
     Ok(conn.prepare_cached(&sql)?.query_row([id], |row| row.get(0)).optional()?)
+}
+
+/// [`Error::UnknownColumn`] for the first name the caller gave (the id and fence columns,
+/// `update`'s columns, `returning`) that is no column of `table`. SQLite would read it as a
+/// string literal: a misspelled `RETURNING` returns its own text, a misspelled precondition
+/// never holds. Asked every time, in the caller's transaction, so a schema change is seen.
+fn check_columns(
+    conn: &Connection,
+    table: &Table,
+    update: Option<&Update<'_>>,
+    returning: &[&str],
+) -> Result<()> {
+    let mut names = vec![table.id_column_name(), table.fence_column_name()];
+    for name in update.into_iter().flat_map(|update| update.columns()).chain(returning.iter().copied()) {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let (name, schema) = table.name_and_schema();
+    let mut params: Vec<Param<'_>> = Vec::with_capacity(2 + names.len());
+    params.push(&name);
+    params.push(&schema);
+    params.extend(names.iter().map(|name| name as Param<'_>));
+    let unknown: Option<String> = conn
+        .prepare_cached(&sql::unknown_column(names.len()))?
+        .query_row(params.as_slice(), |row| row.get(0))
+        .optional()?;
+    match unknown {
+        Some(column) => Err(Error::UnknownColumn { table: table.qualified_name(), column }),
+        None => Ok(()),
+    }
 }

@@ -95,6 +95,14 @@ impl Table {
         sql::claim(self, dialect, returning)
     }
 
+    /// `schema.table` or `table`, unquoted: how errors name the table.
+    pub(crate) fn qualified_name(&self) -> String {
+        match &self.schema {
+            Some(schema) => format!("{schema}.{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
     /// The table's name and schema, unquoted.
     #[cfg(feature = "sqlite")]
     pub(crate) fn name_and_schema(&self) -> (&str, Option<&str>) {

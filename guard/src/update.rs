@@ -78,6 +78,17 @@ impl<'a, P: ?Sized> Update<'a, P> {
         !self.conditions.is_empty()
     }
 
+    /// The columns it sets and compares, as given (SQLite's helpers check them against the table).
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn columns(&self) -> impl Iterator<Item = &str> {
+        let sets = self.sets.iter().map(|(column, _)| column.as_str());
+        let compared = self.conditions.iter().filter_map(|condition| match condition {
+            Condition::Equals(column, _) | Condition::In(column, _) => Some(column.as_str()),
+            Condition::Sql(_) => None,
+        });
+        sets.chain(compared)
+    }
+
     /// Appends the `SET` assignments (each followed by `, `, so the fence's comes last) to
     /// `sets` and the precondition (` AND …` clauses) to `conditions`, with placeholders
     /// numbered from `first`; returns the values they bind, in order.

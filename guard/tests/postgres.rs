@@ -375,3 +375,43 @@ async fn client_reset(client: &tokio_postgres::Client) {
         .await
         .unwrap();
 }
+
+/// A nullable fence column (`add_fence_column` leaves an existing column as it is) with a NULL
+/// on the row: the statements match nothing, and the fence read finds the row with no fence.
+/// Its own error, never a panic or a missing row; nothing is written.
+#[tokio::test]
+async fn a_null_fence_is_an_error_of_its_own_and_nothing_is_written() {
+    let (refusals, _recorder) = local_recorder();
+    let pg = Postgres::start();
+    let client = connect(&pg).await;
+    client
+        .batch_execute(
+            "CREATE TABLE loose_jobs (
+                 job_id bigint PRIMARY KEY, status text NOT NULL DEFAULT 'PENDING', last_fence bigint
+             );
+             INSERT INTO loose_jobs (job_id) VALUES (72)",
+        )
+        .await
+        .unwrap();
+    let loose = Table::new("loose_jobs").id_column("job_id");
+    postgres::add_fence_column(&client, &loose).await.unwrap();
+    let null_fence = |result: Result<(), Error>| match result {
+        Err(Error::NullFence { table, column }) => {
+            assert_eq!((table.as_str(), column.as_str()), ("loose_jobs", "last_fence"))
+        }
+        other => panic!("expected NullFence, got {other:?}"),
+    };
+    null_fence(postgres::claim(&client, &loose, &JOB, 5, &["status"]).await.map(drop));
+    null_fence(
+        postgres::write(&client, &loose, &JOB, 5, &Update::new().set("status", &"SENT")).await.map(drop),
+    );
+    let sent = Update::new().set("status", &"SENT").when("status", &"PENDING");
+    null_fence(postgres::write(&client, &loose, &JOB, 5, &sent).await.map(drop));
+    null_fence(postgres::write_returning(&client, &loose, &JOB, 5, &sent, &["status"]).await.map(drop));
+    assert_eq!(
+        pg.psql("SELECT status || ':' || coalesce(last_fence::text, 'NULL') FROM loose_jobs"),
+        "PENDING:NULL"
+    );
+    assert_eq!(refusals.counts("loose_jobs"), (0, 0), "not a stale refusal");
+    assert!(matches!(postgres::claim(&client, &loose, &73_i64, 5, &[]).await, Err(Error::NotFound { .. })));
+}

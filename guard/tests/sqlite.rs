@@ -188,7 +188,7 @@ fn bad_fences_missing_rows_hostile_values_and_names() {
     assert_eq!(job(&conn).0, hostile);
     assert!(matches!(
         sqlite::write(&conn, &jobs(), &JOB, 5, &Update::new().set("status\" = 'x', sends = 99 --", &"y")),
-        Err(Error::Sqlite(_))
+        Err(Error::UnknownColumn { .. })
     ));
     assert_eq!(job(&conn).1, 0);
 
@@ -220,4 +220,100 @@ fn bad_fences_missing_rows_hostile_values_and_names() {
     assert_eq!(row, ("hi".to_owned(), 3));
     assert_eq!(refusals.counts("weird"), (1, 1));
     assert_eq!(refusals.counts("invoice_jobs").0, 0);
+}
+
+/// SQLite reads a double-quoted name that matches no column as a string literal: a misspelled
+/// name would come back as its own text, make a precondition never hold, or write and return
+/// the text. Every name the caller gives is checked against the table first.
+#[test]
+fn a_name_that_matches_no_column_is_an_error_and_nothing_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let conn = with_jobs(dir.path());
+    let unknown = |result: Result<(), Error>, name: &str| match result {
+        Err(Error::UnknownColumn { table, column }) => {
+            assert_eq!((table.as_str(), column.as_str()), ("invoice_jobs", name))
+        }
+        other => panic!("expected UnknownColumn {name:?}, got {other:?}"),
+    };
+    let text = |r: &rusqlite::Row<'_>| r.get::<_, rusqlite::types::Value>(0);
+    unknown(sqlite::claim(&conn, &jobs(), &JOB, 5, &["stauts"], text).map(drop), "stauts");
+    let typo = Update::new().set("status", &"SENT").when("stauts", &"PENDING");
+    unknown(sqlite::write(&conn, &jobs(), &JOB, 5, &typo).map(drop), "stauts");
+    unknown(sqlite::write_returning(&conn, &jobs(), &JOB, 5, &send(&5), &["vv"], text).map(drop), "vv");
+    unknown(
+        sqlite::write(&conn, &jobs(), &JOB, 5, &Update::new().set("stauts", &"SENT")).map(drop),
+        "stauts",
+    );
+    let one_of = Update::new().set("status", &"SENT").when_in("stauts", &[&"PENDING"]);
+    unknown(sqlite::write(&conn, &jobs(), &JOB, 5, &one_of).map(drop), "stauts");
+    unknown(
+        sqlite::write(&conn, &jobs(), &JOB, 5, &Update::new().when_in("stauts", &[])).map(drop),
+        "stauts",
+    );
+    let id_typo = Table::new("invoice_jobs").id_column("jobid");
+    unknown(sqlite::claim(&conn, &id_typo, &"jobid", 5, &[], text).map(drop), "jobid");
+    unknown(sqlite::write(&conn, &id_typo, &"jobid", 5, &Update::new()).map(drop), "jobid");
+    let fence_typo = jobs().fence_column("last_fnce");
+    unknown(sqlite::claim(&conn, &fence_typo, &JOB, 5, &[], text).map(drop), "last_fnce");
+    assert_eq!(job(&conn), ("PENDING".to_owned(), 0, None, 0), "nothing was written");
+
+    // SQLite's own rules still hold: names match whatever their case, and a table with a rowid
+    // has `rowid` (a WITHOUT ROWID table has none: refused too).
+    let (status, rowid): (String, i64) =
+        sqlite::claim(&conn, &jobs(), &JOB, 5, &["STATUS", "rowid"], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    assert_eq!((status.as_str(), rowid), ("PENDING", 1));
+    sqlite::claim(&conn, &Table::new("invoice_jobs").id_column("_rowid_"), &1, 6, &[], text).unwrap();
+    conn.execute_batch(
+        "CREATE TABLE kv (k TEXT PRIMARY KEY, last_fence INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID;
+         INSERT INTO kv (k) VALUES ('a')",
+    )
+    .unwrap();
+    let kv = Table::new("kv").id_column("k");
+    assert!(matches!(
+        sqlite::claim(&conn, &kv, &"a", 5, &["rowid"], text),
+        Err(Error::UnknownColumn { ref column, .. }) if column == "rowid"
+    ));
+    sqlite::claim(&conn, &kv, &"a", 5, &["k"], text).unwrap();
+}
+
+/// A fence column added by hand may allow NULL (`add_fence_column` leaves an existing column
+/// as it is): a NULL fence compares with nothing, so the statements match no row; that is its
+/// own error, not a missing row, and nothing is written.
+#[test]
+fn a_null_fence_is_an_error_of_its_own_and_nothing_is_written() {
+    let (refusals, _recorder) = local_recorder();
+    let dir = tempfile::tempdir().unwrap();
+    let conn = open(dir.path());
+    conn.execute_batch(
+        "CREATE TABLE loose_jobs (
+             job_id INTEGER PRIMARY KEY, status TEXT NOT NULL DEFAULT 'PENDING', last_fence INTEGER
+         );
+         INSERT INTO loose_jobs (job_id) VALUES (72)",
+    )
+    .unwrap();
+    let loose = Table::new("loose_jobs").id_column("job_id");
+    sqlite::add_fence_column(&conn, &loose).unwrap();
+    let null_fence = |result: Result<(), Error>| match result {
+        Err(Error::NullFence { table, column }) => {
+            assert_eq!((table.as_str(), column.as_str()), ("loose_jobs", "last_fence"))
+        }
+        other => panic!("expected NullFence, got {other:?}"),
+    };
+    null_fence(sqlite::claim(&conn, &loose, &JOB, 5, &["status"], |r| r.get::<_, String>(0)).map(drop));
+    null_fence(sqlite::write(&conn, &loose, &JOB, 5, &Update::new().set("status", &"SENT")).map(drop));
+    let sent = Update::new().set("status", &"SENT").when("status", &"PENDING");
+    null_fence(sqlite::write(&conn, &loose, &JOB, 5, &sent).map(drop));
+    null_fence(
+        sqlite::write_returning(&conn, &loose, &JOB, 5, &sent, &["status"], |r| r.get::<_, String>(0))
+            .map(drop),
+    );
+    let row: (String, Option<i64>) = conn
+        .query_row("SELECT status, last_fence FROM loose_jobs", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap();
+    assert_eq!(row, ("PENDING".to_owned(), None));
+    assert_eq!(refusals.counts("loose_jobs"), (0, 0), "not a stale refusal");
+    assert!(matches!(
+        sqlite::claim(&conn, &loose, &73, 5, &[], |r| r.get::<_, i64>(0)),
+        Err(Error::NotFound { .. })
+    ));
 }

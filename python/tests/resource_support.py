@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import psycopg
 import pytest
 
-from fencedlock.resource import Stale, Table, Update, stale_refusals
+from fencedlock.resource import (NullFence, Stale, Table, Update, add_fence_column, claim, stale_refusals, write,
+                                 write_returning)
 
 JOBS_DDL = """CREATE TABLE invoice_jobs (
     job_id bigint PRIMARY KEY,
@@ -24,6 +25,14 @@ JOB = 72
 
 Conn = Union[sqlite3.Connection, "psycopg.Connection[Any]"]
 JobRow = Tuple[str, int, Optional[int], int]
+
+
+LOOSE_DDL = """CREATE TABLE loose_jobs (
+    job_id bigint PRIMARY KEY,
+    status text NOT NULL DEFAULT 'PENDING',
+    last_fence bigint
+)"""
+"""A table whose fence column was added by hand, nullable."""
 
 
 def jobs() -> Table:
@@ -85,3 +94,25 @@ class Refusals:
         assert len(logged) == sum(delta.values()), "each counted refusal is one log record"
         assert all(getattr(r, "fence") < getattr(r, "last_fence") for r in logged)
         return delta.get(resource, 0), sum(delta.values())
+
+
+def assert_a_null_fence_is_refused(conn: Conn, refusals: Refusals) -> None:
+    """A nullable fence column (:func:`add_fence_column` leaves an existing column as it is)
+    with a NULL on the row: every helper refuses it by kind, naming the column, and writes
+    nothing; not a stale refusal, not a missing row."""
+    query(conn, LOOSE_DDL)
+    query(conn, "INSERT INTO loose_jobs (job_id) VALUES (?)", JOB)
+    loose = Table("loose_jobs", id_column="job_id")
+    add_fence_column(conn, loose)
+    sent = Update(set={"status": "SENT"}, when={"status": "PENDING"})
+    for call in (
+        lambda: claim(conn, loose, JOB, 5, ["status"]),
+        lambda: write(conn, loose, JOB, 5, Update(set={"status": "SENT"})),
+        lambda: write(conn, loose, JOB, 5, sent),
+        lambda: write_returning(conn, loose, JOB, 5, sent, "status"),
+    ):
+        with pytest.raises(NullFence) as raised:
+            call()
+        assert (raised.value.table, raised.value.column) == ("loose_jobs", "last_fence")
+    assert query(conn, "SELECT status, last_fence FROM loose_jobs") == [("PENDING", None)]
+    assert refusals.counts("loose_jobs") == (0, 0)

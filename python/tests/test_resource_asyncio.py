@@ -14,7 +14,8 @@ from psycopg.rows import dict_row
 
 from fencedlock.asyncio.resource import (InvalidFence, RowNotFound, Stale, Update, add_fence_column, claim, is_retryable,
                                          write, write_returning)
-from resource_support import JOB, JOBS_DDL, Refusals, jobs, send
+from fencedlock.resource import NullFence, Table
+from resource_support import JOB, JOBS_DDL, LOOSE_DDL, Refusals, jobs, send
 
 Body = Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
 
@@ -114,5 +115,23 @@ def test_it_runs_only_on_asyncio_psycopg(pg: str) -> None:
 
         with pytest.raises(TypeError, match="fencedlock.asyncio.resource"):
             sync_claim(conn, jobs(), JOB, 5)  # type: ignore[arg-type]
+
+    run_with_jobs(pg, body)
+
+
+def test_a_null_fence_is_an_error_of_its_own_and_nothing_is_written(pg: str, refusals: Refusals) -> None:
+    async def body(conn: psycopg.AsyncConnection[Any]) -> None:
+        await conn.execute(LOOSE_DDL.encode())
+        await conn.execute(b"INSERT INTO loose_jobs (job_id) VALUES (%s)", (JOB,))
+        loose = Table("loose_jobs", id_column="job_id")
+        await add_fence_column(conn, loose)
+        with pytest.raises(NullFence):
+            await claim(conn, loose, JOB, 5)
+        with pytest.raises(NullFence) as raised:
+            await write(conn, loose, JOB, 5, Update(set={"status": "SENT"}, when={"status": "PENDING"}))
+        assert (raised.value.table, raised.value.column) == ("loose_jobs", "last_fence")
+        cursor = await conn.execute(b"SELECT status, last_fence FROM loose_jobs")
+        assert await cursor.fetchall() == [("PENDING", None)]
+        assert refusals.counts("loose_jobs") == (0, 0)
 
     run_with_jobs(pg, body)

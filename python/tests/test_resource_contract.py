@@ -68,6 +68,7 @@ def python_statements() -> List[str]:
         resource.add_fence_column_sql(Table("invoice_jobs")),
         resource.add_fence_column_sql(Table("invoice_jobs"), Dialect.SQLITE),
         _sql.fence_of(Table("invoice_jobs"), Dialect.POSTGRES, 72).sql,
+        _sql.unknown_column(Table("invoice_jobs"), ["a", "b"]).sql,
     ]
 
 

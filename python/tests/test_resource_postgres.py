@@ -18,7 +18,8 @@ from psycopg.rows import dict_row
 from fencedlock import FencedLockError, InvalidArgument
 from fencedlock.resource import (InvalidFence, InvalidIdentifier, RowNotFound, Stale, Table, Update, add_fence_column,
                                  claim, is_retryable, quote, write, write_returning)
-from resource_support import JOB, JOBS_DDL, Refusals, assert_stale, connect, job, jobs, query, reset, send
+from resource_support import (JOB, JOBS_DDL, Refusals, assert_a_null_fence_is_refused, assert_stale, connect, job, jobs,
+                              query, reset, send)
 
 
 @pytest.fixture
@@ -296,6 +297,12 @@ def test_bad_fences_missing_rows_and_hostile_values_change_nothing(conn: psycopg
         claim(object(), jobs(), JOB, 5)  # type: ignore[arg-type]
     assert job(conn)[1] == 0
     assert refusals.counts() == (0, 0), "none of these is a stale refusal"
+
+
+def test_a_null_fence_is_an_error_of_its_own_and_nothing_is_written(
+    conn: psycopg.Connection[Any], refusals: Refusals
+) -> None:
+    assert_a_null_fence_is_refused(conn, refusals)
 
 
 def test_any_table_and_column_name_works_quoted_and_the_schema_step_is_idempotent(

@@ -8,14 +8,15 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, List
+from typing import Any, Callable, Iterator, List, Tuple
 
 import pytest
 
 from fencedlock import FencedLockError
-from fencedlock.resource import (InvalidFence, InvalidIdentifier, RowNotFound, Stale, Table, Update, add_fence_column,
-                                 claim, is_retryable, quote, write, write_returning)
-from resource_support import JOB, JOBS_DDL, Refusals, assert_stale, job, jobs, query, reset, send
+from fencedlock.resource import (InvalidFence, InvalidIdentifier, RowNotFound, Stale, Table, UnknownColumn, Update,
+                                 add_fence_column, claim, is_retryable, quote, write, write_returning)
+from resource_support import (JOB, JOBS_DDL, Refusals, assert_a_null_fence_is_refused, assert_stale, job, jobs, query,
+                              reset, send)
 
 
 def open_db(path: Path, **kwargs: Any) -> sqlite3.Connection:
@@ -189,7 +190,7 @@ def test_bad_inputs_hostile_values_and_names_in_an_attached_database(
     hostile = "x'; DROP TABLE invoice_jobs; --"
     assert write(conn, jobs(), JOB, 5, Update(set={"status": hostile})) is True
     assert job(conn)[0] == hostile
-    with pytest.raises(sqlite3.OperationalError, match="no such column"):
+    with pytest.raises(UnknownColumn):
         write(conn, jobs(), JOB, 5, Update(set={"status\" = 'x', sends = 99 --": "y"}))
     with pytest.raises(InvalidIdentifier):
         claim(conn, jobs(), JOB, 5, ["ok", ""])
@@ -207,3 +208,43 @@ def test_bad_inputs_hostile_values_and_names_in_an_attached_database(
         write(conn, weird, "a", 2, Update(set={"note": "late"}))
     assert query(conn, f"SELECT * FROM {weird.quoted_name}") == [("a", None, 3)]
     assert refusals.counts("Other DB.we\"ird") == (1, 1)
+
+
+def test_a_name_that_matches_no_column_is_an_error_and_nothing_is_written(conn: sqlite3.Connection) -> None:
+    """SQLite reads a double-quoted name that matches no column as a string literal: a
+    misspelled name would come back as its own text, make a precondition never hold, or write
+    and return the text. Every name the caller gives is checked against the table first."""
+    id_typo = Table("invoice_jobs", id_column="jobid")
+    fence_typo = Table("invoice_jobs", id_column="job_id", fence_column="last_fnce")
+    calls: List[Tuple[str, Callable[[], object]]] = [
+        ("stauts", lambda: claim(conn, jobs(), JOB, 5, ["stauts"])),
+        ("stauts", lambda: write(conn, jobs(), JOB, 5, Update(set={"status": "SENT"}, when={"stauts": "PENDING"}))),
+        ("vv", lambda: write_returning(conn, jobs(), JOB, 5, send(5), "vv")),
+        ("stauts", lambda: write(conn, jobs(), JOB, 5, Update(set={"stauts": "SENT"}))),
+        ("stauts", lambda: write(conn, jobs(), JOB, 5, Update(set={"status": "SENT"}).when_in("stauts", ["PENDING"]))),
+        ("stauts", lambda: write(conn, jobs(), JOB, 5, Update().when_in("stauts", []))),
+        ("jobid", lambda: claim(conn, id_typo, "jobid", 5)),
+        ("jobid", lambda: write(conn, id_typo, "jobid", 5, Update())),
+        ("last_fnce", lambda: claim(conn, fence_typo, JOB, 5)),
+    ]
+    for name, call in calls:
+        with pytest.raises(UnknownColumn) as raised:
+            call()
+        assert (raised.value.table, raised.value.column) == ("invoice_jobs", name)
+    assert job(conn) == ("PENDING", 0, None, 0), "nothing was written"
+
+    # SQLite's own rules still hold: names match whatever their case, and a table with a rowid
+    # has `rowid` (a WITHOUT ROWID table has none: refused too).
+    assert claim(conn, jobs(), JOB, 5, ["STATUS", "rowid"]) == ("PENDING", 1)
+    claim(conn, Table("invoice_jobs", id_column="_rowid_"), 1, 6)
+    conn.execute("CREATE TABLE kv (k TEXT PRIMARY KEY, last_fence INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID")
+    conn.execute("INSERT INTO kv (k) VALUES ('a')")
+    with pytest.raises(UnknownColumn):
+        claim(conn, Table("kv", id_column="k"), "a", 5, ["rowid"])
+    assert claim(conn, Table("kv", id_column="k"), "a", 5, ["k"]) == ("a",)
+
+
+def test_a_null_fence_is_an_error_of_its_own_and_nothing_is_written(
+    conn: sqlite3.Connection, refusals: Refusals
+) -> None:
+    assert_a_null_fence_is_refused(conn, refusals)

@@ -38,8 +38,9 @@ from typing import Any, Optional
 from .. import errors
 from ..errors import RowNotFound, Stale
 from . import _sql, _steps
-from ._names import DEFAULT_FENCE_COLUMN, DEFAULT_ID_COLUMN, MAX_IDENTIFIER_BYTES, InvalidIdentifier, Table, quote
-from ._outcome import InvalidFence
+from ._names import (DEFAULT_FENCE_COLUMN, DEFAULT_ID_COLUMN, MAX_IDENTIFIER_BYTES, InvalidIdentifier, Table,
+                     UnknownColumn, quote)
+from ._outcome import InvalidFence, NullFence
 from ._refusals import METRIC, RESOURCE_LABEL, Refusal, StaleRefusals, stale_refusals
 from ._sessions import PostgresSession, Target, drive, session
 from ._sql import Dialect
@@ -57,12 +58,14 @@ __all__ = [
     "InvalidIdentifier",
     "MAX_IDENTIFIER_BYTES",
     "METRIC",
+    "NullFence",
     "RESOURCE_LABEL",
     "Refusal",
     "RowNotFound",
     "Stale",
     "StaleRefusals",
     "Table",
+    "UnknownColumn",
     "Update",
     "add_fence_column",
     "add_fence_column_sql",
@@ -85,7 +88,9 @@ def claim(target: Target, table: Table, row_id: Any, fence: int, returning: Colu
     stays locked until the transaction ends.
 
     :class:`Stale` if the row carries a newer fence (abandon the attempt), :class:`RowNotFound`
-    if no row has the id, :class:`InvalidFence` for a fence outside 1..=MAX_FENCE.
+    if no row has the id, :class:`NullFence` if its fence is NULL, :class:`InvalidFence` for a
+    fence outside 1..=MAX_FENCE, :class:`UnknownColumn` for a name that is no column (asked
+    first on SQLite, which would read it as a string).
     """
     on = session(target)
     return drive(on, _steps.claim(on.dialect, table, row_id, fence, returning))
@@ -97,7 +102,8 @@ def write(target: Target, table: Table, row_id: Any, fence: int, update: Update)
 
     ``True`` if the row was updated; ``False`` if the fence is current but the update's
     precondition did not hold (nothing written: re-read and decide). :class:`Stale` if the row
-    carries a newer fence, :class:`RowNotFound` if no row has the id.
+    carries a newer fence, :class:`RowNotFound` if no row has the id, :class:`NullFence` if its
+    fence is NULL, :class:`UnknownColumn` for a name that is no column (SQLite).
     """
     on = session(target)
     applied, _ = drive(on, _steps.write(on.dialect, table, row_id, fence, update, ()))
@@ -116,7 +122,8 @@ def write_returning(target: Target, table: Table, row_id: Any, fence: int, updat
 
 def add_fence_column(target: Target, table: Table) -> None:
     """The schema step: adds the fence column (``bigint NOT NULL DEFAULT 0``; SQLite
-    ``INTEGER``) to ``table`` unless it has it already. Existing rows get 0, below every fence."""
+    ``INTEGER``) to ``table`` unless it has it already. Existing rows get 0, below every fence.
+    An existing column is left as it is: keep it ``NOT NULL`` (a NULL fence is :class:`NullFence`)."""
     on = session(target)
     if isinstance(on, PostgresSession):
         on.execute(_sql.add_fence_column_if_absent(table))

@@ -34,6 +34,19 @@ class InvalidIdentifier(InvalidArgument):
         self.reason = reason
 
 
+class UnknownColumn(InvalidArgument):
+    """A column name that is no column of the table, refused before anything was written.
+    SQLite reads a double-quoted name that matches no column as a string literal, so on SQLite
+    every name given is checked against the table first; PostgreSQL refuses it itself
+    (``psycopg.errors.UndefinedColumn``)."""
+
+    def __init__(self, table: str, column: str) -> None:
+        super().__init__(f'no column "{column}" in {table}')
+        self.table = table
+        """The table, ``schema.table`` or ``table``."""
+        self.column = column
+
+
 def quote(name: object) -> str:
     """``name`` as a delimited identifier: ``"…"`` with each ``"`` doubled."""
     if not isinstance(name, str):
@@ -88,6 +101,11 @@ class Table:
         """The label stale refusals of this table are counted and logged under."""
         if self.resource_label is not None:
             return self.resource_label
+        return f"{self.schema}.{self.name}" if self.schema is not None else self.name
+
+    @property
+    def qualified_name(self) -> str:
+        """``schema.table`` or ``table``, unquoted: how errors name the table."""
         return f"{self.schema}.{self.name}" if self.schema is not None else self.name
 
     @property

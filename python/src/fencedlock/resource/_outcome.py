@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from .. import _contract
-from ..errors import InvalidArgument, RowNotFound, Stale
+from ..errors import FencedLockError, InvalidArgument, RowNotFound, Stale
 from ._names import Table
 from ._refusals import Refusal, stale_refusals
 
@@ -21,6 +21,18 @@ class InvalidFence(InvalidArgument):
         self.fence = fence
 
 
+class NullFence(FencedLockError):
+    """The row has the id but its fence column is NULL: there is no fence to compare, so
+    nothing was written. :func:`add_fence_column` adds the column ``NOT NULL DEFAULT 0`` but
+    leaves an existing one as it is: set the NULLs to 0 and make the column ``NOT NULL``."""
+
+    def __init__(self, table: str, column: str) -> None:
+        super().__init__(f'the fence column "{column}" of {table} is NULL on that row: nothing written')
+        self.table = table
+        """The table, ``schema.table`` or ``table``."""
+        self.column = column
+
+
 def checked_fence(fence: object) -> int:
     """``fence`` as bound to the statements, or :class:`InvalidFence`."""
     if not isinstance(fence, int) or isinstance(fence, bool) or not 1 <= fence <= _contract.MAX_FENCE:
@@ -28,12 +40,15 @@ def checked_fence(fence: object) -> int:
     return fence
 
 
-def stored_fence(row: Any) -> Optional[int]:
+def stored_fence(table: Table, row: Any) -> Optional[int]:
     """The fence column's value from the one-column row of the fence read; ``None`` for no
-    row (the schema step makes the column ``NOT NULL``)."""
+    row. :class:`NullFence` for a NULL: it compares with nothing, so no statement matches the
+    row, and it is neither a missing row nor fence 0."""
     if row is None:
         return None
     value = next(iter(row.values())) if isinstance(row, dict) else row[0]
+    if value is None:
+        raise NullFence(table.qualified_name, table.fence_column)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 

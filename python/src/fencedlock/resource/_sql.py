@@ -24,6 +24,8 @@ ID_PARAM = 2
 """The parameter every statement binds the row id to."""
 FIRST_UPDATE_PARAM = 3
 """The first parameter of an update's own values."""
+FIRST_NAME_PARAM = 3
+"""The first name :func:`unknown_column` asks about (1 and 2 are the table and its schema)."""
 
 
 class Dialect(enum.Enum):
@@ -98,3 +100,21 @@ def fence_of(table: Table, dialect: Dialect, row_id: Any) -> Statement:
     """The row's fence, read after a statement matched no row to tell why."""
     sql = f"SELECT {table.quoted_fence} FROM {table.quoted_name} WHERE {table.quoted_id} = {dialect.placeholder(1)}"
     return Statement(sql, [row_id])
+
+
+def unknown_column(table: Table, names: Sequence[str]) -> Statement:
+    """SQLite only: the first of ``names`` that is no column of the table, else no row. SQLite
+    reads a double-quoted name that matches no column as a string literal, so the helpers ask
+    first. Names match as SQLite matches them (ASCII case folded); ``rowid``, ``oid`` and
+    ``_rowid_`` are names on a table with a rowid (WITHOUT ROWID: its primary key index carries
+    no rowid, ``cid`` -1). A table with no columns does not exist: the statement itself then
+    says so. A NULL schema searches as SQLite does (temp, main, attached)."""
+    values = ", ".join(f"({Dialect.SQLITE.placeholder(FIRST_NAME_PARAM + i)})" for i in range(len(names)))
+    sql = (
+        f"SELECT n.column1 FROM (VALUES {values}) AS n WHERE EXISTS (SELECT 1 FROM pragma_table_xinfo(?1, ?2)) "
+        "AND n.column1 COLLATE NOCASE NOT IN (SELECT name FROM pragma_table_xinfo(?1, ?2)) "
+        "AND (n.column1 COLLATE NOCASE NOT IN ('rowid', 'oid', '_rowid_') "
+        "OR EXISTS (SELECT 1 FROM pragma_index_list(?1, ?2) AS i WHERE i.origin = 'pk' "
+        "AND NOT EXISTS (SELECT 1 FROM pragma_index_xinfo(i.name, ?2) WHERE cid = -1))) LIMIT 1"
+    )
+    return Statement(sql, [table.name, table.schema, *names])

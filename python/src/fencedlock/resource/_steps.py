@@ -5,10 +5,10 @@ and the same logic."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Generator, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Any, Generator, Iterable, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _sql
-from ._names import Table
+from ._names import Table, UnknownColumn
 from ._outcome import checked_fence, claim_refused, stored_fence, write_refused
 from ._sql import Dialect, Statement
 from ._update import Update
@@ -43,7 +43,10 @@ def columns(returning: Columns) -> Tuple[str, ...]:
 def claim(dialect: Dialect, table: Table, row_id: Any, fence: int, returning: Columns) -> Steps[Any]:
     """The claim: the row it returns, or :class:`Stale` / :class:`RowNotFound`."""
     fence = checked_fence(fence)
-    _, row = yield Query(_sql.claim(table, dialect, fence, row_id, columns(returning)), True, True)
+    wanted = columns(returning)
+    statement = _sql.claim(table, dialect, fence, row_id, wanted)
+    yield from _known_columns(dialect, table, wanted)
+    _, row = yield Query(statement, True, True)
     if row is not None:
         return row
     raise claim_refused(table, fence, (yield from _fence_of(dialect, table, row_id)))
@@ -57,7 +60,9 @@ def write(
     :class:`RowNotFound`."""
     fence = checked_fence(fence)
     wanted = columns(returning)
-    count, row = yield Query(_sql.write(table, dialect, fence, row_id, update, wanted), True, True)
+    statement = _sql.write(table, dialect, fence, row_id, update, wanted)
+    yield from _known_columns(dialect, table, (*update.columns, *wanted))
+    count, row = yield Query(statement, True, True)
     applied = row is not None if wanted else count > 0
     if applied:
         return True, row
@@ -65,7 +70,21 @@ def write(
     return False, None
 
 
+def _known_columns(dialect: Dialect, table: Table, given: Iterable[str]) -> Steps[None]:
+    """On SQLite, :class:`UnknownColumn` for the first name the caller gave (the id and fence
+    columns, an update's columns, ``returning``) that is no column of ``table``: SQLite would
+    read it as a string literal (a misspelled ``RETURNING`` returns its own text, a misspelled
+    precondition never holds). Asked every time, in the caller's transaction, so a schema change
+    is seen. PostgreSQL refuses such a name itself."""
+    if dialect is not Dialect.SQLITE:
+        return
+    names = list(dict.fromkeys((table.id_column, table.fence_column, *given)))
+    _, row = yield Query(_sql.unknown_column(table, names), False, False)
+    if row is not None:
+        raise UnknownColumn(table.qualified_name, row[0])
+
+
 def _fence_of(dialect: Dialect, table: Table, row_id: Any) -> Steps[Optional[int]]:
     """The row's fence, read after a statement matched nothing (in the same transaction)."""
     _, row = yield Query(_sql.fence_of(table, dialect, row_id), False, False)
-    return stored_fence(row)
+    return stored_fence(table, row)

@@ -81,6 +81,13 @@ class Update:
         the state moved on, not a missing row)."""
         return bool(self._conditions)
 
+    @property
+    def columns(self) -> Tuple[str, ...]:
+        """The columns it sets and compares, as given (SQLite's helpers check them against the
+        table)."""
+        compared = [c.column for c in self._conditions if isinstance(c, (_Equals, _In))]
+        return (*(column for column, _ in self._sets), *compared)
+
     def render(self, placeholder: Callable[[int], str], first: int) -> Tuple[List[str], List[str], List[Any]]:
         """The ``SET`` list (without the fence), the precondition clauses, and the values they
         bind in order, with placeholders numbered from ``first``."""
