@@ -1,5 +1,8 @@
 // Builds the package: src/library.ts from functions.lua (the Functions library, shipped as a
-// byte-for-byte copy of protocol/src/functions.lua), then ESM and CommonJS with .d.ts.
+// byte-for-byte copy of protocol/src/functions.lua), then ESM and CommonJS with .d.ts, then
+// the tests. `--package` (npm's `prepare`: `npm pack`, `npm publish`, `npm install <folder>`,
+// `npm install <git URL>`) builds the package alone; `--generate-only` writes src/library.ts.
+// It writes only dist/ and src/library.ts, both ignored by git.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
@@ -14,7 +17,9 @@ writeFileSync(
 if (process.argv.includes('--generate-only')) process.exit(0);
 rmSync(join(root, 'dist'), { recursive: true, force: true });
 const tsc = join(root, 'node_modules/typescript/bin/tsc');
-for (const config of ['tsconfig.esm.json', 'tsconfig.cjs.json', 'test/tsconfig.json']) {
+const configs = ['tsconfig.esm.json', 'tsconfig.cjs.json'];
+if (!process.argv.includes('--package')) configs.push('test/tsconfig.json');
+for (const config of configs) {
   execFileSync(process.execPath, [tsc, '-p', join(root, config)], { stdio: 'inherit' });
 }
 mkdirSync(join(root, 'dist/cjs'), { recursive: true });

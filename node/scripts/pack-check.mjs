@@ -1,13 +1,20 @@
-// The package as a user gets it: `npm pack`, installed with ioredis into an empty temp
-// project, then the package README's example (the block marked `<!-- example: readme -->`)
-// and the project's front page's (`../README.md`, the block marked `<!-- example: node -->`,
-// its server URL pointed at the test server) run against a real server with the module, and
-// the CommonJS entry and the types checked.
+// The package as a user gets it, from a clean copy of this folder (its sources as committed:
+// no dist/, no generated src/library.ts), three ways:
+// - `npm pack` (as `npm publish` would pack it; npm's `prepare` builds it), installed with
+//   ioredis into an empty temp project, then the package README's example (the block marked
+//   `<!-- example: readme -->`) and the project's front page's (`../README.md`, the block
+//   marked `<!-- example: node -->`, its server URL pointed at the test server) run against a
+//   real server with the module, and the CommonJS entry and the types checked; the tarball
+//   carries functions.lua, byte for byte protocol/src/functions.lua;
+// - `npm install <folder>` of another clean copy;
+// - `npm install git+file://…` of a git repository made of a third clean copy (what
+//   `npm install <git URL>` does: clone, install, `prepare`, pack).
+// Packing leaves nothing in the copy but the build's own ignored output (dist/, src/library.ts).
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
-import { dirname, join } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 
@@ -17,6 +24,36 @@ const fail = (message) => {
   console.error(`pack-check: ${message}`);
   process.exit(1);
 };
+
+/** Every file under `dir`, relative to it, node_modules left out. */
+function filesUnder(dir) {
+  const out = [];
+  const walk = (d) => {
+    for (const name of readdirSync(d)) {
+      if (name === 'node_modules') continue;
+      const path = join(d, name);
+      if (statSync(path).isDirectory()) walk(path);
+      else out.push(relative(dir, path));
+    }
+  };
+  walk(dir);
+  return out.sort();
+}
+
+/** A copy of this folder as committed: no build output, no installed modules (they are linked,
+ *  as `npm ci` would have put them there: the build needs TypeScript). */
+function cleanCopy(into) {
+  cpSync(root, into, {
+    recursive: true,
+    filter: (src) => {
+      const rel = relative(root, src);
+      return !(rel === 'node_modules' || rel === 'dist' || rel === join('src', 'library.ts') || rel.endsWith('.tgz'));
+    },
+  });
+  if (existsSync(join(into, 'dist')) || existsSync(join(into, 'src/library.ts'))) fail('the clean copy has build output');
+  symlinkSync(join(root, 'node_modules'), join(into, 'node_modules'));
+  return into;
+}
 
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
 const example = /<!-- example: readme -->\n```js\n([\s\S]*?)```/.exec(readme)?.[1];
@@ -36,13 +73,21 @@ if (!ioredis || !nodeTypes) fail('package-lock.json pins no ioredis or @types/no
 const work = mkdtempSync(join(tmpdir(), 'fencedlock-pack-'));
 let server;
 try {
-  const packed = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', work], { cwd: root, encoding: 'utf8' }));
+  const source = cleanCopy(join(work, 'source'));
+  const before = filesUnder(source);
+  const packed = JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', work], { cwd: source, encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
   const tarball = join(work, packed[0].filename);
   const files = packed[0].files.map((f) => f.path);
   for (const needed of ['dist/esm/index.js', 'dist/esm/index.d.ts', 'dist/cjs/index.js', 'dist/cjs/index.d.ts', 'functions.lua', 'README.md']) {
-    if (!files.includes(needed)) fail(`the tarball lacks ${needed}`);
+    if (!files.includes(needed)) fail(`the tarball of a clean copy lacks ${needed}`);
   }
   if (files.some((f) => f.startsWith('dist/test') || f.startsWith('src/') || f.startsWith('test/'))) fail('the tarball carries tests or sources');
+  const litter = filesUnder(source).filter((f) => !before.includes(f) && !f.startsWith('dist/') && f !== join('src', 'library.ts'));
+  if (litter.length > 0) fail(`packing left files in the source tree: ${litter.join(', ')}`);
+  execFileSync('tar', ['-xzf', tarball, '-C', work, 'package/functions.lua']);
+  if (!readFileSync(join(work, 'package/functions.lua')).equals(readFileSync(join(repo, 'protocol/src/functions.lua')))) {
+    fail("the tarball's functions.lua is not protocol/src/functions.lua");
+  }
   const app = join(work, 'app');
   execFileSync('mkdir', ['-p', app]);
   writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
@@ -71,7 +116,26 @@ try {
   writeFileSync(join(app, 'check.cts'), "import { Locker } from 'fencedlock';\nexport const make = (c: object): Locker => new Locker(c);\n");
   writeFileSync(join(app, 'tsconfig.json'), JSON.stringify({ compilerOptions: { strict: true, noEmit: true, module: 'NodeNext', moduleResolution: 'NodeNext', target: 'ES2022', skipLibCheck: false, types: ['node'] }, files: ['check.mts', 'check.cts'] }));
   execFileSync(process.execPath, [join(root, 'node_modules/typescript/bin/tsc'), '-p', app], { cwd: app, stdio: 'inherit' });
-  console.log(`pack-check: ${packed[0].filename} (${files.length} files) installs into an empty project; the README's and the front page's examples, the CommonJS entry and the types work`);
+
+  // npm install <folder>, and npm install <git URL>, each of a clean copy.
+  const probe = "import { Locker } from 'fencedlock'; const l = await Locker.open(process.env.REDIS_URL); const lease = await l.acquire('probe'); if (typeof lease?.fence !== 'bigint') process.exit(1); await lease.release(); await l.close(); console.log('probe ok');";
+  const folder = cleanCopy(join(work, 'folder'));
+  const gitCopy = cleanCopy(join(work, 'git'));
+  rmSync(join(gitCopy, 'node_modules'));
+  const git = (...args) => execFileSync('git', ['-c', 'user.name=pack-check', '-c', 'user.email=pack-check@localhost', ...args], { cwd: gitCopy, stdio: 'ignore' });
+  git('init', '-q');
+  git('add', '-A');
+  git('commit', '-q', '-m', 'clean copy');
+  for (const [how, spec] of [['a folder', folder], ['a git URL', `git+file://${gitCopy}`]]) {
+    const dir = join(work, `app-${how.replace(/\W+/g, '-')}`);
+    execFileSync('mkdir', ['-p', dir]);
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
+    execFileSync('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error', spec, `ioredis@${ioredis}`], { cwd: dir, stdio: 'inherit' });
+    writeFileSync(join(dir, 'probe.mjs'), probe);
+    const got = execFileSync(process.execPath, ['probe.mjs'], { cwd: dir, encoding: 'utf8', env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${port}` }, timeout: 30_000 });
+    if (!got.includes('probe ok')) fail(`npm install of ${how} does not work: ${got}`);
+  }
+  console.log(`pack-check: ${packed[0].filename} (${files.length} files), packed from a clean copy, installs into an empty project; the README's and the front page's examples, the CommonJS entry and the types work; npm install of a clean folder and of a git URL work too`);
 } finally {
   server?.kill('SIGKILL');
   rmSync(work, { recursive: true, force: true });

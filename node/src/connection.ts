@@ -4,6 +4,21 @@
  * their own for requests that block. `ioredis.ts` and `node-redis.ts` are the two adapters.
  */
 
+/** The client libraries (and versions) this package works over: `peerDependencies` says the same. */
+export const SUPPORTED_CLIENTS = 'ioredis 5.3 or later 5.x, or 6.x; node-redis (the `redis` package) 5.x or 6.x';
+
+/**
+ * `err`, thrown by the client library itself, as what it means here: a programming error of
+ * the library (a `TypeError`, say, from an API it changed) is a breach of what this package
+ * expects of it, never an outage.
+ */
+export function clientFault(err: Error): Error {
+  if (err instanceof TypeError || err instanceof RangeError || err instanceof ReferenceError || err instanceof SyntaxError) {
+    return new UnexpectedReply(`the client library failed (${err.name}: ${err.message}); supported: ${SUPPORTED_CLIENTS}`);
+  }
+  return err;
+}
+
 /** A command's words: the name and arguments, as text or bytes. */
 export type Arg = string | Buffer;
 
@@ -65,6 +80,27 @@ export interface Backend {
 /** An integer reply that arrived as a lossy JS number: a contract breach on this side, never an outage. */
 export class LossyInteger extends Error {
   override name = 'LossyInteger';
+}
+
+/**
+ * A reply of a shape this package does not read (a client library that changed what it hands
+ * back): a contract breach on this side, never an outage. The server answered.
+ */
+export class UnexpectedReply extends Error {
+  override name = 'UnexpectedReply';
+}
+
+/**
+ * A map reply (RESP3 maps, or the plain objects and `Map`s a client library makes of some
+ * replies: node-redis 6 does so for `COMMAND INFO`'s key specs) as the flat field, value list
+ * RESP2 gives, so the lock code reads one shape whatever the client hands back.
+ */
+export function flatMap(value: object, normalise: (v: unknown) => Reply): Reply[] | undefined {
+  if (value instanceof Map) return [...value.entries()].flatMap(([k, v]) => [normalise(typeof k === 'string' ? Buffer.from(k) : k), normalise(v)]);
+  if (value instanceof Set) return [...value].map(normalise);
+  const proto: unknown = Object.getPrototypeOf(value);
+  if (proto !== Object.prototype && proto !== null) return undefined;
+  return Object.entries(value).flatMap(([k, v]) => [Buffer.from(k), normalise(v)]);
 }
 
 /** The exact integer of an integer reply that arrived as text or as a safe JS number. */

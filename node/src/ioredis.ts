@@ -10,7 +10,8 @@
  * true` is used as it is (unless it has a `keyPrefix`: the locker's keys are sent as given,
  * and a prefix would reach the Functions library's key arguments but not the module's).
  */
-import { ConnectionFailure, ErrorReply, exactInteger, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+import { InvalidArgumentError } from './errors.js';
 
 /** The part of an ioredis `Redis` or `Cluster` this adapter uses. */
 export interface IORedisLike {
@@ -38,12 +39,17 @@ function normalise(value: unknown): Reply {
   if (typeof value === 'string' || typeof value === 'number') return exactInteger(value);
   if (Array.isArray(value)) return value.map(normalise);
   if (value instanceof Error) throw value;
-  throw new ConnectionFailure(`unexpected reply type ${typeof value}`);
+  if (typeof value === 'bigint') return value;
+  if (typeof value === 'object') {
+    const flat = flatMap(value, normalise);
+    if (flat) return flat;
+  }
+  throw new UnexpectedReply(`ioredis handed back a reply of type ${typeof value}, which this package does not read`);
 }
 
 function failure(err: unknown): Error {
   if (err instanceof Error && err.name === 'ReplyError') return new ErrorReply(err.message);
-  return err instanceof Error ? err : new ConnectionFailure(String(err));
+  return err instanceof Error ? clientFault(err) : new ConnectionFailure(String(err));
 }
 
 async function send(client: IORedisLike, args: readonly Arg[]): Promise<Reply> {
@@ -93,6 +99,9 @@ export class IORedisBackend implements Backend {
   readonly #opened = new Set<IORedisLike>();
 
   constructor(readonly client: IORedisLike) {
+    // ioredis 5 rewrote the client: its `Redis` and `Cluster` say `isCluster`, and neither
+    // keeps 4.x's `_addedScriptHashes`. 4.x is not tested: refused before anything is sent.
+    if (!('isCluster' in client) || '_addedScriptHashes' in client) throw new InvalidArgumentError(`this ioredis is older than v5; supported: ${SUPPORTED_CLIENTS}`);
     this.name = addressOf(client);
     this.isCluster = client.isCluster === true;
   }

@@ -6,7 +6,7 @@
  * client's own settings are untouched. node-redis v4 has no type mapping and parses integers
  * as lossy JS numbers, so it is refused.
  */
-import { ConnectionFailure, ErrorReply, exactInteger, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** RESP type bytes (node-redis's `RESP_TYPES`): ':' integer, '$' bulk, '+' simple string, '(' big number. */
@@ -40,7 +40,17 @@ function normalise(value: unknown): Reply {
   if (typeof value === 'string' || typeof value === 'number') return exactInteger(value);
   if (typeof value === 'bigint') return value;
   if (Array.isArray(value)) return value.map(normalise);
-  throw new ConnectionFailure(`unexpected reply type ${typeof value}`);
+  if (typeof value === 'boolean') return BigInt(value);
+  if (typeof value === 'object') {
+    const flat = flatMap(value, normalise);
+    if (flat) return flat;
+  }
+  throw new UnexpectedReply(`node-redis handed back a reply of type ${describe(value)}, which this package does not read`);
+}
+
+function describe(value: unknown): string {
+  if (typeof value !== 'object' || value === null) return typeof value;
+  return (value as { constructor?: { name?: string } }).constructor?.name ?? 'object';
 }
 
 /** Whether `err` is node-redis's `ErrorReply` (or a subclass, e.g. `SimpleError`): the server answered. */
@@ -53,7 +63,7 @@ function isReply(err: unknown): err is Error {
 
 function failure(err: unknown): Error {
   if (isReply(err)) return new ErrorReply(err.message);
-  return err instanceof Error ? err : new ConnectionFailure(String(err));
+  return err instanceof Error ? clientFault(err) : new ConnectionFailure(String(err));
 }
 
 function isCluster(client: NodeRedisLike): boolean {
@@ -96,7 +106,7 @@ export class NodeRedisBackend implements Backend {
 
   constructor(readonly client: NodeRedisLike) {
     if (client.withTypeMapping === undefined) {
-      throw new InvalidArgumentError('node-redis before v5 parses integer replies as lossy JS numbers (fences exceed 2^53): use node-redis v5 or later, or ioredis');
+      throw new InvalidArgumentError(`this node-redis is older than v5: it parses integer replies as lossy JS numbers (fences exceed 2^53) and has no per-command type mapping; supported: ${SUPPORTED_CLIENTS}`);
     }
     this.isCluster = isCluster(client);
     this.name = addressOf(client, this.isCluster);

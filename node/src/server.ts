@@ -5,7 +5,7 @@
  * own from a small pool (`Pool`): on the module it is `ACQUIRE … BLOCK`, queued on the server;
  * on the Functions engine, attempts woken by the key's wake-up list (`BLPOP`).
  */
-import { ConnectionFailure, ErrorReply, LossyInteger, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
+import { ConnectionFailure, ErrorReply, LossyInteger, UnexpectedReply, type Arg, type Backend, type DedicatedConnection, type Reply } from './connection.js';
 import { LIBRARY, SCRIPT, request, requestAll, type Engine, type EngineChoice } from './engine.js';
 import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
 import { ACQUIRE_ALL, BLOCK, COMMANDS, LABEL, LIBRARY_NAME, LIBRARY_VERSION, MAX_BLOCK_MS, MAX_PERMITS, PERMITS, SHARED, SHARED_PERMITS, VERSION_FUNCTION, wakeKey } from './protocol.js';
@@ -207,7 +207,7 @@ export class Server {
   /** Turns a failed request into this package's error, naming this server; `secret` never shows. */
   error(err: unknown, secret?: string): Error {
     if (err instanceof ServerError || err instanceof BadReplyError) return err;
-    if (err instanceof LossyInteger) return new BadReplyError(`${this.name}: ${err.message}`);
+    if (err instanceof LossyInteger || err instanceof UnexpectedReply) return new BadReplyError(`${this.name}: ${err.message}`, { cause: err });
     const cause = causeOf(err);
     const text = redact(err instanceof Error ? err.message : String(err), secret);
     const code = err instanceof ErrorReply ? err.code : undefined;
@@ -287,7 +287,8 @@ export class Server {
     return new ErrorReply(
       `NOENGINE the fencedlock module is not loaded and the Functions library could not be loaded (${why}); load the module ` +
         '(--loadmodule …/libfencedlock_module.so), or have an administrator load the Functions library ' +
-        '(fencedlock functions | redis-cli -x FUNCTION LOAD REPLACE), or allow this user FUNCTION LOAD or SCRIPT LOAD and EVALSHA',
+        '(this package carries it: redis-cli -x FUNCTION LOAD REPLACE < node_modules/fencedlock/functions.lua), ' +
+        'or allow this user FUNCTION LOAD or SCRIPT LOAD and EVALSHA',
     );
   }
 

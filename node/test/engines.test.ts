@@ -3,6 +3,8 @@
  * is used as told, and a server with neither engine is a `NoEngineError` naming the ways out.
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { test } from 'node:test';
 
 import { InvalidArgumentError, Locker, NoEngineError, Redlock } from 'fencedlock';
@@ -22,6 +24,10 @@ test('a server with neither engine is a NoEngineError, and nothing is written', 
         assert.equal(err.kind, 'NoEngine');
         assert.ok(!err.isRetryable() && !err.isUnavailable());
         assert.match(err.message, /load the module .* FUNCTION LOAD REPLACE/);
+        // It names the library this package carries, at the path npm installs it to.
+        const path = /node_modules\/fencedlock\/(functions\.lua)/.exec(err.message)?.[1];
+        assert.ok(path, `the message names the package's functions.lua: ${err.message}`);
+        assert.equal(readFileSync(createRequire(import.meta.url).resolve(`fencedlock/${path}`), 'utf8'), LIBRARY);
         assert.equal(await server.admin(['DBSIZE']), '0');
       } finally {
         await locker.close();

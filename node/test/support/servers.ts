@@ -78,7 +78,7 @@ export class TestServer {
   #child: ChildProcess | undefined;
   readonly dir: string;
 
-  private constructor(readonly spec: Required<ServerSpec>, readonly port: number) {
+  private constructor(public spec: Required<ServerSpec>, readonly port: number) {
     this.dir = mkdtempSync(join(tmpdir(), 'fencedlock-node-'));
   }
 
@@ -168,6 +168,14 @@ export class TestServer {
       await this.admin(['SHUTDOWN']).catch(() => undefined);
       await exited;
     }
+    await this.launch();
+  }
+
+  /** Kills the process and starts it again on the same port without the module and without
+   *  data, as a managed service: the server a module server becomes when its module is lost. */
+  async restartWithoutModule(): Promise<void> {
+    await this.kill();
+    this.spec = { ...this.spec, setup: 'managed' };
     await this.launch();
   }
 
