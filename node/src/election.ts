@@ -8,6 +8,7 @@ import type { Lease } from './lease.js';
 import type { Locker } from './locker.js';
 import { KeepAlive } from './keepalive.js';
 import { checkKey, checkLabel } from './options.js';
+import { brand, isBranded } from './errors.js';
 
 /** Who leads, as the server tells anyone: never the token. */
 export interface Leader {
@@ -21,6 +22,11 @@ export const MIN_CAMPAIGN_WINDOW_MS = 1000;
 
 /** Being the leader: a kept-alive lease whose fence is the epoch. */
 export class Leadership {
+  /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return isBranded(this, value);
+  }
+
   readonly #keeper: KeepAlive;
 
   /** @internal */
@@ -46,6 +52,11 @@ export class Leadership {
 }
 
 export class Election {
+  /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return isBranded(this, value);
+  }
+
   constructor(readonly locker: Locker, readonly key: string) {
     checkKey(key);
   }
@@ -97,3 +108,5 @@ export class Election {
     }
   }
 }
+brand(Election, 'Election');
+brand(Leadership, 'Leadership');

@@ -37,8 +37,38 @@ export function isOutageCause(cause: Cause): boolean {
   return cause === 'OutOfMemory' || cause === 'Busy' || cause === 'NoReplicas' || RETRYABLE.has(cause);
 }
 
+/**
+ * One class identity for the ESM and the CommonJS build. Each build defines its own classes,
+ * so without this an error (or a `Locker`) made by one would fail `instanceof` against the
+ * other's class: an application whose dependencies load both (one `require`s the package, one
+ * `import`s it) would miss a `LeaseLostError`. Each branded class's prototype carries its name
+ * under a registered symbol, shared by both builds, and `instanceof` asks the prototype chain
+ * for that name.
+ */
+const BRAND = Symbol.for('fencedlock.class');
+
+/** Marks `cls` as the package's class `name` (see `BRAND`). */
+export function brand(cls: abstract new (...args: never[]) => object, name: string): void {
+  Object.defineProperty(cls.prototype, BRAND, { value: `fencedlock/${name}` });
+}
+
+/** `instanceof` by brand: whether `value`'s prototype chain has `cls`'s brand. */
+export function isBranded(cls: object, value: unknown): boolean {
+  const proto = (cls as { prototype?: object }).prototype;
+  const name = proto && Object.prototype.hasOwnProperty.call(proto, BRAND) ? (proto as Record<symbol, unknown>)[BRAND] : undefined;
+  if (typeof name !== 'string') return typeof cls === 'function' && Function.prototype[Symbol.hasInstance].call(cls, value);
+  for (let p: unknown = value; typeof p === 'object' && p !== null; p = Object.getPrototypeOf(p)) {
+    if (Object.prototype.hasOwnProperty.call(p, BRAND) && (p as Record<symbol, unknown>)[BRAND] === name) return true;
+  }
+  return false;
+}
+
 /** The base class of every error of this package. */
 export class FencedLockError extends Error {
+  /** `instanceof` across the ESM and CommonJS builds (see `BRAND`), for this class and every subclass. */
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return isBranded(this, value);
+  }
   override name = 'FencedLockError';
   /** Whether another attempt might succeed. */
   isRetryable(): boolean {
@@ -78,8 +108,11 @@ const LOSS_TEXT: Record<LossReason, string> = {
 /** The lease is gone: work protected by it must stop. */
 export class LeaseLostError extends FencedLockError {
   override name = 'LeaseLostError';
-  constructor(readonly key: string, readonly reason: LossReason, options?: { cause?: unknown }) {
-    super(`lease on ${JSON.stringify(key)} lost: ${LOSS_TEXT[reason]}`, options);
+  /** For `RenewFailed`: the renewal's error (also the `cause`, unless `using` set the body's). */
+  readonly renewalError: FencedLockError | undefined;
+  constructor(readonly key: string, readonly reason: LossReason, options?: { cause?: unknown; renewalError?: FencedLockError | undefined }) {
+    super(`lease on ${JSON.stringify(key)} lost: ${LOSS_TEXT[reason]}`, options?.cause === undefined ? undefined : { cause: options.cause });
+    this.renewalError = options?.renewalError ?? (options?.cause instanceof FencedLockError && reason === 'RenewFailed' ? options.cause : undefined);
   }
 }
 
@@ -153,4 +186,18 @@ export class QuorumNotReachedError extends FencedLockError {
   override isUnavailable(): boolean {
     return this.refused() === 0 && this.votes.some((v) => v.vote === 'failed' && v.error.isUnavailable());
   }
+}
+
+for (const [cls, name] of [
+  [FencedLockError, 'FencedLockError'],
+  [InvalidArgumentError, 'InvalidArgumentError'],
+  [ContendedError, 'ContendedError'],
+  [LeaseLostError, 'LeaseLostError'],
+  [ServerError, 'ServerError'],
+  [UnavailableError, 'UnavailableError'],
+  [NoEngineError, 'NoEngineError'],
+  [BadReplyError, 'BadReplyError'],
+  [QuorumNotReachedError, 'QuorumNotReachedError'],
+] as const) {
+  brand(cls, name);
 }

@@ -35,7 +35,7 @@ export class KeepAlive {
     try {
       await this.lease.renew();
     } catch (err) {
-      const loss = err instanceof LeaseLostError ? err : new LeaseLostError(this.lease.key, 'RenewFailed', { cause: err instanceof FencedLockError ? err : undefined });
+      const loss = err instanceof LeaseLostError ? err : new LeaseLostError(this.lease.key, 'RenewFailed', err instanceof FencedLockError ? { cause: err } : undefined);
       this.#lost(loss);
       return;
     }

@@ -4,10 +4,15 @@
  * drift allowance, and the token (128 random bits), which never leaves the object.
  */
 import type { Core } from './core.js';
-import { InvalidArgumentError, LeaseLostError } from './errors.js';
+import { InvalidArgumentError, LeaseLostError, brand, isBranded } from './errors.js';
 import { drift } from './options.js';
 
 export class Lease {
+  /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return isBranded(this, value);
+  }
+
   readonly #core: Core;
   readonly #token: string;
   #validUntil: number;
@@ -107,3 +112,4 @@ export class Lease {
     return `Lease { key: ${JSON.stringify(this.key)}, fence: ${this.fence}n, remaining: ${Math.round(this.remaining())} ms, token: <redacted> }`;
   }
 }
+brand(Lease, 'Lease');

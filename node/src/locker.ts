@@ -8,15 +8,15 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import { IORedisBackend, isIORedis, type IORedisLike } from './ioredis.js';
 import { NodeRedisBackend, isNodeRedis, type NodeRedisLike } from './node-redis.js';
-import type { Backend } from './connection.js';
+import { SUPPORTED_CLIENTS, type Backend } from './connection.js';
 import { Core, mayHold, type Grant } from './core.js';
 import type { Engine } from './engine.js';
-import { ContendedError, FencedLockError, InvalidArgumentError, ServerError } from './errors.js';
+import { ContendedError, FencedLockError, InvalidArgumentError, LeaseLostError, ServerError, brand, isBranded } from './errors.js';
 import { KeepAlive } from './keepalive.js';
 import { Lease } from './lease.js';
 import { Leases, busyKey, canonicalOrder, giveBack, giveBackSet, refresh } from './multi.js';
-import { checkKey, checkTtl, checkWait, drift, settle, type AcquireOptions, type LockerOptions, type Settings } from './options.js';
-import { MAX_ACQUIRE_KEYS, keySlot } from './protocol.js';
+import { checkKey, checkTtl, checkTtlOn, checkWait, drift, settle, type AcquireOptions, type LockerOptions, type Settings } from './options.js';
+import { LIBRARY_MAX_TTL_MS, MAX_ACQUIRE_KEYS, keySlot } from './protocol.js';
 import { ranking } from './ranking.js';
 import { Server, type AcquireRequest, type KeyStatus } from './server.js';
 
@@ -62,13 +62,13 @@ async function clientFor(url: string): Promise<Owned> {
   } catch (err) {
     if (!missing(err)) throw err;
   }
-  throw new InvalidArgumentError(`a URL (${url}) needs a client package: npm install ioredis (or redis, v5 or later)`);
+  throw new InvalidArgumentError(`a URL (${url}) needs a client package: npm install ioredis (or redis); supported: ${SUPPORTED_CLIENTS}`);
 }
 
 function backendOf(client: RedisClient): Backend {
   if (isIORedis(client)) return new IORedisBackend(client);
   if (isNodeRedis(client)) return new NodeRedisBackend(client);
-  throw new InvalidArgumentError('expected an ioredis client (Redis or Cluster) or a node-redis client (createClient or createCluster, v5 or later)');
+  throw new InvalidArgumentError(`expected a client of a supported library (${SUPPORTED_CLIENTS}): an ioredis Redis or Cluster, or a node-redis createClient or createCluster`);
 }
 
 /** What a lease is asked on besides its key: a public label, a semaphore's permits, or a read lease. */
@@ -76,6 +76,16 @@ export interface Terms {
   readonly label?: Buffer | string | undefined;
   readonly permits?: number | undefined;
   readonly shared?: boolean | undefined;
+}
+
+/**
+ * What `using` rejects with when the lease was lost while the body ran and the body then
+ * failed: the loss itself if the body rethrew it, else a `LeaseLostError` of the same key and
+ * reason with the body's error as its `cause`.
+ */
+function lossOf(loss: unknown, bodyError: unknown): unknown {
+  if (!(loss instanceof LeaseLostError) || bodyError === loss) return loss;
+  return new LeaseLostError(loss.key, loss.reason, { cause: bodyError, renewalError: loss.renewalError });
 }
 
 /** The jittered delay before retry `round`: random in [20, min(400, 20 * 2^round)] ms. */
@@ -98,6 +108,24 @@ function withNewToken(req: AcquireRequest): AcquireRequest {
   return { ...req, token: newToken() };
 }
 
+/**
+ * A round to retry after a backoff (with a new token: the last may be released later), and
+ * why: the last attempt's error, or undefined when it was refused (held elsewhere). When the
+ * wait runs out, that is the outcome.
+ */
+interface Again {
+  readonly again: true;
+  readonly error: FencedLockError | undefined;
+}
+
+function asLockError(err: Error): FencedLockError {
+  return err instanceof FencedLockError ? err : new FencedLockError(err.message, { cause: err });
+}
+
+function isAgain(value: Won | Again): value is Again {
+  return 'again' in value;
+}
+
 /** A grant and the token it was granted to (the lease's). */
 interface Won extends Grant {
   readonly token: string;
@@ -109,6 +137,11 @@ function won(req: AcquireRequest, grant: Grant | null): Won | null {
 
 /** The shared base of `Locker` and `Redlock`. */
 abstract class Base {
+  /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return isBranded(this, value);
+  }
+
   /** @internal */
   readonly core: Core;
   /** @internal */
@@ -177,7 +210,15 @@ abstract class Base {
     const interval = this.settings.renewInterval ?? lease.ttl / 3;
     const keeper = new KeepAlive(lease, interval);
     try {
-      const result = await body(keeper.signal, lease);
+      let result: T;
+      try {
+        result = await body(keeper.signal, lease);
+      } catch (err) {
+        // A body that stops at the signal rejects with what it awaited: an `AbortError` of
+        // node:timers/promises or fetch, the loss only in its `cause`. The loss is the outcome.
+        if (keeper.signal.aborted) throw lossOf(keeper.signal.reason, err);
+        throw err;
+      }
       if (keeper.signal.aborted) throw keeper.signal.reason;
       return result;
     } finally {
@@ -209,8 +250,8 @@ abstract class Base {
     const wait = checkWait(options.wait ?? this.settings.wait);
     const signal = options.signal;
     if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
+    await this.#checkTtlOnEngines(ttl);
     const giveUp = performance.now() + wait;
-    let lastError: unknown;
     for (let round = 0; ; round++) {
       if (signal?.aborted) throw abortError(signal);
       // Every round asks with a token of its own, never an earlier round's. A round that failed
@@ -222,22 +263,35 @@ abstract class Base {
       // under a lease another client can take (two holders). With a new token they can end only
       // the earlier round's late grant.
       const req: AcquireRequest = { key, token: newToken(), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
-      let grant: Won | null | 'again';
+      let grant: Won | null | Again;
       try {
         grant = wait > 0 && performance.now() < giveUp && this.settings.maxBlocking > 0 ? await this.#waitTurn(req, giveUp, signal) : won(req, await this.core.attempt(req));
       } catch (err) {
         if (signal?.aborted) throw abortError(signal);
         if (!(err instanceof FencedLockError && err.isRetryable()) || performance.now() >= giveUp) throw err;
-        grant = 'again';
-        lastError = err;
+        grant = { again: true, error: err };
       }
-      if (grant !== null && grant !== 'again') return new Lease(this.core, key, grant.token, grant.fence, grant.validUntil, ttl);
+      if (grant !== null && !isAgain(grant)) return new Lease(this.core, key, grant.token, grant.fence, grant.validUntil, ttl);
       const left = giveUp - performance.now();
       if (left <= 0) {
-        if (grant === null) return null;
-        throw lastError;
+        // The last round's outcome: held elsewhere (null, or a round refused), or its error.
+        if (grant === null || grant.error === undefined) return null;
+        throw grant.error;
       }
       await sleep(Math.min(backoff(round), left), undefined, signal ? { signal } : undefined).catch(() => undefined);
+    }
+  }
+
+  /**
+   * A ttl above the Functions library's limit is refused before it is sent to a server that
+   * runs the library (which would answer naming the module's config, which it does not have).
+   * Only such a ttl makes the engines be asked for here.
+   */
+  async #checkTtlOnEngines(ttl: number): Promise<void> {
+    if (ttl <= LIBRARY_MAX_TTL_MS) return;
+    for (const server of this.core.servers) {
+      const engine = server.engine ?? (await server.detect().catch(() => undefined));
+      if (engine !== undefined) checkTtlOn(engine, ttl);
     }
   }
 
@@ -256,6 +310,7 @@ abstract class Base {
     const wait = checkWait(options.wait ?? this.settings.wait);
     const signal = options.signal;
     if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
+    await this.#checkTtlOnEngines(ttl);
     const giveUp = performance.now() + wait;
     const server = await this.#oneCommandServer(keys);
     if (server) return this.#takeAtOnce(server, keys, { ttl, giveUp, signal }, terms);
@@ -339,9 +394,9 @@ abstract class Base {
 
   /**
    * One waiting step: a grant (and the token it went to), null when the wait ran out, or
-   * 'again' to back off and retry (with a new token: this one may be released later).
+   * `Again` to back off and retry (with a new token: this one may be released later).
    */
-  async #waitTurn(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Won | null | 'again'> {
+  async #waitTurn(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Won | null | Again> {
     const servers = this.core.servers;
     if (servers.length === 1 && servers[0]) {
       const server = servers[0];
@@ -352,7 +407,7 @@ abstract class Base {
         fence = await server.acquireWaiting(req, until, signal);
       } catch (err) {
         if (mayHold(err)) this.core.releaseAfterWait(server, req.key, req.token);
-        if (err instanceof Error && err.message.includes('wait interrupted')) return 'again';
+        if (err instanceof ServerError && err.replyError === 'WaitInterrupted') return { again: true, error: err };
         throw err;
       }
       if (fence === null) return null;
@@ -375,7 +430,7 @@ abstract class Base {
    * reservation, then take the majority in ordinary rounds, each master given a moment for
    * the previous holder's releases still in flight.
    */
-  async #reserve(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Won | null | 'again'> {
+  async #reserve(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Won | null | Again> {
     const servers = this.core.servers;
     const candidates = servers.length - this.core.quorum + 1;
     // The request asked now. A token that may be released later (a waiting request abandoned,
@@ -414,15 +469,20 @@ abstract class Base {
       // A round that fails gives its token back (the reservation with it), in part in the
       // background: each retry asks with a new token, which those releases cannot reach.
       const settleBy = performance.now() + this.settings.timeout;
+      // The last round's error; undefined when it was refused (held elsewhere).
+      let failure: FencedLockError | undefined;
       for (;;) {
-        const grant = await this.core.attempt(ask).catch(() => null);
+        const grant = await this.core.attempt(ask).then(
+          (g) => ((failure = undefined), g),
+          (err: unknown) => ((failure = err instanceof FencedLockError ? err : asLockError(server.error(err))), null),
+        );
         if (grant) return won(ask, grant);
         if (performance.now() >= settleBy) break;
         await sleep(this.settings.timeout / 10);
         ask = withNewToken(ask);
       }
       this.core.releaseInBackground(ask.key, ask.token);
-      return 'again';
+      return { again: true, error: failure };
     }
     return won(ask, await this.core.attempt(ask));
   }
@@ -492,3 +552,5 @@ export class Redlock extends Base {
     }
   }
 }
+brand(Locker, 'Locker');
+brand(Redlock, 'Redlock');

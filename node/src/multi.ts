@@ -21,13 +21,18 @@
  */
 import { inspect } from 'node:util';
 
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, brand, isBranded } from './errors.js';
 import type { Lease } from './lease.js';
 import { checkKey, drift, type Settings } from './options.js';
 import type { Server } from './server.js';
 
 /** A lease on each of several keys, taken together; iterates in the order the keys were named. */
 export class Leases implements Iterable<Lease> {
+  /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return isBranded(this, value);
+  }
+
   readonly #leases: readonly Lease[];
 
   /** @internal Made by `acquireAll` and `tryAcquireAll`. */
@@ -146,3 +151,4 @@ export async function refresh(leases: readonly Lease[], settings: Settings): Pro
     if (lease.remaining() < window - window / 4) await lease.renew();
   }
 }
+brand(Leases, 'Leases');

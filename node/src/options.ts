@@ -1,7 +1,7 @@
 /** Lease options and the checks every argument passes before anything is sent. */
 import type { EngineChoice } from './engine.js';
 import { InvalidArgumentError } from './errors.js';
-import { MAX_LABEL_LEN, MAX_MAX_TTL_MS, MAX_PERMITS } from './protocol.js';
+import { LIBRARY_MAX_TTL_MS, MAX_LABEL_LEN, MAX_MAX_TTL_MS, MAX_PERMITS } from './protocol.js';
 
 /** Options of a `Locker` or `Redlock`; every duration is in milliseconds. */
 export interface LockerOptions {
@@ -50,17 +50,49 @@ function bad(message: string): never {
   throw new InvalidArgumentError(message);
 }
 
-/** A ttl: a whole number of ms from 1 to the largest any server allows. */
+/**
+ * The shortest ttl a locker asks for, in ms. The protocol allows 1 ms, but a lease that short
+ * is over before its reply arrives (its validity is the ttl minus the round trip minus drift),
+ * and a ttl below it is almost always seconds written where milliseconds are meant (`ttl: 30`).
+ */
+export const MIN_TTL_MS = 100;
+
+/** `value` as an error message shows it: its value and its type. */
+export function shown(value: unknown): string {
+  const text = typeof value === 'bigint' ? `${value}n` : typeof value === 'string' ? JSON.stringify(value) : String(value);
+  return `${text} (${value === null ? 'null' : typeof value})`;
+}
+
+/**
+ * A ttl: a whole number of ms from `MIN_TTL_MS` to the largest any server can allow (the
+ * module's `fencedlock.max-ttl-ms` may be raised to `MAX_MAX_TTL_MS`; the Functions library's
+ * limit, `LIBRARY_MAX_TTL_MS`, is checked once the engine is known: `checkTtlOn`).
+ */
 export function checkTtl(ttl: unknown): number {
-  if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 1 || ttl > MAX_MAX_TTL_MS) {
-    bad(`ttl must be a whole number of milliseconds from 1 to ${MAX_MAX_TTL_MS}, got ${String(ttl)}`);
+  if (typeof ttl !== 'number' || !Number.isInteger(ttl)) {
+    bad(`ttl must be a whole number of milliseconds (a JS number), got ${shown(ttl)}`);
   }
+  if (ttl < MIN_TTL_MS) {
+    bad(`ttl is in milliseconds and must be at least ${MIN_TTL_MS}, got ${shown(ttl)}${ttl >= 1 && ttl <= 3600 ? ` (did you mean ${ttl * 1000}, ${ttl} seconds?)` : ''}`);
+  }
+  if (ttl > MAX_MAX_TTL_MS) bad(`ttl must be at most ${MAX_MAX_TTL_MS} ms, got ${shown(ttl)}`);
   return ttl;
+}
+
+/**
+ * A ttl a server of `engine` takes: on the Functions library (or its script form) at most
+ * `LIBRARY_MAX_TTL_MS` (one day), which it cannot be configured past. The module's limit is
+ * its `fencedlock.max-ttl-ms` config (one day by default), which the server itself checks.
+ */
+export function checkTtlOn(engine: string, ttl: number): void {
+  if (engine !== 'module' && ttl > LIBRARY_MAX_TTL_MS) {
+    bad(`ttl must be at most ${LIBRARY_MAX_TTL_MS} ms (one day) on a server without the module (the Functions library's limit), got ${shown(ttl)}`);
+  }
 }
 
 /** A wait: a finite number of ms, 0 or more. */
 export function checkWait(wait: unknown): number {
-  if (typeof wait !== 'number' || !Number.isFinite(wait) || wait < 0) bad(`wait must be a finite number of milliseconds >= 0, got ${String(wait)}`);
+  if (typeof wait !== 'number' || !Number.isFinite(wait) || wait < 0) bad(`wait must be a finite number of milliseconds >= 0, got ${shown(wait)}`);
   return wait;
 }
 

@@ -39,6 +39,8 @@ export const MAX_PERMITS = 1024;
 /** The most keys one `ACQUIREALL` takes. */
 export const MAX_ACQUIRE_KEYS = 64;
 export const DEFAULT_MAX_TTL_MS = 86_400_000;
+/** The Functions library's longest ttl (`MAX_TTL_MS` in functions.lua; it has no config). */
+export const LIBRARY_MAX_TTL_MS = 86_400_000;
 /** `MAX_MAX_TTL_MS`: the most any server can be configured to allow (2^42 ms). */
 export const MAX_MAX_TTL_MS = 4_398_046_511_104;
 /** `MAX_BLOCK_MS`: the longest `BLOCK` timeout. */

@@ -12,11 +12,16 @@
  */
 import type { Lease } from './lease.js';
 import { Locker } from './locker.js';
-import { ContendedError, InvalidArgumentError } from './errors.js';
+import { ContendedError, InvalidArgumentError, brand, isBranded } from './errors.js';
 import { checkKey, checkLabel, type AcquireOptions } from './options.js';
 import type { KeyStatus } from './server.js';
 
 export class ReadWriteLock {
+  /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return isBranded(this, value);
+  }
+
   readonly #label: Buffer | string | undefined;
 
   /** The read-write lock on `key` of `locker`'s server; its write lease is `locker.acquire(key)`'s lease. */
@@ -85,3 +90,4 @@ export class ReadWriteLock {
     return this.locker.status(this.key);
   }
 }
+brand(ReadWriteLock, 'ReadWriteLock');

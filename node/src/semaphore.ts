@@ -6,11 +6,16 @@
  */
 import type { Lease } from './lease.js';
 import type { Locker } from './locker.js';
-import { ContendedError } from './errors.js';
+import { ContendedError, brand, isBranded } from './errors.js';
 import { checkKey, checkLabel, checkPermits, type AcquireOptions } from './options.js';
 import type { KeyStatus } from './server.js';
 
 export class Semaphore {
+  /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */
+  static [Symbol.hasInstance](value: unknown): boolean {
+    return isBranded(this, value);
+  }
+
   readonly #label: Buffer | string | undefined;
   readonly permits: number;
 
@@ -37,3 +42,4 @@ export class Semaphore {
     return this.locker.status(this.key);
   }
 }
+brand(Semaphore, 'Semaphore');

@@ -64,6 +64,8 @@ test('limits are the protocol crate\'s', () => {
   assert.equal(protocol.DEFAULT_MAX_TTL_MS, number(limits, 'DEFAULT_MAX_TTL_MS'));
   assert.equal(protocol.MAX_MAX_TTL_MS, number(limits, 'MAX_MAX_TTL_MS'));
   assert.equal(constant(limits, 'MAX_BLOCK_MS'), 'MAX_MAX_TTL_MS');
+  const lua = readFileSync(join(REPO, 'protocol/src/functions.lua'), 'utf8');
+  assert.equal(protocol.LIBRARY_MAX_TTL_MS, Number(/\nlocal MAX_TTL_MS = (\d+)\n/.exec(lua)?.[1]), "the Functions library's longest ttl");
 });
 
 test('error codes and texts are the protocol crate\'s, kind by kind', () => {

@@ -113,3 +113,31 @@ for (const kind of CLIENTS) {
     });
   });
 }
+
+for (const kind of CLIENTS) {
+  test(`${kind}: a wait over three masters without the module, two stopped, ends in an outage error, not undefined`, async () => {
+    const masters: TestServer[] = [];
+    for (let i = 0; i < 3; i++) masters.push(await TestServer.start({ setup: 'managed' }));
+    const { redlock, close } = await redlockOver(kind, masters);
+    try {
+      const warm = await redlock.acquire('rl:outage:warm');
+      assert.ok(warm);
+      await warm.release();
+      masters[1]?.signal('SIGSTOP');
+      masters[2]?.signal('SIGSTOP');
+      const started = performance.now();
+      const err = await redlock.acquire('rl:outage', { wait: 1000 }).then(
+        (lease) => ({ lease }),
+        (e: unknown) => e,
+      );
+      const took = performance.now() - started;
+      assert.ok(err instanceof QuorumNotReachedError, `rejects with a QuorumNotReachedError, got ${String(err)}`);
+      assert.equal(err.isUnavailable(), true, 'no master refused: an outage');
+      assert.ok(took >= 950 && took < 4000, `within the wait and a round: ${took.toFixed(0)} ms`);
+    } finally {
+      for (const m of masters) m.signal('SIGCONT');
+      await close();
+      for (const m of masters) await m.stop();
+    }
+  });
+}

@@ -87,6 +87,34 @@ for (const setup of ['module', 'managed'] as Setup[]) {
         }
       });
 
+      test(`${kind}: a body awaiting an abortable API rejects with the LeaseLostError, its own error the cause`, async () => {
+        const c = await client(kind, server.port);
+        const locker = new Locker(c.client, { ttl: TTL, timeout: 250 });
+        try {
+          const key = `abortable:${kind}`;
+          const outcome = await locker
+            .using(key, {}, async (signal) => {
+              await server.admin(['DEL', key]);
+              await sleep(10_000, undefined, { signal }); // rejects with an AbortError at the loss
+            })
+            .catch((e: unknown) => e);
+          assert.ok(outcome instanceof LeaseLostError, `rejects with the loss: ${String(outcome)}`);
+          assert.equal(outcome.reason, 'Refused');
+          assert.ok(outcome.cause instanceof Error && outcome.cause.name === 'AbortError', `the body's error is the cause: ${String(outcome.cause)}`);
+          const boom = new Error('the body failed on its own');
+          await assert.rejects(
+            locker.using(`${key}:kept`, {}, async () => {
+              throw boom;
+            }),
+            (e) => e === boom,
+            'a lease still held: the body error as it is',
+          );
+        } finally {
+          await locker.close();
+          await c.close();
+        }
+      });
+
       test(`${kind}: the body's error is rethrown and the lease released`, async () => {
         const c = await client(kind, server.port);
         const locker = new Locker(c.client, { ttl: 5000 });
