@@ -65,10 +65,12 @@ export const VERSIONS: readonly ClientVersion[] = [
   installed('node-redis', 'redis-6', nodeRedis6),
 ];
 
-/** The newest of each library: what `npm install ioredis` / `npm install redis` gives a user today. */
-export const NEWEST: readonly ClientVersion[] = CLIENTS.map((kind) => {
+/** The oldest and the newest of each library: the ends of the ranges `peerDependencies` declares. */
+export const EDGES: readonly ClientVersion[] = CLIENTS.flatMap((kind) => {
   const of = VERSIONS.filter((v) => v.kind === kind);
-  return of.reduce((a, b) => (compare(a.version, b.version) >= 0 ? a : b));
+  const oldest = of.reduce((a, b) => (compare(a.version, b.version) <= 0 ? a : b));
+  const newest = of.reduce((a, b) => (compare(a.version, b.version) >= 0 ? a : b));
+  return [oldest, newest];
 });
 
 /** node-redis 4, which the peer range does not admit: the locker must refuse it by name. */
