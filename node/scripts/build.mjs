@@ -4,7 +4,7 @@
 // `npm install <git URL>`) builds the package alone; `--generate-only` writes src/library.ts.
 // It writes only dist/ and src/library.ts, both ignored by git.
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -17,6 +17,13 @@ writeFileSync(
 if (process.argv.includes('--generate-only')) process.exit(0);
 rmSync(join(root, 'dist'), { recursive: true, force: true });
 const tsc = join(root, 'node_modules/typescript/bin/tsc');
+// A clean checkout installed as a folder (`npm install ./fencedlock/node`) has no build tools:
+// npm installs a linked folder's dependencies, not its devDependencies. Install them from the
+// lock file (scripts ignored: this build is the package's `prepare`), into node_modules/.
+if (!existsSync(tsc)) {
+  console.error('build: installing the build tools from package-lock.json (npm ci --ignore-scripts)');
+  execFileSync('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund', '--loglevel=error'], { cwd: root, stdio: 'inherit' });
+}
 const configs = ['tsconfig.esm.json', 'tsconfig.cjs.json'];
 if (!process.argv.includes('--package')) configs.push('test/tsconfig.json');
 for (const config of configs) {

@@ -119,7 +119,9 @@ try {
 
   // npm install <folder>, and npm install <git URL>, each of a clean copy.
   const probe = "import { Locker } from 'fencedlock'; const l = await Locker.open(process.env.REDIS_URL); const lease = await l.acquire('probe'); if (typeof lease?.fence !== 'bigint') process.exit(1); await lease.release(); await l.close(); console.log('probe ok');";
+  // Both without node_modules, as a fresh clone has them: the build installs its own tools.
   const folder = cleanCopy(join(work, 'folder'));
+  rmSync(join(folder, 'node_modules'));
   const gitCopy = cleanCopy(join(work, 'git'));
   rmSync(join(gitCopy, 'node_modules'));
   const git = (...args) => execFileSync('git', ['-c', 'user.name=pack-check', '-c', 'user.email=pack-check@localhost', ...args], { cwd: gitCopy, stdio: 'ignore' });
@@ -130,7 +132,7 @@ try {
     const dir = join(work, `app-${how.replace(/\W+/g, '-')}`);
     execFileSync('mkdir', ['-p', dir]);
     writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
-    execFileSync('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--loglevel=error', spec, `ioredis@${ioredis}`], { cwd: dir, stdio: 'inherit' });
+    execFileSync('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', spec, `ioredis@${ioredis}`], { cwd: dir, stdio: 'inherit', env: { ...process.env, npm_config_prefer_offline: 'true' } });
     writeFileSync(join(dir, 'probe.mjs'), probe);
     const got = execFileSync(process.execPath, ['probe.mjs'], { cwd: dir, encoding: 'utf8', env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${port}` }, timeout: 30_000 });
     if (!got.includes('probe ok')) fail(`npm install of ${how} does not work: ${got}`);
