@@ -34,7 +34,7 @@ def test_every_key_or_none(server: Server) -> None:
     taken = locker.acquire_all(["m:b", "m:a", "m:c"], label="host-a")
     assert taken is not None
     assert taken.keys == [lease.key for lease in taken] == ["m:b", "m:a", "m:c"], "in the order named"
-    assert all(lease.fence > 0 and lease.label == b"host-a" for lease in taken), "each with its own fence"
+    assert all(lease.fence > 0 and lease.label == "host-a" for lease in taken), "each with its own fence"
     first = taken.get("m:a")
     assert first is not None and first.key == "m:a" and taken.get("m:z") is None
     assert locker.acquire("m:c") is None
@@ -236,7 +236,7 @@ def test_a_set_is_one_command_for_one_token(server: Server) -> None:
     for lease in taken:
         status = locker.status(lease.key)
         assert isinstance(status, LockStatus) and status.held and status.fence == lease.fence
-        assert status.label == b"host-a" == lease.label
+        assert status.label == b"host-a" and lease.label == "host-a"
         assert 4.0 < lease.remaining <= 5.0, "valid for the ttl from before the request"
 
     # Each lease is a lease like any other: renewed and released on its own key.
@@ -389,7 +389,7 @@ def test_on_the_library_a_set_of_one_slot_is_one_call_for_one_token(server: Serv
     for lease in taken:
         status = locker.status(lease.key)
         assert isinstance(status, LockStatus) and status.held and status.fence == lease.fence
-        assert status.label == b"host-a" == lease.label
+        assert status.label == b"host-a" and lease.label == "host-a"
         assert 4.0 < lease.remaining <= 5.0, "valid for the ttl from before the request"
     assert errors(stats, "ERR") == errs and calls(stats, "command|info") == asked, "nothing refused, nothing asked"
 
@@ -559,7 +559,7 @@ def test_asyncio_on_the_library_a_set_of_one_slot_is_one_call_and_a_busy_key_ref
         assert taken is not None and taken.keys == ["{s}:b", "{s}:a"]
         assert set_calls(stats, engine) - before == 1, "one call for the set"
         assert len({lease.token for lease in taken}) == 1
-        assert all(held_by(server, lease.key, lease.fence) and lease.label == b"host-a" for lease in taken)
+        assert all(held_by(server, lease.key, lease.fence) and lease.label == "host-a" for lease in taken)
         fences = [lease.fence for lease in taken]
         assert fences == [fences[0], fences[0] + 1]
 

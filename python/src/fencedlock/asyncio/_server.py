@@ -28,11 +28,13 @@ class Connections:
     def __init__(self, pool: Any, timeout: float) -> None:
         self._class = pool.connection_class
         self._kwargs = _clients.connection_kwargs(pool, timeout, Retry(NoBackoff(), 0))
+        self._timeout = timeout
         self._idle: List[Any] = []
 
     async def get(self, deadline: float) -> Any:
         conn = self._idle.pop() if self._idle else self._class(**self._kwargs)
         if not conn.is_connected:
+            conn.socket_timeout = self._timeout
             try:
                 await asyncio.wait_for(conn.connect(), remaining(deadline))
             except asyncio.TimeoutError:
@@ -41,6 +43,10 @@ class Connections:
             except BaseException:
                 await conn.disconnect(nowait=True)
                 raise
+            # Each request is bounded by its own deadline (``Server._roundtrip``), one that
+            # waits on the server (``ACQUIRE … BLOCK``, ``BLPOP``) by more than the timeout:
+            # redis-py must not cut its reads short.
+            conn.socket_timeout = None
         return conn
 
     def put(self, conn: Any) -> None:
@@ -101,10 +107,13 @@ class Server:
 
     @staticmethod
     async def _roundtrip(conn: Any, args: Args, deadline: float) -> Any:
-        await conn.send_command(*args)
+        async def exchange() -> Any:
+            await conn.send_command(*args)
+            return await conn.read_response()
+
         timeout = remaining(deadline)
         try:
-            return await asyncio.wait_for(conn.read_response(), timeout)
+            return await asyncio.wait_for(exchange(), timeout)
         except asyncio.TimeoutError:
             await conn.disconnect(nowait=True)
             raise rexc.TimeoutError(f"no answer within {timeout:.3f} s") from None
