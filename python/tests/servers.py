@@ -56,7 +56,8 @@ def free_port() -> int:
 
 class Server:
     """One server process. ``kind``: ``module`` (the module loaded, DEBUG enabled),
-    ``functions`` (managed, no module) or ``script`` (managed, FUNCTION denied)."""
+    ``functions`` (managed, no module), ``script`` (managed, FUNCTION denied) or ``bare`` (no
+    module, every right: a module server restarted without its module)."""
 
     def __init__(self, flavor: str, kind: str, *, args: Optional[List[str]] = None, port: Optional[int] = None) -> None:
         self.flavor, self.kind = flavor, kind
@@ -75,7 +76,7 @@ class Server:
             if not MODULE.exists():
                 pytest.fail(f"{MODULE} is missing: run 'cargo build --release -p fencedlock-module'")
             line += ["--loadmodule", str(MODULE)]
-        else:
+        elif self.kind != "bare":
             rules = MANAGED_RULES + (["-function"] if self.kind == "script" else [])
             line += ["--user", "default", *rules, "--user", ADMIN[0], "on", f">{ADMIN[1]}", "~*", "&*", "+@all"]
         return line + self.extra
@@ -105,7 +106,7 @@ class Server:
 
     def admin(self) -> redis.Redis:
         """A client with every right (CONFIG, DEBUG, DEL of anything)."""
-        if self.kind == "module":
+        if self.kind in ("module", "bare"):
             return redis.Redis(port=self.port, socket_timeout=10)
         return redis.Redis(port=self.port, username=ADMIN[0], password=ADMIN[1], socket_timeout=10)
 
