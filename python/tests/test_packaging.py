@@ -1,15 +1,21 @@
 """The package as pip builds it: pyproject's tables are where setuptools reads them (an
 optional-dependencies table placed inside [project] swallows the keys after it), the
-``postgres`` extra carries psycopg at a version the tests pin, and every subpackage is found."""
+``postgres`` extra carries psycopg at a version the tests pin, every subpackage is found, and
+``pip install ./python`` of a checkout is a working package."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+
+import pytest
+
+from servers import Server
 
 PYTHON = Path(__file__).resolve().parents[1]
 
@@ -52,3 +58,39 @@ assert "psycopg" not in sys.modules, "psycopg was imported"
     env = {**os.environ, "PYTHONPATH": str(PYTHON / "src")}
     done = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.engines("functions")
+def test_pip_install_of_a_clean_checkout_is_a_working_package(server: Server, tmp_path: Path) -> None:
+    """``pip install ./python`` from a checkout (its files as git has them, nothing built):
+    the installed package, not ``src``, takes a lease on a server without the module, with
+    the Functions library it carries. The build is pip's own (an isolated build environment
+    with setuptools from PyPI, as a user's install gets). It happens in a copy, so the source
+    tree is left as it was (setuptools writes ``build/`` and ``src/*.egg-info`` beside the
+    sources it builds)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "."], cwd=PYTHON,
+                            capture_output=True, text=True, check=True, timeout=60).stdout.split()
+    checkout = tmp_path / "python"
+    for name in listed:
+        if (PYTHON / name).is_file():
+            (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(PYTHON / name, checkout / name)
+    before = sorted(p.name for p in PYTHON.iterdir()), sorted(p.name for p in (PYTHON / "src").iterdir())
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
+                           "--target", str(site), str(checkout)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (sorted(p.name for p in PYTHON.iterdir()), sorted(p.name for p in (PYTHON / "src").iterdir())) == before
+    program = f"""
+import sys, redis, fencedlock, fencedlock.asyncio, fencedlock.resource
+assert fencedlock.__file__.startswith({str(site)!r}), fencedlock.__file__
+locker = fencedlock.Locker(redis.Redis(port={server.port}), ttl=5)
+lease = locker.acquire("packaged")
+assert lease is not None and locker.engine is fencedlock.Engine.FUNCTIONS, (lease, locker.engine)
+assert lease.release()
+"""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(site)
+    ran = subprocess.run([sys.executable, "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
