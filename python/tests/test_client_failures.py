@@ -283,3 +283,14 @@ def test_a_label_comes_back_as_it_was_given(server: Server) -> None:
             assert lease is not None and lease.label == given and type(lease.label) is type(given)
 
     asyncio.run(go())
+
+
+def test_an_unsupported_redis_py_is_refused_naming_the_supported_releases() -> None:
+    from fencedlock import _clients
+
+    for old in ("4.5.5", "3.5.3", "4.0.0b1"):
+        with pytest.raises(InvalidArgument) as refused:
+            _clients.check_redis_version(old)
+        assert "4.6" in str(refused.value) and old in str(refused.value)
+    for supported in ("4.6.0", "5.0.0b1", "8.2.0", "10.0"):
+        _clients.check_redis_version(supported)
