@@ -250,7 +250,7 @@ abstract class Base {
     const wait = checkWait(options.wait ?? this.settings.wait);
     const signal = options.signal;
     if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
-    await this.#checkTtlOnEngines(ttl);
+    if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
     const giveUp = performance.now() + wait;
     for (let round = 0; ; round++) {
       if (signal?.aborted) throw abortError(signal);
@@ -288,7 +288,6 @@ abstract class Base {
    * Only such a ttl makes the engines be asked for here.
    */
   async #checkTtlOnEngines(ttl: number): Promise<void> {
-    if (ttl <= LIBRARY_MAX_TTL_MS) return;
     for (const server of this.core.servers) {
       const engine = server.engine ?? (await server.detect().catch(() => undefined));
       if (engine !== undefined) checkTtlOn(engine, ttl);
@@ -310,7 +309,7 @@ abstract class Base {
     const wait = checkWait(options.wait ?? this.settings.wait);
     const signal = options.signal;
     if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
-    await this.#checkTtlOnEngines(ttl);
+    if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
     const giveUp = performance.now() + wait;
     const server = await this.#oneCommandServer(keys);
     if (server) return this.#takeAtOnce(server, keys, { ttl, giveUp, signal }, terms);
