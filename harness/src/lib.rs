@@ -24,6 +24,7 @@
 //! - `FENCEDLOCK_V1_MODULE`: a prebuilt v1 module `.so` ([`v1_module`])
 
 mod admin;
+mod atomic;
 mod blocking;
 mod cli;
 mod cluster;
@@ -49,6 +50,7 @@ mod slots;
 mod tls;
 mod wait;
 
+pub use atomic::{AtomicMigration, AtomicMove, Ended};
 pub use blocking::{acquire_cmd, classify, AcquireReply, BlockedAcquire};
 pub use cluster::{Cluster, ClusterBuilder, CLUSTER_TIMEOUT};
 pub use config::Directive;

@@ -21,13 +21,16 @@
 //! A handoff is replicated and written to the AOF as the same `APPLY` record as any grant; the
 //! queues themselves are not (after a failover, waiters reconnect and queue again).
 
+use std::ops::RangeInclusive;
+
 use crate::error::LockError;
 use crate::ffi::{self, clock, int, replication, BlockedClient, Call, Names, Reply, Timer, Waits};
 use crate::lock::{Ask, Lock, Micros, Moment, Released};
+use crate::migration::Export;
 use crate::server::{LostGrant, WaitState, SERVER};
 use crate::store::Store;
 use crate::waiting::{self, Answer, KeyId, Served, Waiter};
-use crate::{counters, floor};
+use crate::{counters, floor, slot};
 
 /// How long one wake-up may serve keys before it yields to the event loop.
 const BUDGET: Micros = 2_000;
@@ -63,11 +66,23 @@ pub fn queued_ahead(names: &impl Names, db: i32, name: &[u8], now: Micros) -> bo
 /// Queues the caller of an ACQUIRE that found the key held (until `frees_at` at the latest),
 /// for up to `timeout_ms` (0: no limit). Replies nothing now: the client is answered when served,
 /// or nil by the wake-up at its deadline.
-pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: Micros) -> Reply {
+///
+/// A key whose slot is moving away gets no waiter: its caller is told to ask again, at once
+/// (`TRYAGAIN`), and the cluster sends it to the slot's owner (see `migration.rs`).
+pub fn block(
+    call: &Call,
+    ask: Ask<'_>,
+    timeout_ms: u64,
+    frees_at: Micros,
+    now: Micros,
+) -> Result<Reply, LockError> {
+    if with(|s| s.is_leaving(call.arg(1))) {
+        return Err(LockError::WaitInterrupted);
+    }
     let Some(client) = call.block::<Queued>() else {
         // Redis would not block this client: answer as the one attempt it was.
         counters::CONTENDED.incr();
-        return Reply::Nil;
+        return Ok(Reply::Nil);
     };
     let key: KeyId = (call.db(), call.arg(1).into());
     with(|s| {
@@ -85,7 +100,7 @@ pub fn block(call: &Call, ask: Ask<'_>, timeout_ms: u64, frees_at: Micros, now: 
         rearm(s, now);
     });
     counters::BLOCKED_ACQUIRES.incr();
-    Reply::Blocked
+    Ok(Reply::Blocked)
 }
 
 /// Serves the waiters of `name` in `db` (selected in `names`' context) if its lease ended, and
@@ -118,6 +133,10 @@ fn serve_key(
     let take_all = |e: LockError| -> Vec<_> {
         with(|s| s.queues.take_all(id)).into_iter().map(|w| failed(w, e.clone())).collect()
     };
+    // A handoff now would be a write the slot's new owner may never see (`migration.rs`).
+    if with(|s| s.is_leaving(&id.1)) {
+        return take_all(LockError::WaitInterrupted);
+    }
     match key.lock() {
         Err(e) => take_all(e),
         Ok(Some(mut lock)) => {
@@ -235,6 +254,36 @@ pub fn flushed(db: Option<i32>) {
         }
         rearm(s, now);
     });
+}
+
+/// An atomic migration of `slots` away from this node started, failed or completed: their
+/// waiters are told to ask again at once (at the start, and again at the end for any that a
+/// failure let queue since), and while the slots are leaving nobody queues for their keys.
+pub fn exporting(export: Export, slots: &[RangeInclusive<usize>]) {
+    let now = clock::now();
+    let interrupted = with(|s| {
+        for range in slots {
+            match export {
+                Export::Started => s.leaving.mark(range.clone()),
+                Export::Failed | Export::Completed => s.leaving.unmark(range.clone()),
+            }
+        }
+        if export == Export::Failed {
+            return Vec::new();
+        }
+        let moving = |key: &KeyId| slots.iter().any(|r| r.contains(&slot::slot(&key.1)));
+        let keys: Vec<KeyId> = s.queues.keys_in(None).into_iter().filter(moving).collect();
+        keys.into_iter()
+            .flat_map(|key| {
+                let waiters = s.queues.take_all(&key);
+                waiters.into_iter().map(move |w| (key.clone(), failed(w, LockError::WaitInterrupted)))
+            })
+            .collect::<Vec<_>>()
+    });
+    for (key, served) in interrupted {
+        answer(&key, served, now);
+    }
+    with(|s| rearm(s, now));
 }
 
 /// A lock key is losing its name (deleted, overwritten, renamed or moved away): if anyone waits

@@ -75,7 +75,7 @@ pub fn acquire(call: &Call) -> Result<Reply, LockError> {
         }
         (Ok(Acquired::Busy), Some(timeout)) if call.may_block() => {
             let frees_at = lock.next_free(now).unwrap_or(now);
-            return Ok(blocking::block(call, ask, timeout, frees_at, now));
+            return blocking::block(call, ask, timeout, frees_at, now);
         }
         (refused, _) => return count_refusal(refused),
     };

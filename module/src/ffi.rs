@@ -26,6 +26,7 @@ pub mod clock;
 pub mod datatype;
 pub mod info;
 pub mod key;
+pub mod migration;
 #[cfg(not(test))]
 pub mod register;
 pub mod replication;

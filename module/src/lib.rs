@@ -27,6 +27,7 @@ mod floor;
 mod histogram;
 mod info;
 mod lock;
+mod migration;
 mod reclaim;
 mod server;
 mod slot;
@@ -83,7 +84,8 @@ mod module {
     }
 
     fn register(ctx: &Context) -> Result<(), String> {
-        register::handle_io_errors(ctx);
+        let migration = ffi::migration::server(ctx);
+        register::set_module_options(ctx, migration);
         ffi::blocked::init(ctx);
         datatype::attach(Hooks {
             high_water: || SERVER.high_water(),
@@ -121,6 +123,9 @@ mod module {
         SERVER.start_grace(clock::now());
         ffi::every(ctx, sweeper::IDLE_DELAY_MS, sweeper::sweep);
         ffi::blocked::on_flush(ctx, blocking::flushed);
+        if let Some(server) = migration {
+            ffi::migration::on_export(ctx, server, blocking::exporting);
+        }
         Ok(())
     }
 

@@ -24,6 +24,7 @@ use fencedlock_protocol::limits::{DEFAULT_MAX_TTL_MS, DEFAULT_RECLAIM_AFTER_MS, 
 use crate::fence::HighWater;
 use crate::ffi::{BlockedClient, TimerId};
 use crate::lock::{Lock, Micros};
+use crate::migration::Leaving;
 use crate::reclaim::Index;
 use crate::slot;
 use crate::waiting::{KeyId, Queues};
@@ -65,6 +66,15 @@ pub struct WaitState {
     pub armed: Option<(TimerId, Micros)>,
     /// Handoffs whose client went away before the reply reached it, to be given back.
     pub lost: Vec<LostGrant>,
+    /// Slots an atomic migration is moving away: their keys get no waiters (`migration.rs`).
+    pub leaving: Leaving,
+}
+
+impl WaitState {
+    /// Whether `name`'s slot is moving away from this node.
+    pub fn is_leaving(&self, name: &[u8]) -> bool {
+        !self.leaving.is_empty() && self.leaving.contains(slot::slot(name))
+    }
 }
 
 /// A lease granted to a waiter that disconnected before it heard of it.
@@ -94,7 +104,12 @@ impl Server {
             restart_grace_ms: AtomicI64::new(0),
             reclaim: Mutex::new(Index::new()),
             waits: LazyLock::new(|| {
-                Mutex::new(WaitState { queues: Queues::new(), armed: None, lost: Vec::new() })
+                Mutex::new(WaitState {
+                    queues: Queues::new(),
+                    armed: None,
+                    lost: Vec::new(),
+                    leaving: Leaving::new(),
+                })
             }),
             waiters: AtomicUsize::new(0),
         }
@@ -185,6 +200,11 @@ impl Server {
     /// Waiters queued now.
     pub fn waiters(&self) -> usize {
         self.waiters.load(Relaxed)
+    }
+
+    /// Whether `name`'s slot is moving away from this node (reclaim leaves its keys alone).
+    pub fn is_leaving(&self, name: &[u8]) -> bool {
+        self.waits(|w| w.is_leaving(name))
     }
 
     /// Whether anyone waits on `name` in `db`.

@@ -75,8 +75,9 @@ fn visit(timer: &Timer, due: Due, now: Micros, after: Micros, deciding: bool) ->
             }
             true
         }
-        // Someone waits for it: the wake-up hands it over instead; look again later.
-        Verdict::Delete if SERVER.is_waited_at(due.db, &due.key) => {
+        // Someone waits for it: the wake-up hands it over instead; or its slot is moving away,
+        // and a delete made during the hand-over may not reach the new owner. Look again later.
+        Verdict::Delete if SERVER.is_waited_at(due.db, &due.key) || SERVER.is_leaving(&due.key) => {
             drop(key);
             drop(name);
             refile(due);

@@ -7,6 +7,7 @@
 //! deleted or reclaimed before they moved.
 
 mod acquire_all;
+mod atomic;
 mod floors;
 mod functions;
 mod semaphore;

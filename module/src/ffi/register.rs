@@ -7,6 +7,7 @@ use fencedlock_protocol::{Arg, ArgKind, Command};
 use redis_module::{raw, Context};
 
 use super::{log_warning, OK};
+use crate::migration::Server;
 
 /// One registered command: its shape (from the protocol crate, which also gives its arity
 /// and docs), its flags, its key access, and the C entry point Redis calls.
@@ -97,9 +98,18 @@ macro_rules! command_table {
 }
 pub(crate) use command_table;
 
-/// Lets the type's load callbacks see truncated input as an error instead of aborting.
-pub fn handle_io_errors(ctx: &Context) {
-    ctx.set_module_options(raw::ModuleOptions::HANDLE_IO_ERRORS);
+/// Lets the type's load callbacks see truncated input as an error instead of aborting, and
+/// on Valkey 9+ declares that the module handles atomic slot migration (see `migration.rs`).
+pub fn set_module_options(ctx: &Context, migration: Option<Server>) {
+    let mut options = raw::ModuleOptions::HANDLE_IO_ERRORS.bits();
+    if migration == Some(Server::Valkey) {
+        options |= super::migration::HANDLE_ATOMIC_SLOT_MIGRATION;
+    }
+    // SAFETY: called from OnLoad with the module's context; the pointer is filled by Init.
+    if let Some(set) = unsafe { raw::RedisModule_SetModuleOptions } {
+        // SAFETY: as above.
+        unsafe { set(ctx.ctx, options) };
+    }
 }
 
 /// Applies the `fencedlock.*` values from redis.conf or the command line, after the configs
