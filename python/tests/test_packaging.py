@@ -1,7 +1,7 @@
-"""The package as pip builds it: pyproject's tables are where setuptools reads them (an
+"""The package as pip builds it: pyproject's tables are where the build reads them (an
 optional-dependencies table placed inside [project] swallows the keys after it), the
-``postgres`` extra carries psycopg at a version the tests pin, every subpackage is found, and
-``pip install ./python`` of a checkout is a working package."""
+``postgres`` extra carries psycopg at a version the tests pin, every subpackage is a package,
+and ``pip install ./python`` of a checkout is a working package that leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -65,9 +65,8 @@ def test_pip_install_of_a_clean_checkout_is_a_working_package(server: Server, tm
     """``pip install ./python`` from a checkout (its files as git has them, nothing built):
     the installed package, not ``src``, takes a lease on a server without the module, with
     the Functions library it carries. The build is pip's own (an isolated build environment
-    with setuptools from PyPI, as a user's install gets). It happens in a copy, so the source
-    tree is left as it was (setuptools writes ``build/`` and ``src/*.egg-info`` beside the
-    sources it builds)."""
+    with the build backend from PyPI, as a user's install gets), in a copy of the checkout,
+    which must be left exactly as it was: no ``build/``, no ``*.egg-info``."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "."], cwd=PYTHON,
                             capture_output=True, text=True, check=True, timeout=60).stdout.split()
     checkout = tmp_path / "python"
@@ -76,12 +75,15 @@ def test_pip_install_of_a_clean_checkout_is_a_working_package(server: Server, tm
             (checkout / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PYTHON / name, checkout / name)
     before = sorted(p.name for p in PYTHON.iterdir()), sorted(p.name for p in (PYTHON / "src").iterdir())
+    copied = sorted(str(p.relative_to(checkout)) for p in checkout.rglob("*"))
     site = tmp_path / "site"
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps",
                            "--target", str(site), str(checkout)],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (sorted(p.name for p in PYTHON.iterdir()), sorted(p.name for p in (PYTHON / "src").iterdir())) == before
+    left = sorted(str(p.relative_to(checkout)) for p in checkout.rglob("*"))
+    assert left == copied, f"the build left {sorted(set(left) - set(copied))} in the checkout"
     program = f"""
 import sys, redis, fencedlock, fencedlock.asyncio, fencedlock.resource
 assert fencedlock.__file__.startswith({str(site)!r}), fencedlock.__file__
