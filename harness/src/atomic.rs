@@ -100,21 +100,6 @@ impl Cluster {
 }
 
 impl AtomicMove<'_> {
-    /// The slot being moved.
-    pub fn slot(&self) -> u16 {
-        self.slot
-    }
-
-    /// Index of the master the slot leaves.
-    pub fn source(&self) -> usize {
-        self.from
-    }
-
-    /// Index of the master the slot moves to.
-    pub fn target(&self) -> usize {
-        self.to
-    }
-
     /// The migration's state as its server names it (`success` / `completed` when done), and
     /// its message.
     pub fn state(&self) -> (String, String) {
