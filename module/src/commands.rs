@@ -7,7 +7,7 @@ use fencedlock_protocol::request::{Acquire, AcquireAll, Raise, Release, Renew};
 use crate::error::LockError;
 use crate::fence::HighWater;
 use crate::ffi::{clock, int, replication, Call, Names, Reply};
-use crate::lock::{record, Acquired, Ask, Expired, Lock, Micros, Released};
+use crate::lock::{layout, Acquired, Ask, Expired, Lock, Micros, Released};
 use crate::server::SERVER;
 use crate::store::Store;
 use crate::{blocking, counters, floor};
@@ -346,7 +346,7 @@ pub fn apply(call: &Call) -> Result<Reply, LockError> {
     if !call.is_replicated_or_loading() {
         return Err(LockError::InternalCommand);
     }
-    let (high_water, record) = record::parse_apply(&call.args_from(2))?;
+    let (high_water, record) = layout::parse_apply(&call.args_from(2))?;
     store_applied(call, high_water, Lock::from_record(&record, clock::now())?)
 }
 
@@ -356,7 +356,7 @@ pub fn apply_semaphore(call: &Call) -> Result<Reply, LockError> {
     if !call.is_replicated_or_loading() {
         return Err(LockError::InternalCommand);
     }
-    let (high_water, record) = record::parse_applysem(&call.args_from(2))?;
+    let (high_water, record) = layout::parse_applysem(&call.args_from(2))?;
     store_applied(call, high_water, Lock::from_semaphore_record(record, clock::now())?)
 }
 

@@ -12,7 +12,7 @@ use redis_module::raw;
 
 use super::{clock, guard, log_warning, replication, string_bytes};
 use crate::fence::HighWater;
-use crate::lock::record::{self, Sink, Source};
+use crate::lock::layout::{self, Sink, Source};
 use crate::lock::Lock;
 
 /// The server's side of the type's callbacks.
@@ -58,7 +58,7 @@ fn file(lock: &mut Lock, db: i32, name: &[u8]) {
 
 pub static LOCK_TYPE: RedisType = RedisType::new(
     fencedlock_protocol::keyspace::MODULE_TYPE,
-    record::ENCODING_VERSION,
+    layout::ENCODING_VERSION,
     raw::RedisModuleTypeMethods {
         version: raw::REDISMODULE_TYPE_METHOD_VERSION as u64,
         rdb_load: Some(rdb_load),
@@ -82,12 +82,12 @@ pub static LOCK_TYPE: RedisType = RedisType::new(
     },
 );
 
-/// The layout is `lock::record`'s ([`record::save`]).
+/// The layout is `lock::layout`'s ([`layout::save`]).
 unsafe extern "C" fn rdb_save(rdb: *mut raw::RedisModuleIO, value: *mut c_void) {
     guard("rdb_save", (), || {
         // SAFETY: Redis passes a value of our type.
         let Some(lock) = (unsafe { value.cast::<Lock>().as_ref() }) else { return };
-        record::save(&lock.snapshot(clock::now()), &mut Rdb(rdb));
+        layout::save(&lock.snapshot(clock::now()), &mut Rdb(rdb));
     });
 }
 
@@ -116,13 +116,13 @@ impl Source for Rdb {
     }
 }
 
-/// Returns null, which fails the load (or the `RESTORE`), for a value `record::load` refuses: a
+/// Returns null, which fails the load (or the `RESTORE`), for a value `layout::load` refuses: a
 /// layout it cannot read, or a state that breaks an invariant of the commands. The log names
 /// why, never a token.
 unsafe extern "C" fn rdb_load(rdb: *mut raw::RedisModuleIO, encver: c_int) -> *mut c_void {
     guard("rdb_load", std::ptr::null_mut(), || {
         let now = clock::now();
-        match record::load(&mut Rdb(rdb), encver, |s| Lock::from_snapshot(s, now)) {
+        match layout::load(&mut Rdb(rdb), encver, |s| Lock::from_snapshot(s, now)) {
             Ok(mut lock) => {
                 // A restored or loaded fence must never be issued again.
                 observe(lock.fence());
@@ -253,10 +253,10 @@ unsafe extern "C" fn aux_save(rdb: *mut raw::RedisModuleIO, _when: c_int) {
     guard("aux_save", (), || raw::save_unsigned(rdb, high_water().get()));
 }
 
-/// Raises (never lowers) the mark to the one saved with the data set; a mark `record::load_mark`
+/// Raises (never lowers) the mark to the one saved with the data set; a mark `layout::load_mark`
 /// refuses fails the load.
 unsafe extern "C" fn aux_load(rdb: *mut raw::RedisModuleIO, encver: c_int, _when: c_int) -> c_int {
-    guard("aux_load", raw::REDISMODULE_ERR as c_int, || match record::load_mark(&mut Rdb(rdb), encver) {
+    guard("aux_load", raw::REDISMODULE_ERR as c_int, || match layout::load_mark(&mut Rdb(rdb), encver) {
         Ok(mark) => {
             observe(mark);
             raw::REDISMODULE_OK as c_int

@@ -12,7 +12,8 @@ use fencedlock_protocol::command::{APPLY, APPLYSEM};
 
 use super::{log_warning, Call, KeyName};
 use crate::fence::HighWater;
-use crate::lock::record::{encode_holders, Holding, Snapshot};
+use crate::lock::layout::encode_holders;
+use crate::lock::record::{Holding, Snapshot};
 
 fn ll(v: u64) -> c_longlong {
     c_longlong::try_from(v).unwrap_or(c_longlong::MAX)

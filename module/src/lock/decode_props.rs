@@ -1,4 +1,4 @@
-//! Property tests of the value decoder as the RDB and `RESTORE` drive it (`record::load`, then
+//! Property tests of the value decoder as the RDB and `RESTORE` drive it (`layout::load`, then
 //! `Lock::from_snapshot`): arbitrary bytes, and valid encodings of every encoding version with
 //! their fields and bytes mutated. Every input is refused, or becomes a lock that keeps every
 //! invariant the commands keep (read off the lock by [`soundness`], apart from `validate`) and
@@ -13,9 +13,8 @@ use proptest::sample::{select, Index};
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRng, TestRunner};
 
-use super::record::{
-    self, Holding, PermitHolding, Record, Refused, SemaphoreRecord, Sink, Snapshot, Source, READABLE_VERSIONS,
-};
+use super::layout::{self, Refused, Sink, Source, READABLE_VERSIONS};
+use super::record::{Holding, PermitHolding, Record, SemaphoreRecord, Snapshot};
 use super::validate::Broken;
 use super::{Lock, Micros};
 
@@ -103,7 +102,7 @@ impl<'a> Source for Reader<'a> {
 /// server refuses bytes left over: a module value must end with its EOF marker.)
 fn decode(bytes: &[u8], encver: i32) -> Result<(Lock, usize), Refused> {
     let mut reader = Reader(bytes);
-    let lock = record::load(&mut reader, encver, |s| Lock::from_snapshot(s, NOW))?;
+    let lock = layout::load(&mut reader, encver, |s| Lock::from_snapshot(s, NOW))?;
     Ok((lock, bytes.len() - reader.0.len()))
 }
 
@@ -159,7 +158,7 @@ fn refused_or_sound(bytes: &[u8], encver: i32) -> Result<Option<Refused>, TestCa
         Ok((lock, used)) => {
             soundness(&lock).map_err(TestCaseError::fail)?;
             let mut saved = Fields::default();
-            record::save(&lock.snapshot(NOW), &mut saved);
+            layout::save(&lock.snapshot(NOW), &mut saved);
             prop_assert_eq!(to_bytes(&saved.0), &bytes[..used], "saved back differently");
             Ok(None)
         }
@@ -203,7 +202,7 @@ impl Value {
             }),
         };
         let mut fields = Fields::default();
-        record::save(&snapshot, &mut fields);
+        layout::save(&snapshot, &mut fields);
         fields.0
     }
 }
@@ -497,7 +496,7 @@ proptest! {
     #[test]
     fn a_mark_is_refused_or_within_the_fences(fields in proptest::collection::vec(field(), 0..3), encver in -1..=6i32) {
         let bytes = to_bytes(&fields);
-        match record::load_mark(&mut Reader(&bytes), encver) {
+        match layout::load_mark(&mut Reader(&bytes), encver) {
             Ok(mark) => prop_assert!(mark <= MAX_FENCE && READABLE_VERSIONS.contains(&encver)),
             Err(Refused::Broken(broken)) => prop_assert_eq!(broken, Broken::MarkAboveMax(fields_mark(&fields))),
             Err(_) => {}

@@ -3,7 +3,7 @@
 //! value, its fence policy and the decisions, dispatched on the key's kind: `mutex.rs` (one
 //! holder) and `semaphore.rs` (up to `PERMITS` holders, or read leases); `holder.rs` is one
 //! holder, `terms.rs` the words they all share, `record.rs` the state as it travels
-//! (replication, AOF, RDB).
+//! (replication, AOF, RDB), `layout.rs` its bytes there, `validate.rs` the gate it passes in.
 //!
 //! A read-write lock is not a kind of its own: its write lease is the mutex, and its read
 //! leases (`SHARED`) a semaphore of `SHARED_PERMITS`. The two modes of one key meet only in
@@ -22,6 +22,7 @@ use crate::error::LockError;
 use crate::fence::HighWater;
 
 mod holder;
+pub mod layout;
 mod mutex;
 pub mod record;
 mod semaphore;

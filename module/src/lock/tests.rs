@@ -820,8 +820,8 @@ mod model {
                         let loaded = match lock.snapshot(now) {
                             Snapshot::Mutex(record) => Lock::from_record(&record, now),
                             Snapshot::Semaphore(record) => {
-                                let blob = crate::lock::record::encode_holders(&record.holders);
-                                let holders = crate::lock::record::decode_holders(&blob).expect("own blob");
+                                let blob = crate::lock::layout::encode_holders(&record.holders);
+                                let holders = crate::lock::layout::decode_holders(&blob).expect("own blob");
                                 let record = SemaphoreRecord { holders, ..record };
                                 Lock::from_semaphore_record(record, now)
                             }

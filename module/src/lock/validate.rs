@@ -17,7 +17,7 @@
 //! - a high-water mark (aux data, `APPLY`) is at most `MAX_FENCE`.
 //!
 //! A mutex holder's fence is the key's own, so it needs no rule of its own. The layout's rules
-//! (tags per encoding version, truncation) are the decoder's (`record::load`); a value's
+//! (tags per encoding version, truncation) are the decoder's (`layout::load`); a value's
 //! trailing bytes are the server's to refuse (a module value ends with an EOF marker).
 //!
 //! Only loads and replicated records pass here, never a client's command on the primary.
