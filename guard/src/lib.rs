@@ -135,6 +135,7 @@
 // helpers' shared parts then have no caller.
 #![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code, unused_imports))]
 
+mod dialect;
 mod error;
 mod fence;
 mod ident;
@@ -148,9 +149,9 @@ pub mod sqlite;
 mod table;
 mod update;
 
+pub use dialect::Dialect;
 pub use error::{Error, Result};
 pub use ident::{quote as quote_identifier, MAX_IDENTIFIER_BYTES};
 pub use outcome::Written;
-pub use sql::Dialect;
 pub use table::{Table, DEFAULT_FENCE_COLUMN, DEFAULT_ID_COLUMN};
 pub use update::Update;

@@ -33,10 +33,11 @@
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{GenericClient, Row};
 
+use crate::dialect::Dialect;
 use crate::error::Result;
 use crate::fence;
 use crate::outcome::{claim_refused, write_refused, Stored, Written};
-use crate::sql::{self, Dialect};
+use crate::sql;
 use crate::table::Table;
 
 /// A guarded write's assignments and precondition, with PostgreSQL's bound values.

@@ -8,44 +8,11 @@
 //! write:  UPDATE t SET …, "last_fence" = $1 WHERE "id" = $2 AND "last_fence" <= $1 [AND …]
 //! ```
 
+use crate::dialect::Dialect;
 use crate::error::Result;
 use crate::ident::{push_quoted, push_quoted_list, quote_list};
 use crate::table::Table;
 use crate::update::Update;
-
-/// Which database a statement is for: its placeholders and its fence column type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Dialect {
-    /// `$1`, `bigint`.
-    Postgres,
-    /// `?1`, `INTEGER` (SQLite's 64-bit signed integer).
-    Sqlite,
-}
-
-impl Dialect {
-    /// The placeholder of the 1-based parameter `n`.
-    pub fn placeholder(self, n: usize) -> String {
-        let mut out = String::with_capacity(4);
-        self.push_placeholder(&mut out, n);
-        out
-    }
-
-    /// Appends [`Dialect::placeholder`]`(n)` to `out`.
-    pub(crate) fn push_placeholder(self, out: &mut String, n: usize) {
-        use std::fmt::Write as _;
-        let _ = match self {
-            Dialect::Postgres => write!(out, "${n}"),
-            Dialect::Sqlite => write!(out, "?{n}"),
-        };
-    }
-
-    fn fence_type(self) -> &'static str {
-        match self {
-            Dialect::Postgres => "bigint",
-            Dialect::Sqlite => "INTEGER",
-        }
-    }
-}
 
 /// The parameter every statement binds the fence to.
 const FENCE_PARAM: usize = 1;
@@ -78,6 +45,22 @@ pub fn claim(table: &Table, dialect: Dialect, returning: &[&str]) -> Result<Stri
         f = dialect.placeholder(FENCE_PARAM),
         i = dialect.placeholder(ID_PARAM),
     ))
+}
+
+/// The statements a [`Table`] hands out, for callers that run their own.
+impl Table {
+    /// The schema step, as SQL to run once per table:
+    /// `ALTER TABLE … ADD COLUMN last_fence bigint NOT NULL DEFAULT 0` (SQLite: `INTEGER`).
+    /// Existing rows get 0, below every fence, so the first holder's claim or write passes.
+    pub fn add_fence_column_sql(&self, dialect: Dialect) -> Result<String> {
+        add_fence_column(self, dialect)
+    }
+
+    /// The claim statement the helpers run: raise the row's fence to `$1` where it is not
+    /// above it, for the row `$2`, returning `returning` (the fence column if empty).
+    pub fn claim_sql(&self, dialect: Dialect, returning: &[&str]) -> Result<String> {
+        claim(self, dialect, returning)
+    }
 }
 
 /// A guarded write: the update's assignments plus the fence, where the fence is not above ours

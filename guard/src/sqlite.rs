@@ -31,10 +31,11 @@
 use rusqlite::types::ToSql;
 use rusqlite::{Connection, OptionalExtension, Row};
 
+use crate::dialect::Dialect;
 use crate::error::{Error, Result};
 use crate::fence;
 use crate::outcome::{claim_refused, write_refused, Stored, Written};
-use crate::sql::{self, Dialect};
+use crate::sql;
 use crate::table::Table;
 
 /// A guarded write's assignments and precondition, with SQLite's bound values.

@@ -2,7 +2,6 @@
 
 use crate::error::Result;
 use crate::ident::{push_quoted, quote};
-use crate::sql::{self, Dialect};
 
 /// The column every helper reads and raises unless told otherwise.
 pub const DEFAULT_FENCE_COLUMN: &str = "last_fence";
@@ -80,19 +79,6 @@ impl Table {
     /// The fence column's name, unquoted.
     pub fn fence_column_name(&self) -> &str {
         &self.fence_column
-    }
-
-    /// The schema step, as SQL to run once per table:
-    /// `ALTER TABLE … ADD COLUMN last_fence bigint NOT NULL DEFAULT 0` (SQLite: `INTEGER`).
-    /// Existing rows get 0, below every fence, so the first holder's claim or write passes.
-    pub fn add_fence_column_sql(&self, dialect: Dialect) -> Result<String> {
-        sql::add_fence_column(self, dialect)
-    }
-
-    /// The claim statement the helpers run: raise the row's fence to `$1` where it is not
-    /// above it, for the row `$2`, returning `returning` (the fence column if empty).
-    pub fn claim_sql(&self, dialect: Dialect, returning: &[&str]) -> Result<String> {
-        sql::claim(self, dialect, returning)
     }
 
     /// `schema.table` or `table`, unquoted: how errors name the table.

@@ -1,8 +1,8 @@
 //! A guarded write's own part: what it sets and the state it requires.
 
+use crate::dialect::Dialect;
 use crate::error::Result;
 use crate::ident::{push_quoted, quote};
-use crate::sql::Dialect;
 
 /// What one guarded `UPDATE` sets and the state precondition it adds to the fence condition.
 /// The driver modules name it with their parameter type:
