@@ -30,7 +30,7 @@ impl<'a> Context<'a> {
     /// The context of a request on `key` to the servers of `server`, after waiting up to
     /// `waited`.
     pub fn new(key: &'a str, waited: Duration, server: &ServerArgs) -> Context<'a> {
-        Context { key, waited, credentials: crate::servers::has_credentials(server) }
+        Context { key, waited, credentials: crate::urls::has_credentials(server) }
     }
 }
 

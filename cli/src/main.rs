@@ -25,6 +25,7 @@ mod script;
 mod servers;
 mod show;
 mod token_io;
+mod urls;
 
 use std::process::ExitCode;
 

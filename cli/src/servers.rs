@@ -16,6 +16,7 @@ use crate::args::{ConfirmArgs, ServerArgs, TlsArgs};
 use crate::diagnose;
 use crate::duration;
 use crate::error::CliError;
+use crate::urls::{split, SCHEMES};
 
 /// How long fencedlock waits, before it exits, for releases still finishing in the background
 /// ([`Locker::settle`](fencedlock::Locker::settle)): long enough for servers that answer, which then do not keep the lease
@@ -227,44 +228,6 @@ fn tls(args: &TlsArgs) -> Result<Tls, CliError> {
     })
 }
 
-/// Whether any `--redis` URL carries a user or password (`redis://USER:PASS@HOST`).
-pub fn has_credentials(server: &ServerArgs) -> bool {
-    server.redis.iter().flat_map(|value| split(value)).any(|url| {
-        let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-        let authority = rest.split(['/', '?']).next().unwrap_or_default();
-        authority.contains('@')
-    })
-}
-
-/// The URL schemes `--redis` takes.
-const SCHEMES: [&str; 9] = [
-    "redis://",
-    "rediss://",
-    "redis+sentinel://",
-    "rediss+sentinel://",
-    "unix://",
-    "redis+unix://",
-    "valkey+unix://",
-    "valkey://",
-    "valkeys://",
-];
-
-/// One `--redis` value as server URLs. A comma separates servers only before a scheme: a
-/// Sentinel URL lists its sentinels with commas (`redis+sentinel://a:26379,b:26379/m`).
-fn split(value: &str) -> Vec<&str> {
-    let mut urls = Vec::new();
-    let mut start = 0;
-    for (at, _) in value.match_indices(',') {
-        let next = value[at + 1..].trim_start();
-        if next.is_empty() || SCHEMES.iter().any(|scheme| next.starts_with(scheme)) {
-            urls.push(&value[start..at]);
-            start = at + 1;
-        }
-    }
-    urls.push(&value[start..]);
-    urls.into_iter().map(str::trim).filter(|url| !url.is_empty()).collect()
-}
-
 /// A Redis Cluster reached through `seeds` (`--cluster`).
 fn cluster(seeds: &[&str], tls: &Tls) -> Result<Node, CliError> {
     if let Some(url) = seeds.iter().find(|url| !url.starts_with("redis://") && !url.starts_with("rediss://"))
@@ -289,23 +252,4 @@ fn node(url: &str, tls: &Tls) -> Result<Node, CliError> {
         };
         CliError::Usage(format!("{detail}; use redis://HOST:PORT (or redis://:PASSWORD@HOST:PORT/DB)"))
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_comma_separates_servers_only_before_a_scheme() {
-        assert_eq!(
-            split("redis://a:1,redis://b:2 , rediss://c:3"),
-            ["redis://a:1", "redis://b:2", "rediss://c:3"]
-        );
-        assert_eq!(
-            split("redis+sentinel://s1:26379,s2:26379/m,redis://b:2,redis+sentinel://s3,s4/n"),
-            ["redis+sentinel://s1:26379,s2:26379/m", "redis://b:2", "redis+sentinel://s3,s4/n"]
-        );
-        assert_eq!(split(" redis://a:1, "), ["redis://a:1"]);
-        assert!(split("").is_empty());
-    }
 }
