@@ -23,7 +23,7 @@ pub fn v1_module() -> std::path::PathBuf {
                 assert!(path.is_file(), "FENCEDLOCK_V1_MODULE={path:?} is not a file");
                 return path;
             }
-            let out = crate::target_dir().join("v1-module");
+            let out = crate::paths::target_dir().join("v1-module");
             let so = out.join("target").join("release").join("libfencedlock_module.so");
             if so.is_file() {
                 return so;
@@ -33,7 +33,7 @@ pub fn v1_module() -> std::path::PathBuf {
             let how = "set FENCEDLOCK_V1_MODULE to a module built from that commit";
             let tar = out.join("v1.tar");
             let archive = Command::new("git")
-                .args(["-C", &crate::workspace_root().to_string_lossy(), "archive", "-o"])
+                .args(["-C", &crate::paths::workspace_root().to_string_lossy(), "archive", "-o"])
                 .arg(&tar)
                 .arg(V1_COMMIT)
                 .status()
