@@ -4,16 +4,11 @@
 //! forced by [`LockConfigBuilder::engine`](crate::LockConfigBuilder::engine).
 
 use std::borrow::Cow;
-use std::sync::LazyLock;
 
 use fencedlock_protocol::command::{Command, ACQUIRE};
 use fencedlock_protocol::functions;
 use fencedlock_protocol::request::{Acquire, Request};
 use redis::{Cmd, ErrorKind, RedisError};
-
-/// The SHA1 of [`functions::eval_script`], by which `EVALSHA` names it.
-static SCRIPT_SHA: LazyLock<String> =
-    LazyLock::new(|| redis::Script::new(functions::eval_script()).get_hash().to_owned());
 
 /// The engine a server runs the lease commands with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -64,43 +59,15 @@ impl Engine {
         self.form(&ACQUIRE, &request.words(), true)
     }
 
+    /// The protocol's [`functions::form`] of the words, as a command.
     fn form(self, command: &Command, words: &[Cow<'_, [u8]>], waiting: bool) -> Cmd {
-        let (key, rest) = match words {
-            [_name, key, rest @ ..] => (&key[..], rest),
-            // Every request has its key; a bug here must not send a malformed command.
-            _ => (&b""[..], &[][..]),
+        let form = match self {
+            Engine::Module => functions::Form::Module,
+            Engine::Functions => functions::Form::Fcall,
+            Engine::Script => functions::Form::Evalsha,
         };
-        if self == Engine::Module || functions::function(command).is_none() {
-            let mut cmd = redis::cmd(command.name).arg(key).take();
-            for word in rest {
-                cmd.arg(&word[..]);
-            }
-            return cmd;
-        }
-        if !command.counts_keys() {
-            return self.library_form(command, functions::call_keys(command, key, waiting), rest);
-        }
-        // `ACQUIREALL count key…`: the library takes the keys, then their slot's floor (the
-        // caller keeps them in one slot).
-        let count = std::str::from_utf8(key).ok().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
-        let (keys, rest) = rest.split_at(count.min(rest.len()));
-        let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
-        self.library_form(command, functions::call_keys_all(&keys), rest)
-    }
-
-    /// `FCALL function numkeys keys… rest…`, or the script's `EVALSHA`, which takes the
-    /// function's name as `ARGV[1]`.
-    fn library_form(self, command: &Command, keys: Vec<Vec<u8>>, rest: &[Cow<'_, [u8]>]) -> Cmd {
-        let function = functions::function(command).unwrap_or_default();
-        let mut cmd = match self {
-            Engine::Script => redis::cmd("EVALSHA").arg(SCRIPT_SHA.as_str()).take(),
-            _ => redis::cmd("FCALL").arg(function).take(),
-        };
-        cmd.arg(keys.len()).arg(keys);
-        if self == Engine::Script {
-            cmd.arg(function);
-        }
-        for word in rest {
+        let mut cmd = Cmd::new();
+        for word in functions::form(form, command, words, waiting) {
             cmd.arg(&word[..]);
         }
         cmd
@@ -163,6 +130,11 @@ mod tests {
     use fencedlock_protocol::request::Status;
     use fencedlock_protocol::{AcquireAll, Raise, Release, Renew};
 
+    /// The script's SHA1 as redis-rs computes it, which the protocol's must equal.
+    fn script_sha() -> String {
+        redis::Script::new(functions::eval_script()).get_hash().to_owned()
+    }
+
     #[test]
     fn the_library_code_is_found_in_a_function_list_reply() {
         use redis::Value;
@@ -195,7 +167,7 @@ mod tests {
         let script = words(&Engine::Script.call(&Raise { key: b"k", token: b"t", fence: 9 }));
         assert_eq!(
             script,
-            ["EVALSHA", SCRIPT_SHA.as_str(), "2", "k", floor.as_str(), "fencedlock_raise", "t", "9"]
+            ["EVALSHA", script_sha().as_str(), "2", "k", floor.as_str(), "fencedlock_raise", "t", "9"]
         );
         let status = words(&Engine::Functions.call(&Status { key: b"k" }));
         assert_eq!(status, ["FCALL", "fencedlock_status", "1", "k"]);
@@ -224,7 +196,7 @@ mod tests {
             words(&Engine::Script.call(&set)),
             [
                 "EVALSHA",
-                SCRIPT_SHA.as_str(),
+                script_sha().as_str(),
                 "3",
                 "{s}a",
                 "{s}b",

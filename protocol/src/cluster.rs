@@ -53,6 +53,15 @@ pub fn slot_tag(of: u16) -> u32 {
     tags[usize::from(of % SLOTS)]
 }
 
+/// The module's floor key of `slot`: `fencedlock:floor:{<tag>}`, the tag [`slot_tag`] in
+/// decimal, so the key hashes to `slot` itself.
+pub fn floor_key(slot: u16) -> Vec<u8> {
+    let mut name = FLOOR_KEY_PREFIX.as_bytes().to_vec();
+    name.extend_from_slice(slot_tag(slot).to_string().as_bytes());
+    name.push(b'}');
+    name
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,6 +82,7 @@ mod tests {
     fn every_slot_tag_hashes_to_its_slot() {
         for slot in 0..SLOTS {
             assert_eq!(key_slot(slot_tag(slot).to_string().as_bytes()), slot);
+            assert_eq!(key_slot(&floor_key(slot)), slot);
         }
     }
 }

@@ -11,6 +11,8 @@
 //! then rise only while the key lives (and the key is never expired by the library). See
 //! `functions.lua` for the rest.
 
+use std::borrow::Cow;
+
 use crate::cluster::{key_slot, SLOTS};
 use crate::command::{Command, ACQUIRE, ACQUIREALL, CAD, RAISE, RELEASE, RENEW, STATUS};
 
@@ -196,6 +198,81 @@ pub fn call_keys(command: &Command, key: &[u8], waiting: bool) -> Vec<Vec<u8>> {
         }
     }
     keys
+}
+
+/// How a request is sent: to the module, or to the library as a function or as a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Form {
+    /// The module's command: the words as the request builds them.
+    Module,
+    /// `FCALL function numkeys keys… rest…`.
+    Fcall,
+    /// `EVALSHA sha numkeys keys… function rest…`: the library's source as a script
+    /// ([`eval_script`], named by [`script_sha`]), for servers that deny `FUNCTION`.
+    Evalsha,
+}
+
+impl Form {
+    /// Every form, in the order the contract lists them.
+    pub const ALL: [Form; 3] = [Form::Module, Form::Fcall, Form::Evalsha];
+
+    /// The form's name in the contract (`contract.json`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Form::Module => "module",
+            Form::Fcall => "fcall",
+            Form::Evalsha => "evalsha",
+        }
+    }
+}
+
+/// The SHA-1 of [`eval_script`] in hex, by which `EVALSHA` names it (what `SCRIPT LOAD`
+/// replies for it).
+pub fn script_sha() -> &'static str {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHA.get_or_init(|| crate::sha1::hex(eval_script().as_bytes()))
+}
+
+/// A request's `words` (the command's name first, then its key or, for `ACQUIREALL`, the
+/// keys' count) as `form` sends them: the module's words unchanged; the library's form the
+/// function's name, the count of the keys [`call_keys`] (or [`call_keys_all`]) names, those
+/// keys, then the words after the key (for the script form, the function's name first). The
+/// module's internal commands, which the library does not serve, keep the module's words.
+/// Every client sends exactly these words (`waiting`: an `ACQUIRE` sent by a waiter).
+pub fn form<'a>(form: Form, command: &Command, words: &[Cow<'a, [u8]>], waiting: bool) -> Vec<Cow<'a, [u8]>> {
+    let function = match function(command) {
+        Some(function) if form != Form::Module => function,
+        _ => return words.to_vec(),
+    };
+    let (key, rest) = match words {
+        [_name, key, rest @ ..] => (&key[..], rest),
+        // Every request has its key; a bug here must not send a malformed command.
+        _ => (&b""[..], &[][..]),
+    };
+    let (keys, rest) = if command.counts_keys() {
+        // `ACQUIREALL count key…`: the library takes the keys, then their slot's floor (the
+        // caller keeps them in one slot).
+        let count = std::str::from_utf8(key).ok().and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+        let (keys, rest) = rest.split_at(count.min(rest.len()));
+        let keys: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+        (call_keys_all(&keys), rest)
+    } else {
+        (call_keys(command, key, waiting), rest)
+    };
+    let mut sent: Vec<Cow<'a, [u8]>> = Vec::with_capacity(4 + keys.len() + rest.len());
+    match form {
+        Form::Evalsha => {
+            sent.extend([Cow::Borrowed(&b"EVALSHA"[..]), Cow::Borrowed(script_sha().as_bytes())])
+        }
+        _ => sent.extend([Cow::Borrowed(&b"FCALL"[..]), Cow::Borrowed(function.as_bytes())]),
+    }
+    sent.push(Cow::Owned(keys.len().to_string().into_bytes()));
+    sent.extend(keys.into_iter().map(Cow::Owned));
+    if form == Form::Evalsha {
+        sent.push(Cow::Borrowed(function.as_bytes()));
+    }
+    sent.extend(rest.iter().cloned());
+    sent
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 pub mod cluster;
 pub mod command;
 pub mod config;
+pub mod contract;
 pub mod epoch;
 mod error;
 pub mod functions;
@@ -26,6 +27,7 @@ pub mod keyspace;
 pub mod limits;
 pub mod periodic;
 pub mod request;
+mod sha1;
 mod status;
 
 pub use command::{Arg, ArgKind, Command, Opt};

@@ -39,6 +39,10 @@ pub const EPOCH_GAP: u64 = 1 << 32;
 /// last ten minutes instead of growing forever.
 pub const DEFAULT_RECLAIM_AFTER_MS: u64 = 10 * 60 * 1000;
 
+/// Default of the `fencedlock.restart-grace-ms` config: no grace (a server whose last writes
+/// survive a crash, with `appendfsync always`, needs none).
+pub const DEFAULT_RESTART_GRACE_MS: u64 = 0;
+
 /// Longest `BLOCK` timeout of `FENCEDLOCK.ACQUIRE`, in ms (the same bound as ttls, far from
 /// overflow); `0` means no limit.
 pub const MAX_BLOCK_MS: u64 = MAX_MAX_TTL_MS;

@@ -5,7 +5,7 @@
 use std::borrow::Cow;
 
 use crate::command::{
-    label_len_ok, permits_ok, token_len_ok, Command, ACQUIRE, ACQUIREALL, BLOCK, LABEL, PERMITS, RAISE,
+    label_len_ok, permits_ok, token_len_ok, Command, ACQUIRE, ACQUIREALL, BLOCK, CAD, LABEL, PERMITS, RAISE,
     RELEASE, RENEW, SHARED, SHARED_PERMITS, STATUS,
 };
 use crate::error::ReplyError;
@@ -312,6 +312,33 @@ impl<'a> Request<'a> for Status<'a> {
 
     fn words(&self) -> Vec<Cow<'a, [u8]>> {
         vec![Cow::Borrowed(STATUS.name.as_bytes()), Cow::Borrowed(self.key)]
+    }
+}
+
+/// `FENCEDLOCK.CAD key value`, see [`CAD`]: compare-and-delete of a plain string key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Cad<'a> {
+    /// The string key.
+    pub key: &'a [u8],
+    /// The value it must hold to be deleted (often a `SET NX` lock's secret, so `Debug` shows
+    /// only its length).
+    pub value: &'a [u8],
+}
+
+impl<'a> Request<'a> for Cad<'a> {
+    const COMMAND: Command = CAD;
+
+    fn words(&self) -> Vec<Cow<'a, [u8]>> {
+        vec![Cow::Borrowed(CAD.name.as_bytes()), Cow::Borrowed(self.key), Cow::Borrowed(self.value)]
+    }
+}
+
+impl std::fmt::Debug for Cad<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cad")
+            .field("key", &String::from_utf8_lossy(self.key))
+            .field("value_len", &self.value.len())
+            .finish()
     }
 }
 
