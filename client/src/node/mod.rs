@@ -15,10 +15,12 @@
 //! cluster connection of its own, which routes by key and follows the slot like the shared
 //! one), so a waiter cannot hold back renewals or anything else.
 //!
-//! One file per job: the connections (`connection`: shared and dedicated, the one `NOSCRIPT`
-//! retry; `timeout`: connecting within the node timeout), the engine found on the server
-//! (`detect`), `STATUS` decoding (`status`), the requests that wait on a dedicated connection
-//! (`blocking`), a session's renewals in one pipeline (`batch`), the Functions engine's wake-ups (`wake`), the waiting connections' pool
+//! One file per job: this one the node itself (its construction, settings and the one bounded,
+//! redacted `query` every request goes through), the lease requests (`requests`), the
+//! connections (`connection`: shared and dedicated; `send`: what they send, and the one
+//! `NOSCRIPT` retry; `timeout`: connecting within the node timeout), the engine found on the
+//! server (`detect`), `STATUS` decoding (`status`), the requests that wait on a dedicated
+//! connection (`blocking`), a session's renewals in one pipeline (`batch`), the Functions engine's wake-ups (`wake`), the waiting connections' pool
 //! (`pool`), a cluster (`cluster`), Sentinel (`sentinel`), replica confirmation's `WAIT`
 //! (`replicas`), and the commands sent to every primary (`every_primary`).
 
@@ -31,6 +33,8 @@ mod detect;
 mod every_primary;
 pub(crate) mod pool;
 pub(crate) mod replicas;
+mod requests;
+mod send;
 #[cfg(feature = "sentinel")]
 pub(crate) mod sentinel;
 mod status;
@@ -38,10 +42,8 @@ mod timeout;
 mod wake;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use fencedlock_protocol::command::ACQUIREALL;
-use fencedlock_protocol::{Acquire, AcquireAll, Raise, Release, Renew};
 use redis::{Cmd, FromRedisValue, RedisError};
 use tokio::sync::{Mutex, OnceCell};
 
@@ -52,10 +54,8 @@ use crate::error::Error;
 use crate::quorum::Vote;
 use crate::redact;
 use crate::tls::{self, Tls};
-use crate::token::Token;
 use connection::{Cached, Dedicated, Target, Transport};
 use pool::Pool;
-use replicas::Confirm;
 
 /// A lock server (or a Redis Cluster) the client talks to.
 ///
@@ -237,99 +237,6 @@ impl Node {
         self.timeout
     }
 
-    /// `FENCEDLOCK.ACQUIRE`, the one way every lease is asked for.
-    ///
-    /// - No `until`, no `confirm`: one request on the shared connection.
-    /// - `until`: the request waits on the server (`BLOCK`, the time left until then, set at
-    ///   each send) on a dedicated connection from the pool, the time spent waiting for a free
-    ///   connection included; [`AcquireReply::Unsupported`] if this node cannot wait. The reply may
-    ///   take the whole wait, so it is bounded by the wait plus the per-node timeout.
-    /// - `confirm`: the ACQUIRE and, after a grant, `WAIT replicas timeout` on the same
-    ///   dedicated connection (see the `confirm` module for why it must be that one); without
-    ///   `until` the pool's connection is waited for up to one node timeout.
-    ///
-    /// Cancel-safe in the sense the server needs: dropping the future drops a dedicated
-    /// connection, which closes it, and the server takes the waiter out of its queue. The
-    /// server may have granted just before it saw the close, so the caller must release on
-    /// cancellation (the lease module's claim does). A stale pooled connection (closed by the
-    /// server while idle) is replaced once; the same token makes the repeat harmless (ACQUIRE
-    /// is idempotent).
-    pub(crate) async fn acquire(
-        &self,
-        request: Acquire<'_>,
-        until: Option<Instant>,
-        confirm: Option<&Confirm>,
-    ) -> Result<AcquireReply, Failure> {
-        let engine = self.engine_now().await?;
-        match (until, confirm) {
-            (None, None) => {
-                let fence: Option<u64> = self.query(&engine.call(&request), Some(request.token)).await?;
-                Ok(fence.map_or(AcquireReply::Nil, |fence| AcquireReply::Granted { fence }))
-            }
-            (Some(_), _) if !self.may_block() => Ok(AcquireReply::Unsupported),
-            (until, confirm) => {
-                let checkout_until = until.unwrap_or_else(|| Instant::now() + self.timeout);
-                self.acquire_dedicated(engine, request, until, checkout_until, confirm).await
-            }
-        }
-    }
-
-    /// `PING` on the shared connection: whether the node answers within the timeout. A
-    /// request waiting on the server says nothing about its liveness until it is answered;
-    /// Redlock watches the node it waits on with this.
-    pub(crate) async fn ping(&self) -> Result<(), Failure> {
-        self.query::<String>(&redis::cmd("PING"), None).await.map(drop)
-    }
-
-    /// Whether the server takes a set of keys in one `ACQUIREALL`: the Functions library
-    /// does (the one this client loads, or a newer one) for keys of one slot, which its floor
-    /// requires; the module does where it knows the command (modules older than it do not; a
-    /// server that hides `COMMAND` is not asked to), for keys of one slot on a Redis Cluster.
-    /// The module is asked once, before any `ACQUIREALL` is sent: an unknown command's reply
-    /// would echo the token.
-    pub(crate) async fn serves_acquire_all(&self, one_slot: bool) -> Result<bool, Failure> {
-        if self.engine_now().await? != Engine::Module {
-            return Ok(one_slot);
-        }
-        if self.is_cluster() && !one_slot {
-            return Ok(false);
-        }
-        let ask = || async { Ok(self.knows_command(ACQUIREALL.name).await? == Some(true)) };
-        self.acquire_all.get_or_try_init(ask).await.copied()
-    }
-
-    /// `ACQUIREALL` (see [`Node::serves_acquire_all`]): a fence per key, in the request's
-    /// order, or `None` when the server refused the set.
-    pub(crate) async fn acquire_all(&self, request: &AcquireAll<'_>) -> Result<Option<Vec<u64>>, Failure> {
-        let cmd = self.engine_now().await?.call(request);
-        self.query(&cmd, Some(request.each.token)).await
-    }
-
-    /// `FENCEDLOCK.RENEW`: whether we still held the lease (it now runs `ttl_ms` from now).
-    pub(crate) async fn renew(&self, key: &str, token: &Token, ttl_ms: u64) -> Result<bool, Failure> {
-        let request = Renew { key: key.as_bytes(), token: token.as_bytes(), ttl_ms };
-        let cmd = self.engine_now().await?.call(&request);
-        self.query::<i64>(&cmd, Some(token.as_bytes())).await.map(|n| n == 1)
-    }
-
-    /// `FENCEDLOCK.RELEASE`: whether we held the lease and it ended now.
-    pub(crate) async fn release(&self, key: &str, token: &Token) -> Result<bool, Failure> {
-        self.release_request(Release { key: key.as_bytes(), token: token.as_bytes() }).await
-    }
-
-    async fn release_request(&self, request: Release<'_>) -> Result<bool, Failure> {
-        let cmd = self.engine_now().await?.call(&request);
-        self.query::<i64>(&cmd, Some(request.token)).await.map(|n| n == 1)
-    }
-
-    /// `FENCEDLOCK.RAISE`: the key's fence after raising it to at least `fence`, or `None`
-    /// when our token no longer holds the lease there.
-    pub(crate) async fn raise(&self, key: &str, token: &Token, fence: u64) -> Result<Option<u64>, Failure> {
-        let request = Raise { key: key.as_bytes(), token: token.as_bytes(), fence };
-        let cmd = self.engine_now().await?.call(&request);
-        self.query(&cmd, Some(token.as_bytes())).await
-    }
-
     /// Any other command on the shared connection (routed by its key on a cluster), within the
     /// per-node timeout, its failure named after `operation`. For the requests around the
     /// leases (an election's journal), never for a lease's own commands.
@@ -398,6 +305,8 @@ impl std::fmt::Debug for Node {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use fencedlock_protocol::Acquire;
+
     use super::*;
 
     /// A command's arguments as text, for assertions (here and in `confirm`'s tests).
