@@ -21,7 +21,7 @@ const LONGEST_LEASE: u64 = MAX_MAX_TTL_MS * 1000;
 /// Time left on the leases of the valid values, in µs.
 const MINUTE: u64 = 60_000_000;
 
-/// The holder tags of the value layout (`module/src/lock/record.rs`).
+/// The holder tags of the value layout (`module/src/lock/layout.rs`).
 const NO_HOLDER: u64 = 0;
 const HOLDER: u64 = 1;
 const LABELLED_HOLDER: u64 = 2;
@@ -285,7 +285,7 @@ fn broken_values(layout: &Layout) -> Vec<Broken> {
             semaphore(9, 3, &[(4, b"a", MINUTE), (5, b"b", 0)]),
             "a lease with no time left",
         ),
-        // The layout's rules (`module/src/lock/record.rs`).
+        // The layout's rules (`module/src/lock/layout.rs`).
         case(
             "a label in version 1",
             1,
