@@ -6,9 +6,11 @@
  * from before the first request). Fenced Redlock raises every granting master's fence to the
  * quorum's maximum (owner-checked) before the lease is handed out.
  */
+import type { AcquireRequest } from './acquire-request.js';
 import { ContendedError, FencedLockError, QuorumNotReachedError, ServerError, type Vote } from './errors.js';
+import { answered, causeOf } from './failures.js';
 import { drift, type Settings } from './options.js';
-import { Server, answered, causeOf, type AcquireRequest } from './server.js';
+import type { Server } from './server.js';
 
 /** A successful acquisition: the fence and the validity deadline (`performance.now()` ms). */
 export interface Grant {

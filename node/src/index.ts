@@ -3,7 +3,8 @@
  * or its Functions library where modules cannot load), over your own ioredis or node-redis
  * client. Fences are `bigint`: they exceed 2^53.
  */
-export { Locker, Redlock, TOKEN_BYTES, type RedisClient } from './locker.js';
+export { Locker, Redlock, type RedisClient } from './locker.js';
+export { TOKEN_BYTES } from './acquire-request.js';
 export { Lease } from './lease.js';
 export { Leases } from './multi.js';
 export { Semaphore } from './semaphore.js';
@@ -11,7 +12,7 @@ export { ReadWriteLock } from './read-write.js';
 export { Election, Leadership, MIN_CAMPAIGN_WINDOW_MS, type Leader } from './election.js';
 export type { AcquireOptions, LockerOptions } from './options.js';
 export type { Engine, EngineChoice } from './engine.js';
-export type { KeyStatus, PermitStatus } from './server.js';
+export type { KeyStatus, PermitStatus } from './replies.js';
 export {
   BadReplyError,
   ContendedError,

@@ -1,15 +1,16 @@
 /**
  * `Locker` (one server, or a Redis Cluster routed by key) and `Redlock` (a majority of N
  * independent masters, fenced): acquire, wait, keep alive, release. Both run the same
- * algorithm (`core.ts`); waiting is the server's (`server.ts`).
+ * algorithm (`core.ts`); a waiting step is `wait-turn.ts`'s, the wait itself the server's
+ * (`waiting.ts`).
  */
-import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 
+import { newToken, type AcquireRequest } from './acquire-request.js';
 import { IORedisBackend, isIORedis, type IORedisLike } from './ioredis.js';
 import { NodeRedisBackend, isNodeRedis, type NodeRedisLike } from './node-redis.js';
 import { SUPPORTED_CLIENTS, type Backend } from './connection.js';
-import { Core, mayHold, type Grant } from './core.js';
+import { Core, mayHold } from './core.js';
 import type { Engine } from './engine.js';
 import { ContendedError, FencedLockError, InvalidArgumentError, LeaseLostError, ServerError, brand, isBranded } from './errors.js';
 import { KeepAlive } from './keepalive.js';
@@ -17,17 +18,12 @@ import { Lease } from './lease.js';
 import { Leases, busyKey, canonicalOrder, giveBack, giveBackSet, refresh } from './multi.js';
 import { checkKey, checkTtl, checkTtlOn, checkWait, drift, settle, type AcquireOptions, type LockerOptions, type Settings } from './options.js';
 import { LIBRARY_MAX_TTL_MS, MAX_ACQUIRE_KEYS, keySlot } from './protocol.js';
-import { ranking } from './ranking.js';
-import { Server, type AcquireRequest, type KeyStatus } from './server.js';
-
-/** Random bytes in a token: 128 bits. */
-export const TOKEN_BYTES = 16;
+import type { KeyStatus } from './replies.js';
+import { Server } from './server.js';
+import { abortError, isAgain, waitTurn, won, type Again, type Won } from './wait-turn.js';
 
 /** An ioredis `Redis` or `Cluster`, or a node-redis (v5+) client or cluster. */
 export type RedisClient = object;
-
-/** How a Redlock waiter checks that the master it waits on still answers. */
-const WATCH_EVERY_MS = 1000;
 
 /** A client the locker made from a URL, and how to close it. */
 interface Owned {
@@ -92,47 +88,6 @@ function lossOf(loss: unknown, bodyError: unknown): unknown {
 function backoff(round: number): number {
   const max = Math.min(400, 20 * 2 ** Math.min(round, 10));
   return 20 + Math.random() * (max - 20);
-}
-
-function abortError(signal: AbortSignal): unknown {
-  return signal.reason ?? new DOMException('aborted', 'AbortError');
-}
-
-/** A new token: 128 random bits, as 32 hex digits. */
-function newToken(): string {
-  return randomBytes(TOKEN_BYTES).toString('hex');
-}
-
-/** `req` with a token of its own, for a request after one whose token may be released later. */
-function withNewToken(req: AcquireRequest): AcquireRequest {
-  return { ...req, token: newToken() };
-}
-
-/**
- * A round to retry after a backoff (with a new token: the last may be released later), and
- * why: the last attempt's error, or undefined when it was refused (held elsewhere). When the
- * wait runs out, that is the outcome.
- */
-interface Again {
-  readonly again: true;
-  readonly error: FencedLockError | undefined;
-}
-
-function asLockError(err: Error): FencedLockError {
-  return err instanceof FencedLockError ? err : new FencedLockError(err.message, { cause: err });
-}
-
-function isAgain(value: Won | Again): value is Again {
-  return 'again' in value;
-}
-
-/** A grant and the token it was granted to (the lease's). */
-interface Won extends Grant {
-  readonly token: string;
-}
-
-function won(req: AcquireRequest, grant: Grant | null): Won | null {
-  return grant === null ? null : { ...grant, token: req.token };
 }
 
 /** The shared base of `Locker` and `Redlock`. */
@@ -265,7 +220,7 @@ abstract class Base {
       const req: AcquireRequest = { key, token: newToken(), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
       let grant: Won | null | Again;
       try {
-        grant = wait > 0 && performance.now() < giveUp && this.settings.maxBlocking > 0 ? await this.#waitTurn(req, giveUp, signal) : won(req, await this.core.attempt(req));
+        grant = wait > 0 && performance.now() < giveUp && this.settings.maxBlocking > 0 ? await waitTurn(this.core, req, giveUp, signal) : won(req, await this.core.attempt(req));
       } catch (err) {
         if (signal?.aborted) throw abortError(signal);
         if (!(err instanceof FencedLockError && err.isRetryable()) || performance.now() >= giveUp) throw err;
@@ -391,100 +346,6 @@ abstract class Base {
     }
   }
 
-  /**
-   * One waiting step: a grant (and the token it went to), null when the wait ran out, or
-   * `Again` to back off and retry (with a new token: this one may be released later).
-   */
-  async #waitTurn(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Won | null | Again> {
-    const servers = this.core.servers;
-    if (servers.length === 1 && servers[0]) {
-      const server = servers[0];
-      if (server.engine === undefined) await server.detect();
-      const sent = performance.now();
-      let fence: bigint | null;
-      try {
-        fence = await server.acquireWaiting(req, until, signal);
-      } catch (err) {
-        if (mayHold(err)) this.core.releaseAfterWait(server, req.key, req.token);
-        if (err instanceof ServerError && err.replyError === 'WaitInterrupted') return { again: true, error: err };
-        throw err;
-      }
-      if (fence === null) return null;
-      return won(req, await this.#anchor(req, fence, sent));
-    }
-    return this.#reserve(req, until, signal);
-  }
-
-  /** The grant of a wait sent at `sent`, re-anchored by a RENEW if the wait ate over a quarter of the lease. */
-  async #anchor(req: AcquireRequest, fence: bigint, sent: number): Promise<Grant> {
-    const window = req.ttlMs - drift(this.settings, req.ttlMs);
-    const grant = { fence, validUntil: this.core.deadline(sent, req.ttlMs) };
-    if (performance.now() - sent <= window / 4) return grant;
-    const validUntil = await this.core.renew(req.key, req.token, req.ttlMs).catch(() => null);
-    return validUntil === null ? grant : { fence, validUntil };
-  }
-
-  /**
-   * Redlock: queue on the key's designated master (or the next in the ranking) for a
-   * reservation, then take the majority in ordinary rounds, each master given a moment for
-   * the previous holder's releases still in flight.
-   */
-  async #reserve(req: AcquireRequest, until: number, signal: AbortSignal | undefined): Promise<Won | null | Again> {
-    const servers = this.core.servers;
-    const candidates = servers.length - this.core.quorum + 1;
-    // The request asked now. A token that may be released later (a waiting request abandoned,
-    // a round given back) is never asked with again: see `take`.
-    let ask = req;
-    for (const i of ranking(req.key, servers.map((s) => s.name)).slice(0, candidates)) {
-      const server = servers[i];
-      if (!server) continue;
-      const watch = new AbortController();
-      const onAbort = (): void => watch.abort();
-      signal?.addEventListener('abort', onAbort, { once: true });
-      const watchdog = setInterval(() => {
-        server.ping().catch((err: unknown) => {
-          if (mayHold(err)) watch.abort();
-        });
-      }, WATCH_EVERY_MS);
-      watchdog.unref();
-      let reserved: bigint | null;
-      try {
-        reserved = await server.acquireWaiting(ask, until, watch.signal);
-      } catch (err) {
-        if (mayHold(err)) {
-          this.core.releaseAfterWait(server, ask.key, ask.token);
-          // Those releases may reach this master after the round below re-granted the same
-          // token there, leaving the lease on fewer masters than counted: a new token.
-          ask = withNewToken(ask);
-        }
-        if (signal?.aborted) throw abortError(signal);
-        continue; // this master cannot queue us: the next in the ranking
-      } finally {
-        clearInterval(watchdog);
-        signal?.removeEventListener('abort', onAbort);
-      }
-      if (reserved === null) return won(ask, await this.core.attempt(ask));
-      // Reserved: the round, retried while the previous holder's releases may be in flight.
-      // A round that fails gives its token back (the reservation with it), in part in the
-      // background: each retry asks with a new token, which those releases cannot reach.
-      const settleBy = performance.now() + this.settings.timeout;
-      // The last round's error; undefined when it was refused (held elsewhere).
-      let failure: FencedLockError | undefined;
-      for (;;) {
-        const grant = await this.core.attempt(ask).then(
-          (g) => ((failure = undefined), g),
-          (err: unknown) => ((failure = err instanceof FencedLockError ? err : asLockError(server.error(err))), null),
-        );
-        if (grant) return won(ask, grant);
-        if (performance.now() >= settleBy) break;
-        await sleep(this.settings.timeout / 10);
-        ask = withNewToken(ask);
-      }
-      this.core.releaseInBackground(ask.key, ask.token);
-      return { again: true, error: failure };
-    }
-    return won(ask, await this.core.attempt(ask));
-  }
 }
 
 /**

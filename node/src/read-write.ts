@@ -14,7 +14,7 @@ import type { Lease } from './lease.js';
 import { Locker } from './locker.js';
 import { ContendedError, InvalidArgumentError, brand, isBranded } from './errors.js';
 import { checkKey, checkLabel, type AcquireOptions } from './options.js';
-import type { KeyStatus } from './server.js';
+import type { KeyStatus } from './replies.js';
 
 export class ReadWriteLock {
   /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */

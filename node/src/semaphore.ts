@@ -8,7 +8,7 @@ import type { Lease } from './lease.js';
 import type { Locker } from './locker.js';
 import { ContendedError, brand, isBranded } from './errors.js';
 import { checkKey, checkLabel, checkPermits, type AcquireOptions } from './options.js';
-import type { KeyStatus } from './server.js';
+import type { KeyStatus } from './replies.js';
 
 export class Semaphore {
   /** `instanceof` across the ESM and CommonJS builds (see `brand` in errors.ts). */

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import random
-import threading
 import time
 from typing import Callable, Iterable, Iterator, List, Optional, Sequence, TypeVar, Union
 
 import redis
 
 from . import _clients, _contract, _keys, _multi, _periodic, _terms, _wire, periodic
+from ._give_back import GiveBack
 from ._server import Server
 from ._wire import Engine, Status
 from .errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
@@ -71,6 +71,7 @@ class Locker:
         if self._renew_every is not None and self._renew_every <= 0:
             raise InvalidArgument("renew_every must be positive")
         self._server = Server(client, timeout=request_timeout, engine=engine_choice(engine))
+        self._give_back = GiveBack(self.release, request_timeout)
 
     @property
     def engine(self) -> Optional[Engine]:
@@ -146,7 +147,7 @@ class Locker:
             except FencedLockError as err:
                 if ours and err.cause is Cause.TIMED_OUT:
                     # The server may grant it when it answers again: give it back then.
-                    self._release_later(token, raw_key)
+                    self._give_back.release_later(token, raw_key)
                 if not err.is_retryable or time.monotonic() >= until:
                     raise
                 if ours:
@@ -173,7 +174,7 @@ class Locker:
             except Unavailable:
                 if not lease.is_valid():
                     if ours:
-                        self._release_quietly(raw_key, token)
+                        self._give_back.release_quietly(raw_key, token)
                     raise
         if keep_alive:
             lease.keep_alive(on_lost)
@@ -216,40 +217,8 @@ class Locker:
             # mismatch, ...) granted nothing: the token may hold a lease of its own.
             unheard = not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None)
             if ours and unheard:
-                self._release_quietly(key, token)
+                self._give_back.release_quietly(key, token)
             raise
-
-    def _release_later(self, token: bytes, *keys: bytes) -> threading.Event:
-        """Releases ``keys`` in the background, at once and again one timeout later: an
-        ACQUIRE that got no answer may still be granted when its server wakes up. The event
-        is set when the first pass is done."""
-        first = threading.Event()
-
-        def release() -> None:
-            self._release_each(token, keys)
-            first.set()
-            time.sleep(self._server.timeout)
-            self._release_each(token, keys)
-
-        threading.Thread(target=release, name="fencedlock-release", daemon=True).start()
-        return first
-
-    def _release_each(self, token: bytes, keys: Sequence[bytes]) -> None:
-        """Releases each key, quietly; a server that does not answer is left for the next
-        pass (rather than one connection attempt per key)."""
-        for key in keys:
-            try:
-                self.release(key, token)
-            except Unavailable:
-                return
-            except FencedLockError:
-                continue
-
-    def _release_quietly(self, key: bytes, token: bytes) -> None:
-        try:
-            self.release(key, token)
-        except FencedLockError:
-            pass
 
     @contextlib.contextmanager
     def lease(
@@ -390,10 +359,10 @@ class Locker:
                 time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
         except BaseException:
             # Interrupted mid-request or between attempts: a grant may have come unheard.
-            self._release_later(token, *raw)
+            self._give_back.release_later(token, *raw)
             raise
         if unheard:
-            self._give_back_set(raw, token)
+            self._give_back.release_set(raw, token)
         if failure is not None:
             raise failure
         return self._held_key(keys)
@@ -408,14 +377,6 @@ class Locker:
             except FencedLockError:
                 continue
         return _multi.every_key(keys)
-
-    def _give_back_set(self, keys: Sequence[bytes], token: bytes) -> None:
-        """Releases every key of a set that may have been granted to ``token`` unheard (a
-        RELEASE by our token cannot end another's lease): at once and one timeout later, as
-        :meth:`_release_later` does, waiting up to one timeout for the first pass. A server
-        that answers has the keys back before the call goes on; one that does not (stopped,
-        unreachable) cannot hold the caller up longer than that."""
-        self._release_later(token, *keys).wait(self._server.timeout)
 
     # -- periodic jobs -------------------------------------------------------------------
 
@@ -483,7 +444,7 @@ class Locker:
             lease._deadline = self._clock.deadline(sent, ttl_ms)
             return
         if fence is not None:
-            self._release_quietly(lease._raw_key, lease.token)
+            self._give_back.release_quietly(lease._raw_key, lease.token)
         raise lease._ended("the server no longer held it to downgrade")
 
     # -- the lease's authority -----------------------------------------------------------

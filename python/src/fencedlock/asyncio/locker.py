@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import random
 import time
-from typing import AsyncIterator, Awaitable, Callable, Iterable, List, Optional, Sequence, Set, TypeVar, Union
+from typing import AsyncIterator, Awaitable, Callable, Iterable, List, Optional, Sequence, TypeVar, Union
 
 import redis.asyncio
 
@@ -16,6 +16,7 @@ from .._wire import Engine, Status
 from ..errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
 from ..locker import BACKOFF, EngineName, engine_choice
 from . import periodic
+from ._give_back import GiveBack
 from ._server import Server
 from .lease import Lease, LostCallback
 from .multi import Leases, take_all
@@ -50,7 +51,7 @@ class Locker:
         if self._renew_every is not None and self._renew_every <= 0:
             raise InvalidArgument("renew_every must be positive")
         self._server = Server(client, timeout=request_timeout, engine=engine_choice(engine))
-        self._background: Set[asyncio.Task[None]] = set()
+        self._give_back = GiveBack(self.release, request_timeout)
 
     @property
     def engine(self) -> Optional[Engine]:
@@ -111,7 +112,7 @@ class Locker:
                 break
             except FencedLockError as err:
                 if ours and err.cause is Cause.TIMED_OUT:
-                    self._release_later(token, raw_key)
+                    self._give_back.release_later(token, raw_key)
                 if not err.is_retryable or time.monotonic() >= until:
                     raise
                 if ours:
@@ -131,7 +132,7 @@ class Locker:
             except Unavailable:
                 if not lease.is_valid():
                     if ours:
-                        self._release_later(token, raw_key)
+                        self._give_back.release_later(token, raw_key)
                     raise
         if keep_alive:
             lease.keep_alive(on_lost)
@@ -171,34 +172,8 @@ class Locker:
             # mismatch, ...) granted nothing: the token may hold a lease of its own.
             unheard = not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None)
             if ours and unheard:
-                self._release_later(token, key)
+                self._give_back.release_later(token, key)
             raise
-
-    def _release_later(self, token: bytes, *keys: bytes) -> asyncio.Event:
-        """Releases ``keys`` in a task, at once and one timeout later (see the sync locker);
-        the event is set when the first pass is done."""
-        first = asyncio.Event()
-
-        async def release() -> None:
-            await self._release_each(token, keys)
-            first.set()
-            await asyncio.sleep(self._server.timeout)
-            await self._release_each(token, keys)
-
-        task = asyncio.get_running_loop().create_task(release())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-        return first
-
-    async def _release_each(self, token: bytes, keys: Sequence[bytes]) -> None:
-        """See :meth:`fencedlock.Locker._release_each`."""
-        for key in keys:
-            try:
-                await self.release(key, token)
-            except Unavailable:
-                return
-            except FencedLockError:
-                continue
 
     @contextlib.asynccontextmanager
     async def lease(
@@ -315,10 +290,10 @@ class Locker:
                 await asyncio.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
         except BaseException:
             # Cancelled mid-request or between attempts: a grant may have come unheard.
-            self._release_later(token, *raw)
+            self._give_back.release_later(token, *raw)
             raise
         if unheard:
-            await self._give_back_set(raw, token)
+            await self._give_back.release_set(raw, token)
         if failure is not None:
             raise failure
         return await self._held_key(keys)
@@ -332,14 +307,6 @@ class Locker:
             except FencedLockError:
                 continue
         return _multi.every_key(keys)
-
-    async def _give_back_set(self, keys: Sequence[bytes], token: bytes) -> None:
-        """See :meth:`fencedlock.Locker._give_back_set`."""
-        first = self._release_later(token, *keys)
-        try:
-            await asyncio.wait_for(first.wait(), self._server.timeout)
-        except asyncio.TimeoutError:
-            pass
 
     async def schedule(self, lease: Lease, every: _terms.Seconds) -> Union[Due, NotDue]:
         """See :meth:`fencedlock.Locker.schedule`."""
@@ -388,10 +355,7 @@ class Locker:
             lease._deadline = self._clock.deadline(sent, ttl_ms)
             return
         if fence is not None:
-            try:
-                await self.release(lease._raw_key, lease.token)
-            except FencedLockError:
-                pass
+            await self._give_back.release_quietly(lease._raw_key, lease.token)
         raise await lease._ended("the server no longer held it to downgrade")
 
     async def renew(self, key: bytes, token: bytes, ttl_ms: int, timeout: Optional[float] = None) -> Optional[float]:
