@@ -3,7 +3,8 @@
 //! semaphore and read leases, and floor, there and back; its waiters are told to ask again when
 //! it starts to move, never left waiting; a cancelled migration leaves the source as it was;
 //! and the client, under load, follows the moving slot without a fence given twice or out of
-//! order, through `DEL`s behind the holders' backs. On servers without atomic migration (Redis 7.x) each test checks the server refuses
+//! order, through `DEL`s behind the holders' backs; the CLI's `run` keeps its lease across the
+//! moves. On servers without atomic migration (Redis 7.x) each test checks the server refuses
 //! the commands, which is what a user there meets.
 
 use std::collections::HashMap;
@@ -403,4 +404,50 @@ async fn the_library_moves_with_its_slot_on_both_forms() {
         assert!(kept.release().await.expect("release"), "{engine:?}: still held at the end");
         eprintln!("{engine:?}: a kept lease, a wait and the floor crossed two atomic migrations");
     }
+}
+
+#[test]
+fn the_cli_keeps_its_lease_while_its_slot_moves_there_and_back() {
+    let Some(cluster) = cluster() else { return };
+    let key = "{asm-cli}:job";
+    let (slot, home, away) = route(&cluster, key);
+    // A 1.5 s lease for a 4 s command: it lives only if every renewal reaches the slot's owner
+    // of the moment (the CLI ends a command whose lease is lost, exit 76).
+    let mut job = std::process::Command::new(harness::cli_binary())
+        .args([
+            "--cluster",
+            "--redis",
+            &cluster.urls()[0],
+            "run",
+            "-k",
+            key,
+            "--ttl",
+            "1500ms",
+            "--",
+            "sleep",
+            "4",
+        ])
+        .env_remove("FENCEDLOCK_REDIS")
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .expect("start fencedlock");
+    harness::poll("the job to hold its lease", REPLY, || cluster.nodes()[home].lock_held(key));
+    let fence = cluster.nodes()[home].lock_status(key).expect("held").fence;
+    cluster.migrate_slot_atomically(slot, away);
+    std::thread::sleep(Duration::from_millis(1_000));
+    cluster.migrate_slot_atomically(slot, home);
+    let deadline = Instant::now() + REPLY;
+    let status = loop {
+        if let Some(status) = job.try_wait().expect("try_wait") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = job.kill();
+            panic!("fencedlock run did not end within {REPLY:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "the command ran to its end under one lease");
+    let st = cluster.nodes()[home].lock_status(key).expect("the key stays, with its fence");
+    assert_eq!((st.fence, st.held), (fence, false), "one lease, released at the end");
 }
