@@ -7,6 +7,7 @@ integers beyond 2^53 - 1 are ``{"int": "<decimal>"}`` (``protocol/CONTRACT.md``)
 
 from __future__ import annotations
 
+import binascii
 import hashlib
 import json
 import re
@@ -15,12 +16,11 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import pytest
 
-from fencedlock import _contract, _keys, _wire
+from fencedlock import _contract, _data, _keys, _server, _wire
 from fencedlock.errors import BadReply, InvalidArgument
 
-CONTRACT: Dict[str, Any] = json.loads(
-    (Path(__file__).resolve().parents[2] / "protocol" / "contract.json").read_text("utf-8")
-)
+PROTOCOL = Path(__file__).resolve().parents[2] / "protocol"
+CONTRACT: Dict[str, Any] = json.loads((PROTOCOL / "contract.json").read_text("utf-8"))
 VECTORS: Dict[str, Any] = CONTRACT["vectors"]
 ENGINES = {"module": _wire.Engine.MODULE, "fcall": _wire.Engine.FUNCTIONS, "evalsha": _wire.Engine.SCRIPT}
 
@@ -97,6 +97,44 @@ def test_the_library_and_its_keys() -> None:
     assert _contract.WAKE_KEY_PREFIX == keys["wake"]["prefix"]
     assert _contract.WAKE_TTL_MS == keys["wake"]["ttl_ms"]
     assert _contract.RECORD_KEY_PREFIX == keys["record"]["prefix"]
+
+
+def test_the_package_reads_the_protocols_own_files() -> None:
+    """In a checkout the package has no copies: it reads ``protocol/``'s library and contract
+    (an installed package carries its own, byte-equal: ``test_packaging.py``)."""
+    assert _data.LIBRARY_FILE == _server.LIBRARY_FILE == PROTOCOL / "src" / "functions.lua"
+    assert _data.CONTRACT_FILE == PROTOCOL / "contract.json"
+    assert not (Path(_data.__file__).parent / "functions.lua").exists()
+    assert not (Path(_data.__file__).parent / "contract.json").exists()
+    assert _wire.LIBRARY == (PROTOCOL / "src" / "functions.lua").read_text("utf-8")
+    assert _data.CONTRACT == CONTRACT
+
+
+def test_the_library_source_declares_its_version() -> None:
+    assert f"\nlocal VERSION = {CONTRACT['library']['version']}\n" in _wire.LIBRARY
+    assert _wire.LIBRARY.startswith(f"#!lua name={CONTRACT['library']['name']}\n")
+    assert hashlib.sha1(_wire.SCRIPT.encode("utf-8")).hexdigest() == CONTRACT["library"]["script_sha1"]
+
+
+def test_slots_are_crc16_xmodem_and_names_stay_in_their_keys_slot() -> None:
+    assert binascii.crc_hqx(b"123456789", 0) == 0x31C3  # the CRC16-XMODEM check value
+    for key in (b"invoice:inv_72", b"{user1}.lock", b"a{b", b"\xff\x00", b"report", b"{user:7}:nightly", b"a{}b",
+                "r\u00e9sum\u00e9".encode()):
+        slot = _keys.key_slot(key)
+        assert _keys.key_slot(_keys.floor_key(key)) == slot
+        assert _keys.key_slot(_keys.wake_key(key)) == slot
+        assert _keys.key_slot(_keys.record_key(key)) == slot and _keys.record_key(key).endswith(key)
+
+
+def test_floor_tags_follow_the_version_5_rule() -> None:
+    """One tag per slot, six digits (the first two 0-7, the other four 0-3), whose own slot is
+    that slot."""
+    tag_len = CONTRACT["keys"]["library_floor"]["tag_len"]
+    tags = [_keys.floor_tag(slot) for slot in range(_contract.SLOTS)]
+    assert len(set(tags)) == _contract.SLOTS
+    for slot, tag in enumerate(tags):
+        assert len(tag) == tag_len and re.fullmatch(rb"[0-7]{2}[0-3]{4}", tag), tag
+        assert _keys.key_slot(tag) == slot
 
 
 def test_periodic_records() -> None:

@@ -18,6 +18,10 @@ import pytest
 from servers import Server
 
 PYTHON = Path(__file__).resolve().parents[1]
+PROTOCOL = PYTHON.parent / "protocol"
+PROTOCOL_FILES = {"functions.lua": "src/functions.lua", "contract.json": "contract.json"}
+"""The files the package carries that the protocol crate owns: each one's name in the package,
+and its path in ``protocol/`` (the build takes them from there)."""
 
 
 def test_pyproject_declares_the_postgres_extra_and_keeps_its_project_keys() -> None:
@@ -62,11 +66,13 @@ assert "psycopg" not in sys.modules, "psycopg was imported"
 
 @pytest.mark.engines("functions")
 def test_pip_install_of_a_clean_checkout_is_a_working_package(server: Server, tmp_path: Path) -> None:
-    """``pip install ./python`` from a checkout (its files as git has them, nothing built):
-    the installed package, not ``src``, takes a lease on a server without the module, with
-    the Functions library it carries. The build is pip's own (an isolated build environment
-    with the build backend from PyPI, as a user's install gets), in a copy of the checkout,
-    which must be left exactly as it was: no ``build/``, no ``*.egg-info``."""
+    """``pip install ./python`` from a checkout (its files as git has them, nothing built,
+    and the ``protocol/`` files the build takes next to it): the installed package, not
+    ``src``, carries ``functions.lua`` and ``contract.json`` byte-equal to ``protocol/``'s,
+    reads its own copies and takes a lease on a server without the module, with the Functions
+    library it carries. The build is pip's own (an isolated build environment with the build
+    backend from PyPI, as a user's install gets), in a copy of the checkout, which must be left
+    exactly as it was: no ``build/``, no ``*.egg-info``, no copied files."""
     listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "."], cwd=PYTHON,
                             capture_output=True, text=True, check=True, timeout=60).stdout.split()
     checkout = tmp_path / "python"
@@ -74,6 +80,10 @@ def test_pip_install_of_a_clean_checkout_is_a_working_package(server: Server, tm
         if (PYTHON / name).is_file():
             (checkout / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(PYTHON / name, checkout / name)
+    # What the build takes from the protocol crate, where a checkout has it next to python/.
+    for name in PROTOCOL_FILES.values():
+        (tmp_path / "protocol" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(PROTOCOL / name, tmp_path / "protocol" / name)
     before = sorted(p.name for p in PYTHON.iterdir()), sorted(p.name for p in (PYTHON / "src").iterdir())
     copied = sorted(str(p.relative_to(checkout)) for p in checkout.rglob("*"))
     site = tmp_path / "site"
@@ -91,7 +101,14 @@ locker = fencedlock.Locker(redis.Redis(port={server.port}), ttl=5)
 lease = locker.acquire("packaged")
 assert lease is not None and locker.engine is fencedlock.Engine.FUNCTIONS, (lease, locker.engine)
 assert lease.release()
+from fencedlock import _data, _server
+assert _data.LIBRARY_FILE == _server.LIBRARY_FILE and str(_data.LIBRARY_FILE).startswith({str(site)!r}), _data.LIBRARY_FILE
+assert str(_data.CONTRACT_FILE).startswith({str(site)!r}), _data.CONTRACT_FILE
 """
+    for name, in_protocol in PROTOCOL_FILES.items():
+        carried = site / "fencedlock" / name
+        assert carried.is_file(), f"the installed package does not carry {name}"
+        assert carried.read_bytes() == (PROTOCOL / in_protocol).read_bytes(), f"{name} is not protocol/{in_protocol}"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(site)
     ran = subprocess.run([sys.executable, "-c", program], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)

@@ -13,16 +13,18 @@ less is answered late rather than retried, so these tests run on the library eng
 from __future__ import annotations
 
 import asyncio
+import signal
 import threading
 import time
-from typing import Optional
+from typing import Iterator, Optional
 
 import pytest
 import redis.asyncio
 
 import fencedlock
-from fencedlock import Locker
+from fencedlock import Locker, _contract
 from fencedlock.asyncio import Locker as AsyncLocker
+from relay import Relay, wait_until
 from servers import Server
 
 TIMEOUT = 1.0
@@ -154,3 +156,70 @@ def test_asyncio_a_callers_token_is_never_released_behind_its_back(server: Serve
         assert await holder.release() is True
 
     asyncio.run(run())
+
+
+class Interrupted(BaseException):
+    """What the test's signal handler raises in the waiting thread (as Ctrl-C would)."""
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise Interrupted()
+
+
+@pytest.fixture
+def interruptible() -> Iterator[None]:
+    """SIGUSR1 raises :class:`Interrupted` in the main thread, where the test runs."""
+    assert threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGUSR1, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+@pytest.mark.engines("module", "functions")
+def test_an_interrupted_wait_is_given_back_again_one_timeout_later(server: Server, engine: str, interruptible: None) -> None:
+    """A waiting ``ACQUIRE`` interrupted before its answer (Ctrl-C), its request held back by a
+    slow link: the release sent at once runs first, the held request after it and is granted.
+    The sync locker, like the asyncio one (and the Rust and Node clients), sends the release
+    again one timeout later, which gives that late grant back; released once only, the key
+    would stay held by a token nobody has until its ttl."""
+    key = "interrupted-wait"
+    relay = Relay(server.port)
+    try:
+        locker = Locker(redis.Redis(port=relay.port, socket_timeout=10), ttl=30, timeout=TIMEOUT)
+        warm = locker.acquire("warm")  # the engine detected, the library loaded
+        assert warm is not None and warm.release()
+        name = _contract.ACQUIRE if engine == "module" else _contract.FUNCTIONS[_contract.ACQUIRE]
+        relay.hold((name.encode(), key.encode()))
+        main = threading.main_thread().ident
+        assert main is not None
+
+        def interrupt() -> None:
+            if relay.held.wait(10):
+                signal.pthread_kill(main, signal.SIGUSR1)
+
+        interrupter = threading.Thread(target=interrupt, daemon=True)
+        interrupter.start()
+        with pytest.raises(Interrupted):
+            locker.acquire(key, wait=WAIT)
+        interrupter.join(10)
+        assert relay.held.is_set()
+        # The release sent at once has run (on a connection of its own): now the held request.
+        relay.deliver()
+        assert relay.answered.wait(10), "the held ACQUIRE was run"
+        direct = Locker(server.client())
+        late = direct.status(key)
+        assert isinstance(late, fencedlock.LockStatus) and late.held, "the late grant holds the key"
+        # Past the second pass (one TIMEOUT after the first).
+        assert wait_until(lambda: not _held(direct, key), 3 * TIMEOUT), (
+            "the late grant of the interrupted wait's token still holds the key: given back only once"
+        )
+        assert direct.acquire(key) is not None
+    finally:
+        relay.close()
+
+
+def _held(locker: Locker, key: str) -> bool:
+    status = locker.status(key)
+    return isinstance(status, fencedlock.LockStatus) and status.held

@@ -1,127 +1,129 @@
-"""The wire contract, restated from the protocol crate (``protocol/src``), its one definition.
-
-Every name and number here is checked against that source by ``tests/test_contract.py``, which
-fails when the two differ: change the crate first, then this file.
-"""
+"""The wire contract, from the protocol crate's data (``protocol/contract.json``, read once at
+import by :mod:`fencedlock._data`): names, limits, key prefixes, the library's name, version
+and functions, the periodic scripts, and the error replies by kind. Nothing here is restated
+by hand; ``tests/test_contract_data.py`` runs the package on the file's vectors."""
 
 from __future__ import annotations
 
 import enum
-from typing import Optional
+from typing import Any, Dict, FrozenSet, List, Optional, Tuple
 
-# Command names (protocol/src/command.rs).
-ACQUIRE = "FENCEDLOCK.ACQUIRE"
-ACQUIREALL = "FENCEDLOCK.ACQUIREALL"
+from ._data import CONTRACT, integer, text
+
+_COMMANDS: Dict[str, str] = {text(c["name"]).split(".", 1)[1]: text(c["name"]) for c in CONTRACT["commands"]}
+_WORDS: Dict[str, Any] = CONTRACT["words"]
+_LIMITS: Dict[str, Any] = CONTRACT["limits"]
+_KEYS: Dict[str, Any] = CONTRACT["keys"]
+_LIBRARY: Dict[str, Any] = CONTRACT["library"]
+_PERIODIC: Dict[str, Any] = CONTRACT["periodic"]
+
+# Command names.
+ACQUIRE: str = _COMMANDS["ACQUIRE"]
+ACQUIREALL: str = _COMMANDS["ACQUIREALL"]
 """Several keys for one token, all or nothing, never waiting: on modules of this version or
 later, and on the Functions library from version 7 (``fencedlock_acquireall``, for keys of
 one slot, their floor key last)."""
-RENEW = "FENCEDLOCK.RENEW"
-RELEASE = "FENCEDLOCK.RELEASE"
-RAISE = "FENCEDLOCK.RAISE"
-STATUS = "FENCEDLOCK.STATUS"
+RENEW: str = _COMMANDS["RENEW"]
+RELEASE: str = _COMMANDS["RELEASE"]
+RAISE: str = _COMMANDS["RAISE"]
+STATUS: str = _COMMANDS["STATUS"]
 
 # ACQUIRE's option words.
-BLOCK = "BLOCK"
-LABEL = "LABEL"
-PERMITS = "PERMITS"
-SHARED = "SHARED"
+BLOCK: str = text(_WORDS["block"])
+LABEL: str = text(_WORDS["label"])
+PERMITS: str = text(_WORDS["permits"])
+SHARED: str = text(_WORDS["shared"])
 """A flag (no value): a read lease of a read-write lock."""
-SHARED_PERMITS = 0
+SHARED_PERMITS: int = integer(_WORDS["shared_permits"])
 """The permit count ``STATUS`` shows for a key held by read leases (``ACQUIRE … SHARED``)."""
 
-# Limits (protocol/src/limits.rs).
-MAX_TOKEN_LEN = 512
-MAX_LABEL_LEN = 256
-MAX_PERMITS = 1024
-MAX_ACQUIRE_KEYS = 64
+# Limits.
+MAX_TOKEN_LEN: int = integer(_LIMITS["max_token_len"])
+MAX_LABEL_LEN: int = integer(_LIMITS["max_label_len"])
+MAX_PERMITS: int = integer(_LIMITS["max_permits"])
+MAX_ACQUIRE_KEYS: int = integer(_LIMITS["max_acquire_keys"])
 """The most keys one ``ACQUIREALL`` takes."""
-DEFAULT_MAX_TTL_MS = 24 * 60 * 60 * 1000
-MAX_MAX_TTL_MS = 1 << 42
-MAX_BLOCK_MS = MAX_MAX_TTL_MS
-MAX_FENCE = (1 << 63) - 1
-EPOCH_GAP = 1 << 32
+DEFAULT_MAX_TTL_MS: int = integer(_LIMITS["default_max_ttl_ms"])
+MAX_MAX_TTL_MS: int = integer(_LIMITS["max_max_ttl_ms"])
+MAX_BLOCK_MS: int = integer(_LIMITS["max_block_ms"])
+MAX_FENCE: int = integer(_LIMITS["max_fence"])
+EPOCH_GAP: int = integer(_LIMITS["epoch_gap"])
 
-# Redis Cluster hash slots (protocol/src/cluster.rs).
-SLOTS = 16384
+# Redis Cluster hash slots.
+SLOTS: int = integer(_LIMITS["slots"])
 
-# The Functions library (protocol/src/functions.rs).
-LIBRARY_NAME = "fencedlock"
-LIBRARY_VERSION = 7
-VERSION_FUNCTION = "fencedlock_version"
-FLOOR_KEY_PREFIX = "fencedlock:fn-floor:{"
-WAKE_KEY_PREFIX = "fencedlock:fn-wake:{"
-WAKE_TTL_MS = 10_000
-MAX_SAFE_FENCE = (1 << 53) - 1
+# The Functions library.
+LIBRARY_NAME: str = text(_LIBRARY["name"])
+LIBRARY_VERSION: int = integer(_LIBRARY["version"])
+VERSION_FUNCTION: str = text(_LIBRARY["version_function"])
+FLOOR_KEY_PREFIX: str = text(_KEYS["library_floor"]["prefix"])
+WAKE_KEY_PREFIX: str = text(_KEYS["wake"]["prefix"])
+WAKE_TTL_MS: int = integer(_KEYS["wake"]["ttl_ms"])
+MAX_SAFE_FENCE: int = integer(_LIBRARY["max_safe_fence"])
 
-# The function serving each command (protocol/src/functions.rs, `function`).
-FUNCTIONS = {
-    ACQUIRE: "fencedlock_acquire",
-    ACQUIREALL: "fencedlock_acquireall",
-    RENEW: "fencedlock_renew",
-    RELEASE: "fencedlock_release",
-    RAISE: "fencedlock_raise",
-    STATUS: "fencedlock_status",
+# The function serving each command this package sends (not CAD).
+FUNCTIONS: Dict[str, str] = {
+    name: text(_LIBRARY["functions"][name]) for name in (ACQUIRE, ACQUIREALL, RENEW, RELEASE, RAISE, STATUS)
 }
 # Commands that take the floor key as their second key (`takes_floor`), and the one that
 # always takes the wake-up list as its third (`takes_wake`). ACQUIREALL takes its keys' slot's
 # floor key last, after every lock key (`call_keys_all`): see `_wire.acquire_all`.
-TAKES_FLOOR = frozenset({ACQUIRE, RENEW, RELEASE, RAISE})
-TAKES_WAKE = frozenset({RELEASE})
+TAKES_FLOOR: FrozenSet[str] = frozenset(text(name) for name in _LIBRARY["takes_floor"])
+TAKES_WAKE: FrozenSet[str] = frozenset(text(name) for name in _LIBRARY["takes_wake"])
 
-# Periodic jobs' run records (protocol/src/periodic.rs): the record's key prefix (the key is
+# Periodic jobs' run records: the record's key prefix (the key is
 # `fencedlock:last-run:{TAG}:key`, TAG the key's slot's floor tag), its hash fields, how long
 # it outlives its period, and the two scripts sent with EVAL (1 key: the record).
-RECORD_KEY_PREFIX = "fencedlock:last-run:{"
-STARTED_MS = "started_ms"
-FENCE = "fence"
-RECORD_LABEL = "label"
-EXIT = "exit"
-RECORD_RETENTION_MS = 86_400_000
-READ_RECORD = """\
-local now = redis.call('TIME')
-local r = redis.call('HMGET', KEYS[1], 'started_ms', 'fence', 'label', 'exit')
-return {now[1], now[2], r[1], r[2], r[3], r[4]}
-"""
-WRITE_RECORD = """\
-local cur, fence = redis.call('HGET', KEYS[1], 'fence'), ARGV[2]
-if cur and (#cur > #fence or (#cur == #fence and cur > fence)) then return 0 end
-redis.call('HSET', KEYS[1], 'started_ms', ARGV[1], 'fence', fence, 'exit', ARGV[4])
-if ARGV[3] == '' then redis.call('HDEL', KEYS[1], 'label') else redis.call('HSET', KEYS[1], 'label', ARGV[3]) end
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return 1
-"""
+RECORD_KEY_PREFIX: str = text(_PERIODIC["record_key_prefix"])
+STARTED_MS: str = text(_PERIODIC["fields"]["started_ms"])
+FENCE: str = text(_PERIODIC["fields"]["fence"])
+RECORD_LABEL: str = text(_PERIODIC["fields"]["label"])
+EXIT: str = text(_PERIODIC["fields"]["exit"])
+RECORD_RETENTION_MS: int = integer(_PERIODIC["retention_ms"])
+READ_RECORD: str = text(_PERIODIC["read"]["text"])
+WRITE_RECORD: str = text(_PERIODIC["write"]["text"])
+
+_KINDS: Dict[str, Dict[str, Any]] = {text(k["name"]): k for k in CONTRACT["errors"]["kinds"]}
+
+
+def _kind(name: str) -> Tuple[str, str]:
+    """The ``(code, prefix)`` of the error kind the protocol crate names ``name``."""
+    kind = _KINDS[name]
+    return text(kind["code"]), text(kind["prefix"])
 
 
 class ReplyError(enum.Enum):
     """The module's (and the library's) error replies by kind: ``(code, prefix)``, the code
-    the reply starts with and the fixed start of the text after it (protocol/src/error.rs)."""
+    the reply starts with and the fixed start of the text after it."""
 
-    BAD_TTL = ("ERR", "ttl must be a positive integer")
-    TTL_TOO_LARGE = ("ERR", "ttl exceeds")
-    BAD_TOKEN = ("ERR", "token must be")
-    BAD_FENCE = ("ERR", "fence must be")
-    BAD_TIMEOUT = ("ERR", "timeout must be")
-    BAD_LABEL = ("ERR", "label must be")
-    BAD_PERMITS = ("ERR", "permits must be")
-    BAD_KEYS = ("ERR", "numkeys must be")
-    SYNTAX = ("ERR", "syntax error")
-    PERMITS_MISMATCH = ("ERR", "permits mismatch")
-    UPGRADE_REFUSED = ("ERR", "upgrade refused")
-    FENCES_EXHAUSTED = ("ERR", "fence space exhausted")
-    RESTART_GRACE = ("TRYAGAIN", "fencedlock restart grace")
-    WAIT_INTERRUPTED = ("TRYAGAIN", "fencedlock wait interrupted")
-    WRONG_TYPE = ("WRONGTYPE", "Operation against a key holding the wrong kind of value")
-    INTERNAL_COMMAND = ("ERR", "FENCEDLOCK.APPLY is internal")
-    BAD_RECORD = ("ERR", "malformed FENCEDLOCK.APPLY record")
-    INTERNAL = ("ERR", "fencedlock internal error")
+    BAD_TTL = _kind("BadTtl")
+    TTL_TOO_LARGE = _kind("TtlTooLarge")
+    BAD_TOKEN = _kind("BadToken")
+    BAD_FENCE = _kind("BadFence")
+    BAD_TIMEOUT = _kind("BadTimeout")
+    BAD_LABEL = _kind("BadLabel")
+    BAD_PERMITS = _kind("BadPermits")
+    BAD_KEYS = _kind("BadKeys")
+    SYNTAX = _kind("Syntax")
+    PERMITS_MISMATCH = _kind("PermitsMismatch")
+    UPGRADE_REFUSED = _kind("UpgradeRefused")
+    FENCES_EXHAUSTED = _kind("FencesExhausted")
+    RESTART_GRACE = _kind("RestartGrace")
+    WAIT_INTERRUPTED = _kind("WaitInterrupted")
+    WRONG_TYPE = _kind("WrongType")
+    INTERNAL_COMMAND = _kind("InternalCommand")
+    BAD_RECORD = _kind("BadRecord")
+    INTERNAL = _kind("Internal")
 
     @property
     def code(self) -> str:
-        return self.value[0]
+        code: str = self.value[0]
+        return code
 
     @property
     def prefix(self) -> str:
-        return self.value[1]
+        prefix: str = self.value[1]
+        return prefix
 
     @property
     def is_bad_request(self) -> bool:
@@ -138,16 +140,10 @@ class ReplyError(enum.Enum):
         return None
 
 
-_BAD_REQUESTS = frozenset(
-    {
-        ReplyError.BAD_TTL,
-        ReplyError.TTL_TOO_LARGE,
-        ReplyError.BAD_TOKEN,
-        ReplyError.BAD_FENCE,
-        ReplyError.BAD_TIMEOUT,
-        ReplyError.BAD_LABEL,
-        ReplyError.BAD_PERMITS,
-        ReplyError.BAD_KEYS,
-        ReplyError.SYNTAX,
-    }
-)
+def _bad_requests() -> FrozenSet[ReplyError]:
+    by_value = {kind.value: kind for kind in ReplyError}
+    named: List[ReplyError] = [by_value[_kind(name)] for name, k in _KINDS.items() if k["bad_request"]]
+    return frozenset(named)
+
+
+_BAD_REQUESTS = _bad_requests()

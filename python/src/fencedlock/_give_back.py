@@ -57,8 +57,11 @@ class GiveBack:
             pass
 
     def release_set(self, keys: Sequence[bytes], token: bytes) -> None:
-        """Releases every key of a set that may have been granted to ``token`` unheard: at
-        once and one timeout later, as :meth:`release_later` does, waiting up to one timeout
+        """Releases every key (one, or a set) that may have been granted to ``token`` unheard:
+        at once and one timeout later, as :meth:`release_later` does (and as the asyncio twin
+        gives back an unanswered wait or a failed anchor renewal), waiting up to one timeout
         for the first pass. A server that answers has the keys back before the call goes on;
-        one that does not (stopped, unreachable) cannot hold the caller up longer than that."""
+        one that does not (stopped, unreachable) cannot hold the caller up longer than that.
+        The background thread ends after its second pass; it holds no connection between the
+        two."""
         self.release_later(token, *keys).wait(self._timeout)

@@ -22,7 +22,7 @@ import redis.exceptions as rexc
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from . import _clients, _contract, _multi, _wire
+from . import _clients, _contract, _data, _multi, _wire
 from ._keys import wake_key
 from ._multi import OneCommand
 from ._wire import Args, Engine
@@ -51,7 +51,7 @@ def remaining(deadline: float) -> float:
     return max(deadline - time.monotonic(), 0.001)
 
 
-LIBRARY_FILE = Path(_wire.__file__).resolve().parent / "functions.lua"
+LIBRARY_FILE: Path = _data.LIBRARY_FILE
 """The Functions library this package carries (``NoEngine.library``)."""
 
 

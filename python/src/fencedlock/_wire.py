@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import importlib.resources
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
-from . import _contract, _keys
+from . import _contract, _data, _keys
 from .errors import BadReply, InvalidArgument
 
 Args = Tuple[Union[str, bytes, int], ...]
@@ -28,8 +27,9 @@ class Engine(enum.Enum):
 
 
 def library_source() -> str:
-    """The Functions library, a byte-for-byte copy of ``protocol/src/functions.lua``."""
-    return importlib.resources.files(__package__).joinpath("functions.lua").read_text("utf-8")
+    """The Functions library: ``protocol/src/functions.lua``, the package's own copy once
+    installed (see :mod:`fencedlock._data`)."""
+    return _data.LIBRARY_FILE.read_text("utf-8")
 
 
 LIBRARY = library_source()

@@ -174,7 +174,7 @@ class Locker:
             except Unavailable:
                 if not lease.is_valid():
                     if ours:
-                        self._give_back.release_quietly(raw_key, token)
+                        self._give_back.release_set((raw_key,), token)
                     raise
         if keep_alive:
             lease.keep_alive(on_lost)
@@ -195,8 +195,9 @@ class Locker:
     ) -> Optional[int]:
         """One waiting request. With a token that is ``ours`` (made by :meth:`_take`), a
         grant the server may have made without our hearing of it (no answer, or interrupted)
-        is released before the error goes on; a caller's token is left alone (see
-        :meth:`_take`)."""
+        is given back before the error goes on, and again one timeout later (a release that
+        reaches a stopped server may run before the grant it gives back); a caller's token is
+        left alone (see :meth:`_take`)."""
         block_ms = max(1, min(int((until - time.monotonic()) * 1000) + 1, _contract.MAX_BLOCK_MS))
         attempt = _wire.acquire(
             engine,
@@ -217,7 +218,7 @@ class Locker:
             # mismatch, ...) granted nothing: the token may hold a lease of its own.
             unheard = not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None)
             if ours and unheard:
-                self._give_back.release_quietly(key, token)
+                self._give_back.release_set((key,), token)
             raise
 
     @contextlib.contextmanager
