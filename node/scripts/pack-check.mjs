@@ -1,15 +1,20 @@
-// The package as a user gets it, from a clean copy of this folder (its sources as committed:
-// no dist/, no generated src/library.ts), three ways:
+// The package as a user gets it, from a clean copy of this folder as a checkout has it (its
+// sources as committed: no dist/, no functions.lua, no generated src/library.ts or
+// src/contract.ts), with ../protocol beside it (its committed files: contract.json and
+// src/functions.lua, which the build takes), three ways:
 // - `npm pack` (as `npm publish` would pack it; npm's `prepare` builds it), installed with
 //   ioredis into an empty temp project, then the package README's example (the block marked
 //   `<!-- example: readme -->`) and the project's front page's (`../README.md`, the block
 //   marked `<!-- example: node -->`, its server URL pointed at the test server) run against a
 //   real server with the module, and the CommonJS entry and the types checked; the tarball
 //   carries functions.lua, byte for byte protocol/src/functions.lua;
-// - `npm install <folder>` of another clean copy;
-// - `npm install git+file://…` of a git repository made of a third clean copy (what
-//   `npm install <git URL>` does: clone, install, `prepare`, pack).
-// Packing leaves nothing in the copy but the build's own ignored output (dist/, src/library.ts).
+// - `npm install <folder>` of another clean copy's node/;
+// - `git clone` of a git repository made of a third clean copy (committed with the
+//   repository's .gitignore: what git keeps of it), then `npm install <clone>/node`, the way the
+//   README installs from git. (npm 11 cannot install a subfolder from a git URL itself: it
+//   drops `#path:node` when it pins the commit, and reads the repository's root.)
+// Packing leaves nothing in the copy but the build's own ignored output (dist/, functions.lua,
+// src/library.ts, src/contract.ts).
 import { execFileSync, spawn } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -40,19 +45,31 @@ function filesUnder(dir) {
   return out.sort();
 }
 
-/** A copy of this folder as committed: no build output, no installed modules (they are linked,
- *  as `npm ci` would have put them there: the build needs TypeScript). */
+/** What the build writes into this folder, all ignored by git. */
+const GENERATED = ['dist', 'functions.lua', join('src', 'library.ts'), join('src', 'contract.ts')];
+
+/** The committed files of protocol/, as a checkout has them (git ls-files). */
+const protocolFiles = execFileSync('git', ['ls-files', '-z', 'protocol'], { cwd: repo, encoding: 'utf8' }).split('\0').filter(Boolean);
+for (const needed of ['protocol/contract.json', 'protocol/src/functions.lua']) {
+  if (!protocolFiles.includes(needed)) fail(`git does not track ${needed}`);
+}
+
+/** A checkout's layout in `into`: node/, a copy of this folder as committed (no build output,
+ *  no installed modules: they are linked, as `npm ci` would have put them there, the build
+ *  needs TypeScript), and protocol/'s committed files beside it. Returns the node/ copy. */
 function cleanCopy(into) {
-  cpSync(root, into, {
+  const node = join(into, 'node');
+  cpSync(root, node, {
     recursive: true,
     filter: (src) => {
       const rel = relative(root, src);
-      return !(rel === 'node_modules' || rel === 'dist' || rel === join('src', 'library.ts') || rel.endsWith('.tgz'));
+      return !(rel === 'node_modules' || GENERATED.includes(rel) || rel.endsWith('.tgz'));
     },
   });
-  if (existsSync(join(into, 'dist')) || existsSync(join(into, 'src/library.ts'))) fail('the clean copy has build output');
-  symlinkSync(join(root, 'node_modules'), join(into, 'node_modules'));
-  return into;
+  if (GENERATED.some((f) => existsSync(join(node, f)))) fail('the clean copy has build output');
+  for (const file of protocolFiles) cpSync(join(repo, file), join(into, file));
+  symlinkSync(join(root, 'node_modules'), join(node, 'node_modules'));
+  return node;
 }
 
 const readme = readFileSync(join(root, 'README.md'), 'utf8');
@@ -82,7 +99,7 @@ try {
     if (!files.includes(needed)) fail(`the tarball of a clean copy lacks ${needed}`);
   }
   if (files.some((f) => f.startsWith('dist/test') || f.startsWith('src/') || f.startsWith('test/'))) fail('the tarball carries tests or sources');
-  const litter = filesUnder(source).filter((f) => !before.includes(f) && !f.startsWith('dist/') && f !== join('src', 'library.ts'));
+  const litter = filesUnder(source).filter((f) => !before.includes(f) && !GENERATED.some((g) => f === g || f.startsWith(`${g}/`)));
   if (litter.length > 0) fail(`packing left files in the source tree: ${litter.join(', ')}`);
   execFileSync('tar', ['-xzf', tarball, '-C', work, 'package/functions.lua']);
   if (!readFileSync(join(work, 'package/functions.lua')).equals(readFileSync(join(repo, 'protocol/src/functions.lua')))) {
@@ -122,13 +139,15 @@ try {
   // Both without node_modules, as a fresh clone has them: the build installs its own tools.
   const folder = cleanCopy(join(work, 'folder'));
   rmSync(join(folder, 'node_modules'));
-  const gitCopy = cleanCopy(join(work, 'git'));
-  rmSync(join(gitCopy, 'node_modules'));
-  const git = (...args) => execFileSync('git', ['-c', 'user.name=pack-check', '-c', 'user.email=pack-check@localhost', ...args], { cwd: gitCopy, stdio: 'ignore' });
-  git('init', '-q');
-  git('add', '-A');
-  git('commit', '-q', '-m', 'clean copy');
-  for (const [how, spec] of [['a folder', folder], ['a git URL', `git+file://${gitCopy}`]]) {
+  const gitCopy = join(work, 'git');
+  rmSync(join(cleanCopy(gitCopy), 'node_modules'));
+  cpSync(join(repo, '.gitignore'), join(gitCopy, '.gitignore'));
+  const git = (cwd, ...args) => execFileSync('git', ['-c', 'user.name=pack-check', '-c', 'user.email=pack-check@localhost', ...args], { cwd, stdio: 'ignore' });
+  git(gitCopy, 'init', '-q');
+  git(gitCopy, 'add', '-A');
+  git(gitCopy, 'commit', '-q', '-m', 'clean copy');
+  git(work, 'clone', '-q', `file://${gitCopy}`, 'clone');
+  for (const [how, spec] of [['a folder', folder], ['a git clone', join(work, 'clone', 'node')]]) {
     const dir = join(work, `app-${how.replace(/\W+/g, '-')}`);
     execFileSync('mkdir', ['-p', dir]);
     writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'app', private: true, type: 'module' }));
@@ -137,7 +156,7 @@ try {
     const got = execFileSync(process.execPath, ['probe.mjs'], { cwd: dir, encoding: 'utf8', env: { ...process.env, REDIS_URL: `redis://127.0.0.1:${port}` }, timeout: 30_000 });
     if (!got.includes('probe ok')) fail(`npm install of ${how} does not work: ${got}`);
   }
-  console.log(`pack-check: ${packed[0].filename} (${files.length} files), packed from a clean copy, installs into an empty project; the README's and the front page's examples, the CommonJS entry and the types work; npm install of a clean folder and of a git URL work too`);
+  console.log(`pack-check: ${packed[0].filename} (${files.length} files), packed from a clean copy, installs into an empty project; the README's and the front page's examples, the CommonJS entry and the types work; npm install of a clean folder and of a git clone's node/ work too`);
 } finally {
   server?.kill('SIGKILL');
   rmSync(work, { recursive: true, force: true });

@@ -34,13 +34,15 @@ export function withNewToken(req: AcquireRequest): AcquireRequest {
   return { ...req, token: newToken() };
 }
 
-/** The words after ACQUIRE's key (ACQUIREALL's keys): token, ttl, then the options asked for. */
+/** The words after ACQUIRE's key (ACQUIREALL's keys): token, ttl, then the options asked for,
+ *  in the Rust client's order (`Acquire::words`, the contract's `acquire_order`): `LABEL`,
+ *  `PERMITS` (only above 1), `SHARED`, and `BLOCK` last. */
 function acquireTerms(req: Omit<AcquireRequest, 'key'>, blockMs?: number): Arg[] {
   const rest: Arg[] = [req.token, String(req.ttlMs)];
-  if (blockMs !== undefined) rest.push(BLOCK, String(blockMs));
   if (req.label) rest.push(LABEL, req.label);
   if (req.permits !== undefined && req.permits > 1) rest.push(PERMITS, String(req.permits));
   if (req.shared) rest.push(SHARED);
+  if (blockMs !== undefined) rest.push(BLOCK, String(blockMs));
   return rest;
 }
 

@@ -4,9 +4,8 @@
  * as a script (`EVALSHA`) where `FUNCTION` is denied. Detected per server as the Rust client
  * does (`client/src/node/`, `backend.rs`).
  */
-import { createHash } from 'node:crypto';
-
 import type { Arg } from './connection.js';
+import { CONTRACT } from './contract.js';
 import { LIBRARY } from './library.js';
 import { ACQUIRE_ALL, ACQUIRE_ALL_FUNCTION, COMMANDS, FUNCTIONS, acquireAllKeys, floorKey, takesFloor, takesWake, wakeKey, type CommandName } from './protocol.js';
 
@@ -19,8 +18,9 @@ export type EngineChoice = 'auto' | Engine;
 /** The library as a script: its source without the `#!lua name=…` line, which `EVAL` refuses. */
 export const SCRIPT = LIBRARY.slice(LIBRARY.indexOf('\n') + 1);
 
-/** The SHA1 `EVALSHA` names the script by. */
-export const SCRIPT_SHA = createHash('sha1').update(SCRIPT).digest('hex');
+/** The SHA1 `EVALSHA` names the script by (the contract's `script_sha1`: the build checks it is
+ *  the SHA1 of this script). */
+export const SCRIPT_SHA: string = CONTRACT.library.script_sha1;
 
 export { LIBRARY };
 

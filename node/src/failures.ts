@@ -7,6 +7,7 @@
 import { ConnectionFailure, ErrorReply, LossyInteger, UnexpectedReply, type Arg } from './connection.js';
 import { LIBRARY, SCRIPT } from './engine.js';
 import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
+import { classifyReply } from './protocol.js';
 
 /** The request got no answer within its bound. */
 export class TimedOut extends ConnectionFailure {}
@@ -69,6 +70,8 @@ export function errorOf(server: string, err: unknown, secret?: string): Error {
   const text = redact(err instanceof Error ? err.message : String(err), secret);
   const code = err instanceof ErrorReply ? err.code : undefined;
   if (cause === 'NoEngine') return new NoEngineError(server, cause, text, code);
-  const Kind = isOutageCause(cause) && !(code === 'TRYAGAIN' && text.includes('wait interrupted')) ? UnavailableError : ServerError;
+  // An interrupted wait (`WaitInterrupted`) is an answer to ask again on, not an outage.
+  const interrupted = err instanceof ErrorReply && classifyReply(err.code, err.line.slice(err.code.length + 1)) === 'WaitInterrupted';
+  const Kind = isOutageCause(cause) && !interrupted ? UnavailableError : ServerError;
   return new Kind(server, cause, text, code, { cause: err });
 }

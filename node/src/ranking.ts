@@ -1,7 +1,8 @@
 /**
  * Redlock's designated master for a key: the masters ranked by a fixed 64-bit hash of key and
  * master address, highest first (rendezvous hashing), the same in every client whatever order
- * it lists the masters in, and the same as the Rust client's (`client/src/acquisition/waiting.rs`).
+ * it lists the masters in, and the same as the Rust client's (`protocol/src/ranking.rs`; the
+ * contract's `vectors.ranking` hold its answers).
  */
 const MASK = (1n << 64n) - 1n;
 

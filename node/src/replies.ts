@@ -5,7 +5,7 @@
  */
 import type { Reply } from './connection.js';
 import { BadReplyError } from './errors.js';
-import { MAX_PERMITS, SHARED_PERMITS } from './protocol.js';
+import { MAX_LABEL_LEN, MAX_PERMITS, SHARED_PERMITS } from './protocol.js';
 
 /** One holder of a semaphore key, as `STATUS` shows it. */
 export interface PermitStatus {
@@ -40,20 +40,40 @@ export function asFence(reply: Reply, what: string): bigint | null {
   return fence;
 }
 
-/** Decodes a `STATUS` reply of either shape; `null` for a key without lock state. */
+/** A label of a `STATUS` reply: nil, or 1 to `MAX_LABEL_LEN` bytes. */
+function asLabel(reply: Reply | undefined): Buffer | null {
+  const label = reply ?? null;
+  if (label !== null && !Buffer.isBuffer(label)) throw new BadReplyError('a STATUS label is a string');
+  if (label !== null && (label.length === 0 || label.length > MAX_LABEL_LEN)) throw new BadReplyError('a STATUS label has 1 to MAX_LABEL_LEN bytes');
+  return label;
+}
+
+/**
+ * Decodes a `STATUS` reply of either shape; `null` for a key without lock state. Every rule of
+ * the shape is checked, as the Rust and Python clients check it: a positive fence; a lock's
+ * `held` 0 (pttl -1, no label) or 1 (a pttl of 0 or more); a semaphore's permits 1 to
+ * `MAX_PERMITS` (0 for read leases) and one entry per holder, within them, each with a fence
+ * above the one before and up to the key's, and a pttl of 0 or more; labels of 1 to
+ * `MAX_LABEL_LEN` bytes.
+ */
 export function decodeStatus(reply: Reply): KeyStatus | null {
   if (reply === null) return null;
   if (!Array.isArray(reply) || reply.length < 3 || reply.length > 4) throw new BadReplyError('STATUS must reply an array of 3 or 4');
   const [f, second, third, fourth] = reply;
-  const fence = asInteger(f ?? null, 'STATUS');
+  const fence = asFence(f ?? null, 'STATUS');
+  if (fence === null) throw new BadReplyError('STATUS must reply a fence');
   const n = Number(asInteger(second ?? null, 'STATUS'));
   const m = asInteger(third ?? null, 'STATUS');
   if (Array.isArray(fourth)) {
+    let previous = 0n;
     const holders = fourth.map((h) => {
       if (!Array.isArray(h) || h.length !== 3) throw new BadReplyError('a STATUS holder is [fence, pttl, label]');
-      const label = h[2] ?? null;
-      if (label !== null && !Buffer.isBuffer(label)) throw new BadReplyError('a STATUS label is a string');
-      return { fence: asInteger(h[0] ?? null, 'STATUS'), remainingMs: Number(asInteger(h[1] ?? null, 'STATUS')), label };
+      const holder = asInteger(h[0] ?? null, 'STATUS');
+      if (holder <= previous || holder > fence) throw new BadReplyError("STATUS holders' fences increase, up to the key's");
+      previous = holder;
+      const pttl = asInteger(h[1] ?? null, 'STATUS');
+      if (pttl < 0n) throw new BadReplyError('a STATUS holder has a pttl');
+      return { fence: holder, remainingMs: Number(pttl), label: asLabel(h[2]) };
     });
     const permits = Number(m);
     const shared = permits === SHARED_PERMITS;
@@ -66,9 +86,7 @@ export function decodeStatus(reply: Reply): KeyStatus | null {
     return { fence, permits: 1, shared: false, holders: [] };
   }
   if (n !== 1 || m < 0n) throw new BadReplyError('held must be 0 or 1, with a pttl');
-  const label = fourth ?? null;
-  if (label !== null && !Buffer.isBuffer(label)) throw new BadReplyError('a STATUS label is a string');
-  return { fence, permits: 1, shared: false, holders: [{ fence, remainingMs: Number(m), label }] };
+  return { fence, permits: 1, shared: false, holders: [{ fence, remainingMs: Number(m), label: asLabel(fourth) }] };
 }
 
 /**

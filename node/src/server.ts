@@ -15,10 +15,6 @@ import { Pool } from './pool.js';
 import { asFence, asInteger, decodeStatus, type KeyStatus } from './replies.js';
 import { waitOn, type WaitAnswer } from './waiting.js';
 
-// Kept where tests (and the contract-data runner) found them before the split by job.
-export { causeOf } from './failures.js';
-export { decodeStatus, heldForMs, type KeyStatus, type PermitStatus } from './replies.js';
-
 /** The per-server options a locker applies. */
 export interface ServerOptions {
   readonly timeoutMs: number;

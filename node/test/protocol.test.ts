@@ -1,146 +1,133 @@
 /**
- * Every fact of the contract this package restates is checked against the protocol crate's
- * source (`protocol/src/*.rs`): a change there fails here until the TypeScript follows.
+ * The package's own surface against the contract as data (`protocol/contract.json`, generated
+ * by the protocol crate): the functions.lua it ships, the constants and key helpers it exports
+ * (`fencedlock`, as built), its floor tags, and Redlock's ranking. Nothing here reads Rust
+ * source; `contract-data.test.ts` runs the internal modules on the rest of the file's vectors.
  */
 import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 
-import { LIBRARY_VERSION, MAX_ACQUIRE_KEYS, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN, floorKey, wakeKey } from 'fencedlock';
+import { LIBRARY_VERSION, MAX_ACQUIRE_KEYS, MAX_LABEL_LEN, MAX_PERMITS, MAX_TOKEN_LEN, SHARED_PERMITS, floorKey, wakeKey } from 'fencedlock';
+import { LIBRARY } from '../src/engine.js';
 import * as protocol from '../src/protocol.js';
 import { ranking, score } from '../src/ranking.js';
 import { REPO } from './support/servers.js';
 
-const source = (file: string): string => readFileSync(join(REPO, 'protocol/src', file), 'utf8');
-const command = source('command.rs');
-const limits = source('limits.rs');
-const errors = source('error.rs');
-const functions = source('functions.rs');
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type Json = any;
+const contract: Json = JSON.parse(readFileSync(join(REPO, 'protocol/contract.json'), 'utf8'));
 
-/** The value of `pub const NAME: T = value;` in `text`, evaluated for the simple forms used. */
-function constant(text: string, name: string): string {
-  const match = new RegExp(`pub const ${name}: [^=]+= ([^;]+);`).exec(text);
-  assert.ok(match?.[1], `protocol crate lacks pub const ${name}`);
-  return match[1].trim();
-}
+/** An integer of the file, exact. */
+const int = (value: number | { int: string }): bigint => (typeof value === 'number' ? BigInt(value) : BigInt(value.int));
 
-function number(text: string, name: string): number {
-  const value = constant(text, name).replace(/_/g, '');
-  const shift = /^1 << (\d+)$/.exec(value);
-  if (shift?.[1]) return 2 ** Number(shift[1]);
-  const product = value.split('*').map((part) => Number(part.trim()));
-  assert.ok(product.every(Number.isFinite), `${name} = ${value} is not a number`);
-  return product.reduce((a, b) => a * b, 1);
-}
-
-function string(text: string, name: string): string {
-  return JSON.parse(constant(text, name)) as string;
-}
-
-test('the Functions library ships as a byte-for-byte copy of protocol/src/functions.lua', () => {
-  const shipped = readFileSync(join(REPO, 'node/functions.lua'));
-  const original = readFileSync(join(REPO, 'protocol/src/functions.lua'));
-  assert.ok(shipped.equals(original), 'node/functions.lua differs from protocol/src/functions.lua: copy it again (cp protocol/src/functions.lua node/functions.lua)');
+test('the Functions library the package ships is the one functions.lua', () => {
+  // The build copies it (node/functions.lua, ignored by git) from the one committed source.
+  const original = readFileSync(join(REPO, contract.library.source));
+  assert.ok(readFileSync(join(REPO, 'node/functions.lua')).equals(original), 'node/functions.lua is not protocol/src/functions.lua: npm run build');
+  assert.ok(Buffer.from(LIBRARY, 'utf8').equals(original), 'the library the package loads is protocol/src/functions.lua');
+  assert.equal(createHash('sha1').update(original).digest('hex'), contract.library.source_sha1);
+  const pkg = JSON.parse(readFileSync(join(REPO, 'node/package.json'), 'utf8')) as { files: string[]; exports: Record<string, unknown> };
+  assert.ok(pkg.files.includes('functions.lua'));
+  assert.equal(pkg.exports['./functions.lua'], './functions.lua');
 });
 
-test('command names and option words are the protocol crate\'s', () => {
-  for (const [name, sent] of Object.entries(protocol.COMMANDS)) {
-    assert.match(command, new RegExp(`\\n\\s*${name.toUpperCase()} = "${sent.replace('.', '\\.')}",`), `${name}`);
+test("command names and option words are the contract's", () => {
+  const names = new Set<string>(contract.commands.map((c: Json) => c.name as string));
+  for (const name of [...Object.values(protocol.COMMANDS), protocol.ACQUIRE_ALL]) assert.ok(names.has(name), name);
+  const words = contract.words;
+  assert.deepEqual([protocol.BLOCK, protocol.LABEL, protocol.PERMITS, protocol.SHARED], [words.block, words.label, words.permits, words.shared]);
+  assert.equal(SHARED_PERMITS, words.shared_permits);
+  const acquire = contract.commands.find((c: Json) => c.name === protocol.COMMANDS.acquire);
+  assert.deepEqual(acquire.options.map((o: Json) => o.word), [protocol.BLOCK, protocol.LABEL, protocol.PERMITS, protocol.SHARED]);
+});
+
+test("limits are the contract's", () => {
+  const limits = contract.limits;
+  assert.equal(MAX_TOKEN_LEN, limits.max_token_len);
+  assert.equal(MAX_LABEL_LEN, limits.max_label_len);
+  assert.equal(MAX_PERMITS, limits.max_permits);
+  assert.equal(MAX_ACQUIRE_KEYS, limits.max_acquire_keys);
+  assert.equal(protocol.DEFAULT_MAX_TTL_MS, limits.default_max_ttl_ms);
+  assert.equal(protocol.MAX_MAX_TTL_MS, limits.max_max_ttl_ms);
+  assert.equal(protocol.MAX_BLOCK_MS, limits.max_block_ms);
+  assert.equal(protocol.MAX_BLOCK_MS, protocol.MAX_MAX_TTL_MS);
+  assert.equal(protocol.LIBRARY_MAX_TTL_MS, contract.library.max_ttl_ms, "the Functions library's longest ttl");
+});
+
+test("error codes and texts are the contract's, kind by kind", () => {
+  const kinds: Json[] = contract.errors.kinds;
+  assert.deepEqual(Object.keys(protocol.REPLY_ERRORS), kinds.map((k) => k.name), 'every kind, in order');
+  for (const k of kinds) {
+    const kind = k.name as protocol.ReplyErrorKind;
+    assert.deepEqual(protocol.REPLY_ERRORS[kind], { code: k.code, prefix: k.prefix }, k.name);
+    // The whole reply text starts with the code and the prefix the classifier matches.
+    assert.ok((k.text as string).startsWith(`${k.code} ${k.prefix}`), k.name);
+    const at = (k.text as string).indexOf(' ');
+    assert.equal(protocol.classifyReply(k.code, (k.text as string).slice(at + 1)), kind, k.text);
   }
-  assert.match(command, new RegExp(`\\n\\s*ACQUIREALL = "${protocol.ACQUIRE_ALL.replace('.', '\\.')}",`), 'acquireAll');
-  assert.equal(protocol.BLOCK, string(command, 'BLOCK'));
-  assert.equal(protocol.LABEL, string(command, 'LABEL'));
-  assert.equal(protocol.PERMITS, string(command, 'PERMITS'));
-  assert.equal(protocol.SHARED, string(command, 'SHARED'));
-  assert.equal(protocol.SHARED_PERMITS, number(command, 'SHARED_PERMITS'));
+  assert.deepEqual([...protocol.BAD_REQUESTS].sort(), kinds.filter((k) => k.bad_request).map((k) => k.name as string).sort());
 });
 
-test('limits are the protocol crate\'s', () => {
-  assert.equal(MAX_TOKEN_LEN, number(limits, 'MAX_TOKEN_LEN'));
-  assert.equal(MAX_LABEL_LEN, number(limits, 'MAX_LABEL_LEN'));
-  assert.equal(MAX_PERMITS, number(limits, 'MAX_PERMITS'));
-  assert.equal(MAX_ACQUIRE_KEYS, number(limits, 'MAX_ACQUIRE_KEYS'));
-  assert.equal(protocol.DEFAULT_MAX_TTL_MS, number(limits, 'DEFAULT_MAX_TTL_MS'));
-  assert.equal(protocol.MAX_MAX_TTL_MS, number(limits, 'MAX_MAX_TTL_MS'));
-  assert.equal(constant(limits, 'MAX_BLOCK_MS'), 'MAX_MAX_TTL_MS');
-  const lua = readFileSync(join(REPO, 'protocol/src/functions.lua'), 'utf8');
-  assert.equal(protocol.LIBRARY_MAX_TTL_MS, Number(/\nlocal MAX_TTL_MS = (\d+)\n/.exec(lua)?.[1]), "the Functions library's longest ttl");
-});
-
-test('error codes and texts are the protocol crate\'s, kind by kind', () => {
-  const kinds = Object.keys(protocol.REPLY_ERRORS);
-  const all = /pub const ALL: \[ReplyError; (\d+)\]/.exec(errors);
-  assert.equal(kinds.length, Number(all?.[1]), 'every kind of ReplyError::ALL');
-  for (const [kind, { code, prefix }] of Object.entries(protocol.REPLY_ERRORS)) {
-    const arm = new RegExp(`ReplyError::${kind} => "([^"]*)",`).exec(errors.slice(errors.indexOf('pub const fn prefix')));
-    assert.equal(prefix, arm?.[1], `prefix of ${kind}`);
-    const codes = errors.slice(errors.indexOf('pub const fn code'), errors.indexOf('pub const fn prefix'));
-    const expected = new RegExp(`ReplyError::${kind}[^=]*=> "(\\w+)"`).exec(codes)?.[1] ?? /_ => "(\w+)"/.exec(codes)?.[1];
-    assert.equal(code, expected, `code of ${kind}`);
+test("the Functions library's names, version and key prefixes are the contract's", () => {
+  const library = contract.library;
+  assert.equal(LIBRARY_VERSION, library.version);
+  assert.equal(protocol.LIBRARY_NAME, library.name);
+  assert.equal(protocol.VERSION_FUNCTION, library.version_function);
+  assert.equal(protocol.FLOOR_KEY_PREFIX, contract.keys.library_floor.prefix);
+  assert.equal(protocol.WAKE_KEY_PREFIX, contract.keys.wake.prefix);
+  assert.equal(protocol.WAKE_TTL_MS, contract.keys.wake.ttl_ms);
+  assert.equal(protocol.FLOOR_TAG_LEN, contract.keys.library_floor.tag_len);
+  for (const [command, name] of Object.entries(protocol.COMMANDS)) {
+    assert.equal(protocol.FUNCTIONS[command as protocol.CommandName], library.functions[name], command);
+    assert.equal(protocol.takesFloor(command as protocol.CommandName), library.takes_floor.includes(name), `takes_floor: ${command}`);
+    assert.equal(protocol.takesWake(command as protocol.CommandName), library.takes_wake.includes(name), `takes_wake: ${command}`);
   }
-  const badRequest = errors.slice(errors.indexOf('pub const fn is_bad_request'));
-  const listed = [...badRequest.slice(0, badRequest.indexOf(')\n')).matchAll(/ReplyError::(\w+)/g)].map((m) => m[1]);
-  assert.deepEqual([...protocol.BAD_REQUESTS].sort(), listed.sort());
-});
-
-test('the Functions library\'s names, version and key prefixes are the protocol crate\'s', () => {
-  assert.equal(LIBRARY_VERSION, number(functions, 'VERSION'));
-  assert.equal(protocol.LIBRARY_NAME, string(functions, 'NAME'));
-  assert.equal(protocol.VERSION_FUNCTION, string(functions, 'VERSION_FUNCTION'));
-  assert.equal(protocol.FLOOR_KEY_PREFIX, string(functions, 'FLOOR_KEY_PREFIX'));
-  assert.equal(protocol.WAKE_KEY_PREFIX, string(functions, 'WAKE_KEY_PREFIX'));
-  assert.equal(protocol.WAKE_TTL_MS, number(functions, 'WAKE_TTL_MS'));
-  assert.equal(protocol.FLOOR_TAG_LEN, number(functions, 'FLOOR_TAG_LEN'));
-  for (const [name, fn] of Object.entries(protocol.FUNCTIONS)) {
-    assert.match(functions, new RegExp(`\\(${name.toUpperCase()}, "${fn}"\\)`), name);
-  }
-  assert.match(functions, new RegExp(`\\(ACQUIREALL, "${protocol.ACQUIRE_ALL_FUNCTION}"\\)`), 'acquireAll');
-  // call_keys_all: the keys in order, then the floor key of the first key's slot, last.
-  const callKeysAll = functions.slice(functions.indexOf('pub fn call_keys_all'));
-  assert.match(callKeysAll.slice(0, callKeysAll.indexOf('\n}\n')), /keys\.iter\(\)\.map\(\|key\| key\.to_vec\(\)\)\.collect\(\);\s*if let Some\(first\) = keys\.first\(\) \{\s*all\.push\(floor_key\(first\)\);/, 'call_keys_all: the keys, then the first key\'s floor');
+  assert.equal(protocol.ACQUIRE_ALL_FUNCTION, library.functions[protocol.ACQUIRE_ALL]);
+  // fencedlock_acquireall: the keys in order, then the floor key of the first key's slot, last.
   assert.deepEqual(protocol.acquireAllKeys(['{t}a', '{t}b']), ['{t}a', '{t}b', floorKey('{t}a')]);
-  assert.match(functions, /!matches!\(function\(command\), None \| Some\("fencedlock_cad" \| "fencedlock_status"\)\)/, 'takes_floor: all but cad and status');
-  assert.match(functions, /function\(command\) == Some\("fencedlock_release"\)/, 'takes_wake: release');
-  assert.ok(!protocol.takesFloor('cad') && !protocol.takesFloor('status') && protocol.takesFloor('acquire') && protocol.takesFloor('raise'));
-  assert.ok(protocol.takesWake('release') && !protocol.takesWake('acquire'));
+  assert.deepEqual(protocol.acquireAllKeys([]), []);
+  // The exported helpers name the keys of the contract's vectors (lock keys are strings here).
+  for (const v of contract.vectors.keys) {
+    if (typeof v.key !== 'string') continue;
+    assert.equal(floorKey(v.key), v.floor_key, v.key);
+    assert.equal(wakeKey(v.key), v.wake_key, v.key);
+  }
 });
 
-test('floor tags: one per slot, of the documented shape, as the protocol crate\'s own examples', () => {
+test('floor tags: one per slot, of the documented shape, as the contract names them', () => {
+  const slots: number = contract.limits.slots;
   const tags = new Set<string>();
-  for (let slot = 0; slot < 16384; slot++) {
+  for (let slot = 0; slot < slots; slot++) {
     const tag = protocol.floorTag(slot);
+    assert.equal(tag.length, protocol.FLOOR_TAG_LEN);
     assert.match(tag, /^[0-7]{2}[0-3]{4}$/);
     assert.equal(protocol.keySlot(Buffer.from(tag)), slot);
     tags.add(tag);
   }
-  assert.equal(tags.size, 16384);
-  // Every example the crate asserts: floor_key(b"…") == b"…", floor_tag(n) == b"…", wake_key(b"…") == b"…".
+  assert.equal(tags.size, slots);
   let examples = 0;
-  for (const m of functions.matchAll(/assert_eq!\((floor_key|wake_key)\(b"([^"]*)"\), b"([^"]*)"\)/g)) {
-    const [, fn, key = '', expected] = m;
-    const got = fn === 'floor_key' ? floorKey(key) : wakeKey(key);
-    assert.equal(got, expected, `${fn}(${key})`);
+  for (const v of contract.vectors.keys) {
+    assert.equal(protocol.floorTag(v.slot), v.floor_tag, `floor_tag(${v.slot})`);
+    assert.equal(v.floor_key, `${protocol.FLOOR_KEY_PREFIX}${v.floor_tag as string}}`);
     examples++;
   }
-  for (const m of functions.matchAll(/assert_eq!\(&floor_tag\((\d+)\), b"(\d+)"\)/g)) {
-    assert.equal(protocol.floorTag(Number(m[1])), m[2], `floor_tag(${m[1]})`);
-    examples++;
-  }
-  assert.ok(examples >= 2, 'the protocol crate shows floor-key examples to compare with');
+  assert.ok(examples >= 2, 'the contract shows floor-key examples to compare with');
   assert.equal(protocol.keySlot(Buffer.from('lockk')), 6125);
   assert.equal(protocol.keySlot(Buffer.from('{user1000}.following')), protocol.keySlot(Buffer.from('user1000')));
   assert.notEqual(protocol.keySlot(Buffer.from('foo{}{bar}')), protocol.keySlot(Buffer.from('bar')));
 });
 
-test('Redlock\'s designated master is the Rust client\'s (rendezvous hash vectors)', () => {
-  const waiting = readFileSync(join(REPO, 'client/src/acquisition/waiting.rs'), 'utf8');
-  let vectors = 0;
-  for (const m of waiting.matchAll(/assert_eq!\(score\("([^"]*)", "([^"]*)"\), 0x([0-9a-f_]+)\);/g)) {
-    assert.equal(score(m[1] ?? '', m[2] ?? ''), BigInt(`0x${(m[3] ?? '').replace(/_/g, '')}`), `score(${m[1]}, ${m[2]})`);
-    vectors++;
+test("Redlock's designated master is the Rust client's (the contract's rendezvous vectors)", () => {
+  const cases: Json[] = contract.vectors.ranking;
+  assert.ok(cases.length >= 4, 'the contract holds ranking vectors');
+  for (const v of cases) {
+    const names: string[] = v.names;
+    assert.deepEqual(names.map((name) => score(v.key, name)), v.scores.map(int), `scores for ${JSON.stringify(v.key)}`);
+    assert.deepEqual(ranking(v.key, names), v.order.map(Number), `ranking for ${JSON.stringify(v.key)}`);
   }
-  assert.ok(vectors >= 2);
   const names = ['127.0.0.1:7001', '127.0.0.1:7002', '127.0.0.1:7003'];
   const forward = ranking('invoice:42', names).map((i) => names[i]);
   const reversed = [...names].reverse();

@@ -12,7 +12,7 @@ import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { ContendedError, InvalidArgumentError, LeaseLostError, Locker, ReadWriteLock, Redlock, SHARED_PERMITS, Semaphore, ServerError, type Lease } from 'fencedlock';
-import { decodeStatus, heldForMs } from '../src/server.js';
+import { decodeStatus, heldForMs } from '../src/replies.js';
 import { CLIENTS, client, type Client } from './support/clients.js';
 import { REPO, TestServer, type Setup } from './support/servers.js';
 

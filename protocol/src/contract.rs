@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::command::{self, ArgKind, Command, ACL_CATEGORY, BLOCK, LABEL, PERMITS, SHARED, SHARED_PERMITS};
 use crate::functions::{self, Form};
 use crate::request::{Acquire, AcquireAll, Cad, Raise, Release, Renew, Request, Status};
-use crate::{cluster, config, epoch, key, keyspace, limits, periodic};
+use crate::{cluster, config, epoch, key, keyspace, limits, periodic, ranking};
 use crate::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus};
 
 /// The contract's format: raised when an existing field changes meaning or goes away (new
@@ -191,6 +191,7 @@ pub fn render() -> String {
             ("requests", arr(requests())),
             ("status", arr(statuses())),
             ("errors", arr(error_replies())),
+            ("ranking", ranking_vectors()),
         ])),
     ]);
     let mut out = String::new();
@@ -819,6 +820,28 @@ fn error_replies() -> Vec<Json> {
             ])
         })
         .collect()
+}
+
+/// Redlock's designated master (`ranking`): for a key and the masters' addresses in a given
+/// order, each address's score and the addresses' indexes in the order waiters try them.
+fn ranking_vectors() -> Json {
+    const CASES: [(&str, &[&str]); 6] = [
+        ("invoice:42", &["127.0.0.1:6379"]),
+        ("", &[""]),
+        ("k", &["127.0.0.1:6379", "127.0.0.1:6380"]),
+        ("invoice:42", &["127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"]),
+        ("invoice:42", &["127.0.0.1:7003", "127.0.0.1:7002", "127.0.0.1:7001"]),
+        ("{orders}:é", &["redis-a:6379", "redis-b:6379", "redis-c:6379", "redis-d:6379", "redis-e:6379"]),
+    ];
+    let cases = CASES.iter().map(|(key, names)| {
+        obj([
+            ("key", str(key)),
+            ("names", arr(names.iter().map(|n| str(n)))),
+            ("scores", arr(names.iter().map(|n| int(ranking::score(key, n))))),
+            ("order", arr(ranking::ranking(key, names.iter().copied()).into_iter().map(|i| int(i as u64)))),
+        ])
+    });
+    arr(cases)
 }
 
 #[cfg(test)]

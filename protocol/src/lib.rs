@@ -7,8 +7,8 @@
 //! limits both sides check ([`limits`]), the configs ([`config`]), the keys the module writes
 //! itself ([`cluster`]), how lock keys and fencedlock's other keys look in a keyspace
 //! ([`keyspace`]), the Functions library that serves the same commands without the
-//! module ([`functions`]), the `STATUS` reply shapes ([`LockStatus`], [`SemaphoreStatus`]) and
-//! the error replies ([`ReplyError`]).
+//! module ([`functions`]), the `STATUS` reply shapes ([`LockStatus`], [`SemaphoreStatus`]),
+//! the error replies ([`ReplyError`]) and Redlock's designated master for a key ([`ranking`]).
 //!
 //! This crate must stay free of dependencies and I/O: the module (a `cdylib` loaded into
 //! Redis) and the async client share it without sharing anything else.
@@ -26,6 +26,7 @@ pub mod key;
 pub mod keyspace;
 pub mod limits;
 pub mod periodic;
+pub mod ranking;
 pub mod request;
 mod sha1;
 mod status;

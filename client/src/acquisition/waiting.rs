@@ -205,30 +205,9 @@ fn failed(node: &Node, failure: Failure) -> Turn {
     Turn::Failed { error, may_hold }
 }
 
-/// The nodes (by index) in the order in which contenders for `key` wait on them: by a hash of
-/// key and node name, highest first (rendezvous hashing), ties by name. Every client with the
-/// same node addresses computes the same order, whatever order it lists them in.
-pub(crate) fn ranking<'a>(key: &str, names: impl Iterator<Item = &'a str>) -> Vec<usize> {
-    let mut ranked: Vec<(u64, &str, usize)> =
-        names.enumerate().map(|(i, name)| (score(key, name), name, i)).collect();
-    ranked.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-    ranked.into_iter().map(|(_, _, i)| i).collect()
-}
-
-/// A fixed 64-bit hash of (key, node name): FNV-1a over both with a separator, finished with
-/// the SplitMix64 mixer so that nearby inputs spread. Fixed, so every client and version
-/// agrees (std's hasher is randomly seeded per process).
-fn score(key: &str, name: &str) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    let bytes = key.as_bytes().iter().chain([0xffu8].iter()).chain(name.as_bytes());
-    let mut h = bytes.fold(OFFSET, |h, &b| (h ^ u64::from(b)).wrapping_mul(PRIME));
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
-}
+/// The nodes (by index) in the order in which contenders for `key` wait on them: the
+/// protocol's rendezvous ranking (`fencedlock_protocol::ranking`), the same in every client.
+pub(crate) use fencedlock_protocol::ranking::ranking;
 
 #[cfg(test)]
 mod tests {
@@ -280,15 +259,6 @@ mod tests {
             let expected: Vec<_> = all.iter().copied().filter(|n| *n != NAMES[4]).collect();
             assert_eq!(without, expected, "{key}");
         }
-    }
-
-    #[test]
-    fn the_score_is_fixed_across_processes_and_versions() {
-        // Changing it would split the votes between old and new clients of one deployment.
-        assert_ne!(score("k", "127.0.0.1:6379"), score("k", "127.0.0.1:6380"));
-        assert_ne!(score("ab", "c"), score("a", "bc"), "the separator keeps key and name apart");
-        assert_eq!(score("invoice:42", "127.0.0.1:6379"), 0x28bc_a2db_ff71_e66b);
-        assert_eq!(score("", ""), 0x4f2d_b50f_1240_40cd);
     }
 
     #[test]
