@@ -67,10 +67,10 @@ class Redlock:
         self._renew_every = None if renew_every is None else _terms.seconds(renew_every, "renew_every")
         self.quorum = _quorum.quorum(len(clients))
         # A thread per request in flight, idle ones reused (the executor starts a thread only
-        # when none is idle), never a request queued: one to a stopped master can outlive its
-        # round by far (a new connection waits for the client's socket timeout, retries
-        # included), and with a bounded pool a few of those left later rounds' requests to
-        # the live masters, releases included, queued and unsent.
+        # when none is idle), never a request queued: a round ends at its majority, while a
+        # request to a stopped master runs to the request timeout, and with a bounded pool a
+        # few of those left later rounds' requests to the live masters, releases included,
+        # queued and unsent.
         self._pool = futures.ThreadPoolExecutor(max_workers=sys.maxsize, thread_name_prefix="fencedlock-redlock")
 
     @property
