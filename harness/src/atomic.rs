@@ -1,8 +1,8 @@
 //! Atomic slot migration, as each server offers it: Valkey 9's `CLUSTER MIGRATESLOTS` (sent
 //! to the source, watched with `CLUSTER GETSLOTMIGRATIONS`, cancelled with `CLUSTER
 //! CANCELSLOTMIGRATIONS`) and Redis 8.4+'s `CLUSTER MIGRATION IMPORT` (sent to the target,
-//! which answers a task id that `CLUSTER MIGRATION STATUS` and `CANCEL` also know on the
-//! source). Watched and cancelled on the source, so a test may stop the target.
+//! which answers a task id that `CLUSTER MIGRATION STATUS` also knows on the source). Watched
+//! on the source.
 
 use std::collections::HashMap;
 use std::thread::sleep;
@@ -129,17 +129,18 @@ impl AtomicMove<'_> {
         (field("state"), [field("message"), field("last_error")].concat())
     }
 
-    /// Cancels the migration, on the source (`CLUSTER CANCELSLOTMIGRATIONS` on Valkey, `CLUSTER
-    /// MIGRATION CANCEL ID` on Redis).
+    /// Cancels the migration where it is driven: `CLUSTER CANCELSLOTMIGRATIONS` on Valkey's
+    /// source, `CLUSTER MIGRATION CANCEL ID` on Redis's target (cancelled on Redis's source, the
+    /// target's import fails and starts again by itself).
     pub fn cancel(&self) {
-        let cmd = match self.kind {
-            AtomicMigration::Valkey => redis::cmd("CLUSTER").arg("CANCELSLOTMIGRATIONS").clone(),
+        let (node, cmd) = match self.kind {
+            AtomicMigration::Valkey => (self.from, redis::cmd("CLUSTER").arg("CANCELSLOTMIGRATIONS").clone()),
             AtomicMigration::Redis => {
                 let task = self.task.as_deref().unwrap_or_default();
-                redis::cmd("CLUSTER").arg("MIGRATION").arg("CANCEL").arg("ID").arg(task).clone()
+                (self.to, redis::cmd("CLUSTER").arg("MIGRATION").arg("CANCEL").arg("ID").arg(task).clone())
             }
         };
-        let _: Value = self.cluster.nodes()[self.from]
+        let _: Value = self.cluster.nodes()[node]
             .query(&cmd)
             .unwrap_or_else(|e| panic!("cancelling the migration of slot {}: {}", self.slot, error_text(&e)));
     }
