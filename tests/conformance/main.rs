@@ -10,6 +10,7 @@ mod client;
 mod contract;
 mod differences;
 mod engines;
+mod export;
 mod managed;
 mod read_write;
 mod sets;
