@@ -8,6 +8,7 @@
 //! an unknown command: the servers give it no code of its own, only a plain `ERR` whose text
 //! starts "unknown command", which clients have relied on for years.
 
+use fencedlock_protocol::cause as kind;
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 /// Why a server did not do what was asked (see the module docs).
@@ -95,15 +96,7 @@ impl Cause {
     /// Whether a later attempt may not meet it: timeouts and lost connections, a server not
     /// ready yet, a failover or resharding under way. Everything else is final.
     pub fn is_retryable(self) -> bool {
-        matches!(
-            self,
-            Cause::TimedOut
-                | Cause::Unreachable
-                | Cause::NotReady
-                | Cause::NoPrimary
-                | Cause::ReadOnly
-                | Cause::Misrouted
-        )
+        self.kind().retryable
     }
 
     /// Whether the lock service cannot serve requests right now (what a declared
@@ -112,27 +105,43 @@ impl Cause {
     /// module or permission, credentials, certificates, a cluster addressed as one server):
     /// fail-open must not turn those into silently unlocked work.
     pub fn is_outage(self) -> bool {
+        self.kind().outage
+    }
+
+    /// This cause's row of the contract's table (`fencedlock_protocol::cause`), which the
+    /// other clients read from `contract.json`.
+    fn kind(self) -> &'static kind::Kind {
         match self {
-            Cause::Misrouted => false,
-            Cause::OutOfMemory | Cause::Busy | Cause::NoReplicas => true,
-            cause => cause.is_retryable(),
+            Cause::TimedOut => &kind::TIMED_OUT,
+            Cause::Unreachable => &kind::UNREACHABLE,
+            Cause::NotReady => &kind::NOT_READY,
+            Cause::NoPrimary => &kind::NO_PRIMARY,
+            Cause::ReadOnly => &kind::READ_ONLY,
+            Cause::Misrouted => &kind::MISROUTED,
+            Cause::OutOfMemory => &kind::OUT_OF_MEMORY,
+            Cause::Busy => &kind::BUSY,
+            Cause::NoReplicas => &kind::NO_REPLICAS,
+            Cause::NoModule => &kind::NO_MODULE,
+            Cause::NoPermission => &kind::NO_PERMISSION,
+            Cause::Credentials => &kind::CREDENTIALS,
+            Cause::Tls => &kind::TLS,
+            Cause::NoEngine => &kind::NO_ENGINE,
+            Cause::Other => &kind::OTHER,
         }
     }
 }
 
 /// The code of the client's error for a server with neither engine. No server sends it; it
 /// is made by the node, so it is told apart by code like the servers' own errors.
-pub(crate) const NO_ENGINE: &str = "NOENGINE";
+pub(crate) const NO_ENGINE: &str = kind::NO_ENGINE_CODE;
 
 /// The code of the client's error for a server without the module where only the module may
 /// serve ([`crate::EngineChoice::Only`]), found before any token is sent.
-pub(crate) const NO_MODULE: &str = "NOMODULE";
+pub(crate) const NO_MODULE: &str = kind::NO_MODULE_CODE;
 
 /// Redis and Valkey give an unknown command no error code of its own (see the module docs).
 fn is_unknown_command(err: &RedisError) -> bool {
-    err.detail().is_some_and(|detail| {
-        ["unknown command", "unknown subcommand"].iter().any(|start| detail.starts_with(start))
-    })
+    err.detail().is_some_and(|detail| kind::UNKNOWN_COMMAND.iter().any(|start| detail.starts_with(start)))
 }
 
 /// Whether `err` is an error reply of the server (the connection worked and is in step), as
@@ -215,6 +224,47 @@ pub(crate) mod tests {
         }
         for cause in [NoModule, NoPermission, Credentials, Tls, Other] {
             assert!(!cause.is_retryable() && !cause.is_outage(), "{cause:?}");
+        }
+    }
+
+    /// Every cause in the order of the contract's table.
+    const ALL: [Cause; 15] = {
+        use Cause::*;
+        [
+            TimedOut,
+            Unreachable,
+            NotReady,
+            NoPrimary,
+            ReadOnly,
+            Misrouted,
+            OutOfMemory,
+            Busy,
+            NoReplicas,
+            NoModule,
+            NoPermission,
+            Credentials,
+            Tls,
+            NoEngine,
+            Other,
+        ]
+    };
+
+    #[test]
+    fn each_cause_is_its_row_of_the_contract_and_its_codes_name_it() {
+        assert_eq!(ALL.len(), kind::ALL.len());
+        for (cause, row) in ALL.into_iter().zip(kind::ALL) {
+            assert_eq!(*cause.kind(), row);
+            assert_eq!(format!("{cause:?}"), row.name);
+            for code in row.codes {
+                assert_eq!(Cause::of(&replied(&format!("{code} anything"))), cause, "{code}");
+            }
+            for code in row.client_codes {
+                let err = redis::make_extension_error((*code).into(), Some("x".into()));
+                assert_eq!(Cause::of(&err), cause, "{code}");
+            }
+            for detail in row.err_details {
+                assert_eq!(Cause::of(&replied(&format!("ERR {detail} 'X'"))), cause, "{detail}");
+            }
         }
     }
 

@@ -13,9 +13,10 @@ import { join } from 'node:path';
 import { test } from 'node:test';
 
 import { acquireAllWords, acquireWords, type AcquireRequest } from '../src/acquire-request.js';
-import type { Arg, Reply } from '../src/connection.js';
+import { ErrorReply, type Arg, type Reply } from '../src/connection.js';
 import { LIBRARY, SCRIPT, SCRIPT_SHA, request, requestAll, type Engine } from '../src/engine.js';
-import { BadReplyError } from '../src/errors.js';
+import { BadReplyError, isOutageCause, isRetryableCause, type Cause } from '../src/errors.js';
+import { causeOf } from '../src/failures.js';
 import * as protocol from '../src/protocol.js';
 import { decodeStatus } from '../src/replies.js';
 import { REPO } from './support/servers.js';
@@ -205,4 +206,33 @@ test('error kinds and the classification of replies', () => {
     assert.deepEqual([code, detail], [v.code, v.detail]);
     assert.equal(protocol.classifyReply(code, detail) ?? null, v.kind, v.reply);
   }
+});
+
+/** Every `Cause`: the type-level check below fails to compile when this list and the type differ. */
+const CAUSES = [
+  'TimedOut', 'Unreachable', 'NotReady', 'NoPrimary', 'ReadOnly', 'Misrouted', 'OutOfMemory', 'Busy', 'NoReplicas',
+  'NoModule', 'NoPermission', 'Credentials', 'Tls', 'NoEngine', 'Other',
+] as const satisfies readonly Cause[];
+type Unlisted = Exclude<Cause, (typeof CAUSES)[number]>;
+const everyCauseListed: [Unlisted] extends [never] ? true : Unlisted = true;
+
+test("the Rust client's causes: names, retries, outages and the codes that name them", () => {
+  assert.ok(everyCauseListed);
+  const kinds: Json[] = contract.causes.kinds;
+  assert.deepEqual(kinds.map((k) => k.name), [...CAUSES]);
+  for (const k of kinds) {
+    const cause = k.name as Cause;
+    assert.equal(isRetryableCause(cause), k.retryable, `${cause} retryable`);
+    assert.equal(isOutageCause(cause), k.outage, `${cause} outage`);
+    for (const code of k.codes as string[]) assert.equal(causeOf(new ErrorReply(`${code} anything`)), cause, code);
+    for (const detail of k.err_details as string[]) {
+      assert.equal(causeOf(new ErrorReply(`ERR ${detail} 'FENCEDLOCK.ACQUIRE'`)), cause, detail);
+    }
+  }
+  // The client's own errors: this package makes NOENGINE; NOMODULE belongs to the Rust client's
+  // module-only choice (here a missing module answers "unknown command", NoModule above).
+  const clientCodes = Object.fromEntries(kinds.flatMap((k) => (k.client_codes as string[]).map((c) => [c, k.name])));
+  assert.deepEqual(clientCodes, { NOENGINE: 'NoEngine', NOMODULE: 'NoModule' });
+  assert.equal(causeOf(new ErrorReply('NOENGINE no module, no library')), 'NoEngine');
+  assert.equal(causeOf(new ErrorReply('WRONGTYPE anything')), 'Other');
 });

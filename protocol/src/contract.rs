@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::command::{self, ArgKind, Command, ACL_CATEGORY, BLOCK, LABEL, PERMITS, SHARED, SHARED_PERMITS};
 use crate::functions::{self, Form};
 use crate::request::{Acquire, AcquireAll, Cad, Raise, Release, Renew, Request, Status};
-use crate::{cluster, config, epoch, key, keyspace, limits, periodic, ranking};
+use crate::{cause, cluster, config, epoch, key, keyspace, limits, periodic, ranking};
 use crate::{LockStatus, PermitStatus, ReplyError, SemaphoreStatus};
 
 /// The contract's format: raised when an existing field changes meaning or goes away (new
@@ -182,6 +182,7 @@ pub fn render() -> String {
         ("limits", limits()),
         ("configs", configs()),
         ("errors", errors()),
+        ("causes", causes()),
         ("keys", keys()),
         ("library", library()),
         ("periodic", periodic()),
@@ -377,6 +378,31 @@ fn keys() -> Json {
         ("module_type", str(keyspace::MODULE_TYPE)),
         ("library_type", str(keyspace::LIBRARY_TYPE)),
         ("library_kind", str(keyspace::LIBRARY_KIND)),
+    ])
+}
+
+/// The client's `Cause` kinds (`cause::ALL`): what a failed request means, which are retried,
+/// which are outages, and the codes that name each.
+fn causes() -> Json {
+    let words = |list: &[&str]| arr(list.iter().map(|w| str(w)));
+    obj([
+        (
+            "rule",
+            str("a timeout, a failed connection, a failed TLS handshake and the sentinels naming no primary are told without a code; otherwise the reply's code (its first word, or the client's own error's code) names the kind, an ERR reply whose detail starts with one of err_details names NoModule, and anything else is Other"),
+        ),
+        (
+            "kinds",
+            arr(cause::ALL.iter().map(|k| {
+                obj([
+                    ("name", str(k.name)),
+                    ("retryable", Json::Bool(k.retryable)),
+                    ("outage", Json::Bool(k.outage)),
+                    ("codes", words(k.codes)),
+                    ("client_codes", words(k.client_codes)),
+                    ("err_details", words(k.err_details)),
+                ])
+            })),
+        ),
     ])
 }
 

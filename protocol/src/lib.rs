@@ -8,13 +8,15 @@
 //! itself ([`cluster`]), how lock keys and fencedlock's other keys look in a keyspace
 //! ([`keyspace`]), the Functions library that serves the same commands without the
 //! module ([`functions`]), the `STATUS` reply shapes ([`LockStatus`], [`SemaphoreStatus`]),
-//! the error replies ([`ReplyError`]) and Redlock's designated master for a key ([`ranking`]).
+//! the error replies ([`ReplyError`]), what a failed request means ([`cause`]) and Redlock's
+//! designated master for a key ([`ranking`]).
 //!
 //! This crate must stay free of dependencies and I/O: the module (a `cdylib` loaded into
 //! Redis) and the async client share it without sharing anything else.
 
 #![warn(missing_docs)]
 
+pub mod cause;
 pub mod cluster;
 pub mod command;
 pub mod config;
