@@ -135,6 +135,8 @@
 // helpers' shared parts then have no caller.
 #![cfg_attr(not(any(feature = "postgres", feature = "sqlite")), allow(dead_code, unused_imports))]
 
+#[cfg(all(test, feature = "sqlite"))]
+mod contract;
 mod dialect;
 mod error;
 mod fence;

@@ -32,7 +32,7 @@ pub(crate) enum Step {
 }
 
 impl Step {
-    fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Step::Claim => "claim",
             Step::Write => "write",

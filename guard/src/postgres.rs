@@ -50,8 +50,7 @@ pub type Param<'a> = &'a (dyn ToSql + Sync);
 /// has it already. An existing column is left as it is: keep it `NOT NULL` (a row whose
 /// fence is NULL is refused with [`Error::NullFence`](crate::Error::NullFence)).
 pub async fn add_fence_column<C: GenericClient>(client: &C, table: &Table) -> Result<()> {
-    let alter = sql::add_fence_column(table, Dialect::Postgres)?;
-    let alter = alter.replacen(" ADD COLUMN ", " ADD COLUMN IF NOT EXISTS ", 1);
+    let alter = sql::add_fence_column_if_absent(table)?;
     client.batch_execute(&alter).await?;
     Ok(())
 }

@@ -34,6 +34,17 @@ pub fn add_fence_column(table: &Table, dialect: Dialect) -> Result<String> {
     ))
 }
 
+/// PostgreSQL's schema step: [`add_fence_column`] unless the table has the column already.
+#[cfg(any(feature = "postgres", test))]
+pub fn add_fence_column_if_absent(table: &Table) -> Result<String> {
+    Ok(add_fence_column(table, Dialect::Postgres)?.replacen(" ADD COLUMN ", " ADD COLUMN IF NOT EXISTS ", 1))
+}
+
+/// SQLite's schema step asks first whether the table (parameter 1, in schema parameter 2) has
+/// the fence column (parameter 3): one row if it has.
+#[cfg(feature = "sqlite")]
+pub const FENCE_COLUMN_PRESENT: &str = "SELECT 1 FROM pragma_table_info(?1, ?2) WHERE name = ?3";
+
 /// The claim: raise the fence where it is not above ours, and return what the holder inherits.
 pub fn claim(table: &Table, dialect: Dialect, returning: &[&str]) -> Result<String> {
     let fence = table.quoted_fence()?;

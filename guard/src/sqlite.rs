@@ -52,7 +52,7 @@ pub fn add_fence_column(conn: &Connection, table: &Table) -> Result<()> {
     let (name, schema) = table.name_and_schema();
     let present: Option<i64> = conn
         .query_row(
-            "SELECT 1 FROM pragma_table_info(?1, ?2) WHERE name = ?3",
+            sql::FENCE_COLUMN_PRESENT,
             (name, schema.unwrap_or("main"), table.fence_column_name()),
             |row| row.get(0),
         )

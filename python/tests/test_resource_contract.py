@@ -1,82 +1,110 @@
-"""What fencedlock.resource restates from the Rust crate ``fencedlock-guard`` (``guard/src``)
-is read back from its source: the statements it builds (the examples of ``sql.rs``'s tests,
-rendered here from the same inputs), the default column names, the identifier rules, the
-schema step's variants, and the refusal counter's name and label. A change on either side
-fails here until the other follows."""
+"""What fencedlock.resource restates from the Rust crate ``fencedlock-guard`` is checked
+against ``guard/contract.json``, which that crate renders with its own functions (and keeps
+current by its test ``contract_json_is_current``): the statements it builds for PostgreSQL and
+SQLite from the sample inputs written beside each one, built here by the Python guard from the
+same inputs; the default column names, the identifier rules, resource labels, the refusal
+counter's name, label and steps, and the texts of the errors mirrored here. A change on either
+side fails here until the other follows; nothing here reads Rust source."""
 
 from __future__ import annotations
 
-import re
+import json
 from pathlib import Path
-from typing import List, Set
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
 from fencedlock import resource
-from fencedlock.resource import Dialect, Table, Update, _sql
+from fencedlock.resource import Dialect, Table, Update, _outcome, _sql
+from fencedlock.resource._names import quote_list
 
-GUARD = Path(__file__).resolve().parents[2] / "guard" / "src"
-
-
-def source(name: str) -> str:
-    return (GUARD / name).read_text()
-
-
-def rust_str(text: str, name: str) -> str:
-    found = re.search(rf'pub const {name}: &str = "([^"]*)";', text)
-    assert found, f"{name} not found"
-    return found.group(1)
+CONTRACT: Dict[str, Any] = json.loads(
+    (Path(__file__).resolve().parents[2] / "guard" / "contract.json").read_text(encoding="utf-8"))
+DIALECTS = {"postgres": Dialect.POSTGRES, "sqlite": Dialect.SQLITE}
+# The sample values the statements bind as fence and row id (the file numbers them only).
+FENCE, ROW_ID = 1, 2
 
 
-def rust_literal(text: str) -> str:
-    """The value of a Rust string literal: raw (``r#"…"#``) or with ``\\"`` escapes."""
-    if text.startswith('r#"'):
-        return text[3:-2]
-    return text[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+def table(fields: Dict[str, str]) -> Table:
+    """The file's sample table, with the Python defaults for the fields it leaves out."""
+    return Table(**fields)
 
 
-def rust_test_statements() -> Set[str]:
-    """Every statement spelled out in ``sql.rs``'s tests (raw strings)."""
-    tests = source("sql.rs").split("mod tests", 1)[1]
-    return {s for s in re.findall(r'r#"(.*?)"#', tests, re.S) if s.startswith(("UPDATE", "ALTER", "SELECT", "AND"))}
+def update(ops: List[Dict[str, Any]]) -> Update:
+    built = Update()
+    for op in ops:
+        kind = op["op"]
+        if kind == "set":
+            built = built.set(op["column"], op["value"])
+        elif kind == "set_sql":
+            built = built.set_sql(op["column"], op["sql"])
+        elif kind == "when":
+            built = built.when(op["column"], op["value"])
+        elif kind == "when_in":
+            built = built.when_in(op["column"], op["values"])
+        elif kind == "when_sql":
+            built = built.when_sql(op["sql"])
+        else:
+            raise AssertionError(f"unknown update step {kind!r}")
+    return built
 
 
-def python_statements() -> List[str]:
-    """The same statements from the same inputs as ``sql.rs``'s tests."""
-    jobs = Table("invoice_jobs", id_column="job_id")
-    payouts = Table("payouts", id_column="payout_id")
-    update = (
-        Update()
-        .set("state", "SUBMITTED")
-        .set_sql("attempts", '"attempts" + 1')
-        .set("provider_ref", "ref")
-        .when("state", "SUBMITTING")
-        .when_in("kind", ["a", "b"])
-        .when_sql('"amount_cents" > 0')
-    )
-    written = _sql.write(payouts, Dialect.POSTGRES, 1, 2, update, ["state"])
-    assert written.params == [1, 2, "SUBMITTED", "ref", "SUBMITTING", "a", "b"]
-    empty_in = _sql.write(payouts, Dialect.SQLITE, 1, 2, Update().when_in("state", []), ())
-    suffix = 'AND "last_fence" <= ?1 AND FALSE'
-    assert empty_in.sql.endswith(suffix)
-    return [
-        resource.claim_sql(jobs, ["status"]),
-        resource.claim_sql(Table("invoice_jobs", schema='b"x', id_column="job_id", fence_column="f"), (), Dialect.SQLITE),
-        written.sql,
-        resource.write_sql(payouts, Update(), dialect=Dialect.SQLITE),
-        suffix,
-        resource.add_fence_column_sql(Table("invoice_jobs")),
-        resource.add_fence_column_sql(Table("invoice_jobs"), Dialect.SQLITE),
-        _sql.fence_of(Table("invoice_jobs"), Dialect.POSTGRES, 72).sql,
-        _sql.unknown_column(Table("invoice_jobs"), ["a", "b"]).sql,
-    ]
+def python_sql(case: Dict[str, Any]) -> str:
+    """The Python guard's statement for one sample of the file."""
+    kind, dialect = case["statement"], DIALECTS[case["dialect"]]
+    if kind == "claim":
+        t = table(case["table"])
+        sql = resource.claim_sql(t, case["returning"], dialect)
+        assert _sql.claim(t, dialect, FENCE, ROW_ID, case["returning"]).sql == sql
+        return sql
+    if kind == "write":
+        t, u = table(case["table"]), update(case["update"])
+        written = _sql.write(t, dialect, FENCE, ROW_ID, u, case["returning"])
+        assert written.params == [FENCE, ROW_ID, *case["values"]], case["name"]
+        assert resource.write_sql(t, u, case["returning"], dialect) == written.sql
+        return written.sql
+    if kind == "add_fence_column":
+        return resource.add_fence_column_sql(table(case["table"]), dialect)
+    if kind == "add_fence_column_if_absent":
+        assert dialect is Dialect.POSTGRES
+        return _sql.add_fence_column_if_absent(table(case["table"]))
+    if kind == "fence_of":
+        return _sql.fence_of(table(case["table"]), dialect, ROW_ID).sql
+    if kind == "unknown_column":
+        t = table(case["table"])
+        found = _sql.unknown_column(t, case["names"])
+        assert found.params == [t.name, t.schema, *case["names"]]
+        return found.sql
+    if kind == "fence_column_present":
+        # Inline in the schema step (``add_fence_column``): found in the module's text.
+        present: str = case["sql"]
+        assert present in Path(resource.__file__).read_text(encoding="utf-8")
+        return present
+    raise AssertionError(f"unknown statement {kind!r}")
 
 
-def test_the_statements_are_the_rust_crates() -> None:
-    rust = rust_test_statements()
-    assert len(rust) >= 7, rust
-    python = python_statements()
-    assert set(python) == rust, f"only in Python: {set(python) - rust}; only in Rust: {rust - set(python)}"
+def statements(kind: str) -> List[Dict[str, Any]]:
+    found = [case for case in CONTRACT["statements"] if case["statement"] == kind]
+    assert found, kind
+    return found
+
+
+@pytest.mark.parametrize("kind", ["claim", "write", "add_fence_column", "add_fence_column_if_absent", "fence_of",
+                                  "unknown_column", "fence_column_present"])
+def test_the_statements_are_the_rust_crates(kind: str) -> None:
+    for case in statements(kind):
+        assert python_sql(case) == case["sql"], case["name"]
+
+
+def test_every_statement_of_the_file_is_checked() -> None:
+    kinds = {case["statement"] for case in CONTRACT["statements"]}
+    assert kinds == {"claim", "write", "add_fence_column", "add_fence_column_if_absent", "fence_of",
+                     "unknown_column", "fence_column_present"}
+    assert len(CONTRACT["statements"]) >= 9
+    assert all(case["dialect"] in DIALECTS for case in CONTRACT["statements"])
+    # An IN of no values matches no row, on both sides.
+    empty_in = [case for case in statements("write") if any(op.get("values") == [] for op in case["update"])]
+    assert empty_in and all(case["sql"].endswith('AND "last_fence" <= ?1 AND FALSE') for case in empty_in)
 
 
 def test_the_write_sql_and_write_returning_statements_agree() -> None:
@@ -89,45 +117,68 @@ def test_the_write_sql_and_write_returning_statements_agree() -> None:
 
 
 def test_the_names_and_the_identifier_rules_are_the_rust_crates() -> None:
-    table = source("table.rs")
-    assert resource.DEFAULT_FENCE_COLUMN == rust_str(table, "DEFAULT_FENCE_COLUMN") == "last_fence"
-    assert resource.DEFAULT_ID_COLUMN == rust_str(table, "DEFAULT_ID_COLUMN")
-    ident = source("ident.rs")
-    found = re.search(r"pub const MAX_IDENTIFIER_BYTES: usize = (\d+);", ident)
-    assert found and resource.MAX_IDENTIFIER_BYTES == int(found.group(1))
-    reasons = re.findall(r'return refuse\("([^"]+)"\);', ident)
-    assert len(reasons) == 3
-    for bad, reason in zip(["", "a\0b", "x" * (resource.MAX_IDENTIFIER_BYTES + 1)], reasons):
-        with pytest.raises(resource.InvalidIdentifier) as refused:
-            resource.quote(bad)
-        assert refused.value.reason == reason
-    # The examples of ident.rs's tests, quoted alike.
-    literal = r'(r#".*?"#|"(?:[^"\\]|\\.)*")'
-    examples = re.findall(rf"assert_eq!\(quote\({literal}\)\.unwrap\(\), {literal}\);", ident)
-    assert len(examples) >= 4
-    for name, quoted in examples:
-        assert resource.quote(rust_literal(name)) == rust_literal(quoted), name
+    names, identifiers = CONTRACT["names"], CONTRACT["identifiers"]
+    assert resource.DEFAULT_FENCE_COLUMN == names["default_fence_column"] == "last_fence"
+    assert resource.DEFAULT_ID_COLUMN == names["default_id_column"]
+    assert resource.MAX_IDENTIFIER_BYTES == identifiers["max_identifier_bytes"]
+    refused = identifiers["refused"]
+    assert len(refused) == 3
+    assert [case["name"] for case in refused] == ["", "a\0b", "x" * (resource.MAX_IDENTIFIER_BYTES + 1)]
+    for case in refused:
+        with pytest.raises(resource.InvalidIdentifier) as caught:
+            resource.quote(case["name"])
+        assert caught.value.reason == case["reason"]
+    # The examples of the crate's quoting, quoted alike.
+    assert len(identifiers["quoted"]) >= 4
+    for case in identifiers["quoted"]:
+        assert resource.quote(case["name"]) == case["quoted"], case["name"]
+    for case in identifiers["quoted_lists"]:
+        assert quote_list(case["names"]) == case["quoted"], case["names"]
     assert resource.quote('x"; DROP TABLE t; --') == '"x""; DROP TABLE t; --"'
     assert Table("invoices", schema="billing").resource == "billing.invoices"
-    assert 'let invoices = Table::new("invoices").schema("billing")' in table
-    assert 'assert_eq!(invoices.resource(), "billing.invoices");' in table
+    assert {"table": {"name": "invoices", "schema": "billing"}, "resource": "billing.invoices"} in CONTRACT["resources"]
+    for case in CONTRACT["resources"]:
+        assert table(case["table"]).resource == case["resource"], case["table"]
 
 
 def test_the_schema_steps_and_the_fence_read_run_as_in_the_rust_crate() -> None:
-    assert '.replacen(" ADD COLUMN ", " ADD COLUMN IF NOT EXISTS ", 1)' in source("postgres.rs")
+    (if_absent,) = statements("add_fence_column_if_absent")
+    assert if_absent["table"] == {"name": "t"}
     assert _sql.add_fence_column_if_absent(Table("t")) == (
-        'ALTER TABLE "t" ADD COLUMN IF NOT EXISTS "last_fence" bigint NOT NULL DEFAULT 0')
-    pragma = 'SELECT 1 FROM pragma_table_info(?1, ?2) WHERE name = ?3'
-    assert pragma in source("sqlite.rs")
-    assert pragma in Path(resource.__file__).read_text()
+        'ALTER TABLE "t" ADD COLUMN IF NOT EXISTS "last_fence" bigint NOT NULL DEFAULT 0') == if_absent["sql"]
+    (pragma,) = statements("fence_column_present")
+    assert pragma["sql"] == 'SELECT 1 FROM pragma_table_info(?1, ?2) WHERE name = ?3'
+    assert pragma["sql"] in Path(resource.__file__).read_text(encoding="utf-8")
 
 
-def test_the_refusal_counter_is_named_as_the_rust_crates() -> None:
-    metrics = source("metrics.rs")
-    assert resource.METRIC == rust_str(metrics, "STALE_REFUSALS_TOTAL")
-    assert resource.RESOURCE_LABEL == rust_str(metrics, "RESOURCE")
-    assert 'Step::Claim => "claim"' in metrics and 'Step::Write => "write"' in metrics
-    error = source("error.rs")
-    assert '#[error("stale fence {fence} on {resource}: {}", describe_newer(*.last_fence))]' in error
+ERRORS: Dict[str, Callable[..., BaseException]] = {
+    "Stale": resource.Stale,
+    "NotFound": resource.RowNotFound,
+    "NullFence": resource.NullFence,
+    "UnknownColumn": resource.UnknownColumn,
+    "InvalidFence": resource.InvalidFence,
+}
+
+
+def test_the_refusal_counter_and_the_errors_are_named_as_the_rust_crates() -> None:
+    metrics = CONTRACT["metrics"]
+    assert resource.METRIC == metrics["stale_refusals_total"]
+    assert resource.RESOURCE_LABEL == metrics["resource_label"]
+    assert metrics["steps"] == ["claim", "write"]
+    # The steps the Python guard counts refusals under, from its own refusal paths.
+    seen: List[str] = []
+    remove = resource.stale_refusals.add_listener(lambda refusal: seen.append(refusal.step))
+    try:
+        t = Table("t")
+        assert isinstance(_outcome.claim_refused(t, 7, 8), resource.Stale)
+        with pytest.raises(resource.Stale):
+            _outcome.write_refused(t, 7, 8, True)
+    finally:
+        remove()
+    assert seen == metrics["steps"]
     assert str(resource.Stale("t", 7, 8)) == "stale fence 7 on t: the row carries fence 8 (a newer holder claimed or wrote it)"
-    assert 'format!("the row carries fence {last} (a newer holder claimed or wrote it)")' in error
+    kinds = [case["kind"] for case in CONTRACT["errors"]]
+    assert set(kinds) == set(ERRORS) and kinds.count("Stale") == 2
+    for case in CONTRACT["errors"]:
+        fields: Dict[str, Optional[Any]] = case["fields"]
+        assert str(ERRORS[case["kind"]](**fields)) == case["text"], case
