@@ -3,9 +3,9 @@ library, ``protocol/src/functions.lua``) and ``contract.json`` (the wire contrac
 ``protocol/contract.json``, see ``protocol/CONTRACT.md``). Neither is committed in
 ``python/``.
 
-An installed package uses its own copies: the wheel and the sdist take both files from
-``../protocol`` at build time (``[tool.hatch.build.targets.*.force-include]`` in
-``pyproject.toml``) and put them next to this module. In a source checkout (the tests and the
+An installed package uses its own copies, next to this module: the sdist force-includes both
+files from ``../protocol`` (``pyproject.toml``), and the wheel's build hook
+(``hatch_build.py``) takes them from ``../protocol`` or from the sdist's copies. In a source checkout (the tests and the
 benches run with ``python/src`` on the path) the package directory has neither, and they are
 read from the repository's ``protocol/`` next to ``python/``.
 
