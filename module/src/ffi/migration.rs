@@ -65,12 +65,12 @@ struct RedisRange {
 /// The server whose atomic slot migration events this module follows, `None` where there is
 /// none (Redis before 8.4, Valkey before 9). Read once, at load.
 pub fn server(ctx: &Context) -> Option<Server> {
-    if valkey_major(ctx).is_some_and(|major| major >= VALKEY_MAJOR) {
-        return Some(Server::Valkey);
+    if let Some(major) = valkey_major(ctx) {
+        return (major >= VALKEY_MAJOR).then_some(Server::Valkey);
     }
     // SAFETY: the API pointers are filled by RedisModule_Init and only read afterwards.
     let version = unsafe { raw::RedisModule_GetServerVersion.map_or(0, |v| v()) };
-    (valkey_major(ctx).is_none() && version >= REDIS_8_4).then_some(Server::Redis)
+    (version >= REDIS_8_4).then_some(Server::Redis)
 }
 
 /// The major version in `INFO server`'s `valkey_version`; `None` on Redis, which has no such
