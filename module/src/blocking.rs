@@ -256,9 +256,10 @@ pub fn flushed(db: Option<i32>) {
     });
 }
 
-/// An atomic migration of `slots` away from this node started, failed or completed: their
-/// waiters are told to ask again at once (at the start, and again at the end for any that a
-/// failure let queue since), and while the slots are leaving nobody queues for their keys.
+/// An atomic migration of `slots` away from this node started, failed or completed. At the
+/// start their waiters are told to ask again, and while the slots are leaving nobody queues
+/// for their keys; at completion any waiter still there is told the same (the slot is the
+/// new owner's); a failure only lifts the mark, and the source goes on as before.
 pub fn exporting(export: Export, slots: &[RangeInclusive<usize>]) {
     let now = clock::now();
     let interrupted = with(|s| {
