@@ -221,12 +221,26 @@ impl Sentinels {
 
     /// Wait until the server on `port` reports `role:slave` with its link up: Sentinel
     /// converted a returning old primary (or re-pointed a replica). Panics after `limit`.
+    ///
+    /// The panic carries the server's replication section and each Sentinel's log, so a
+    /// timeout says whether Sentinel never sent `REPLICAOF` (e.g. `+tilt`) or the sync stalled.
     pub fn wait_converted_to_replica(&self, port: u16, limit: Duration) {
-        poll(&format!("Sentinel to make 127.0.0.1:{port} a replica with its link up"), limit, || {
+        let deadline = Instant::now() + limit;
+        loop {
             let info = info(port, "replication");
-            info.get("role").map(String::as_str) == Some("slave")
-                && info.get("master_link_status").map(String::as_str) == Some("up")
-        });
+            let field = |name: &str| info.get(name).map(String::as_str);
+            if field("role") == Some("slave") && field("master_link_status") == Some("up") {
+                return;
+            }
+            if Instant::now() >= deadline {
+                panic!(
+                    "Sentinel did not make 127.0.0.1:{port} a replica with its link up within \
+                     {limit:?}; its replication section: {info:?}\n{}",
+                    self.log_tails(40)
+                );
+            }
+            sleep(Duration::from_millis(50));
+        }
     }
 
     /// The last `n` lines of each Sentinel's log, labelled by port.
