@@ -1,16 +1,15 @@
+# Generated from fencedlock/asyncio/_give_back.py by python/scripts/unasync.py: do not edit.
 """Giving back a token that may have been granted without our hearing of it (an ACQUIRE that
-got no answer, or was interrupted). A RELEASE by our own token cannot end another owner's
-lease, so it is always safe to send; and a server that answers late may still grant after
-the first pass, so the background pass runs again one timeout later. The asyncio twin is
-:mod:`fencedlock.asyncio._give_back`."""
+got no answer, or was interrupted or cancelled). A RELEASE by our own token cannot end another
+owner's lease, so it is always safe to send; and a server that answers late may still grant
+after the first pass, so the background pass runs again one timeout later."""
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import Callable, Sequence
 
 from .errors import FencedLockError, Unavailable
+from . import _backend
 
 Release = Callable[[bytes, bytes], bool]
 """A locker's ``release(key, token)``."""
@@ -24,19 +23,19 @@ class GiveBack:
         self._release = release
         self._timeout = timeout
 
-    def release_later(self, token: bytes, *keys: bytes) -> threading.Event:
-        """Releases ``keys`` in the background, at once and again one timeout later: an
-        ACQUIRE that got no answer may still be granted when its server wakes up. The event
-        is set when the first pass is done."""
-        first = threading.Event()
+    def release_later(self, token: bytes, *keys: bytes) -> _backend.Event:
+        """Releases ``keys`` in the background (a task, or a daemon thread), at once and again
+        one timeout later: an ACQUIRE that got no answer may still be granted when its server
+        wakes up. The event is set when the first pass is done."""
+        first = _backend.Event()
 
         def release() -> None:
             self.release_each(token, keys)
             first.set()
-            time.sleep(self._timeout)
+            _backend.sleep(self._timeout)
             self.release_each(token, keys)
 
-        threading.Thread(target=release, name="fencedlock-release", daemon=True).start()
+        _backend.spawn(release, name="fencedlock-release")
         return first
 
     def release_each(self, token: bytes, keys: Sequence[bytes]) -> None:
@@ -58,10 +57,15 @@ class GiveBack:
 
     def release_set(self, keys: Sequence[bytes], token: bytes) -> None:
         """Releases every key (one, or a set) that may have been granted to ``token`` unheard:
-        at once and one timeout later, as :meth:`release_later` does (and as the asyncio twin
-        gives back an unanswered wait or a failed anchor renewal), waiting up to one timeout
+        at once and one timeout later, as :meth:`release_later` does, waiting up to one timeout
         for the first pass. A server that answers has the keys back before the call goes on;
         one that does not (stopped, unreachable) cannot hold the caller up longer than that.
-        The background thread ends after its second pass; it holds no connection between the
+        The background pass ends after its second pass; it holds no connection between the
         two."""
-        self.release_later(token, *keys).wait(self._timeout)
+        _backend.wait_event(self.release_later(token, *keys), self._timeout)
+
+    def release_unheard(self, token: bytes, *keys: bytes) -> None:
+        """Gives back a failed wait's possible grant, at once and one timeout later; the sync
+        package waits up to one timeout for the first pass, the asyncio one does not (see
+        ``_backend.after_failure``)."""
+        _backend.after_failure(self.release_later(token, *keys), self._timeout)

@@ -11,9 +11,26 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from . import _contract
+from ._wire import Engine
 from .errors import InvalidArgument
 
 Seconds = Union[int, float, datetime.timedelta]
+
+EngineName = Union[Engine, str, None]
+"""A locker's ``engine=``: an :class:`Engine`, its name, ``"auto"`` or ``None``."""
+
+BACKOFF = (0.02, 0.4)
+"""Jittered pause between attempts after an answer-less failure, in seconds (min, max)."""
+
+
+def engine_choice(engine: EngineName) -> Optional[Engine]:
+    """The engine a locker is told to use; ``None`` to detect it."""
+    if engine is None or engine == "auto":
+        return None
+    try:
+        return Engine(engine)
+    except ValueError:
+        raise InvalidArgument(f"engine is 'auto', 'module', 'functions' or 'script', got {engine!r}") from None
 
 TOKEN_BYTES = 16
 """Random bytes in a generated token: 128 bits."""

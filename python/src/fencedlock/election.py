@@ -1,3 +1,4 @@
+# Generated from fencedlock/asyncio/election.py by python/scripts/unasync.py: do not edit.
 """Leader election on one key, after etcd's Election API: candidates campaign, one leads
 under a kept-alive lease whose fence is its **epoch**, and anyone can see who leads.
 
@@ -8,14 +9,13 @@ looks: downstream resources must check the epoch on every write
 
 from __future__ import annotations
 
-import threading
-import time
 from types import TracebackType
 from typing import Iterator, Optional, Type, Union
 
 from . import _terms
 from ._election import MIN_CAMPAIGN_WINDOW, MIN_POLL_INTERVAL, Leader, leader_of, next_poll
 from .errors import NotAcquired
+from . import _backend
 from .lease import Lease, LostCallback
 from .locker import Locker
 
@@ -35,7 +35,7 @@ class Leadership:
         return self.lease.fence
 
     @property
-    def lost(self) -> threading.Event:
+    def lost(self) -> _backend.Event:
         return self.lease.lost
 
     @property
@@ -71,19 +71,20 @@ class Election:
         *,
         window: _terms.Seconds = 10,
         on_lost: Optional[LostCallback] = None,
-        stop: Optional[threading.Event] = None,
+        stop: Optional[_backend.Event] = None,
     ) -> Leadership:
         """Waits until elected (in the server's queue, one request per ``window`` seconds,
         at least one second), then leads under a kept-alive lease labelled ``label``
-        (public: never a secret). ``stop`` ends the campaign with :class:`NotAcquired`."""
+        (public: never a secret). ``stop``, looked at between windows, ends the campaign with
+        :class:`NotAcquired`; on asyncio, cancelling the call ends it at once."""
         raw_label = _terms.check_label(label)
         assert raw_label is not None
         wait = max(_terms.seconds(window, "window"), MIN_CAMPAIGN_WINDOW)
         while stop is None or not stop.is_set():
             # Each window with the locker's own token, never one kept across windows: the
             # locker gives back a window's grant made without its hearing of it (a request
-            # unanswered or interrupted), and a token it gave back must not be used again,
-            # lest a release still in flight end a later window's leadership.
+            # unanswered, interrupted or cancelled), and a token it gave back must not be used
+            # again, lest a release still in flight end a later window's leadership.
             lease = self.locker.acquire(self.key, self._ttl, wait=wait, label=raw_label, keep_alive=True, on_lost=on_lost)
             if lease is not None:
                 return Leadership(lease, raw_label)
@@ -105,4 +106,4 @@ class Election:
             if identity != last:
                 last = identity
                 yield leader
-            time.sleep(next_poll(leader, interval))
+            _backend.sleep(next_poll(leader, interval))

@@ -1,4 +1,5 @@
-"""A held lease, and its keep-alive thread."""
+# Generated from fencedlock/asyncio/lease.py by python/scripts/unasync.py: do not edit.
+"""A held lease, and its keep-alive (a task on asyncio, a daemon thread in the sync package)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Callable, Optional, Protocol, Type, Union
 
 from . import _terms
 from .errors import FencedLockError, LeaseLost
+from . import _backend
 
 log = logging.getLogger("fencedlock")
 
@@ -26,6 +28,7 @@ class Authority(Protocol):
 
 
 LostCallback = Callable[["Lease"], object]
+"""Called when a kept-alive lease is lost (and awaited on asyncio, if it returns an awaitable)."""
 
 
 class Lease:
@@ -33,8 +36,8 @@ class Lease:
 
     Validity is measured on this process's monotonic clock from *before* the granting request
     was sent, minus drift. :meth:`ensure_valid` raises :class:`LeaseLost` once it ran out or
-    the keep-alive lost the lease; :attr:`lost` is a ``threading.Event`` set at that moment.
-    As a context manager, the lease is released on exit.
+    the keep-alive lost the lease; :attr:`lost`, an event (``threading.Event``), is set at that
+    moment. As a context manager (``with lease:``), the lease is released on exit.
     """
 
     def __init__(
@@ -63,13 +66,14 @@ class Lease:
         self._deadline = deadline
         self._clock = clock
         self._renew_every = renew_every if renew_every is not None else ttl_ms / 3000
+        # Between the caller and the keep-alive thread, in the sync package; uncontended on
+        # asyncio, where nothing awaits while it is held.
         self._state = threading.Lock()
         self._loss: Optional[LeaseLost] = None
         self._released = False
-        self._stop = threading.Event()
-        self._keeper: Optional[threading.Thread] = None
+        self._keeper: Optional[_backend.Keeper] = None
         self._on_lost: Optional[LostCallback] = None
-        self.lost = threading.Event()
+        self.lost = _backend.Event()
         """Set when the lease is known lost (a renewal failed, validity ran out in a
         renewal, or a release found it gone)."""
 
@@ -130,8 +134,9 @@ class Lease:
     def _renew(self, timeout: Optional[float]) -> None:
         deadline = self._authority.renew(self._raw_key, self._token, self._ttl_ms, timeout)
         if deadline is None:
-            self._declare_lost(LeaseLost(self._key, "the server no longer holds our token"))
-            raise self._loss or LeaseLost(self._key, "the server no longer holds our token")
+            loss = LeaseLost(self._key, "the server no longer holds our token")
+            self._declare_lost(loss)
+            raise self._loss or loss
         self._deadline = deadline
 
     def release(self) -> bool:
@@ -150,7 +155,7 @@ class Lease:
     def _ended(self, why: str) -> LeaseLost:
         """Marks the lease lost now (its keep-alive stops) and returns the error to raise."""
         loss = LeaseLost(self._key, why)
-        self._stop.set()
+        self._stop_keeper()
         self._deadline = min(self._deadline, time.monotonic())
         self._declare_lost(loss, callback=False)
         return self._loss or loss
@@ -158,20 +163,20 @@ class Lease:
     # -- keep-alive ----------------------------------------------------------------------
 
     def keep_alive(self, on_lost: Optional[LostCallback] = None) -> Lease:
-        """Renews in a daemon thread every renew interval (ttl / 3 by default). The first
-        failed renewal (refused, timed out, or too late for the validity) stops it, sets
-        :attr:`lost` and calls ``on_lost(lease)`` in that thread."""
+        """Renews in the background (a task on the running loop; a daemon thread in the sync
+        package) every renew interval (ttl / 3 by default). The first failed renewal (refused,
+        timed out, or too late for the validity) stops it, sets :attr:`lost` and calls
+        ``on_lost(lease)`` there."""
         with self._state:
             self._on_lost = on_lost
             if self._keeper is None and not self._released:
-                self._keeper = threading.Thread(target=self._keep, name=f"fencedlock-keepalive-{self._key}", daemon=True)
-                self._keeper.start()
+                self._keeper = _backend.Keeper(self._keep, name=f"fencedlock-keepalive-{self._key}")
         return self
 
-    def _keep(self) -> None:
+    def _keep(self, keeper: _backend.Keeper) -> None:
         while True:
             due = _terms.renewal_due(self._deadline, self._ttl_ms, self._clock, self._renew_every)
-            if self._stop.wait(max(due - time.monotonic(), 0.0)):
+            if keeper.pause(max(due - time.monotonic(), 0.0)):
                 return
             left = self._deadline - time.monotonic()
             try:
@@ -180,7 +185,7 @@ class Lease:
                 # A renewal that cannot answer before the validity ends is too late.
                 self._renew(left)
             except FencedLockError as err:
-                if self._stop.is_set():
+                if keeper.stopping:
                     return
                 if not isinstance(err, LeaseLost):
                     err = LeaseLost(self._key, f"renewal failed: {err}", cause=err.cause)
@@ -189,10 +194,9 @@ class Lease:
                 return
 
     def _stop_keeper(self) -> None:
-        self._stop.set()
-        keeper = self._keeper
-        if keeper is not None and keeper is not threading.current_thread():
-            keeper.join()
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            keeper.stop()
 
     def _declare_lost(self, err: LeaseLost, callback: bool = True) -> None:
         with self._state:
@@ -203,7 +207,7 @@ class Lease:
             on_lost = self._on_lost
         if first and callback and on_lost is not None:
             try:
-                on_lost(self)
+                _backend.settle(on_lost(self))
             except Exception:
                 log.exception("fencedlock: the on_lost callback of %r raised", self._key)
 

@@ -1,3 +1,4 @@
+# Generated from fencedlock/asyncio/locker.py by python/scripts/unasync.py: do not edit.
 """Leases from one server through the user's own redis-py client."""
 
 from __future__ import annotations
@@ -9,29 +10,18 @@ from typing import Callable, Iterable, Iterator, List, Optional, Sequence, TypeV
 
 import redis
 
-from . import _clients, _contract, _keys, _multi, _periodic, _terms, _wire, periodic
-from ._give_back import GiveBack
-from ._server import Server
+from . import _clients, _contract, _keys, _multi, _periodic, _terms, _wire
+from ._terms import BACKOFF, EngineName, engine_choice
 from ._wire import Engine, Status
 from .errors import Cause, FencedLockError, InvalidArgument, NotAcquired, Unavailable
+from . import _backend, periodic
+from ._give_back import GiveBack
+from ._server import Server
 from .lease import Lease, LostCallback
 from .multi import Leases, take_all
 from .periodic import Due, LastRun, NotDue, Periodic
 
-EngineName = Union[Engine, str, None]
 T = TypeVar("T")
-
-BACKOFF = (0.02, 0.4)
-"""Jittered pause between attempts after an answer-less failure, in seconds (min, max)."""
-
-
-def engine_choice(engine: EngineName) -> Optional[Engine]:
-    if engine is None or engine == "auto":
-        return None
-    try:
-        return Engine(engine)
-    except ValueError:
-        raise InvalidArgument(f"engine is 'auto', 'module', 'functions' or 'script', got {engine!r}") from None
 
 
 class Locker:
@@ -107,7 +97,8 @@ class Locker:
         an attempt went unanswered (that would end the lease the caller holds with it), so a
         call that raises may leave it holding the key, re-entered or newly granted, until its
         ttl or the caller's :meth:`release_token`. Without ``token`` an attempt that may have
-        been granted unheard is given back, and nothing is left held when the call fails."""
+        been granted unheard is given back, and nothing is left held when the call fails (or,
+        on asyncio, is cancelled: a cancelled wait leaves the server's queue)."""
         return self._take(key, ttl, wait, permits, label, token, keep_alive, on_lost, shared=False)
 
     def _take(
@@ -162,7 +153,7 @@ class Locker:
                     # A caller's token is retried as it is and never released (it may hold
                     # the caller's lease): a late grant of it is the same lease re-entered.
                     token = _terms.new_token()
-            time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
+            _backend.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
         if fence is None:
             return None
         lease = Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every, raw_label,
@@ -174,7 +165,7 @@ class Locker:
             except Unavailable:
                 if not lease.is_valid():
                     if ours:
-                        self._give_back.release_set((raw_key,), token)
+                        self._give_back.release_unheard(token, raw_key)
                     raise
         if keep_alive:
             lease.keep_alive(on_lost)
@@ -218,7 +209,7 @@ class Locker:
             # mismatch, ...) granted nothing: the token may hold a lease of its own.
             unheard = not isinstance(err, FencedLockError) or (err.cause is not None and err.reply_error is None)
             if ours and unheard:
-                self._give_back.release_set((key,), token)
+                self._give_back.release_unheard(token, key)
             raise
 
     @contextlib.contextmanager
@@ -357,7 +348,7 @@ class Locker:
                 unheard = unheard or (failure is not None and _multi.may_have_granted(failure))
                 if (failure is not None and not failure.is_retryable) or time.monotonic() >= until:
                     break
-                time.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
+                _backend.sleep(min(random.uniform(*BACKOFF), max(until - time.monotonic(), 0)))
         except BaseException:
             # Interrupted mid-request or between attempts: a grant may have come unheard.
             self._give_back.release_later(token, *raw)

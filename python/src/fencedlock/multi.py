@@ -1,3 +1,4 @@
+# Generated from fencedlock/asyncio/multi.py by python/scripts/unasync.py: do not edit.
 """Several keys at once, all or none: :meth:`Locker.acquire_all
 <fencedlock.Locker.acquire_all>` hands back a lease on every key, each with its own fence, or
 no lease at all. The rules are the Rust client's (``docs/rust.md``, "Several keys at once"):
@@ -97,8 +98,8 @@ def take_all(
     acquire: Callable[[str, float], Optional[Lease]], keys: Iterable[str], wait: float, window: float
 ) -> Union[Leases, str]:
     """The leases on ``keys`` (``acquire(key, wait_left)`` takes one), or the key that was
-    refused with nothing held. ``wait`` is for the whole call; ``window`` is how long a fresh
-    lease can be relied on."""
+    refused with nothing held (a call that raises, or is cancelled, releases what it took).
+    ``wait`` is for the whole call; ``window`` is how long a fresh lease can be relied on."""
     named, order = _keys.taking_order(keys)
     until = time.monotonic() + wait
     taken: Dict[str, Lease] = {}

@@ -1,3 +1,4 @@
+# Generated from fencedlock/asyncio/periodic.py by python/scripts/unasync.py: do not edit.
 """Jobs that run at most once per period across hosts, measured on the server's clock.
 
 A lock makes runs one at a time; the run record beside the key makes them one per period.
@@ -17,8 +18,9 @@ from typing import Callable, Optional, TypeVar, Union
 
 from . import _keys, _periodic, _wire
 from ._periodic import Busy, LastRun, NotDue, Periodic, Ran
-from ._server import Server
 from .errors import BadRecord, FencedLockError
+from . import _backend
+from ._server import Server
 from .lease import Lease
 
 __all__ = ["Busy", "Due", "LastRun", "NotDue", "Periodic", "Ran"]
@@ -87,7 +89,9 @@ def schedule(server: Server, lease: Lease, every_ms: int) -> Union[Due, NotDue]:
     return Due(server, lease, raw_key, reading.now_ms, every_ms, previous)
 
 
-def run(server: Server, acquire: Callable[[], Optional[Lease]], every_ms: int, work: Callable[[Lease], T]) -> Periodic[T]:
+def run(
+    server: Server, acquire: Callable[[], Optional[Lease]], every_ms: int, work: Callable[[Lease], T]
+) -> Periodic[T]:
     """``run_at_most_every`` once the server and the period are known good."""
     lease = acquire()
     if lease is None:
@@ -103,14 +107,23 @@ def run(server: Server, acquire: Callable[[], Optional[Lease]], every_ms: int, w
         return found
     lease.keep_alive()
     try:
-        value = work(lease)
-        # A lease lost during the run: the run is not counted (the Rust client drops the work
-        # at the loss; a thread cannot be stopped, so the loss is raised when it returns).
-        lease.ensure_valid()
+        value = while_held(lease, work)
         found.record(0)
     finally:
         _release(lease)
     return Ran(value)
+
+
+def while_held(lease: Lease, work: Callable[[Lease], T]) -> T:
+    """``work(lease)``, whose lease's loss is raised (:class:`LeaseLost`) rather than its
+    result, so that a run during which the lease was lost is not counted. On asyncio the work
+    is cancelled at the loss, as the Rust client's ``while_held`` drops it; a thread cannot be
+    stopped, so the sync package raises the loss when the work returns."""
+    running = _backend.race(lease.lost, work(lease))
+    # The loss first, as Rust's biased select: work that finished as the lease was lost is
+    # not counted either.
+    lease.ensure_valid()
+    return running.result()
 
 
 def _release(lease: Lease) -> None:

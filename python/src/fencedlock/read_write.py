@@ -1,3 +1,4 @@
+# Generated from fencedlock/asyncio/read_write.py by python/scripts/unasync.py: do not edit.
 """Fenced read-write locks: many readers or one writer on a key (``ACQUIRE … SHARED`` for a
 read lease; the plain ``ACQUIRE``, the mutex, for the write lease), after the Rust client's
 ``ReadWriteLock``.
@@ -46,7 +47,8 @@ class ReadWriteLock:
     ``ttl`` is the leases' (the locker's by default), ``wait`` how long :meth:`read` and
     :meth:`write` wait by default (seconds; the Rust client's ``max_wait``), ``label`` the
     public label every lease carries (``STATUS`` shows it; never a secret). Its write lease is
-    the same lease as ``locker.acquire(key)``'s.
+    the same lease as ``locker.acquire(key)``'s. A wait that is interrupted (or cancelled)
+    leaves nothing held, as :meth:`Locker.acquire`'s.
     """
 
     def __init__(
@@ -59,7 +61,7 @@ class ReadWriteLock:
         label: Union[str, bytes, None] = None,
     ) -> None:
         if not isinstance(locker, Locker):
-            raise InvalidArgument("a ReadWriteLock runs on a Locker (one server), as semaphores do: not on a Redlock")
+            raise InvalidArgument("a ReadWriteLock runs on a fencedlock.Locker (one server), as semaphores do: not on a Redlock")
         self._terms = Terms.checked(key, ttl, wait, label)
         self._locker = locker
 

@@ -1,3 +1,4 @@
+# Generated from fencedlock/asyncio/redlock.py by python/scripts/unasync.py: do not edit.
 """Fenced Redlock over N independent masters, each a redis-py client of yours.
 
 A lease is granted when a majority grants it within its validity (ttl minus the time the
@@ -13,23 +14,21 @@ again, so the later fence is higher (while a majority keeps its state; see the R
 
 from __future__ import annotations
 
-import concurrent.futures as futures
 import random
-import sys
-import threading
 import time
-from typing import Any, Callable, Iterable, List, Optional, Sequence, TypeVar, Union
+from typing import Callable, Iterable, List, Optional, Sequence, TypeVar, Union
 
 import redis
 
-from . import _clients, _contract, _keys, _periodic, _quorum, _terms, _wire, periodic
+from . import _clients, _contract, _keys, _periodic, _quorum, _terms, _wire
 from ._quorum import Answer, Tally, Vote
-from ._server import Server
+from ._terms import BACKOFF, EngineName, engine_choice
 from .errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
+from . import _backend, periodic
+from ._server import Server
 from .lease import Lease, LostCallback
 from .multi import Leases, take_all
 from .periodic import Due, LastRun, NotDue, Periodic
-from .locker import BACKOFF, EngineName, engine_choice
 
 T = TypeVar("T")
 
@@ -66,12 +65,8 @@ class Redlock:
         self._clock = _terms.Clock(drift_factor, _terms.seconds(drift, "drift"))
         self._renew_every = None if renew_every is None else _terms.seconds(renew_every, "renew_every")
         self.quorum = _quorum.quorum(len(clients))
-        # A thread per request in flight, idle ones reused (the executor starts a thread only
-        # when none is idle), never a request queued: a round ends at its majority, while a
-        # request to a stopped master runs to the request timeout, and with a bounded pool a
-        # few of those left later rounds' requests to the live masters, releases included,
-        # queued and unsent.
-        self._pool = futures.ThreadPoolExecutor(max_workers=sys.maxsize, thread_name_prefix="fencedlock-redlock")
+        # The requests to the masters: tasks, or threads (see _backend.Pool).
+        self._pool = _backend.Pool("fencedlock-redlock")
 
     @property
     def names(self) -> List[str]:
@@ -110,7 +105,7 @@ class Redlock:
                 if failure is not None:
                     raise failure
                 return None
-            time.sleep(min(random.uniform(*BACKOFF), left))
+            _backend.sleep(min(random.uniform(*BACKOFF), left))
 
     def lease(self, key: str, ttl: Optional[_terms.Seconds] = None, *, wait: Optional[_terms.Seconds] = None,
               keep_alive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
@@ -230,7 +225,7 @@ class Redlock:
             # still in flight to a node is not overtaken by the next round's ACQUIRE there.
             give_up = time.monotonic() + self._timeout
         while pending and (settle or not tally.decided()):
-            done, _ = futures.wait(pending, timeout=max(give_up - time.monotonic(), 0), return_when=futures.FIRST_COMPLETED)
+            done, _ = self._pool.first_done(pending, max(give_up - time.monotonic(), 0))
             if not done:
                 # The round's time ran out: a node that has not answered did not answer.
                 for i in pending.values():
@@ -275,5 +270,6 @@ class Redlock:
         return held
 
     def close(self) -> None:
-        """Stops the threads that ask the masters (requests still out finish first)."""
-        self._pool.shutdown(wait=False)
+        """Stops the threads that ask the masters, in the sync package (requests still out
+        finish first); nothing to stop on asyncio, whose requests are tasks on the loop."""
+        self._pool.close()

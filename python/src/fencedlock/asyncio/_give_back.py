@@ -1,45 +1,45 @@
-"""The asyncio twin of :mod:`fencedlock._give_back`: a token that may have been granted
-without our hearing of it (no answer, or cancelled) is released in a task, at once and
-again one timeout later."""
+"""Giving back a token that may have been granted without our hearing of it (an ACQUIRE that
+got no answer, or was interrupted or cancelled). A RELEASE by our own token cannot end another
+owner's lease, so it is always safe to send; and a server that answers late may still grant
+after the first pass, so the background pass runs again one timeout later."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Awaitable, Callable, Sequence, Set
+from typing import Awaitable, Callable, Sequence
 
 from ..errors import FencedLockError, Unavailable
+from . import _backend
 
 Release = Callable[[bytes, bytes], Awaitable[bool]]
 """A locker's ``release(key, token)``."""
 
 
 class GiveBack:
-    """The give-backs of one locker, and the tasks running them (kept until done: the loop
-    holds only weak references)."""
+    """The give-backs of one locker: ``release`` is its RELEASE, ``timeout`` its server's
+    per-request timeout."""
 
     def __init__(self, release: Release, timeout: float) -> None:
         self._release = release
         self._timeout = timeout
-        self._background: Set[asyncio.Task[None]] = set()
 
-    def release_later(self, token: bytes, *keys: bytes) -> asyncio.Event:
-        """Releases ``keys`` in a task, at once and one timeout later (see the sync
-        :class:`fencedlock._give_back.GiveBack`); the event is set when the first pass is done."""
-        first = asyncio.Event()
+    def release_later(self, token: bytes, *keys: bytes) -> _backend.Event:
+        """Releases ``keys`` in the background (a task, or a daemon thread), at once and again
+        one timeout later: an ACQUIRE that got no answer may still be granted when its server
+        wakes up. The event is set when the first pass is done."""
+        first = _backend.Event()
 
         async def release() -> None:
             await self.release_each(token, keys)
             first.set()
-            await asyncio.sleep(self._timeout)
+            await _backend.sleep(self._timeout)
             await self.release_each(token, keys)
 
-        task = asyncio.get_running_loop().create_task(release())
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        _backend.spawn(release, name="fencedlock-release")
         return first
 
     async def release_each(self, token: bytes, keys: Sequence[bytes]) -> None:
-        """See :meth:`fencedlock._give_back.GiveBack.release_each`."""
+        """Releases each key, quietly; a server that does not answer is left for the next
+        pass (rather than one connection attempt per key)."""
         for key in keys:
             try:
                 await self._release(key, token)
@@ -55,9 +55,16 @@ class GiveBack:
             pass
 
     async def release_set(self, keys: Sequence[bytes], token: bytes) -> None:
-        """See :meth:`fencedlock._give_back.GiveBack.release_set`."""
-        first = self.release_later(token, *keys)
-        try:
-            await asyncio.wait_for(first.wait(), self._timeout)
-        except asyncio.TimeoutError:
-            pass
+        """Releases every key (one, or a set) that may have been granted to ``token`` unheard:
+        at once and one timeout later, as :meth:`release_later` does, waiting up to one timeout
+        for the first pass. A server that answers has the keys back before the call goes on;
+        one that does not (stopped, unreachable) cannot hold the caller up longer than that.
+        The background pass ends after its second pass; it holds no connection between the
+        two."""
+        await _backend.wait_event(self.release_later(token, *keys), self._timeout)
+
+    async def release_unheard(self, token: bytes, *keys: bytes) -> None:
+        """Gives back a failed wait's possible grant, at once and one timeout later; the sync
+        package waits up to one timeout for the first pass, the asyncio one does not (see
+        ``_backend.after_failure``)."""
+        await _backend.after_failure(self.release_later(token, *keys), self._timeout)

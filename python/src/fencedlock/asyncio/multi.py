@@ -1,4 +1,22 @@
-"""Several keys at once on asyncio: the twin of :mod:`fencedlock.multi`."""
+"""Several keys at once, all or none: :meth:`Locker.acquire_all
+<fencedlock.Locker.acquire_all>` hands back a lease on every key, each with its own fence, or
+no lease at all. The rules are the Rust client's (``docs/rust.md``, "Several keys at once"):
+
+- **In one command where the server can**: a :class:`~fencedlock.Locker` takes a set of up
+  to 64 keys in one command for one token, every key or none at once, where its server's
+  module has ``FENCEDLOCK.ACQUIREALL`` (asked once with ``COMMAND INFO``; on a Redis Cluster
+  node, keys of one slot), or where its leases are the Functions library's (version 7 on,
+  ``fencedlock_acquireall`` by ``FCALL`` or the script's ``EVALSHA``; keys of one slot on
+  any server, as ``{acct-7}:ledger`` and ``{acct-7}:mail``: one floor key, the slot's,
+  covers every fence of the set). The command never waits: the call retries whole attempts
+  with backoff, the same token each time, holding nothing in between (no deadlock). A
+  refusal names the key held now.
+- **Key by key elsewhere** (:class:`~fencedlock.Redlock`, a module without the command, keys
+  of several slots on the library or a cluster node, more than 64 keys): keys taken in
+  their byte order whatever order they were named in (no deadlock), everything taken
+  released before a refusal returns (no partial hold), leases that aged while later keys
+  were awaited renewed before the call returns (every lease valid); :func:`take_all` below.
+"""
 
 from __future__ import annotations
 
@@ -17,8 +35,8 @@ log = logging.getLogger("fencedlock")
 
 
 class Leases:
-    """See :class:`fencedlock.Leases`: ``release()`` is awaited, ``async with leases:``
-    releases every lease on exit."""
+    """A lease on each of several keys, taken together; iterates in the order the keys were
+    named. As a context manager, every lease is released on exit."""
 
     def __init__(self, leases: List[Lease]) -> None:
         self._leases = leases
@@ -34,13 +52,17 @@ class Leases:
         return [lease.key for lease in self._leases]
 
     def get(self, key: str) -> Optional[Lease]:
+        """The lease on ``key``; ``None`` for a key not in the set."""
         return next((lease for lease in self._leases if lease.key == key), None)
 
     def ensure_valid(self) -> None:
+        """Raises :class:`~fencedlock.LeaseLost` as soon as any of the leases is lost."""
         for lease in self._leases:
             lease.ensure_valid()
 
     def keep_alive(self, on_lost: Optional[LostCallback] = None) -> Leases:
+        """Keeps every lease alive (see :meth:`Lease.keep_alive`); ``on_lost`` is called
+        with the lease that was lost."""
         for lease in self._leases:
             lease.keep_alive(on_lost)
         return self
@@ -74,8 +96,9 @@ class Leases:
 async def take_all(
     acquire: Callable[[str, float], Awaitable[Optional[Lease]]], keys: Iterable[str], wait: float, window: float
 ) -> Union[Leases, str]:
-    """See ``fencedlock.multi.take_all``. Cancel-safe: a cancelled call releases what it
-    took."""
+    """The leases on ``keys`` (``acquire(key, wait_left)`` takes one), or the key that was
+    refused with nothing held (a call that raises, or is cancelled, releases what it took).
+    ``wait`` is for the whole call; ``window`` is how long a fresh lease can be relied on."""
     named, order = _keys.taking_order(keys)
     until = time.monotonic() + wait
     taken: Dict[str, Lease] = {}
@@ -86,7 +109,8 @@ async def take_all(
                 await _give_back(taken.values())
                 return key
             taken[key] = lease
-        # Renew the leases that aged while later keys were awaited (see the sync twin).
+        # Leases taken early aged while later keys were awaited: each that used more than a
+        # quarter of its validity is renewed, so all are good for most of a ttl on return.
         for lease in taken.values():
             if lease.remaining < window - window / 4:
                 await lease.renew()

@@ -1,15 +1,24 @@
-"""Periodic jobs on asyncio: the twin of :mod:`fencedlock.periodic`, whose outcome types
-(:class:`LastRun`, :class:`NotDue`, :class:`Ran`, :class:`Busy`) it shares."""
+"""Jobs that run at most once per period across hosts, measured on the server's clock.
+
+A lock makes runs one at a time; the run record beside the key makes them one per period.
+The holder reads the record under its lease (:meth:`Locker.schedule
+<fencedlock.Locker.schedule>`), runs the job only when it is :class:`Due`, and records the
+run (:meth:`Due.record`) before it releases, so the next holder, whenever its cron fires and
+whatever its clock says, finds the run on record. :meth:`Locker.run_at_most_every
+<fencedlock.Locker.run_at_most_every>` does all of it around a callable. The record and the
+rule are the protocol's (``protocol/src/periodic.rs``); the design is in ``docs/rust.md``,
+"Periodic jobs".
+"""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Awaitable, Callable, Optional, TypeVar, Union
 
 from .. import _keys, _periodic, _wire
 from .._periodic import Busy, LastRun, NotDue, Periodic, Ran
 from ..errors import BadRecord, FencedLockError
+from . import _backend
 from ._server import Server
 from .lease import Lease
 
@@ -21,7 +30,8 @@ T = TypeVar("T")
 
 
 class Due:
-    """See :class:`fencedlock.Due`; :meth:`record` is awaited."""
+    """The right to run a due job once and to record the run: records under the fence of the
+    lease that found the job due, stamped with the server's time at that moment."""
 
     def __init__(
         self, server: Server, lease: Lease, raw_key: bytes, started_ms: int, every_ms: int, previous: Optional[LastRun]
@@ -37,15 +47,21 @@ class Due:
 
     @property
     def previous(self) -> Optional[LastRun]:
+        """The run before this one, if the job has one on record."""
         return self._previous
 
     @property
     def started(self) -> float:
+        """This run's start as it will be recorded: the server's time when it was found due,
+        in seconds since the Unix epoch."""
         return self._started_ms / 1000
 
     async def record(self, exit_code: int = 0) -> bool:
-        """See :meth:`fencedlock.Due.record`: ``False`` when a newer holder's run is on
-        record already."""
+        """Counts the run (with the job's ``exit_code``): the next holder does not run the
+        job until a period after this run started. Call it before releasing the lease.
+        ``False`` when a newer holder's run is on record already: this lease was lost
+        meanwhile (its run may have overlapped the newer one, which fencing the job's writes
+        guards against)."""
         exit_code = _periodic.check_exit_code(exit_code)
         args = _periodic.write_args(self._raw_key, self._started_ms, self._fence, self._label, exit_code, self._every_ms)
         return _wire.flag_of(await self._server.call(args))
@@ -55,6 +71,7 @@ class Due:
 
 
 async def read(server: Server, key: str, raw_key: bytes) -> _periodic.Reading:
+    """The server's time and ``key``'s record, in one script."""
     try:
         return _periodic.parse(await server.call(_periodic.read_args(raw_key)))
     except _periodic.Malformed:
@@ -74,12 +91,14 @@ async def schedule(server: Server, lease: Lease, every_ms: int) -> Union[Due, No
 async def run(
     server: Server, acquire: Callable[[], Awaitable[Optional[Lease]]], every_ms: int, work: Callable[[Lease], Awaitable[T]]
 ) -> Periodic[T]:
+    """``run_at_most_every`` once the server and the period are known good."""
     lease = await acquire()
     if lease is None:
         return Busy()
     try:
         found = await schedule(server, lease, every_ms)
     except BaseException:
+        # Nothing ran; the release is a courtesy to the next holder.
         await _release(lease)
         raise
     if isinstance(found, NotDue):
@@ -95,17 +114,11 @@ async def run(
 
 
 async def while_held(lease: Lease, work: Callable[[Lease], Awaitable[T]]) -> T:
-    """``work(lease)``, cancelled the moment the lease is lost, whose loss is raised then (as
-    the Rust client's ``while_held``)."""
-    running = asyncio.ensure_future(work(lease))
-    lost = asyncio.ensure_future(lease.lost.wait())
-    try:
-        await asyncio.wait({running, lost}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        lost.cancel()
-        if not running.done():
-            running.cancel()
-            await asyncio.gather(running, return_exceptions=True)
+    """``work(lease)``, whose lease's loss is raised (:class:`LeaseLost`) rather than its
+    result, so that a run during which the lease was lost is not counted. On asyncio the work
+    is cancelled at the loss, as the Rust client's ``while_held`` drops it; a thread cannot be
+    stopped, so the sync package raises the loss when the work returns."""
+    running = await _backend.race(lease.lost, work(lease))
     # The loss first, as Rust's biased select: work that finished as the lease was lost is
     # not counted either.
     lease.ensure_valid()

@@ -1,8 +1,18 @@
-"""Fenced Redlock on asyncio: the twin of :class:`fencedlock.Redlock`."""
+"""Fenced Redlock over N independent masters, each a redis-py client of yours.
+
+A lease is granted when a majority grants it within its validity (ttl minus the time the
+round took minus drift). Plain Redlock has no usable fence: every master counts its own, and
+successive grants from different majorities can carry falling fences. So, as the Rust
+client's ``Fencing::Raise``: after a majority granted with fences ``f_1..f_k``, every granting
+master is asked to ``RAISE`` the key's fence to ``F = max f_i`` (owner-checked), and the
+lease is handed out with fence ``F`` only once a majority confirmed. Any later grant's
+majority shares a master with that confirming majority, which raised before it could grant
+again, so the later fence is higher (while a majority keeps its state; see the Rust docs of
+``fencedlock::Fencing``).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from typing import Awaitable, Callable, Iterable, List, Optional, Sequence, TypeVar, Union
@@ -11,9 +21,9 @@ import redis.asyncio
 
 from .. import _clients, _contract, _keys, _periodic, _quorum, _terms, _wire
 from .._quorum import Answer, Tally, Vote
+from .._terms import BACKOFF, EngineName, engine_choice
 from ..errors import FencedLockError, InvalidArgument, NotAcquired, Unavailable
-from ..locker import BACKOFF, EngineName, engine_choice
-from . import periodic
+from . import _backend, periodic
 from ._server import Server
 from .lease import Lease, LostCallback
 from .multi import Leases, take_all
@@ -23,8 +33,9 @@ T = TypeVar("T")
 
 
 class Redlock:
-    """Leases by majority of ``clients``, fences rising across majorities (see
-    :mod:`fencedlock.redlock`)."""
+    """Leases by majority of ``clients`` (one per independent master), with fences that rise
+    across successive grants. ``timeout`` bounds each request to a master, connection set-up
+    included (see :class:`fencedlock.Locker`)."""
 
     def __init__(
         self,
@@ -53,6 +64,8 @@ class Redlock:
         self._clock = _terms.Clock(drift_factor, _terms.seconds(drift, "drift"))
         self._renew_every = None if renew_every is None else _terms.seconds(renew_every, "renew_every")
         self.quorum = _quorum.quorum(len(clients))
+        # The requests to the masters: tasks, or threads (see _backend.Pool).
+        self._pool = _backend.Pool("fencedlock-redlock")
 
     @property
     def names(self) -> List[str]:
@@ -67,14 +80,19 @@ class Redlock:
         keep_alive: bool = False,
         on_lost: Optional[LostCallback] = None,
     ) -> Optional[Lease]:
-        """See :meth:`fencedlock.Redlock.acquire`: ``None`` when held elsewhere,
-        :class:`QuorumNotReached` when masters did not answer and none refused."""
+        """A lease granted by a majority, or ``None`` while another owner holds it (after
+        rounds with jittered backoff for ``wait`` seconds). :class:`QuorumNotReached` (an
+        :class:`Unavailable`) when the last round had no majority because masters did not
+        answer and none refused."""
         raw_key = _keys.check_key(key)
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
         until = time.monotonic() + _terms.wait_seconds(wait)
         while True:
-            # A fresh token every round (see fencedlock.Redlock.acquire): a failed round's
-            # release that ran late would otherwise end the next round's grant on that master.
+            # A fresh token every round: a failed round's release that got no answer (a
+            # stopped or slow master) may still run there later, after the next round was
+            # granted; with the same token it would end the lease on that master, which would
+            # then stand on fewer masters than its majority counted (another client could win
+            # one while the caller works under it). The lease has the granted round's token.
             token = _terms.new_token()
             lease, failure = await self._round(key, raw_key, token, ttl_ms)
             if lease is not None:
@@ -86,10 +104,11 @@ class Redlock:
                 if failure is not None:
                     raise failure
                 return None
-            await asyncio.sleep(min(random.uniform(*BACKOFF), left))
+            await _backend.sleep(min(random.uniform(*BACKOFF), left))
 
     async def lease(self, key: str, ttl: Optional[_terms.Seconds] = None, *, wait: Optional[_terms.Seconds] = None,
-                    keep_alive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
+              keep_alive: bool = True, on_lost: Optional[LostCallback] = None) -> Lease:
+        """The lease for ``with``: :class:`NotAcquired` when it was not granted."""
         lease = await self.acquire(key, ttl, wait=wait, keep_alive=keep_alive, on_lost=on_lost)
         if lease is None:
             raise NotAcquired(key)
@@ -104,16 +123,16 @@ class Redlock:
         keep_alive: bool = False,
         on_lost: Optional[LostCallback] = None,
     ) -> Optional[Leases]:
-        """See :meth:`fencedlock.Redlock.acquire_all`."""
+        """A lease on every key, each granted by a majority, or ``None`` with nothing held
+        (see :meth:`fencedlock.Locker.acquire_all`)."""
         taken = await self._take_all(keys, ttl, wait)
         if isinstance(taken, str):
             return None
         return taken.keep_alive(on_lost) if keep_alive else taken
 
-    async def lease_all(self, keys: Iterable[str], ttl: Optional[_terms.Seconds] = None, *,
-                        wait: Optional[_terms.Seconds] = None, keep_alive: bool = True,
-                        on_lost: Optional[LostCallback] = None) -> Leases:
-        """See :meth:`fencedlock.Redlock.lease_all`."""
+    async def lease_all(self, keys: Iterable[str], ttl: Optional[_terms.Seconds] = None, *, wait: Optional[_terms.Seconds] = None,
+                  keep_alive: bool = True, on_lost: Optional[LostCallback] = None) -> Leases:
+        """The leases for ``with``: :class:`NotAcquired` naming the key that was refused."""
         taken = await self._take_all(keys, ttl, wait)
         if isinstance(taken, str):
             raise NotAcquired(taken)
@@ -121,10 +140,12 @@ class Redlock:
 
     async def _take_all(self, keys: Iterable[str], ttl: Optional[_terms.Seconds], wait: Optional[_terms.Seconds]) -> Union[Leases, str]:
         ttl_ms = self._ttl_ms if ttl is None else _terms.ttl_ms(ttl)
-        return await take_all(lambda key, left: self.acquire(key, ttl, wait=left), keys, _terms.wait_seconds(wait),
-                              self._clock.window(ttl_ms))
+        return await take_all(lambda key, left: self.acquire(key, ttl, wait=left), keys, _terms.wait_seconds(wait), self._clock.window(ttl_ms))
+
+    # -- periodic jobs: on one master only -----------------------------------------------
 
     def _periodic_server(self) -> Server:
+        """The one server whose clock measures periods; independent masters have none."""
         if len(self._servers) != 1:
             raise InvalidArgument(_periodic.MULTI_MASTER)
         return self._servers[0]
@@ -137,13 +158,15 @@ class Redlock:
         return await periodic.schedule(server, lease, _periodic.period_ms(every))
 
     async def last_run(self, key: str) -> Optional[LastRun]:
+        """:class:`InvalidArgument` over several masters (see :meth:`fencedlock.Locker.last_run`)."""
         raw_key = _keys.check_key(key)
         return (await periodic.read(self._periodic_server(), key, raw_key)).last_run()
 
     async def run_at_most_every(
         self, key: str, every: _terms.Seconds, work: Callable[[Lease], Awaitable[T]], *, ttl: Optional[_terms.Seconds] = None
     ) -> Periodic[T]:
-        """:class:`InvalidArgument` over several masters, before anything is taken."""
+        """:class:`InvalidArgument` over several masters, before anything is taken (see
+        :meth:`fencedlock.Locker.run_at_most_every`)."""
         server = self._periodic_server()
         _keys.check_key(key)
         every_ms = _periodic.period_ms(every)
@@ -162,27 +185,28 @@ class Redlock:
         fence: Optional[int] = None
         if len(grants) >= self.quorum and time.monotonic() < self._clock.deadline(sent, ttl_ms):
             fence = await self._raise(raw_key, token, [i for i, _ in grants], max(v for _, v in grants))
-        deadline = self._clock.deadline(sent, ttl_ms)
-        if fence is not None and time.monotonic() < deadline:
-            return Lease(self, key, raw_key, token, fence, ttl_ms, deadline, self._clock, self._renew_every), None
+        if fence is not None and time.monotonic() < self._clock.deadline(sent, ttl_ms):
+            return Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every), None
+        # No usable majority: give back what any node may have granted (not the refusers').
         owed = [i for i, v in enumerate(votes) if v is not Answer.REFUSED]
         await self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed, settle=True)
         return None, _quorum.not_reached(key, votes, self.names)
 
     async def _raise(self, key: bytes, token: bytes, granting: List[int], target: int) -> Optional[int]:
+        """RAISE on every granting node to ``target``; the fence if a majority confirmed."""
+
         async def ask(server: Server) -> Vote:
             engine = await server.detect()
-            args = _wire.command(engine, _contract.RAISE, key, (token, target))
-            reply = _wire.fence_of(await server.call(args, secret=token))
+            reply = _wire.fence_of(await server.call(_wire.command(engine, _contract.RAISE, key, (token, target)), secret=token))
             return reply if reply is not None and reply >= target else Answer.REFUSED
 
         votes = await self._parallel(ask, Tally(self.quorum, len(granting)), only=granting)
         return target if sum(map(_quorum.is_yes, votes)) >= self.quorum else None
 
-    async def _parallel(
-        self, ask: Callable[[Server], Awaitable[Vote]], tally: Tally, only: Optional[List[int]] = None, settle: bool = False
-    ) -> List[Vote]:
-        """See the sync twin; requests not waited for go on in the background."""
+    async def _parallel(self, ask: Callable[[Server], Awaitable[Vote]], tally: Tally, only: Optional[List[int]] = None, settle: bool = False) -> List[Vote]:
+        """``ask`` of every server (or those in ``only``) at once, until ``tally`` is decided
+        or every request's timeout passed; one vote per server, ``NOT_AWAITED`` for those not
+        asked or not waited for."""
         targets = list(range(len(self._servers))) if only is None else only
         votes: List[Vote] = [Answer.NOT_AWAITED] * len(self._servers)
 
@@ -192,22 +216,23 @@ class Redlock:
             except FencedLockError as err:
                 return err
 
-        pending = {asyncio.ensure_future(guarded(self._servers[i])): i for i in targets}
+        pending = {self._pool.submit(guarded, self._servers[i]): i for i in targets}
+        # Detection may take a few requests: a generous bound over one request's timeout.
         give_up = time.monotonic() + 4 * self._timeout
         if settle:
             # A release waits for every answer for one request's time, so that a release
             # still in flight to a node is not overtaken by the next round's ACQUIRE there.
             give_up = time.monotonic() + self._timeout
         while pending and (settle or not tally.decided()):
-            done, _ = await asyncio.wait(pending, timeout=max(give_up - time.monotonic(), 0), return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await self._pool.first_done(pending, max(give_up - time.monotonic(), 0))
             if not done:
                 # The round's time ran out: a node that has not answered did not answer.
                 for i in pending.values():
                     votes[i] = _quorum.unanswered(self._servers[i].name, self._timeout)
                 break
-            for task in done:
-                i = pending.pop(task)
-                votes[i] = task.result()
+            for future in done:
+                i = pending.pop(future)
+                votes[i] = future.result()
                 tally.record(votes[i])
         return votes
 
@@ -217,13 +242,15 @@ class Redlock:
         held = _wire.flag_of(await server.call(_wire.command(engine, _contract.RELEASE, key, (token,)), secret=token))
         return Answer.YES if held else Answer.REFUSED
 
+    # -- the lease's authority -----------------------------------------------------------
+
     async def renew(self, key: bytes, token: bytes, ttl_ms: int, timeout: Optional[float] = None) -> Optional[float]:
         sent = time.monotonic()
 
         async def ask(server: Server) -> Vote:
             engine = await server.detect()
-            args = _wire.command(engine, _contract.RENEW, key, (token, ttl_ms))
-            return Answer.YES if _wire.flag_of(await server.call(args, secret=token)) else Answer.REFUSED
+            held = _wire.flag_of(await server.call(_wire.command(engine, _contract.RENEW, key, (token, ttl_ms)), secret=token))
+            return Answer.YES if held else Answer.REFUSED
 
         votes = await self._parallel(ask, Tally(self.quorum, len(self._servers), either_way=True))
         held = _quorum.majority_held(votes, self.quorum)
@@ -240,3 +267,8 @@ class Redlock:
         if held is None:
             raise Unavailable(f"release without a majority's answer: {_quorum.describe(votes, self.names)}")
         return held
+
+    def close(self) -> None:
+        """Stops the threads that ask the masters, in the sync package (requests still out
+        finish first); nothing to stop on asyncio, whose requests are tasks on the loop."""
+        self._pool.close()
