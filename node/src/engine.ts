@@ -7,7 +7,7 @@
 import type { Arg } from './connection.js';
 import { CONTRACT } from './contract.js';
 import { LIBRARY } from './library.js';
-import { ACQUIRE_ALL, ACQUIRE_ALL_FUNCTION, COMMANDS, FUNCTIONS, acquireAllKeys, floorKey, takesFloor, takesWake, wakeKey, type CommandName } from './protocol.js';
+import { ACQUIRE_ALL, ACQUIRE_ALL_FUNCTION, COMMANDS, FUNCTIONS, acquireAllKeys, libraryKeys, takesFloor, takesWake, type CommandName } from './protocol.js';
 
 /** The engine a server runs the lease commands with. */
 export type Engine = 'module' | 'functions' | 'script';
@@ -31,7 +31,8 @@ export { LIBRARY };
  */
 export function request(engine: Engine, command: CommandName, key: string, rest: readonly Arg[], waiting = false): Arg[] {
   if (engine === 'module') return [COMMANDS[command], key, ...rest];
-  const keys = waiting || takesWake(command) ? [floorKey(key), wakeKey(key)] : takesFloor(command) ? [floorKey(key)] : [];
+  const wake = waiting || takesWake(command);
+  const keys = wake || takesFloor(command) ? libraryKeys(key, wake) : [];
   return libraryCall(engine, FUNCTIONS[command], [key, ...keys], rest);
 }
 

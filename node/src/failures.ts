@@ -14,11 +14,20 @@ export class TimedOut extends ConnectionFailure {}
 
 /** `promise`, or a `TimedOut` after `ms` (the request is not cancelled: its reply is ignored). */
 export function bounded<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new TimedOut(`no answer within ${ms} ms`)), ms);
+  // One promise and one timer per request (every lease sends two), not race's and finally's.
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new TimedOut(`no answer within ${ms} ms`)), ms);
+    promise.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
   });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
 /** The `Cause` of an error reply or a failed request (the Rust client's `Cause::of`). */

@@ -95,6 +95,8 @@ export class IORedisBackend implements Backend {
   readonly name: string;
   readonly isCluster: boolean;
   #own: IORedisLike | undefined;
+  /** What `shared()` returns, made at its first call (a request's), until `close()`. */
+  #shared: Connection | undefined;
   #closed = false;
   readonly #opened = new Set<IORedisLike>();
 
@@ -107,7 +109,8 @@ export class IORedisBackend implements Backend {
   }
 
   shared(): Connection {
-    if (usableAsIs(this.client)) return { call: (args) => send(this.client, args) };
+    if (this.#shared) return this.#shared;
+    if (usableAsIs(this.client)) return (this.#shared = { call: (args) => send(this.client, args) });
     if (this.#closed) return CLOSED;
     if (!this.#own) {
       this.#own = exactCopy(this.client, {});
@@ -115,7 +118,7 @@ export class IORedisBackend implements Backend {
       this.#opened.add(this.#own);
     }
     const own = this.#own;
-    return { call: (args) => send(own, args) };
+    return (this.#shared = { call: (args) => send(own, args) });
   }
 
   async everywhere(args: readonly Arg[]): Promise<void> {
@@ -155,5 +158,6 @@ export class IORedisBackend implements Backend {
     for (const conn of this.#opened) conn.disconnect();
     this.#opened.clear();
     this.#own = undefined;
+    this.#shared = undefined;
   }
 }

@@ -70,11 +70,13 @@ function isCluster(client: NodeRedisLike): boolean {
   return 'masters' in client && 'slots' in client;
 }
 
+/** Every command's options: one object, as node-redis only reads what it is given. */
+const COMMAND_OPTIONS = { typeMapping: TYPE_MAPPING };
+
 async function send(client: NodeRedisLike, cluster: boolean, args: readonly Arg[], key: string | undefined): Promise<Reply> {
-  const options = { typeMapping: TYPE_MAPPING };
   let reply: unknown;
   try {
-    reply = cluster ? await client.sendCommand(key, false, args, options) : await client.sendCommand(args, options);
+    reply = cluster ? await client.sendCommand(key, false, args, COMMAND_OPTIONS) : await client.sendCommand(args, COMMAND_OPTIONS);
   } catch (err) {
     throw failure(err);
   }
@@ -112,8 +114,11 @@ export class NodeRedisBackend implements Backend {
     this.name = addressOf(client, this.isCluster);
   }
 
+  /** The shared connection: the user's client itself, made once. */
+  readonly #shared: Connection = { call: (args, key) => send(this.client, this.isCluster, args, key) };
+
   shared(): Connection {
-    return { call: (args, key) => send(this.client, this.isCluster, args, key) };
+    return this.#shared;
   }
 
   async everywhere(args: readonly Arg[]): Promise<void> {

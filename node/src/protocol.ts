@@ -99,15 +99,17 @@ export function classifyReply(code: string, detail: string): ReplyErrorKind | un
 
 const SLOTS = CONTRACT.limits.slots;
 
+/** CRC16-XMODEM of each byte value, so that a key is hashed with one lookup per byte, not eight shifts. */
+const CRC_TABLE = Uint16Array.from({ length: 256 }, (_, byte) => {
+  let crc = byte << 8;
+  for (let i = 0; i < 8; i++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  return crc;
+});
+
 /** CRC16-XMODEM, the checksum Redis Cluster hashes keys with. */
 function crc16(bytes: Uint8Array): number {
   let crc = 0;
-  for (const byte of bytes) {
-    crc ^= byte << 8;
-    for (let i = 0; i < 8; i++) {
-      crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
-    }
-  }
+  for (const byte of bytes) crc = ((crc << 8) & 0xffff) ^ (CRC_TABLE[(crc >> 8) ^ byte] ?? 0);
   return crc;
 }
 
@@ -157,12 +159,30 @@ function bytes(key: string | Uint8Array): Uint8Array {
   return typeof key === 'string' ? Buffer.from(key, 'utf8') : key;
 }
 
+function tagOf(key: string | Uint8Array): string {
+  return floorTag(keySlot(bytes(key)));
+}
+
 /** The floor key of `key`'s slot: `fencedlock:fn-floor:{TAG}`. */
 export function floorKey(key: string | Uint8Array): string {
-  return `${FLOOR_KEY_PREFIX}${floorTag(keySlot(bytes(key)))}}`;
+  return floorKeyOf(tagOf(key));
+}
+
+function floorKeyOf(tag: string): string {
+  return `${FLOOR_KEY_PREFIX}${tag}}`;
 }
 
 /** The wake-up list of `key` (a string, sent as UTF-8): `fencedlock:fn-wake:{TAG}:key`. */
 export function wakeKey(key: string): string {
-  return `${WAKE_KEY_PREFIX}${floorTag(keySlot(bytes(key)))}}:${key}`;
+  return wakeKeyOf(tagOf(key), key);
+}
+
+function wakeKeyOf(tag: string, key: string): string {
+  return `${WAKE_KEY_PREFIX}${tag}}:${key}`;
+}
+
+/** `key`'s floor key and, with `wake`, its wake-up list after it: the key hashed once for both. */
+export function libraryKeys(key: string, wake: boolean): string[] {
+  const tag = tagOf(key);
+  return wake ? [floorKeyOf(tag), wakeKeyOf(tag, key)] : [floorKeyOf(tag)];
 }
