@@ -1,0 +1,56 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+)
+
+// Do runs fn under a lease on key, kept alive (KeepAlive) while fn runs and released when it
+// returns. fn's ctx is cancelled, with a cause that errors.Is ErrLeaseLost
+// (context.Cause(ctx)), the moment the lease is lost: stop writing then. fn never runs
+// without the lease: a key held elsewhere (after the wait) is an error that errors.Is
+// ErrNotAcquired, and fn is not called. Do returns fn's error, joined with the loss when the
+// lease was lost while fn ran.
+func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error {
+	if fn == nil {
+		return invalid("Do needs a function")
+	}
+	lease, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	lease.KeepAlive()
+	run, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-lease.Done():
+			if lost := lease.Err(); lost != nil {
+				cancel(lost)
+			}
+		case <-run.Done():
+		}
+	}()
+	ferr := fn(run, lease)
+	lost := lease.Err()
+	cancel(nil)
+	<-watched
+	// The release is sent even when the caller's ctx has ended: the lease must not be left
+	// to run out.
+	_, rerr := lease.Release(context.WithoutCancel(ctx))
+	if lost != nil {
+		if ferr != nil && !errors.Is(ferr, ErrLeaseLost) {
+			return errors.Join(lost, ferr)
+		}
+		return lost
+	}
+	if ferr != nil {
+		return ferr
+	}
+	if rerr != nil && !errors.Is(rerr, ErrLeaseLost) {
+		return rerr
+	}
+	return nil
+}

@@ -1,0 +1,221 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Locker takes leases on one server (or one Redis Cluster, routed by key) over the user's
+// go-redis client, with the module's commands where the server has them, else the Functions
+// library (loaded by the locker where missing or older), else the library as a script.
+//
+// Give the client ContextTimeoutEnabled: true: every request is bounded by WithTimeout, and
+// go-redis honours a context's deadline on the socket only then. Without it a request to a
+// server that stopped answering is still given up at the timeout, but its connection stays
+// busy until the client's ReadTimeout, and go-redis may send it again meanwhile.
+type Locker struct {
+	server   *server
+	settings settings
+	// background counts the goroutines giving back grants that may have been made unheard;
+	// Close waits for them.
+	background sync.WaitGroup
+}
+
+// NewLocker is a locker over client: a *redis.Client (a failover client on Sentinel is one),
+// a *redis.ClusterClient, or another redis.UniversalClient (whose waits then poll). Bad
+// options are an error that errors.Is ErrInvalidArgument.
+func NewLocker(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if protoErr != nil {
+		return nil, protoErr
+	}
+	if client == nil {
+		return nil, invalid("a locker needs a client")
+	}
+	s := defaults()
+	for _, o := range opts {
+		o(&s)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	return &Locker{server: newServer(client, s.timeout), settings: s}, nil
+}
+
+// Close waits for the locker's background releases and closes the connections it opened
+// itself for waits; never the client it was given.
+func (l *Locker) Close() error {
+	l.background.Wait()
+	return l.server.close()
+}
+
+// Acquire takes a lease on key, waiting up to WithWait (and no longer than ctx) while another
+// owner holds it. Another owner's lease is an error that errors.Is ErrNotAcquired; a server
+// that cannot answer, ErrUnavailable: the two are never confused.
+func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	s := l.settings
+	for _, o := range opts {
+		o(&s)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	srv := l.server
+	e, err := srv.detect(ctx)
+	if err != nil {
+		return nil, l.failure(ctx, key, err)
+	}
+	if e != engineModule {
+		if max := time.Duration(proto.c.Library.MaxTTLMs) * time.Millisecond; s.ttl > max {
+			return nil, invalid("ttl must be at most %v on a server without the module (the Functions library's limit), got %v", max, s.ttl)
+		}
+	}
+	giveUp := time.Now().Add(s.wait)
+	var last error
+	for round := 0; ; round++ {
+		// Every round asks with a token of its own: a round that got no answer may have been
+		// granted unheard, and its token is given back in the background, which must never
+		// end a later round's lease.
+		token, err := newToken()
+		if err != nil {
+			return nil, err
+		}
+		req := acquireRequest{key: []byte(key), token: token, ttlMs: s.ttl.Milliseconds(), label: s.label}
+		sent := time.Now()
+		var fence uint64
+		if s.wait > 0 && time.Now().Before(giveUp) {
+			fence, err = l.wait(ctx, e, req, giveUp)
+		} else {
+			fence, err = l.attempt(ctx, e, req)
+		}
+		if err == nil && fence > 0 {
+			until := sent.Add(s.ttl - drift(s.ttl))
+			lease := newLease(l, req, fence, until)
+			if s.wait > 0 && time.Since(sent) > (s.ttl-drift(s.ttl))/4 {
+				// The wait ate into the lease: a renewal anchors it at now. A failed one
+				// leaves the validity counted from the request.
+				_ = lease.Renew(ctx)
+			}
+			return lease, nil
+		}
+		if err != nil {
+			if !answered(err) {
+				l.giveBack(req.key, req.token)
+			}
+			if ctx.Err() != nil {
+				return nil, l.failure(ctx, key, err)
+			}
+			ferr := classify(srv.name(), key, err)
+			var fe *Error
+			if !errors.As(ferr, &fe) || !fe.Retryable() || !time.Now().Before(giveUp) {
+				return nil, ferr
+			}
+			last = ferr
+		} else {
+			last = nil
+		}
+		left := time.Until(giveUp)
+		if left <= 0 {
+			if last != nil {
+				return nil, last
+			}
+			return nil, &Error{Kind: KindNotAcquired, Key: key, Server: srv.name()}
+		}
+		if err := sleep(ctx, min(backoff(round), left)); err != nil {
+			return nil, l.failure(ctx, key, err)
+		}
+	}
+}
+
+// failure is err as the package's error: the caller's own context ending is its cause as is.
+func (l *Locker) failure(ctx context.Context, key string, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("fencedlock: acquire %q: %w", key, context.Cause(ctx))
+	}
+	return classify(l.server.name(), key, err)
+}
+
+// attempt is one ACQUIRE: the fence, or 0 while another token holds the key.
+func (l *Locker) attempt(ctx context.Context, e engine, req acquireRequest) (uint64, error) {
+	reply, err := l.server.call(ctx, acquireWords(e, req, false, -1)...)
+	if err != nil {
+		return 0, err
+	}
+	return asFence(reply)
+}
+
+// asFence reads an ACQUIRE reply: a fence of 1 or more, or nil (0 here).
+func asFence(reply any) (uint64, error) {
+	if reply == nil {
+		return 0, nil
+	}
+	n, ok := reply.(int64)
+	if !ok || n < 1 {
+		return 0, &Error{Kind: KindBadReply, Err: fmt.Errorf("ACQUIRE must reply a fence of 1 or more, or nil; got %v", reply)}
+	}
+	return uint64(n), nil
+}
+
+// release is a RELEASE of key for token: true when the token held it and it ended now.
+func (l *Locker) release(ctx context.Context, key, token []byte) (bool, error) {
+	srv := l.server
+	e, err := srv.detect(ctx)
+	if err != nil {
+		return false, classify(srv.name(), string(key), err)
+	}
+	reply, err := srv.call(ctx, request(e, cmdRelease, key, []any{token}, false)...)
+	if err != nil {
+		return false, classify(srv.name(), string(key), err)
+	}
+	n, ok := reply.(int64)
+	if !ok || (n != 0 && n != 1) {
+		return false, &Error{Kind: KindBadReply, Key: string(key), Server: srv.name(), Err: errors.New("RELEASE must reply 0 or 1")}
+	}
+	return n == 1, nil
+}
+
+// giveBack releases a token whose ACQUIRE got no answer (it may have been granted unheard),
+// in the background: at once, and again one timeout later, since a server that answers late
+// may grant after the first release. A RELEASE by our own token cannot end another owner's
+// lease, so it is always safe to send.
+func (l *Locker) giveBack(key, token []byte) {
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		ctx := context.Background()
+		_, _ = l.release(ctx, key, token)
+		time.Sleep(l.settings.timeout)
+		_, _ = l.release(ctx, key, token)
+	}()
+}
+
+// backoff is the jittered delay before retry round: random in [20, min(400, 20·2^round)] ms.
+func backoff(round int) time.Duration {
+	hi := 20 * time.Millisecond << min(round, 10)
+	hi = min(hi, 400*time.Millisecond)
+	lo := 20 * time.Millisecond
+	if hi <= lo {
+		return lo
+	}
+	return lo + rand.N(hi-lo)
+}
+
+// sleep waits d, or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

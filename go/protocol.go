@@ -1,0 +1,251 @@
+package fencedlock
+
+import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	"example.invalid/fencedlock/go/internal/contract"
+)
+
+// The contract's facts the package uses, read from the embedded contract.json at init (never
+// restated by hand: contract_test.go checks them against the vectors the protocol crate
+// computed). A contract that cannot be read leaves protoErr set, which NewLocker returns.
+var proto, protoErr = loadProtocol()
+
+// The command names of the contract, as the module serves them.
+const (
+	cmdAcquire = "FENCEDLOCK.ACQUIRE"
+	cmdRenew   = "FENCEDLOCK.RENEW"
+	cmdRelease = "FENCEDLOCK.RELEASE"
+	cmdStatus  = "FENCEDLOCK.STATUS"
+)
+
+// protocol is what the package reads of the contract.
+type protocol struct {
+	c *contract.Contract
+	// commands by name, and whether each takes the floor key and the wake-up list.
+	commands map[string]contract.Command
+	// The option words of ACQUIRE.
+	block, label, permits, shared string
+	// script is the library without its first line (#!lua name=…), for EVAL/EVALSHA.
+	script string
+}
+
+func loadProtocol() (*protocol, error) {
+	c, err := contract.Parse(contract.JSON)
+	if err != nil {
+		return nil, err
+	}
+	p := &protocol{c: c, commands: map[string]contract.Command{}}
+	for _, cmd := range c.Commands {
+		p.commands[cmd.Name] = cmd
+	}
+	for _, name := range []string{cmdAcquire, cmdRenew, cmdRelease, cmdStatus} {
+		if _, ok := p.commands[name]; !ok {
+			return nil, fmt.Errorf("contract.json has no command %s", name)
+		}
+		if c.Library.Functions[name] == "" {
+			return nil, fmt.Errorf("contract.json names no library function for %s", name)
+		}
+	}
+	p.block, p.label, p.permits, p.shared = c.Words.Block, c.Words.Label, c.Words.Permits, c.Words.Shared
+	nl := strings.IndexByte(contract.Library, '\n')
+	if nl < 0 {
+		return nil, fmt.Errorf("functions.lua has no first line")
+	}
+	p.script = contract.Library[nl+1:]
+	// The script is named by its SHA1 in EVALSHA: the contract's must be this script's.
+	sum := sha1.Sum([]byte(p.script))
+	if got := hex.EncodeToString(sum[:]); got != c.Library.ScriptSHA1 {
+		return nil, fmt.Errorf("functions.lua's script SHA1 %s is not contract.json's %s: run go generate", got, c.Library.ScriptSHA1)
+	}
+	return p, nil
+}
+
+// crc16 is CRC16-XMODEM (polynomial 0x1021, initial 0), Redis Cluster's key hash.
+func crc16(data []byte) uint16 {
+	var crc uint16
+	for _, b := range data {
+		crc ^= uint16(b) << 8
+		for i := 0; i < 8; i++ {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// keySlot is the key's cluster slot: the CRC16 of its hash tag (the bytes between the first
+// '{' and the first '}' after it, when there is at least one) or of the whole key.
+func keySlot(key []byte) int {
+	slots := proto.c.Keys.Slots
+	if open := strings.IndexByte(string(key), '{'); open >= 0 {
+		if end := strings.IndexByte(string(key[open+1:]), '}'); end > 0 {
+			return int(crc16(key[open+1:open+1+end])) % slots
+		}
+	}
+	return int(crc16(key)) % slots
+}
+
+var (
+	tagsOnce       sync.Once
+	libraryTags    []string
+	moduleTags     []int
+	tagsIncomplete bool
+)
+
+// buildTags fills the floor tags of every slot: the library's (the one six-digit string, the
+// first two digits 0-7 and the other four 0-3, whose own slot is the slot) and the module's
+// (the smallest decimal number whose own slot is the slot).
+func buildTags() {
+	slots := proto.c.Keys.Slots
+	libraryTags = make([]string, slots)
+	moduleTags = make([]int, slots)
+	for i := range moduleTags {
+		moduleTags[i] = -1
+	}
+	digits := make([]byte, proto.c.Keys.LibraryFloor.TagLen)
+	var fill func(pos int)
+	fill = func(pos int) {
+		if pos == len(digits) {
+			tag := string(digits)
+			libraryTags[keySlot(digits)] = tag
+			return
+		}
+		top := byte('3')
+		if pos < 2 {
+			top = '7'
+		}
+		for d := byte('0'); d <= top; d++ {
+			digits[pos] = d
+			fill(pos + 1)
+		}
+	}
+	fill(0)
+	left := slots
+	for n := 0; left > 0 && n < 1<<24; n++ {
+		s := keySlot([]byte(strconv.Itoa(n)))
+		if moduleTags[s] < 0 {
+			moduleTags[s] = n
+			left--
+		}
+	}
+	for _, tag := range libraryTags {
+		if tag == "" {
+			tagsIncomplete = true
+		}
+	}
+	tagsIncomplete = tagsIncomplete || left > 0
+}
+
+// floorTag is the library's floor tag of the key's slot.
+func floorTag(key []byte) string {
+	tagsOnce.Do(buildTags)
+	return libraryTags[keySlot(key)]
+}
+
+// floorKey is the library's floor key of the key's slot: the one key it keeps the slot's
+// fence floor in (it refuses any other).
+func floorKey(key []byte) string {
+	return proto.c.Keys.LibraryFloor.Prefix + floorTag(key) + "}"
+}
+
+// wakeKey is the key's wake-up list: a release on the library pushes to it, and a waiter
+// BLPOPs on it.
+func wakeKey(key []byte) string {
+	return proto.c.Keys.Wake.Prefix + floorTag(key) + "}:" + string(key)
+}
+
+// moduleFloorKey is the module's floor key of the key's slot (the vectors check it).
+func moduleFloorKey(key []byte) string {
+	tagsOnce.Do(buildTags)
+	return proto.c.Keys.ModuleFloor.Prefix + strconv.Itoa(moduleTags[keySlot(key)]) + "}"
+}
+
+// engine is how a server serves the contract.
+type engine int
+
+const (
+	engineUnknown engine = iota
+	// engineModule: the module's FENCEDLOCK.* commands.
+	engineModule
+	// engineFunctions: the Functions library by FCALL.
+	engineFunctions
+	// engineScript: the library's source as a script by EVALSHA, where FUNCTION is denied.
+	engineScript
+)
+
+func (e engine) String() string {
+	switch e {
+	case engineModule:
+		return "module"
+	case engineFunctions:
+		return "functions"
+	case engineScript:
+		return "script"
+	}
+	return "unknown"
+}
+
+// request is the command on key with rest after it, in the engine's form. The library forms
+// name the key's floor key where the function takes it, and its wake-up list for a release
+// and for a waiter's ACQUIRE (waiting).
+func request(e engine, command string, key []byte, rest []any, waiting bool) []any {
+	if e == engineModule {
+		return append([]any{command, key}, rest...)
+	}
+	cmd := proto.commands[command]
+	wake := waiting || cmd.TakesWake
+	keys := []any{key}
+	if cmd.TakesFloor || wake {
+		keys = append(keys, floorKey(key))
+	}
+	if wake {
+		keys = append(keys, wakeKey(key))
+	}
+	fn := proto.c.Library.Functions[command]
+	var words []any
+	if e == engineScript {
+		words = append([]any{"EVALSHA", proto.c.Library.ScriptSHA1, strconv.Itoa(len(keys))}, keys...)
+		words = append(words, fn)
+	} else {
+		words = append([]any{"FCALL", fn, strconv.Itoa(len(keys))}, keys...)
+	}
+	return append(words, rest...)
+}
+
+// acquireRequest is what an ACQUIRE asks for.
+type acquireRequest struct {
+	key     []byte
+	token   []byte
+	ttlMs   int64
+	label   []byte
+	permits int
+	shared  bool
+}
+
+// acquireWords is the ACQUIRE of req in the engine's form: token, ttl, then the options in the
+// contract's order (LABEL, PERMITS only above 1, SHARED, BLOCK last; blockMs < 0: none).
+func acquireWords(e engine, req acquireRequest, waiting bool, blockMs int64) []any {
+	rest := []any{req.token, strconv.FormatInt(req.ttlMs, 10)}
+	if len(req.label) > 0 {
+		rest = append(rest, proto.label, req.label)
+	}
+	if req.permits > 1 {
+		rest = append(rest, proto.permits, strconv.Itoa(req.permits))
+	}
+	if req.shared {
+		rest = append(rest, proto.shared)
+	}
+	if blockMs >= 0 {
+		rest = append(rest, proto.block, strconv.FormatInt(blockMs, 10))
+	}
+	return request(e, cmdAcquire, req.key, rest, waiting)
+}

@@ -1,0 +1,346 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"example.invalid/fencedlock/go/internal/contract"
+)
+
+// server is one Redis server (or one cluster, routed by key) as a locker talks to it: the
+// user's client, the per-request timeout, the engine detected on it, and the connections of
+// its own that waits block on.
+type server struct {
+	client  redis.UniversalClient
+	timeout time.Duration
+
+	mu     sync.Mutex
+	engine engine
+	// waiters are clients of the locker's own, one per node address, for requests that block
+	// (ACQUIRE … BLOCK, BLPOP): without read timeout or retries of their own, so a wait is
+	// bounded by its context alone and never re-sent by the client library.
+	waiters map[string]*redis.Client
+	closed  bool
+}
+
+func newServer(client redis.UniversalClient, timeout time.Duration) *server {
+	return &server{client: client, timeout: timeout, waiters: map[string]*redis.Client{}}
+}
+
+// name is the server's address for error messages.
+func (s *server) name() string {
+	if c, ok := s.client.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return ""
+}
+
+// bounded runs f, returning its result, or errTimedOut once ctx ends first (the request is
+// not cancelled: go-redis honours a context's deadline on the socket only with
+// ContextTimeoutEnabled, so without it the reply is left to arrive and be dropped). A
+// deadline of the caller's own ctx is the caller's error, not a timeout of the server.
+func bounded(parent, ctx context.Context, f func(context.Context) (any, error)) (any, error) {
+	type result struct {
+		v   any
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		select {
+		case r := <-done:
+			return r.v, r.err
+		default:
+		}
+		if parent.Err() != nil {
+			return nil, context.Cause(parent)
+		}
+		return nil, errTimedOut
+	}
+}
+
+// doer is what sends a request: the user's client, or a waiting client.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// do sends one request on the user's client, bounded by the request timeout.
+func (s *server) do(ctx context.Context, args ...any) (any, error) {
+	return s.doOn(ctx, s.client, s.timeout, args...)
+}
+
+func (s *server) doOn(ctx context.Context, c doer, timeout time.Duration, args ...any) (any, error) {
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return bounded(ctx, tctx, func(ctx context.Context) (any, error) {
+		v, err := c.Do(ctx, args...).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil
+		}
+		return v, err
+	})
+}
+
+// call sends a lease request in the engine's form on the user's client (see callOn).
+func (s *server) call(ctx context.Context, args ...any) (any, error) {
+	return s.callOn(ctx, s.client, s.timeout, args...)
+}
+
+// callOn sends a lease request on c within timeout, loading the script or the library again
+// where the server lost it (a restart, SCRIPT FLUSH, FUNCTION FLUSH) and asking once more.
+func (s *server) callOn(ctx context.Context, c doer, timeout time.Duration, args ...any) (any, error) {
+	v, err := s.doOn(ctx, c, timeout, args...)
+	if reload := lostLoad(err); reload != nil {
+		if _, lerr := s.everywhere(ctx, reload...); lerr != nil {
+			return nil, lerr
+		}
+		return s.doOn(ctx, c, timeout, args...)
+	}
+	return v, err
+}
+
+// lostLoad is the load that cures err: the script after NOSCRIPT, the library after
+// "Function not found".
+func lostLoad(err error) []any {
+	reply, ok := replyError(err)
+	if !ok {
+		return nil
+	}
+	if strings.HasPrefix(reply, "NOSCRIPT") {
+		return []any{"SCRIPT", "LOAD", proto.script}
+	}
+	if strings.HasPrefix(reply, "ERR Function not found") {
+		return []any{"FUNCTION", "LOAD", "REPLACE", contract.Library}
+	}
+	return nil
+}
+
+// everywhere sends a load to every primary: one server, or each master of a cluster.
+func (s *server) everywhere(ctx context.Context, args ...any) (any, error) {
+	if cc, ok := s.client.(*redis.ClusterClient); ok {
+		tctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		return bounded(ctx, tctx, func(ctx context.Context) (any, error) {
+			return nil, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+				return c.Do(ctx, args...).Err()
+			})
+		})
+	}
+	return s.do(ctx, args...)
+}
+
+// detect is the engine the server serves leases with, asked once (a failed detection is
+// asked again next time): the module where the server knows FENCEDLOCK.ACQUIRE, else the
+// Functions library (loaded where missing or older), else the library as a script where
+// FUNCTION is denied.
+func (s *server) detect(ctx context.Context) (engine, error) {
+	s.mu.Lock()
+	e := s.engine
+	s.mu.Unlock()
+	if e != engineUnknown {
+		return e, nil
+	}
+	e, err := s.detectNow(ctx)
+	if err != nil {
+		return engineUnknown, err
+	}
+	s.mu.Lock()
+	s.engine = e
+	s.mu.Unlock()
+	return e, nil
+}
+
+func (s *server) detectNow(ctx context.Context) (engine, error) {
+	var module bool
+	info, err := s.do(ctx, "COMMAND", "INFO", cmdAcquire)
+	switch {
+	case err == nil:
+		module = anyEntry(info)
+	case answered(err):
+		// A server that hides COMMAND runs the module unless it has the library.
+		version, verr := s.libraryVersion(ctx)
+		if verr != nil {
+			return engineUnknown, verr
+		}
+		module = version < 0
+	default:
+		return engineUnknown, err
+	}
+	if module {
+		return engineModule, nil
+	}
+	ferr := s.loadLibrary(ctx)
+	if ferr == nil {
+		return engineFunctions, nil
+	}
+	if !answered(ferr) {
+		return engineUnknown, ferr
+	}
+	if _, serr := s.everywhere(ctx, "SCRIPT", "LOAD", proto.script); serr != nil {
+		if !answered(serr) {
+			return engineUnknown, serr
+		}
+		reply, _ := replyError(serr)
+		return engineUnknown, &Error{Kind: KindNoEngine, Cause: "NoEngine", Server: s.name(), Reply: reply, Err: errors.New(
+			"the fencedlock module is not loaded and the Functions library could not be loaded: load the module, " +
+				"have an administrator FUNCTION LOAD the library, or allow this user FUNCTION LOAD or SCRIPT LOAD and EVALSHA")}
+	}
+	return engineScript, nil
+}
+
+// anyEntry says whether a COMMAND INFO reply describes a command (unknown ones are nil).
+func anyEntry(reply any) bool {
+	list, ok := reply.([]any)
+	if !ok {
+		return false
+	}
+	for _, e := range list {
+		if e != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// libraryVersion is the server's library version, -1 when it has none.
+func (s *server) libraryVersion(ctx context.Context) (int64, error) {
+	v, err := s.do(ctx, "FCALL_RO", proto.c.Library.VersionFunction, "0")
+	if err != nil {
+		if answered(err) {
+			return -1, nil
+		}
+		return 0, err
+	}
+	n, ok := v.(int64)
+	if !ok {
+		return -1, nil
+	}
+	return n, nil
+}
+
+// loadLibrary loads the embedded library unless the server has it or a newer one. A library
+// of this version whose code differs (changed without a version raise) is replaced too.
+func (s *server) loadLibrary(ctx context.Context) error {
+	version, err := s.libraryVersion(ctx)
+	if err != nil {
+		return err
+	}
+	ours := int64(proto.c.Library.Version)
+	if version > ours {
+		return nil
+	}
+	if version == ours {
+		differs, err := s.libraryDiffers(ctx)
+		if err != nil {
+			return err
+		}
+		if !differs {
+			return nil
+		}
+	}
+	_, err = s.everywhere(ctx, "FUNCTION", "LOAD", "REPLACE", contract.Library)
+	return err
+}
+
+// libraryDiffers says whether the server's library code is other than the embedded one;
+// false when the server will not say (an ACL that denies FUNCTION LIST).
+func (s *server) libraryDiffers(ctx context.Context) (bool, error) {
+	v, err := s.do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", proto.c.Library.Name, "WITHCODE")
+	if err != nil {
+		if answered(err) {
+			return false, nil
+		}
+		return false, err
+	}
+	code, ok := libraryCode(v)
+	return !ok || code != contract.Library, nil
+}
+
+// libraryCode is the library_code of the first library of a FUNCTION LIST … WITHCODE reply
+// (a map in RESP3, a flat field/value list in RESP2).
+func libraryCode(reply any) (string, bool) {
+	list, ok := reply.([]any)
+	if !ok || len(list) == 0 {
+		return "", false
+	}
+	switch lib := list[0].(type) {
+	case map[any]any:
+		code, ok := lib["library_code"].(string)
+		return code, ok
+	case map[string]any:
+		code, ok := lib["library_code"].(string)
+		return code, ok
+	case []any:
+		for i := 0; i+1 < len(lib); i += 2 {
+			if name, _ := lib[i].(string); name == "library_code" {
+				code, ok := lib[i+1].(string)
+				return code, ok
+			}
+		}
+	}
+	return "", false
+}
+
+// waiter is a client of the locker's own to the node serving key, for blocking requests;
+// nil where the user's client gives no node options to copy (a Ring, a custom client): a wait
+// then polls.
+func (s *server) waiter(ctx context.Context, key []byte) (*redis.Client, error) {
+	var node *redis.Client
+	switch c := s.client.(type) {
+	case *redis.Client:
+		node = c
+	case *redis.ClusterClient:
+		tctx, cancel := context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+		n, err := c.MasterForKey(tctx, string(key))
+		if err != nil {
+			return nil, err
+		}
+		node = n
+	default:
+		return nil, nil
+	}
+	opt := *node.Options()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, redis.ErrClosed
+	}
+	if w := s.waiters[opt.Addr]; w != nil {
+		return w, nil
+	}
+	// The user's settings (address, credentials, TLS, protocol), with the socket bounded by
+	// the request's context only and no retries: a blocking ACQUIRE is never sent twice.
+	opt.ReadTimeout = -1
+	opt.ContextTimeoutEnabled = true
+	opt.MaxRetries = -1
+	opt.PoolSize = 0
+	opt.MinIdleConns = 0
+	w := redis.NewClient(&opt)
+	s.waiters[opt.Addr] = w
+	return w, nil
+}
+
+// close closes the waiting clients.
+func (s *server) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	var errs []error
+	for addr, w := range s.waiters {
+		errs = append(errs, w.Close())
+		delete(s.waiters, addr)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,137 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// wait is one waiting ACQUIRE until `until` at most: on the module the server's own FIFO
+// queue (ACQUIRE … BLOCK), on the library attempts woken by the key's wake-up list (BLPOP),
+// each on a connection of the locker's own (a blocked request holds its connection). 0: the
+// wait ran out with the key still held. Where the client gives no node to wait on, one
+// attempt (Acquire's rounds then poll with backoff).
+func (l *Locker) wait(ctx context.Context, e engine, req acquireRequest, until time.Time) (uint64, error) {
+	w, err := l.server.waiter(ctx, req.key)
+	if err != nil {
+		return 0, err
+	}
+	if w == nil {
+		return l.attempt(ctx, e, req)
+	}
+	if e == engineModule {
+		return l.blocked(ctx, w, e, req, until)
+	}
+	return l.woken(ctx, w, e, req, until)
+}
+
+// blocked queues on the module: ACQUIRE … BLOCK for the time left. The server answers at the
+// grant or when the time is up; a caller that stops waiting first leaves the request to its
+// answer, and a grant that comes then is released.
+func (l *Locker) blocked(ctx context.Context, w *redis.Client, e engine, req acquireRequest, until time.Time) (uint64, error) {
+	// BLOCK 0 would wait without limit: a wait with nothing left is one attempt of 1 ms.
+	blockMs := max(1, int64(time.Until(until)/time.Millisecond)+1)
+	blockMs = min(blockMs, int64(proto.c.Limits.MaxBlockMs))
+	words := acquireWords(e, req, false, blockMs)
+	rctx, cancel := context.WithTimeout(context.Background(), time.Duration(blockMs)*time.Millisecond+l.settings.timeout)
+	type outcome struct {
+		fence uint64
+		err   error
+	}
+	res := make(chan outcome, 1)
+	var mu sync.Mutex
+	abandoned := false
+	l.background.Add(1)
+	go func() {
+		defer l.background.Done()
+		defer cancel()
+		v, err := w.Do(rctx, words...).Result()
+		var fence uint64
+		switch {
+		case errors.Is(err, redis.Nil):
+			err = nil
+		case err == nil:
+			fence, err = asFence(v)
+		}
+		mu.Lock()
+		left := abandoned
+		if !left {
+			res <- outcome{fence, err}
+		}
+		mu.Unlock()
+		if left && (fence > 0 || (err != nil && !answered(err))) {
+			_, _ = l.release(context.Background(), req.key, req.token)
+		}
+	}()
+	select {
+	case o := <-res:
+		if o.err != nil && rctx.Err() != nil {
+			return 0, fmt.Errorf("%w: %w", errTimedOut, o.err)
+		}
+		return o.fence, o.err
+	case <-ctx.Done():
+		mu.Lock()
+		abandoned = true
+		var granted uint64
+		select {
+		case o := <-res:
+			granted = o.fence
+		default:
+		}
+		mu.Unlock()
+		if granted > 0 {
+			l.giveBack(req.key, req.token)
+		}
+		return 0, context.Cause(ctx)
+	}
+}
+
+// woken waits where the server cannot block (the library): an attempt; then, while refused,
+// a waiter's attempt (which names the wake-up list, so the release pushes to it) and a BLPOP
+// on the list for as long as STATUS shows the holder's lease to last, then again.
+func (l *Locker) woken(ctx context.Context, w *redis.Client, e engine, req acquireRequest, until time.Time) (uint64, error) {
+	srv := l.server
+	timeout := l.settings.timeout
+	send := func(args []any, bound time.Duration) (any, error) {
+		return srv.callOn(ctx, w, bound, args...)
+	}
+	try := func(waiting bool) (uint64, error) {
+		v, err := send(acquireWords(e, req, waiting, -1), timeout)
+		if err != nil {
+			return 0, err
+		}
+		return asFence(v)
+	}
+	fence, err := try(false)
+	for {
+		if err != nil || fence > 0 {
+			return fence, err
+		}
+		left := time.Until(until)
+		if left <= 0 {
+			return 0, nil
+		}
+		var heldFor time.Duration
+		if v, err := send(request(e, cmdStatus, req.key, nil, false), timeout); err != nil {
+			return 0, err
+		} else {
+			heldFor = heldForOf(v)
+		}
+		if fence, err = try(true); err != nil || fence > 0 {
+			return fence, err
+		}
+		nap := min(max(heldFor+time.Millisecond, 5*time.Millisecond), left)
+		napMs := max(1, int64((nap+time.Millisecond-1)/time.Millisecond))
+		seconds := fmt.Sprintf("%d.%03d", napMs/1000, napMs%1000)
+		if _, err := send([]any{"BLPOP", wakeKey(req.key), seconds}, time.Duration(napMs)*time.Millisecond+timeout); err != nil {
+			return 0, err
+		}
+		// The attempt after a wake-up names the wake-up list too: a reader granted then
+		// passes the wake-up on to the readers behind it.
+		fence, err = try(true)
+	}
+}
