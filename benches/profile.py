@@ -10,6 +10,18 @@ which is how to see where a module command's cost goes.
 
     benches/profile.py                 # table of instructions per command
     benches/profile.py --annotate CAD  # plus the call tree costs of matching commands
+    benches/profile.py --only functions --before HEAD
+                                       # the Functions library (protocol/src/functions.lua) as
+                                       # the tree has it and at a revision, FCALL and EVALSHA
+
+The `functions` plan runs on a redis-server without the module (a managed service's
+situation), the library loaded with `FUNCTION LOAD` and as a script: `ACQUIRE` of a key that
+does not exist (the floor proof of a new key), of a key that exists and is free (released
+before: its recorded floor), of a new key with a hash tag, and `RELEASE` as the client sends
+it (with the key's wake-up list), on realistic keys (`invoice:inv_%012d`, 24 bytes) each
+naming its own slot's floor. With `--usec` it also runs the same streams on a plain server
+(no valgrind), alternating the libraries, and prints `INFO commandstats` usec_per_call of
+FCALL / EVALSHA (median of the rounds; noisy on a shared machine, unlike the instructions).
 
 Standard library plus valgrind (apt-get install valgrind). Servers on 127.0.0.1 only.
 """
@@ -21,6 +33,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -71,11 +84,16 @@ def total_ir(dump: Path) -> int:
     raise RuntimeError(f"no totals in {dump}")
 
 
+def prepared(c: Conn, prepare, n: int) -> None:
+    """Runs `prepare` (one function of i, or a list of them, each over range(n) in turn)."""
+    for p in prepare if isinstance(prepare, (list, tuple)) else [prepare] if prepare else []:
+        c.load((p(i) for i in range(n)), batch=2000)
+
+
 def measure(srv, label, prepare, commands, n, annotate) -> float:
     c = Conn(srv.port, timeout=600)
     flush(c)
-    if prepare:
-        c.load(prepare(i) for i in range(n))
+    prepared(c, prepare, n)
     c.cmd("PING")
     srv.control("--zero")
     c.load((commands(i) for i in range(n)), batch=2000)
@@ -101,6 +119,118 @@ def measure(srv, label, prepare, commands, n, annotate) -> float:
     return per
 
 
+def library_plan(sha: str | None) -> list:
+    """The library's rows for one form: FCALL (`sha` None) or the script through EVALSHA."""
+    from functions import floor_key, wake_key  # noqa: E402
+
+    def call(function: str, keys: list[str], *args) -> bytes:
+        if sha is None:
+            return encode("FCALL", function, len(keys), *keys, *args)
+        return encode("EVALSHA", sha, len(keys), *keys, function, *args)
+
+    def key(i: int) -> str:
+        return f"invoice:inv_{i:012d}"
+
+    def tagged(i: int) -> str:
+        return f"{{invoice:{i:09d}}}:lock"
+
+    def acquire(k: str) -> bytes:
+        return call("fencedlock_acquire", [k, floor_key(k.encode()).decode()], TOKEN, TTL)
+
+    def release(k: str) -> bytes:
+        floor, wake = floor_key(k.encode()).decode(), wake_key("fencedlock:fn-wake:{", k.encode()).decode()
+        return call("fencedlock_release", [k, floor, wake], TOKEN)
+
+    form = "FCALL" if sha is None else "EVALSHA"
+    return [
+        (f"{form} ACQUIRE (new key)", None, lambda i: acquire(key(i))),
+        (f"{form} ACQUIRE (existing key, free)", [lambda i: acquire(key(i)), lambda i: release(key(i))], lambda i: acquire(key(i))),
+        (f"{form} ACQUIRE (new key, hash tag)", None, lambda i: acquire(tagged(i))),
+        (f"{form} RELEASE (holder, wake-up list)", lambda i: acquire(key(i)), lambda i: release(key(i))),
+    ]
+
+
+def library_sources(before: str | None) -> dict[str, str]:
+    """{name: source}: the tree's functions.lua as "now", and the one at `before` if given."""
+    out = {}
+    if before:
+        from functions import library_at  # noqa: E402
+        out[f"at {before}"] = library_at(before)
+    out["now"] = (ROOT / "protocol/src/functions.lua").read_text()
+    return out
+
+
+def load_library(c: Conn, source: str) -> str:
+    """Loads `source` as the library and as a script; returns the script's sha."""
+    c.cmd("FUNCTION", "LOAD", "REPLACE", source)
+    return c.cmd("SCRIPT", "LOAD", source.split("\n", 1)[1])
+
+
+def functions_callgrind(opts, used: set[int]) -> dict[str, dict[str, float]]:
+    """Instructions per request of each library (callgrind), one server each."""
+    results: dict[str, dict[str, float]] = {}
+    for name, source in library_sources(opts.before).items():
+        srv = CallgrindServer(re.sub(r"[^A-Za-z0-9]+", "", name), opts.redis, "", free_port(used))
+        srv.conf.write_text("".join(l + "\n" for l in srv.conf.read_text().splitlines() if not l.startswith("loadmodule")))
+        try:
+            srv.start(timeout=180)
+            c = Conn(srv.port, timeout=600)
+            sha = load_library(c, source)
+            c.close()
+            for form in (None, sha):
+                for label, prepare, commands in library_plan(form):
+                    results.setdefault(label, {})[name] = measure(srv, label, prepare, commands, opts.n, opts.annotate)
+        finally:
+            srv.cleanup()
+    return results
+
+
+def functions_usec(opts, used: set[int], rounds: int) -> dict[str, dict[str, float]]:
+    """usec_per_call (INFO commandstats) of the same streams on a plain server, the libraries
+    alternating within each round; medians over the rounds."""
+    sources = library_sources(opts.before)
+    srv = Server("usec", opts.redis, "", free_port(used))
+    srv.conf.write_text("".join(l + "\n" for l in srv.conf.read_text().splitlines() if not l.startswith("loadmodule")))
+    runs: dict[str, dict[str, list[float]]] = {}
+    try:
+        srv.start()
+        c = Conn(srv.port, timeout=600)
+        for r in range(rounds):
+            names = list(sources) if r % 2 == 0 else list(reversed(sources))
+            for name in names:
+                sha = load_library(c, sources[name])
+                for form in (None, sha):
+                    command = "fcall" if form is None else "evalsha"
+                    for label, prepare, commands in library_plan(form):
+                        flush(c)
+                        prepared(c, prepare, opts.n)
+                        c.cmd("CONFIG", "RESETSTAT")
+                        c.load((commands(i) for i in range(opts.n)), batch=2000)
+                        stat = c.info("commandstats").get(f"cmdstat_{command}", "")
+                        usec = float(re.search(r"usec_per_call=([0-9.]+)", stat).group(1))
+                        runs.setdefault(label, {}).setdefault(name, []).append(usec)
+        c.close()
+    finally:
+        srv.cleanup()
+    return {label: {name: statistics.median(v) for name, v in by.items()} for label, by in runs.items()}
+
+
+def print_library_table(title: str, results: dict[str, dict[str, float]], fmt: str) -> None:
+    names = list(next(iter(results.values())))
+    print(f"\n{title}")
+    print(f"{'request':<44}" + "".join(f" {n:>14}" for n in names) + ("   ratio" if len(names) == 2 else ""))
+    for label, by in results.items():
+        row = f"{label:<44}" + "".join(f" {format(by[n], fmt):>14}" for n in names)
+        if len(names) == 2:
+            row += f" {by[names[1]] / by[names[0]]:>6.2f}x"
+        print(row)
+    for name in names:
+        for form in ("FCALL", "EVALSHA"):
+            new, old = results.get(f"{form} ACQUIRE (new key)"), results.get(f"{form} ACQUIRE (existing key, free)")
+            if new and old:
+                print(f"  {name}: {form} ACQUIRE new key / existing key: {new[name] / old[name]:.2f}x")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=5000, help="commands per measurement")
@@ -110,7 +240,11 @@ def main() -> int:
     ap.add_argument("--valkey", default=os.environ.get("FENCEDLOCK_VALKEY_SERVER", str(ROOT / ".cache/valkey/valkey-server")))
     ap.add_argument("--out", default=None, help="write {server: {label: instructions per command}} as JSON")
     ap.add_argument("--keep", default=None, help="copy each callgrind dump into this directory")
-    ap.add_argument("--only", choices=["redis", "valkey"], default=None)
+    ap.add_argument("--only", choices=["redis", "valkey", "functions"], default=None,
+                    help="one plan; `functions` (the library) runs only when named")
+    ap.add_argument("--before", default=None, help="functions: also the library at this revision")
+    ap.add_argument("--usec", type=int, default=0, metavar="ROUNDS",
+                    help="functions: also usec_per_call on a plain server, over this many rounds")
     opts = ap.parse_args()
     KEEP[0] = Path(opts.keep) if opts.keep else None
     n = opts.n
@@ -141,6 +275,17 @@ def main() -> int:
             ("DELIFEQ (wrong value)", string, lambda i: encode("DELIFEQ", key("s", i), OTHER)),
         ],
     }
+    if opts.only == "functions":
+        used_ports: set[int] = set()
+        out = {"callgrind": functions_callgrind(opts, used_ports)}
+        print_library_table("instructions per request (callgrind)", out["callgrind"], ",.0f")
+        if opts.usec:
+            out["usec_per_call"] = functions_usec(opts, used_ports, opts.usec)
+            print_library_table(f"usec_per_call (INFO commandstats, median of {opts.usec} rounds)", out["usec_per_call"], ".2f")
+        if opts.out:
+            Path(opts.out).parent.mkdir(parents=True, exist_ok=True)
+            Path(opts.out).write_text(json.dumps({"commands": n, "before": opts.before, **out}, indent=1))
+        return 0
     SHA: dict[str, str] = {}
     binaries = {"redis": opts.redis, "valkey": opts.valkey}
     results: dict[str, dict[str, float]] = {}

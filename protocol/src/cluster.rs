@@ -11,7 +11,7 @@ pub const FLOOR_KEY_PREFIX: &str = "fencedlock:floor:{";
 pub const SLOTS: u16 = 16384;
 
 /// CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with.
-fn crc16(bytes: &[u8]) -> u16 {
+pub(crate) fn crc16(bytes: &[u8]) -> u16 {
     bytes.iter().fold(0u16, |crc, &b| (crc << 8) ^ crc16_of_byte(((crc >> 8) as u8) ^ b))
 }
 

@@ -33,11 +33,11 @@ pub const NAME: &str = "fencedlock";
 /// the server's is missing or older (or of this version with other code). Raise it with every
 /// change to `functions.lua`, and pin the new source's [`SOURCE_DIGEST`] beside it: servers
 /// that run an older library of the same number would otherwise keep it.
-pub const VERSION: u64 = 7;
+pub const VERSION: u64 = 8;
 
 /// [`source_digest`] of the library at [`VERSION`]. A test fails when `functions.lua` changes
 /// and this does not, which is the reminder to raise [`VERSION`] with it.
-pub const SOURCE_DIGEST: u64 = 0x30290eb7da7a291a;
+pub const SOURCE_DIGEST: u64 = 0x30c2aa17fcf6ef89;
 
 /// FNV-1a (64 bits) of the library's source: a change detector, not a security measure.
 pub fn source_digest() -> u64 {
@@ -426,11 +426,24 @@ mod tests {
         assert_eq!(tags.len(), 8 * 8 * 4 * 4 * 4 * 4);
     }
 
-    /// The number after `local NAME = ` in the Lua source.
+    /// The number after `local NAME = ` in the Lua source (the line may be indented).
     fn lua_number(name: &str) -> u64 {
-        let start = LIBRARY.find(&format!("\nlocal {name} = ")).unwrap_or_else(|| panic!("no local {name}"));
-        let line = LIBRARY[start + 1..].lines().next().unwrap();
+        let line = LIBRARY
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("local {name} = ")))
+            .unwrap_or_else(|| panic!("no local {name}"));
         line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    /// The numbers of the Lua table constructor `local NAME = { … }` (over one or more lines).
+    fn lua_numbers(name: &str) -> Vec<u64> {
+        let head = format!("local {name} = {{");
+        let start = LIBRARY.find(&head).unwrap_or_else(|| panic!("no local {name}")) + head.len();
+        let body = LIBRARY[start..].split('}').next().unwrap();
+        body.split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|n| !n.is_empty())
+            .map(|n| n.parse().unwrap())
+            .collect()
     }
 
     #[test]
@@ -444,16 +457,34 @@ mod tests {
                     .iter()
                     .map(|&b| crate::cluster::crc16_of_byte(u8::try_from(b).unwrap()).to_string())
                     .collect();
-                format!("  {},", crcs.join(", "))
+                format!("    {},", crcs.join(", "))
             })
             .collect();
-        let table = format!("local function crc16_table()\n  return {{\n{}\n  }}\nend\n", rows.join("\n"));
+        let table = format!("  local CRC16 = {{\n{}\n  }}\n", rows.join("\n"));
         assert!(LIBRARY.contains(&table), "functions.lua's CRC16 table should be\n{table}");
+        // The proof's table of the floor tag's digits: the CRC16 of digit d at place j of six
+        // (d and 6 - j zero bytes) at (j - 1) * 8 + (d - '0'); the slot of a tag is the XOR of
+        // its six entries, modulo 16384, for every tag of the floor keys' shape.
+        let tag_crc = lua_numbers("TAG_CRC");
+        assert_eq!(tag_crc.len(), 48);
+        for j in 1..=6usize {
+            for d in b'0'..=b'7' {
+                let mut bytes = vec![d];
+                bytes.resize(7 - j, 0);
+                assert_eq!(
+                    tag_crc[(j - 1) * 8 + usize::from(d - b'0')],
+                    u64::from(crate::cluster::crc16(&bytes))
+                );
+            }
+        }
+        for slot in 0..SLOTS {
+            let tag = floor_tag(slot);
+            let crc = tag.iter().enumerate().fold(0, |x, (i, &d)| x ^ tag_crc[i * 8 + usize::from(d - b'0')]);
+            assert_eq!(crc % u64::from(SLOTS), u64::from(slot), "slot {slot}");
+        }
         // floor_tag's inverse: the Lua's arithmetic, replayed over every slot.
         let origin = lua_number("TAG_ORIGIN");
-        let start = LIBRARY.find("local TAG_BASIS = { ").unwrap() + "local TAG_BASIS = { ".len();
-        let basis: Vec<u64> =
-            LIBRARY[start..].split(" }").next().unwrap().split(", ").map(|n| n.parse().unwrap()).collect();
+        let basis = lua_numbers("TAG_BASIS");
         assert_eq!(basis.len(), 14);
         for slot in 0..SLOTS {
             let v = u64::from(slot) ^ origin;
