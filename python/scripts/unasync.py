@@ -25,7 +25,7 @@ from typing import Callable, List, Tuple, Union
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "fencedlock"
 
-MODULES = ("_give_back", "election", "lease", "locker", "multi", "periodic", "read_write", "redlock")
+MODULES = ("_give_back", "_server", "election", "lease", "locker", "multi", "periodic", "read_write", "redlock")
 """The modules of ``fencedlock/asyncio`` the sync package's are generated from."""
 
 HEADER = "# Generated from fencedlock/asyncio/{name}.py by python/scripts/unasync.py: do not edit.\n"

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 
 import pytest
 
-from fencedlock import _contract, _data, _keys, _server, _wire
+from fencedlock import _contract, _data, _keys, _serving, _wire
 from fencedlock.errors import BadReply, InvalidArgument
 
 PROTOCOL = Path(__file__).resolve().parents[2] / "protocol"
@@ -102,7 +102,7 @@ def test_the_library_and_its_keys() -> None:
 def test_the_package_reads_the_protocols_own_files() -> None:
     """In a checkout the package has no copies: it reads ``protocol/``'s library and contract
     (an installed package carries its own, byte-equal: ``test_packaging.py``)."""
-    assert _data.LIBRARY_FILE == _server.LIBRARY_FILE == PROTOCOL / "src" / "functions.lua"
+    assert _data.LIBRARY_FILE == _serving.LIBRARY_FILE == PROTOCOL / "src" / "functions.lua"
     assert _data.CONTRACT_FILE == PROTOCOL / "contract.json"
     assert not (Path(_data.__file__).parent / "functions.lua").exists()
     assert not (Path(_data.__file__).parent / "contract.json").exists()

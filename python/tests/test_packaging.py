@@ -101,8 +101,8 @@ locker = fencedlock.Locker(redis.Redis(port={server.port}), ttl=5)
 lease = locker.acquire("packaged")
 assert lease is not None and locker.engine is fencedlock.Engine.FUNCTIONS, (lease, locker.engine)
 assert lease.release()
-from fencedlock import _data, _server
-assert _data.LIBRARY_FILE == _server.LIBRARY_FILE and str(_data.LIBRARY_FILE).startswith({str(site)!r}), _data.LIBRARY_FILE
+from fencedlock import _data, _serving
+assert _data.LIBRARY_FILE == _serving.LIBRARY_FILE and str(_data.LIBRARY_FILE).startswith({str(site)!r}), _data.LIBRARY_FILE
 assert str(_data.CONTRACT_FILE).startswith({str(site)!r}), _data.CONTRACT_FILE
 """
     for name, in_protocol in PROTOCOL_FILES.items():

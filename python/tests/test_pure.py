@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis.exceptions as rexc
 
-from fencedlock import BadReply, Cause, LockStatus, PermitStatus, SemaphoreStatus, _keys, _multi, _server, _terms, _wire
+from fencedlock import BadReply, Cause, LockStatus, PermitStatus, SemaphoreStatus, _keys, _multi, _serving, _terms, _wire
 from fencedlock._wire import Engine
 from fencedlock.errors import (InvalidArgument, PermitsMismatch, ReplyError, ServerError, Unavailable, UpgradeRefused,
                                WrongType, translate)
@@ -123,10 +123,10 @@ def test_validity_and_naps() -> None:
     assert clock.drift(10_000) == pytest.approx(0.102)
     assert clock.deadline(100.0, 10_000) == pytest.approx(100 + 10 - 0.102)
     assert clock.needs_anchor(3.0, 10_000) and not clock.needs_anchor(2.0, 10_000)
-    assert _server.blpop_timeout(1.5) == "1.500" and _server.blpop_timeout(0) == "0.001"
-    assert _server.blpop_timeout(0.0012) == "0.002"
-    assert _server.nap(0.2, 10) == pytest.approx(0.201) and _server.nap(0, 10) == _server.MIN_NAP
-    assert _server.nap(0.2, 0.05) == 0.05
+    assert _serving.blpop_timeout(1.5) == "1.500" and _serving.blpop_timeout(0) == "0.001"
+    assert _serving.blpop_timeout(0.0012) == "0.002"
+    assert _serving.nap(0.2, 10) == pytest.approx(0.201) and _serving.nap(0, 10) == _serving.MIN_NAP
+    assert _serving.nap(0.2, 0.05) == 0.05
     assert _terms.ttl_ms(30) == 30_000 and _terms.ttl_ms(0.001) == 1
     with pytest.raises(InvalidArgument):
         _terms.Clock(factor=1.0)

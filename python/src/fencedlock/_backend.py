@@ -21,6 +21,9 @@ A = TypeVar("A")
 Event = threading.Event
 """What a lease's ``lost`` is: waited on (``lease.lost.wait()``) from any thread."""
 
+Lock = threading.Lock
+"""Between threads that detect a server's engine at once."""
+
 Future = futures.Future
 """A request in flight (:class:`Pool`)."""
 

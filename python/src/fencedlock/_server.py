@@ -1,3 +1,4 @@
+# Generated from fencedlock/asyncio/_server.py by python/scripts/unasync.py: do not edit.
 """One lock server behind the user's redis-py client: its engine, detected once, and every
 request bounded by the per-server timeout, connection set-up included, on connections of the
 server's own (made from the client's connection settings, see ``_clients``).
@@ -10,116 +11,20 @@ forgets a waiter) and is an :class:`~fencedlock.Unavailable` of cause ``TIMED_OU
 
 from __future__ import annotations
 
-import math
-import os
-import threading
 import time
-from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Optional
 
 import redis
 import redis.exceptions as rexc
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
-from . import _clients, _contract, _data, _multi, _wire
+from . import _contract, _multi, _wire
 from ._keys import wake_key
 from ._multi import OneCommand
+from ._serving import LIST_LIBRARY, blpop_timeout, describe, nap, no_engine
 from ._wire import Args, Engine
-from .errors import Cause, FencedLockError, NoEngine, Unavailable, translate
-
-MIN_NAP = 0.005
-"""The shortest wait between two attempts of a waiter on the Functions engine."""
-
-LIST_LIBRARY = ("FUNCTION", "LIST", "LIBRARYNAME", _contract.LIBRARY_NAME, "WITHCODE")
-"""The server's copy of the library, compared with this package's at detection."""
-
-
-def describe(pool: Any) -> str:
-    """A server's name for errors: ``host:port``, a socket path, or a Sentinel service."""
-    service = getattr(pool, "service_name", None)
-    if service:
-        return f"sentinel:{service}"
-    kwargs = getattr(pool, "connection_kwargs", {})
-    if "path" in kwargs:
-        return f"unix:{kwargs['path']}"
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
-
-
-def remaining(deadline: float) -> float:
-    """Seconds left until ``deadline``; never 0, which some waits read as "forever"."""
-    return max(deadline - time.monotonic(), 0.001)
-
-
-LIBRARY_FILE: Path = _data.LIBRARY_FILE
-"""The Functions library this package carries (``NoEngine.library``)."""
-
-
-def no_engine(name: str, refusal: Exception) -> NoEngine:
-    """The error of a server that neither runs the module nor lets the library be loaded."""
-    return NoEngine(
-        f"{name}: the fencedlock module is not loaded and the Functions library could not be loaded "
-        f"({refusal}); load the module (--loadmodule …/libfencedlock_module.so), or have an administrator load "
-        f"the library this package carries (redis-cli -x FUNCTION LOAD REPLACE < {LIBRARY_FILE}), or allow this "
-        "user FUNCTION LOAD, or SCRIPT LOAD and EVALSHA",
-        library=LIBRARY_FILE,
-        cause=Cause.NO_ENGINE,
-    )
-
-
-class Connections:
-    """The server's own connections, made with the client's connection class and
-    arguments, without redis-py's retries, and connected within a request's time left."""
-
-    def __init__(self, pool: Any, timeout: float) -> None:
-        self._class = pool.connection_class
-        self._kwargs = _clients.connection_kwargs(pool, timeout, Retry(NoBackoff(), 0))
-        self._timeout = timeout
-        self._idle: List[Any] = []
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-
-    def get(self, deadline: float) -> Any:
-        """An idle connection, or a new one; connected (handshake included) by ``deadline``."""
-        with self._lock:
-            if self._pid != os.getpid():
-                # A forked child: the parent's sockets are not ours to use.
-                self._idle, self._pid = [], os.getpid()
-            conn = self._idle.pop() if self._idle else None
-        if conn is None:
-            conn = self._class(**self._kwargs)
-        if getattr(conn, "_sock", None) is None:
-            budget = remaining(deadline)
-            conn.socket_connect_timeout = conn.socket_timeout = budget
-            try:
-                conn.connect()
-            except BaseException:
-                conn.disconnect()
-                raise
-            finally:
-                conn.socket_connect_timeout = conn.socket_timeout = self._timeout
-            sock = getattr(conn, "_sock", None)
-            if sock is not None:
-                sock.settimeout(self._timeout)
-        return conn
-
-    def put(self, conn: Any) -> None:
-        with self._lock:
-            if self._pid == os.getpid():
-                self._idle.append(conn)
-
-
-def blpop_timeout(nap: float) -> str:
-    """``BLPOP``'s timeout for a nap: whole ms rounded up, never 0 (which means forever),
-    as decimal seconds."""
-    ms = max(math.ceil(nap * 1000), 1)
-    return f"{ms // 1000}.{ms % 1000:03d}"
-
-
-def nap(held_for: float, left: float) -> float:
-    """How long a refused waiter stays in ``BLPOP``: until the holders' leases end (one ms
-    past STATUS's whole ms), at least MIN_NAP, never past the wait."""
-    return min(max(held_for + 0.001, MIN_NAP), left)
+from .errors import FencedLockError, NoEngine, Unavailable, translate
+from . import _backend, _connections
+from ._connections import Connections
 
 
 class Server:
@@ -132,9 +37,9 @@ class Server:
         self.timeout = timeout
         self._forced = engine
         self._engine: Optional[Engine] = None
-        self._detecting = threading.Lock()
+        self._detecting = _backend.Lock()
         self._one_command: Optional[OneCommand] = None
-        self._probing = threading.Lock()
+        self._probing = _backend.Lock()
 
     # -- requests ------------------------------------------------------------------------
 
@@ -148,7 +53,7 @@ class Server:
             try:
                 return self._exchange(conn, args, deadline, secret)
             except rexc.ConnectionError as exc:
-                conn.disconnect()
+                _connections.disconnect(conn)
                 if attempt == 2 or isinstance(exc, rexc.AuthenticationError) or time.monotonic() >= deadline:
                     raise translate(exc, self.name, secret) from None
             finally:
@@ -169,31 +74,22 @@ class Server:
         (redis-py's ``ConnectionError``). The connection is closed unless it is in step."""
         try:
             try:
-                return self._roundtrip(conn, args, deadline)
+                return _connections.roundtrip(conn, args, deadline)
             except rexc.NoScriptError:
-                self._roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), deadline)
-                return self._roundtrip(conn, args, deadline)
+                _connections.roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), deadline)
+                return _connections.roundtrip(conn, args, deadline)
         except rexc.ConnectionError:
             raise
         except rexc.ResponseError as exc:
             raise translate(exc, self.name, secret) from None
         except (rexc.RedisError, OSError) as exc:
-            conn.disconnect()
+            _connections.disconnect(conn)
             raise translate(exc, self.name, secret) from None
         except BaseException:
-            # Interrupted mid-request (KeyboardInterrupt): the reply would land in the next
-            # request's place, and a waiter must leave the server's queue.
-            conn.disconnect()
+            # Interrupted (KeyboardInterrupt) or cancelled mid-request: the reply would land in
+            # the next request's place, and a waiter must leave the server's queue.
+            _connections.disconnect(conn, at_once=True)
             raise
-
-    @staticmethod
-    def _roundtrip(conn: Any, args: Args, deadline: float) -> Any:
-        conn.send_command(*args)
-        timeout = remaining(deadline)
-        if not conn.can_read(timeout=timeout):
-            conn.disconnect()
-            raise rexc.TimeoutError(f"no answer within {timeout:.3f} s")
-        return conn.read_response()
 
     # -- engine --------------------------------------------------------------------------
 
@@ -331,7 +227,7 @@ class Server:
                 return self._exchange(conn, attempt, max(until, time.monotonic()) + self.timeout, secret)
             return self._woken(conn, attempt, registering, status, key, until, secret)
         except rexc.ConnectionError as exc:
-            conn.disconnect()
+            _connections.disconnect(conn)
             raise translate(exc, self.name, secret) from None
         finally:
             self._pool.put(conn)

@@ -18,6 +18,9 @@ A = TypeVar("A")
 Event = asyncio.Event
 """What a lease's ``lost`` is: awaited (``await lease.lost.wait()``) on asyncio."""
 
+Lock = asyncio.Lock
+"""Held across awaits (a detection's requests), so an ``asyncio.Lock``."""
+
 Future = asyncio.Future
 """A request in flight (:class:`Pool`)."""
 

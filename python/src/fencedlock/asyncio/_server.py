@@ -1,59 +1,34 @@
-"""One lock server behind the user's ``redis.asyncio`` client: the asyncio twin of
-``fencedlock._server`` (same engine detection, same bounded requests on pooled
-connections, same waiting), sharing its pure parts."""
+"""One lock server behind the user's redis-py client: its engine, detected once, and every
+request bounded by the per-server timeout, connection set-up included, on connections of the
+server's own (made from the client's connection settings, see ``_clients``).
+
+Requests go on pooled connections one at a time, so a request that waits on the server
+(``ACQUIRE … BLOCK``, a ``BLPOP`` on a wake-up list) holds its own connection and never stalls
+another request. A request without an answer in time closes its connection (the server then
+forgets a waiter) and is an :class:`~fencedlock.Unavailable` of cause ``TIMED_OUT``.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import time
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import redis.asyncio
 import redis.exceptions as rexc
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
-from .. import _clients, _contract, _multi, _wire
+from .. import _contract, _multi, _wire
 from .._keys import wake_key
 from .._multi import OneCommand
-from .._server import LIST_LIBRARY, blpop_timeout, describe, nap, no_engine, remaining
+from .._serving import LIST_LIBRARY, blpop_timeout, describe, nap, no_engine
 from .._wire import Args, Engine
 from ..errors import FencedLockError, NoEngine, Unavailable, translate
-
-
-class Connections:
-    """The twin of ``fencedlock._server.Connections``: connected within the request's
-    time left (``asyncio.wait_for`` over the connection's set-up and handshake)."""
-
-    def __init__(self, pool: Any, timeout: float) -> None:
-        self._class = pool.connection_class
-        self._kwargs = _clients.connection_kwargs(pool, timeout, Retry(NoBackoff(), 0))
-        self._timeout = timeout
-        self._idle: List[Any] = []
-
-    async def get(self, deadline: float) -> Any:
-        conn = self._idle.pop() if self._idle else self._class(**self._kwargs)
-        if not conn.is_connected:
-            conn.socket_timeout = self._timeout
-            try:
-                await asyncio.wait_for(conn.connect(), remaining(deadline))
-            except asyncio.TimeoutError:
-                await conn.disconnect(nowait=True)
-                raise rexc.TimeoutError("Timeout connecting to server") from None
-            except BaseException:
-                await conn.disconnect(nowait=True)
-                raise
-            # Each request is bounded by its own deadline (``Server._roundtrip``), one that
-            # waits on the server (``ACQUIRE … BLOCK``, ``BLPOP``) by more than the timeout:
-            # redis-py must not cut its reads short.
-            conn.socket_timeout = None
-        return conn
-
-    def put(self, conn: Any) -> None:
-        self._idle.append(conn)
+from . import _backend, _connections
+from ._connections import Connections
 
 
 class Server:
+    """One server: the user's client, its engine, and bounded requests."""
+
     def __init__(self, client: redis.asyncio.Redis, *, timeout: float, engine: Optional[Engine]) -> None:
         self._client = client
         self._pool = Connections(client.connection_pool, timeout)
@@ -61,18 +36,23 @@ class Server:
         self.timeout = timeout
         self._forced = engine
         self._engine: Optional[Engine] = None
-        self._detecting = asyncio.Lock()
+        self._detecting = _backend.Lock()
         self._one_command: Optional[OneCommand] = None
-        self._probing = asyncio.Lock()
+        self._probing = _backend.Lock()
+
+    # -- requests ------------------------------------------------------------------------
 
     async def call(self, args: Args, *, secret: Optional[bytes] = None, timeout: Optional[float] = None) -> Any:
+        """``args`` on a pooled connection, answered within ``timeout`` (the server's timeout
+        by default). A connection found broken (a server restarted since) is replaced and the
+        request sent once more: every request is safe to repeat for its token."""
         deadline = time.monotonic() + (timeout or self.timeout)
         for attempt in (1, 2):
             conn = await self._connection(secret, deadline)
             try:
                 return await self._exchange(conn, args, deadline, secret)
             except rexc.ConnectionError as exc:
-                await conn.disconnect()
+                await _connections.disconnect(conn)
                 if attempt == 2 or isinstance(exc, rexc.AuthenticationError) or time.monotonic() >= deadline:
                     raise translate(exc, self.name, secret) from None
             finally:
@@ -80,49 +60,44 @@ class Server:
         raise AssertionError("unreachable")
 
     async def _connection(self, secret: Optional[bytes], deadline: float) -> Any:
+        """A connection, connected by ``deadline`` (the request's)."""
         try:
             return await self._pool.get(deadline)
         except (rexc.RedisError, OSError) as exc:
             raise translate(exc, self.name, secret) from None
 
     async def _exchange(self, conn: Any, args: Args, deadline: float, secret: Optional[bytes]) -> Any:
+        """One request and its reply on ``conn`` by ``deadline``; the script loaded once more
+        if the server's cache lost it (a restart, a failover, ``SCRIPT FLUSH``). Error replies
+        and timeouts are the package's errors; a broken connection is left to the caller
+        (redis-py's ``ConnectionError``). The connection is closed unless it is in step."""
         try:
             try:
-                return await self._roundtrip(conn, args, deadline)
+                return await _connections.roundtrip(conn, args, deadline)
             except rexc.NoScriptError:
-                await self._roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), deadline)
-                return await self._roundtrip(conn, args, deadline)
+                await _connections.roundtrip(conn, ("SCRIPT", "LOAD", _wire.SCRIPT), deadline)
+                return await _connections.roundtrip(conn, args, deadline)
         except rexc.ConnectionError:
             raise
         except rexc.ResponseError as exc:
             raise translate(exc, self.name, secret) from None
         except (rexc.RedisError, OSError) as exc:
-            await conn.disconnect()
+            await _connections.disconnect(conn)
             raise translate(exc, self.name, secret) from None
         except BaseException:
-            # Cancelled mid-request: the reply would land in another request's place, and a
-            # waiter must leave the server's queue.
-            await conn.disconnect(nowait=True)
+            # Interrupted (KeyboardInterrupt) or cancelled mid-request: the reply would land in
+            # the next request's place, and a waiter must leave the server's queue.
+            await _connections.disconnect(conn, at_once=True)
             raise
 
-    @staticmethod
-    async def _roundtrip(conn: Any, args: Args, deadline: float) -> Any:
-        async def exchange() -> Any:
-            await conn.send_command(*args)
-            return await conn.read_response()
-
-        timeout = remaining(deadline)
-        try:
-            return await asyncio.wait_for(exchange(), timeout)
-        except asyncio.TimeoutError:
-            await conn.disconnect(nowait=True)
-            raise rexc.TimeoutError(f"no answer within {timeout:.3f} s") from None
+    # -- engine --------------------------------------------------------------------------
 
     @property
     def engine(self) -> Optional[Engine]:
         return self._engine
 
     async def detect(self) -> Engine:
+        """The engine, asked of the server by the first caller (once per server)."""
         engine = self._engine
         if engine is not None:
             return engine
@@ -145,6 +120,7 @@ class Server:
             except Unavailable:
                 raise
             except FencedLockError:
+                # A server that hides COMMAND runs the module unless it has the library.
                 module = await self._library_version() is None
             if module:
                 return Engine.MODULE
@@ -160,7 +136,13 @@ class Server:
         return Engine.SCRIPT
 
     async def one_command(self) -> OneCommand:
-        """See ``fencedlock._server.Server.one_command``."""
+        """Which sets of keys this server takes in one ``ACQUIREALL``, found by the first
+        caller and kept. On the Functions library (``FCALL`` or the script) keys of one slot,
+        without asking: detection loaded version 7 or later. On the module, asked
+        (``COMMAND INFO``, then ``INFO cluster``), never by sending the command itself: a server
+        that does not know it would echo the token in its error; one that hides ``COMMAND``
+        does not know it. :class:`Unavailable` when the server cannot be asked now (asked again
+        next time)."""
         found = self._one_command
         if found is not None:
             return found
@@ -198,7 +180,8 @@ class Server:
         return version if isinstance(version, int) else None
 
     async def _load_library(self) -> None:
-        """See ``fencedlock._server.Server._load_library``."""
+        """Loads this package's library unless the server has it or a newer one. A library of
+        this version whose code differs (changed without a version raise) is replaced too."""
         version = await self._library_version()
         if version is not None and version > _contract.LIBRARY_VERSION:
             return
@@ -207,6 +190,8 @@ class Server:
         await self.call(("FUNCTION", "LOAD", "REPLACE", _wire.LIBRARY))
 
     async def _library_differs(self) -> bool:
+        """Whether the server's library's code is other than this package's; ``False`` when
+        the server will not say (an ACL that denies ``FUNCTION LIST``): keep it then."""
         try:
             return _wire.library_differs(await self.call(LIST_LIBRARY))
         except Unavailable:
@@ -225,8 +210,15 @@ class Server:
     def _no_engine(self, refusal: FencedLockError) -> NoEngine:
         return no_engine(self.name, refusal)
 
+    # -- waiting -------------------------------------------------------------------------
+
     async def wait(self, attempt: Args, registering: Args, status: Args, key: bytes, until: float, secret: bytes) -> Any:
-        """See ``fencedlock._server.Server.wait``."""
+        """An ``ACQUIRE`` that waits until the monotonic instant ``until``, on a connection
+        of its own: on the module ``attempt`` carries ``BLOCK`` (the server's FIFO queue);
+        on the library, refused attempts are followed by a ``BLPOP`` on the key's wake-up
+        list for as long as ``STATUS`` shows the holders' leases to last. The reply: a fence
+        or nil. Without an answer in time: :class:`Unavailable` (the caller must release, the
+        server may have granted at that instant)."""
         engine = await self.detect()
         conn = await self._connection(secret, time.monotonic() + self.timeout)
         try:
@@ -234,7 +226,7 @@ class Server:
                 return await self._exchange(conn, attempt, max(until, time.monotonic()) + self.timeout, secret)
             return await self._woken(conn, attempt, registering, status, key, until, secret)
         except rexc.ConnectionError as exc:
-            await conn.disconnect()
+            await _connections.disconnect(conn)
             raise translate(exc, self.name, secret) from None
         finally:
             self._pool.put(conn)
@@ -248,17 +240,19 @@ class Server:
             if left <= 0:
                 return None
             try:
-                shown = _wire.decode_status(await self._exchange(conn, status, self._deadline(), secret))
-                held_for = _wire.held_for(shown)
+                held_for = _wire.held_for(_wire.decode_status(await self._exchange(conn, status, self._deadline(), secret)))
             except FencedLockError as exc:
                 if exc.cause is not None and exc.cause.is_outage:
                     raise
                 held_for = 0.0
+            # This attempt names the wake-up list, so releases until the refusing leases end
+            # push a wake-up; it follows the STATUS the nap is timed by.
             reply = await self._exchange(conn, registering, self._deadline(), secret)
             if reply is not None:
                 return reply
             pause = nap(held_for, left)
-            await self._exchange(conn, ("BLPOP", wake_key(key), blpop_timeout(pause)), self._deadline(pause), secret)
+            blpop = ("BLPOP", wake_key(key), blpop_timeout(pause))
+            await self._exchange(conn, blpop, self._deadline(pause), secret)
             # The attempt after a wake-up names the wake-up list too: a reader granted then
             # passes the wake-up on to the readers waiting behind it (a release wakes one).
             reply = await self._exchange(conn, registering, self._deadline(), secret)
@@ -267,3 +261,4 @@ class Server:
     def _deadline(self, longer: float = 0.0) -> float:
         """The deadline of one request sent now (that may wait ``longer`` on the server)."""
         return time.monotonic() + longer + self.timeout
+
