@@ -61,7 +61,7 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 7
+local VERSION = 8
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
@@ -107,35 +107,6 @@ local E_KEYS = 'ERR fencedlock: pass the lock key and, optionally, the floor key
 local E_FLOOR_KEY = "ERR fencedlock: wrong floor key; this lock key's is "
 local E_WAKE_KEY = "ERR fencedlock: wrong wake-up list; this lock key's is "
 
--- CRC16-XMODEM of each byte value (the checksum CLUSTER KEYSLOT hashes with), for key_slot;
--- made at its first use (by a script, which starts afresh each call, only when it needs it).
-local CRC16
-local function crc16_table()
-  return {
-  0, 4129, 8258, 12387, 16516, 20645, 24774, 28903, 33032, 37161, 41290, 45419, 49548, 53677, 57806, 61935,
-  4657, 528, 12915, 8786, 21173, 17044, 29431, 25302, 37689, 33560, 45947, 41818, 54205, 50076, 62463, 58334,
-  9314, 13379, 1056, 5121, 25830, 29895, 17572, 21637, 42346, 46411, 34088, 38153, 58862, 62927, 50604, 54669,
-  13907, 9842, 5649, 1584, 30423, 26358, 22165, 18100, 46939, 42874, 38681, 34616, 63455, 59390, 55197, 51132,
-  18628, 22757, 26758, 30887, 2112, 6241, 10242, 14371, 51660, 55789, 59790, 63919, 35144, 39273, 43274, 47403,
-  23285, 19156, 31415, 27286, 6769, 2640, 14899, 10770, 56317, 52188, 64447, 60318, 39801, 35672, 47931, 43802,
-  27814, 31879, 19684, 23749, 11298, 15363, 3168, 7233, 60846, 64911, 52716, 56781, 44330, 48395, 36200, 40265,
-  32407, 28342, 24277, 20212, 15891, 11826, 7761, 3696, 65439, 61374, 57309, 53244, 48923, 44858, 40793, 36728,
-  37256, 33193, 45514, 41451, 53516, 49453, 61774, 57711, 4224, 161, 12482, 8419, 20484, 16421, 28742, 24679,
-  33721, 37784, 41979, 46042, 49981, 54044, 58239, 62302, 689, 4752, 8947, 13010, 16949, 21012, 25207, 29270,
-  46570, 42443, 38312, 34185, 62830, 58703, 54572, 50445, 13538, 9411, 5280, 1153, 29798, 25671, 21540, 17413,
-  42971, 47098, 34713, 38840, 59231, 63358, 50973, 55100, 9939, 14066, 1681, 5808, 26199, 30326, 17941, 22068,
-  55628, 51565, 63758, 59695, 39368, 35305, 47498, 43435, 22596, 18533, 30726, 26663, 6336, 2273, 14466, 10403,
-  52093, 56156, 60223, 64286, 35833, 39896, 43963, 48026, 19061, 23124, 27191, 31254, 2801, 6864, 10931, 14994,
-  64814, 60687, 56684, 52557, 48554, 44427, 40424, 36297, 31782, 27655, 23652, 19525, 15522, 11395, 7392, 3265,
-  61215, 65342, 53085, 57212, 44955, 49082, 36825, 40952, 28183, 32310, 20053, 24180, 11923, 16050, 3793, 7920,
-  }
-end
-
--- floor_tag's inverse of the tag -> slot map: the map is linear over GF(2) in the tag's 14
--- digit bits (each digit is '0' plus at most 3 bits), offset by the slot of '000000'.
-local TAG_ORIGIN = 14824
-local TAG_BASIS = { 9330, 1644, 15661, 3282, 4143, 4379, 6710, 1144, 14597, 13687, 9318, 1604, 13672, 7256 }
-
 local function fail(text)
   return redis.error_reply(text)
 end
@@ -175,8 +146,10 @@ local function parse_ttl(s)
 end
 
 -- Integers as Redis arguments: Lua's own tostring would write large ones with an exponent.
+-- '%d' (the number as a C long: exact for integers up to 2^53, all this library writes) costs
+-- a fifth of '%.0f' (a float's decimal expansion, some 3,000 instructions a call).
 local function int(n)
-  return string.format('%.0f', n)
+  return string.format('%d', n)
 end
 
 local function now_us()
@@ -189,48 +162,156 @@ end
 -- cost more than the checks themselves.
 local bxor, byte, char, str_find, str_sub
 
--- CLUSTER KEYSLOT of `key`: the CRC16 of the key, or of its hash tag (the bytes between the
--- first '{' and the next '}', when there are any), modulo 16384.
-local function key_slot(key)
-  local open = str_find(key, '{', 1, true)
-  if open then
-    local close = str_find(key, '}', open + 1, true)
-    if close and close > open + 1 then
-      key = str_sub(key, open + 1, close - 1)
-    end
-  end
-  CRC16 = CRC16 or crc16_table()
-  local hi, lo = 0, 0
-  for i = 1, #key do
-    local v = CRC16[bxor(hi, byte(key, i)) + 1]
-    hi = bxor(lo, (v - v % 256) / 256)
-    lo = v % 256
-  end
-  return (hi * 256 + lo) % 16384
-end
+-- The floor proof (keys_refusal): the key's slot (CLUSTER KEYSLOT, a CRC16 the server's Lua
+-- must compute itself: CLUSTER KEYSLOT from a script is refused outside cluster mode on Redis
+-- 7.0) and whether a floor key is that slot's. All of it is made by floor_proof at its first
+-- use: a script runs its whole source on every call, and made at the top these functions and
+-- tables cost every call of the script form, also the calls on keys that exist (6% of an
+-- ACQUIRE); the library makes them once per state.
+local prove_floor
+local function floor_proof()
+  local bxor, byte, char, str_find, str_sub = bxor, byte, char, str_find, str_sub
 
--- The floor tag of `slot` (fencedlock_protocol::functions::floor_tag): six digits, the first
--- two 0-7 and the other four 0-3 (14 bits, high bits first), whose own slot is `slot`.
--- Exactly one such tag hashes to each slot, so each slot has exactly one floor key.
-local function floor_tag(slot)
-  local v, x = bxor(slot, TAG_ORIGIN), 0
-  for i = 1, 14 do
-    local low = v % 2
-    if low == 1 then
-      x = bxor(x, TAG_BASIS[i])
+  -- CRC16-XMODEM of each byte value (the checksum CLUSTER KEYSLOT hashes with).
+  local CRC16 = {
+    0, 4129, 8258, 12387, 16516, 20645, 24774, 28903, 33032, 37161, 41290, 45419, 49548, 53677, 57806, 61935,
+    4657, 528, 12915, 8786, 21173, 17044, 29431, 25302, 37689, 33560, 45947, 41818, 54205, 50076, 62463, 58334,
+    9314, 13379, 1056, 5121, 25830, 29895, 17572, 21637, 42346, 46411, 34088, 38153, 58862, 62927, 50604, 54669,
+    13907, 9842, 5649, 1584, 30423, 26358, 22165, 18100, 46939, 42874, 38681, 34616, 63455, 59390, 55197, 51132,
+    18628, 22757, 26758, 30887, 2112, 6241, 10242, 14371, 51660, 55789, 59790, 63919, 35144, 39273, 43274, 47403,
+    23285, 19156, 31415, 27286, 6769, 2640, 14899, 10770, 56317, 52188, 64447, 60318, 39801, 35672, 47931, 43802,
+    27814, 31879, 19684, 23749, 11298, 15363, 3168, 7233, 60846, 64911, 52716, 56781, 44330, 48395, 36200, 40265,
+    32407, 28342, 24277, 20212, 15891, 11826, 7761, 3696, 65439, 61374, 57309, 53244, 48923, 44858, 40793, 36728,
+    37256, 33193, 45514, 41451, 53516, 49453, 61774, 57711, 4224, 161, 12482, 8419, 20484, 16421, 28742, 24679,
+    33721, 37784, 41979, 46042, 49981, 54044, 58239, 62302, 689, 4752, 8947, 13010, 16949, 21012, 25207, 29270,
+    46570, 42443, 38312, 34185, 62830, 58703, 54572, 50445, 13538, 9411, 5280, 1153, 29798, 25671, 21540, 17413,
+    42971, 47098, 34713, 38840, 59231, 63358, 50973, 55100, 9939, 14066, 1681, 5808, 26199, 30326, 17941, 22068,
+    55628, 51565, 63758, 59695, 39368, 35305, 47498, 43435, 22596, 18533, 30726, 26663, 6336, 2273, 14466, 10403,
+    52093, 56156, 60223, 64286, 35833, 39896, 43963, 48026, 19061, 23124, 27191, 31254, 2801, 6864, 10931, 14994,
+    64814, 60687, 56684, 52557, 48554, 44427, 40424, 36297, 31782, 27655, 23652, 19525, 15522, 11395, 7392, 3265,
+    61215, 65342, 53085, 57212, 44955, 49082, 36825, 40952, 28183, 32310, 20053, 24180, 11923, 16050, 3793, 7920,
+  }
+
+  -- The CRC16 of byte b followed by k zero bytes at pos[k * 256 + b + 1], k = 0 to 7: the
+  -- checksum is linear, so a chunk of 8 bytes is the XOR of one entry per byte and of the
+  -- register moved past those 8 bytes (pos of its high byte at k = 7, of its low byte at 6).
+  -- A call into `bit` or `string` costs some 500 instructions; the checksum byte by byte with
+  -- the table above made 3 per byte (about 43,000 instructions for 24 bytes), by chunks it
+  -- makes 2 per 8 bytes. The library makes the table once per state (some 1,800 XORs); a
+  -- script would make it on every new key, so it goes byte by byte, with one call per byte.
+  local pos
+  if not as_script then
+    pos = {}
+    for b = 1, 256 do
+      pos[b] = CRC16[b]
     end
-    v = (v - low) / 2
+    for i = 257, 2048 do
+      -- One more zero byte: the register shifted by 8 bits, its high byte folded back in.
+      local v = pos[i - 256]
+      local lo = v % 256
+      pos[i] = bxor(CRC16[(v - lo) / 256 + 1], lo * 256)
+    end
   end
-  local d6 = x % 4
-  x = (x - d6) / 4
-  local d5 = x % 4
-  x = (x - d5) / 4
-  local d4 = x % 4
-  x = (x - d4) / 4
-  local d3 = x % 4
-  x = (x - d3) / 4
-  local d2 = x % 8
-  return char(48 + (x - d2) / 8, 48 + d2, 48 + d3, 48 + d4, 48 + d5, 48 + d6)
+
+  -- One byte into the register `crc`, by the table above: the register shifted by a byte,
+  -- and the table's entry of (its high byte XOR the byte), which (the table is linear) is the
+  -- XOR of their two entries: one call.
+  local function step(crc, b)
+    local lo = crc % 256
+    return bxor(CRC16[(crc - lo) / 256 + 1], CRC16[b + 1], lo * 256)
+  end
+
+  -- The CRC16 of `s`, a whole number of chunks of 8 bytes (each read by one call).
+  local function crc16(s)
+    local crc = 0
+    for i = 1, #s, 8 do
+      local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, i, i + 7)
+      if pos then
+        local t, lo = pos, crc % 256
+        crc = bxor(t[1793 + (crc - lo) / 256], t[1537 + lo], t[1793 + b1], t[1537 + b2], t[1281 + b3],
+          t[1025 + b4], t[769 + b5], t[513 + b6], t[257 + b7], t[1 + b8])
+      else
+        crc = step(step(step(step(step(step(step(step(crc, b1), b2), b3), b4), b5), b6), b7), b8)
+      end
+    end
+    return crc
+  end
+
+  -- CLUSTER KEYSLOT of `key`: the CRC16 of the key, or of its hash tag (the bytes between the
+  -- first '{' and the next '}', when there are any), modulo 16384. Leading zero bytes leave
+  -- the CRC (its register starts at 0) as it is: the key is padded at its front to whole
+  -- chunks of 8 bytes.
+  local function key_slot(key)
+    local open = str_find(key, '{', 1, true)
+    if open then
+      local close = str_find(key, '}', open + 1, true)
+      if close and close > open + 1 then
+        key = str_sub(key, open + 1, close - 1)
+      end
+    end
+    local tail = #key % 8
+    if tail > 0 then
+      key = str_sub('\0\0\0\0\0\0\0', tail) .. key
+    end
+    return crc16(key) % 16384
+  end
+
+  -- The CRC16 of a floor tag's digit d (48 to 55, '0' to '7') at place j (1 to 6) of the tag,
+  -- at TAG_CRC[(j - 1) * 8 + d - 47]: the CRC of the six digits is the XOR of their entries.
+  local TAG_CRC = {
+    12172, 27180, 42188, 57708, 10541, 27789, 41581, 59341, 3310, 42687, 18541, 57916, 34280, 12217, 49515, 27450,
+    11497, 23133, 49537, 46901, 58904, 37036, 2928, 32196, 50597, 62101, 43973, 40181, 6501, 11861, 30469, 16437,
+    1429, 13988, 25591, 20678, 51537, 64096, 44851, 39938, 13907, 9842, 5649, 1584, 30423, 26358, 22165, 18100,
+  }
+
+  -- floor_tag's inverse of the tag -> slot map: the map is linear over GF(2) in the tag's 14
+  -- digit bits (each digit is '0' plus at most 3 bits), offset by the slot of '000000'.
+  local TAG_ORIGIN = 14824
+  local TAG_BASIS = { 9330, 1644, 15661, 3282, 4143, 4379, 6710, 1144, 14597, 13687, 9318, 1604, 13672, 7256 }
+
+  -- The floor tag of `slot` (fencedlock_protocol::functions::floor_tag): six digits, the first
+  -- two 0-7 and the other four 0-3 (14 bits, high bits first), whose own slot is `slot`.
+  -- Exactly one such tag hashes to each slot, so each slot has exactly one floor key. Only a
+  -- refusal names it: the proof below compares the floor's own tag instead.
+  local function floor_tag(slot)
+    local v, x = bxor(slot, TAG_ORIGIN), 0
+    for i = 1, 14 do
+      local low = v % 2
+      if low == 1 then
+        x = bxor(x, TAG_BASIS[i])
+      end
+      v = (v - low) / 2
+    end
+    local d6 = x % 4
+    x = (x - d6) / 4
+    local d5 = x % 4
+    x = (x - d5) / 4
+    local d4 = x % 4
+    x = (x - d4) / 4
+    local d3 = x % 4
+    x = (x - d3) / 4
+    local d2 = x % 8
+    return char(48 + (x - d2) / 8, 48 + d2, 48 + d3, 48 + d4, 48 + d5, 48 + d6)
+  end
+
+  -- nil when `floor` is the floor key of `key`'s slot, else the right one. A floor key's shape
+  -- (FLOOR_SHAPE) whose tag's own slot is the key's is the right one (one tag of that shape
+  -- hashes to each slot), so the proof reads the floor's digits (one call) and XORs their six
+  -- entries (one more) instead of making floor_tag(slot) (14 steps) and the key's name.
+  return function(key, floor)
+    local slot = key_slot(key)
+    if #floor == 28 and str_sub(floor, 1, 21) == FLOOR_PREFIX then
+      local d1, d2, d3, d4, d5, d6, close = byte(floor, 22, 28)
+      if close == 125 and d1 >= 48 and d1 <= 55 and d2 >= 48 and d2 <= 55 and d3 >= 48 and d3 <= 51
+        and d4 >= 48 and d4 <= 51 and d5 >= 48 and d5 <= 51 and d6 >= 48 and d6 <= 51 then
+        local t = TAG_CRC
+        if bxor(t[d1 - 47], t[d2 - 39], t[d3 - 31], t[d4 - 23], t[d5 - 15], t[d6 - 7]) % 16384 == slot then
+          return nil
+        end
+      end
+    end
+    return FLOOR_PREFIX .. floor_tag(slot) .. '}'
+  end
 end
 
 -- This server process: it changes on every restart and differs between a primary and the
@@ -281,10 +362,11 @@ end
 -- The floor is known when it is the one the lock key recorded (`lock.tag`, the tag its last
 -- write was checked with). In a Redis Cluster the server itself refuses keys of two slots in
 -- one call (CROSSSLOT), so a floor key of the right shape is the one of the key's slot (one tag
--- of that shape hashes to each slot). Elsewhere the key's CRC16 decides: some 40,000
--- instructions for a key of a few dozen bytes, about a third of a grant, which is why the key
--- records its tag. (A cache of checked keys in the library's state would cost more: every
--- object a library keeps is traversed by the collector on every call.)
+-- of that shape hashes to each slot). Elsewhere the key's CRC16 decides (floor_proof): some
+-- 3,000 instructions for a key of 24 bytes on the library (43,000 byte by byte, before
+-- version 8), 20,000 as a script, which is why the key records its tag. (A cache of checked
+-- keys in the library's state would cost more: every object a library keeps is traversed by
+-- the collector on every call.)
 local function keys_refusal(key, floor, wake, lock)
   if floor == nil then
     return nil
@@ -296,8 +378,9 @@ local function keys_refusal(key, floor, wake, lock)
       _, clustered = server_facts()
     end
     if not (clustered and str_find(floor, FLOOR_SHAPE)) then
-      local expected = FLOOR_PREFIX .. floor_tag(key_slot(key)) .. '}'
-      if floor ~= expected then
+      prove_floor = prove_floor or floor_proof()
+      local expected = prove_floor(key, floor)
+      if expected then
         return E_FLOOR_KEY .. expected
       end
     end
@@ -341,19 +424,32 @@ local function load(key)
       return nil, E_WRONG_TYPE
     end
   end
+  -- `stored_fence` and `stored_permits` stay as read, for store.
   return { fence = fence, permits = permits, holders = holders, wake_until = tonumber(got[5]) or 0, tag = got[6],
-    writer_until = tonumber(got[7]) or 0 }
+    writer_until = tonumber(got[7]) or 0, kind = got[1], stored_fence = fence, stored_permits = permits }
 end
 
 -- Writes the state back; with a floor, the key records its floor's tag (keys_refusal) and
--- expires RETENTION_MS after its last lease ends.
-local function store(key, floor, lock, now)
-  local fence, permits, holders = int(lock.fence), int(lock.permits), cmsgpack.pack(lock.holders)
-  if not floor then
-    redis.call('HSET', key, 'kind', KIND, 'fence', fence, 'permits', permits, 'holders', holders)
+-- expires RETENTION_MS after its last lease ends. `was` is the key's state as load read it
+-- (nil for a new key): the fields it already holds are not written again, so a renewal or a
+-- release writes the holders alone, and a grant on a key that exists its fence beside them
+-- (each field written costs some 2,000 instructions).
+local function store(key, floor, lock, now, was)
+  local holders = cmsgpack.pack(lock.holders)
+  local tag = floor and str_sub(floor, #FLOOR_PREFIX + 1, -2)
+  if was and was.kind and was.stored_permits == lock.permits and (not floor or was.tag == tag) then
+    if was.stored_fence == lock.fence then
+      redis.call('HSET', key, 'holders', holders)
+    else
+      redis.call('HSET', key, 'fence', int(lock.fence), 'holders', holders)
+    end
+  elseif not floor then
+    redis.call('HSET', key, 'kind', KIND, 'fence', int(lock.fence), 'permits', int(lock.permits), 'holders', holders)
   else
-    redis.call('HSET', key, 'kind', KIND, 'fence', fence, 'permits', permits, 'holders', holders,
-      'floor', str_sub(floor, #FLOOR_PREFIX + 1, -2))
+    redis.call('HSET', key, 'kind', KIND, 'fence', int(lock.fence), 'permits', int(lock.permits), 'holders', holders,
+      'floor', tag)
+  end
+  if floor then
     local idle_from = now
     for _, h in ipairs(lock.holders) do
       if h[3] > idle_from then
@@ -436,11 +532,16 @@ local function floor_state(floor)
   return tonumber(got[1]) or 0, got[2]
 end
 
--- Records `fence` as issued by this run (in the floor, or the key's `run` without one).
-local function take_fence(key, floor, fence, run)
+-- Records `fence` as issued by this run (in the floor, or the key's `run` without one); `seen`
+-- is the run that wrote it last, which needs no writing again.
+local function take_fence(key, floor, fence, run, seen)
   if floor then
-    redis.call('HSET', floor, 'fence', int(fence), 'run', run)
-  else
+    if seen == run then
+      redis.call('HSET', floor, 'fence', int(fence))
+    else
+      redis.call('HSET', floor, 'fence', int(fence), 'run', run)
+    end
+  elseif seen ~= run then
     redis.call('HSET', key, 'run', run)
   end
   note_issued(fence)
@@ -457,7 +558,7 @@ local function next_fence(key, floor, key_fence, now)
   end
   local fence = fence_after(base, seen, key_fence, run, now)
   if fence then
-    take_fence(key, floor, fence, run)
+    take_fence(key, floor, fence, run, seen)
   end
   return fence
 end
@@ -567,7 +668,7 @@ end
 -- before it.
 local function grant(key, floor, lock, ask, holding, fence, deadline, now)
   holding[#holding + 1] = { fence, ask.token, deadline, ask.label }
-  store(key, floor, { fence = fence, permits = ask.permits, holders = holding }, now)
+  store(key, floor, { fence = fence, permits = ask.permits, holders = holding }, now, lock)
   if not ask.shared and lock and lock.writer_until > 0 then
     redis.call('HDEL', key, 'writer_until')
   end
@@ -592,7 +693,7 @@ local function acquire(keys, args)
   if outcome == 'error' then return fail(detail) end
   if outcome == 'refused' then return refusal(key, wake, lock, detail, writer_waits, after) end
   if outcome == 'kept' then
-    store(key, floor, lock, now)
+    store(key, floor, lock, now, lock)
     return detail
   end
   local fence = next_fence(key, floor, lock and lock.fence or 0, now)
@@ -646,7 +747,7 @@ local function acquireall(keys, args)
   -- the floor's after a RAISE); all must fit before the first write.
   local run = server_facts()
   local base, seen = floor_state(floor)
-  local last
+  local written, last = seen, nil
   for _, d in ipairs(decided) do
     if d.outcome == 'new' then
       d.fence = fence_after(base, seen, d.lock and d.lock.fence or 0, run, now)
@@ -660,11 +761,11 @@ local function acquireall(keys, args)
       grant(keys[i], floor, d.lock, ask, d.detail, d.fence, deadline, now)
       fences[i] = d.fence
     else
-      store(keys[i], floor, d.lock, now)
+      store(keys[i], floor, d.lock, now, d.lock)
       fences[i] = d.detail
     end
   end
-  if last then take_fence(nil, floor, last, run) end
+  if last then take_fence(nil, floor, last, run, written) end
   return fences
 end
 
@@ -684,7 +785,7 @@ local function renew(keys, args)
   local mine = find(live(lock, now), args[1])
   if not mine then return 0 end
   mine[3] = now + ttl * 1000
-  store(key, floor, lock, now)
+  store(key, floor, lock, now, lock)
   return 1
 end
 
@@ -702,7 +803,7 @@ local function release(keys, args)
   local mine, at = find(lock.holders, args[1])
   if not mine or now >= mine[3] then return 0 end
   table.remove(lock.holders, at)
-  store(key, floor, lock, now)
+  store(key, floor, lock, now, lock)
   if wake and lock.wake_until > now then
     -- One wake-up per freed permit, for the longest-blocked waiter; the list never holds
     -- more than the key's permits (one for read leases: what their release frees is the
@@ -735,7 +836,7 @@ local function raise(keys, args)
     lock.fence = fence
     mine[1] = fence
     note_issued(fence)
-    store(key, floor, lock, now)
+    store(key, floor, lock, now, lock)
     if floor then
       local got = tonumber(redis.call('HGET', floor, 'fence')) or 0
       if fence > got then redis.call('HSET', floor, 'fence', int(fence)) end
