@@ -26,9 +26,10 @@ type Lease struct {
 	done     chan struct{}
 	doneOnce sync.Once
 	// stop ends the keep-alive; kept is done when its goroutine has returned.
-	stop chan struct{}
-	kept sync.WaitGroup
-	keep bool
+	stop     chan struct{}
+	stopOnce sync.Once
+	kept     sync.WaitGroup
+	keep     bool
 }
 
 func newLease(l *Locker, req acquireRequest, fence uint64, validUntil time.Time) *Lease {
@@ -161,7 +162,7 @@ func (l *Lease) stopKeepAlive() {
 	l.keep = false
 	l.mu.Unlock()
 	if keep {
-		close(l.stop)
+		l.stopOnce.Do(func() { close(l.stop) })
 		l.kept.Wait()
 	}
 }

@@ -88,7 +88,7 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Leas
 		if err != nil {
 			return nil, err
 		}
-		req := acquireRequest{key: []byte(key), token: token, ttlMs: s.ttl.Milliseconds(), label: s.label}
+		req := acquireRequest{key: []byte(key), token: token, ttlMs: s.ttl.Milliseconds(), label: s.label, permits: s.permits, shared: s.shared}
 		sent := time.Now()
 		var fence uint64
 		if s.wait > 0 && time.Now().Before(giveUp) {

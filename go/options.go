@@ -15,6 +15,8 @@ type settings struct {
 	timeout time.Duration
 	wait    time.Duration
 	label   []byte
+	permits int
+	shared  bool
 	// set records which options were given, so a bad one is reported, not replaced.
 	labelSet bool
 }
@@ -43,6 +45,16 @@ func WithLabel(label string) Option {
 	return func(s *settings) { s.label, s.labelSet = []byte(label), true }
 }
 
+// WithPermits makes the key a semaphore of n permits (1 to 1024): up to n leases at once,
+// each with its own fence. Every holder must ask with the same n while anyone holds the key
+// (the server refuses another count).
+func WithPermits(n int) Option { return func(s *settings) { s.permits = n } }
+
+// WithShared asks for a read lease of a read-write lock: held together with other read leases,
+// never with a write lease (a lease asked without WithShared) on the same key. A writer that
+// waits is woken when the last reader leaves.
+func WithShared() Option { return func(s *settings) { s.shared = true } }
+
 // drift is the clock-drift allowance taken off a lease's validity: 1 % of the ttl plus 2 ms,
 // as the Rust client computes it.
 func drift(ttl time.Duration) time.Duration {
@@ -65,6 +77,12 @@ func (s *settings) check() error {
 	}
 	if s.wait < 0 {
 		return invalid("wait must be 0 or more, got %v", s.wait)
+	}
+	if s.permits < 0 || s.permits > proto.c.Limits.MaxPermits {
+		return invalid("a semaphore has 1 to %d permits, got %d", proto.c.Limits.MaxPermits, s.permits)
+	}
+	if s.shared && s.permits > 1 {
+		return invalid("a read lease (WithShared) is not a semaphore's (WithPermits): ask for one or the other")
 	}
 	if s.labelSet && (len(s.label) < 1 || len(s.label) > proto.c.Limits.MaxLabelLen) {
 		return invalid("a label must be 1 to %d bytes, got %d", proto.c.Limits.MaxLabelLen, len(s.label))
