@@ -240,6 +240,19 @@ func build(e engine, call string, form keyForm, key []byte, args [][]byte) (word
 	if err != nil {
 		return nil, "", "", err
 	}
+	if proto.commands[call].CountsKeys && form.form == "set" && len(form.set) > 0 {
+		keys := make([][]byte, len(form.set))
+		for i, s := range form.set {
+			keys[i] = append(append([]byte{}, key...), s...)
+		}
+		if req, block, ok := acquireOf(nil, args); ok && block < 0 {
+			pkg := toBytes(acquireAllWords(e, keys, req))
+			if fmt.Sprintf("%q", pkg) != fmt.Sprintf("%q", readme) {
+				return pkg, "acquireAllWords", fmt.Sprintf("the package's acquireAllWords built %q, the README's rule %q", pkg, readme), nil
+			}
+			return pkg, "acquireAllWords", "", nil
+		}
+	}
 	keyed := form.form == "with_floor" || form.form == "member" || (form.form == "key_only" && e == engineModule)
 	if _, known := proto.commands[call]; !keyed || !known || proto.commands[call].CountsKeys {
 		return readme, "readme", "", nil

@@ -211,8 +211,18 @@ func TestRequestVectors(t *testing.T) {
 			build = func(e engine) []any { return request(e, cmdRelease, *q.Key, []any{[]byte(q.Token)}, false) }
 		case cmdStatus:
 			build = func(e engine) []any { return request(e, cmdStatus, *q.Key, nil, false) }
+		case cmdAcquireAll:
+			req := acquireRequest{token: q.Token, ttlMs: q.TTLMs, permits: q.Permits, shared: q.Shared}
+			if q.Label != nil {
+				req.label = *q.Label
+			}
+			keys := make([][]byte, len(q.Keys))
+			for i, k := range q.Keys {
+				keys[i] = k
+			}
+			build = func(e engine) []any { return acquireAllWords(e, keys, req) }
 		default:
-			continue // ACQUIREALL, RAISE, CAD: not built by this package yet
+			continue // RAISE, CAD: not built by this package yet
 		}
 		built++
 		for _, form := range []struct {

@@ -249,3 +249,34 @@ func acquireWords(e engine, req acquireRequest, waiting bool, blockMs int64) []a
 	}
 	return request(e, cmdAcquire, req.key, rest, waiting)
 }
+
+// cmdAcquireAll is the command that takes several keys of one slot for one token.
+const cmdAcquireAll = "FENCEDLOCK.ACQUIREALL"
+
+// acquireAllWords is ACQUIREALL of keys for req's token and options, in the engine's form:
+// the module's `numkeys key… token ttl options`, or the library's function with the keys and
+// then the first key's floor key (the caller keeps the keys in one slot).
+func acquireAllWords(e engine, keys [][]byte, req acquireRequest) []any {
+	rest := acquireWords(engineModule, req, false, -1)[2:] // token, ttl, options
+	if e == engineModule {
+		words := []any{cmdAcquireAll, strconv.Itoa(len(keys))}
+		for _, k := range keys {
+			words = append(words, k)
+		}
+		return append(words, rest...)
+	}
+	all := make([]any, 0, len(keys)+1)
+	for _, k := range keys {
+		all = append(all, k)
+	}
+	all = append(all, floorKey(keys[0]))
+	fn := proto.c.Library.Functions[cmdAcquireAll]
+	var words []any
+	if e == engineScript {
+		words = append([]any{"EVALSHA", proto.c.Library.ScriptSHA1, strconv.Itoa(len(all))}, all...)
+		words = append(words, fn)
+	} else {
+		words = append([]any{"FCALL", fn, strconv.Itoa(len(all))}, all...)
+	}
+	return append(words, rest...)
+}

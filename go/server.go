@@ -26,6 +26,38 @@ type server struct {
 	// bounded by its context alone and never re-sent by the client library.
 	waiters map[string]*redis.Client
 	closed  bool
+	// acquireAll is whether the module serves ACQUIREALL: 0 not asked yet, 1 yes, -1 no.
+	acquireAll int
+}
+
+// isCluster says whether the client routes by slot (keys of several slots are on several
+// nodes).
+func (s *server) isCluster() bool {
+	_, ok := s.client.(*redis.ClusterClient)
+	return ok
+}
+
+// moduleServesAcquireAll says whether the module on the server knows ACQUIREALL (COMMAND
+// INFO, asked once); false when the server will not say.
+func (s *server) moduleServesAcquireAll(ctx context.Context) (bool, error) {
+	s.mu.Lock()
+	known := s.acquireAll
+	s.mu.Unlock()
+	if known != 0 {
+		return known > 0, nil
+	}
+	info, err := s.do(ctx, "COMMAND", "INFO", cmdAcquireAll)
+	if err != nil && !answered(err) {
+		return false, err
+	}
+	serves := err == nil && anyEntry(info)
+	s.mu.Lock()
+	s.acquireAll = -1
+	if serves {
+		s.acquireAll = 1
+	}
+	s.mu.Unlock()
+	return serves, nil
 }
 
 func newServer(client redis.UniversalClient, timeout time.Duration) *server {
