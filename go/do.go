@@ -19,6 +19,12 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 	if err != nil {
 		return err
 	}
+	return runKept(ctx, lease, fn)
+}
+
+// runKept runs fn under lease, kept alive, and releases it: fn's ctx is cancelled with the
+// loss as its cause when the lease is lost.
+func runKept(ctx context.Context, lease *Lease, fn func(ctx context.Context, lease *Lease) error) error {
 	lease.KeepAlive()
 	run, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

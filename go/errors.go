@@ -96,6 +96,10 @@ type Error struct {
 	Votes *Votes
 	// Err is the underlying error, if any.
 	Err error
+	// held and outage say what a KindNoQuorum also is: a server refused (the key is held:
+	// errors.Is ErrNotAcquired), or none refused and servers could not answer (errors.Is
+	// ErrUnavailable).
+	held, outage bool
 }
 
 func (e *Error) Error() string {
@@ -107,6 +111,9 @@ func (e *Error) Error() string {
 	}
 	if e.Server != "" {
 		fmt.Fprintf(&b, " on %s", e.Server)
+	}
+	if e.Votes != nil {
+		fmt.Fprintf(&b, " (granted %d, refused %d, failed %d)", e.Votes.Granted, e.Votes.Refused, e.Votes.Failed)
 	}
 	if e.Reply != "" {
 		b.WriteString(": ")
@@ -120,6 +127,9 @@ func (e *Error) Error() string {
 
 // Is matches the sentinel of the error's Kind.
 func (e *Error) Is(target error) bool {
+	if e.held && target == ErrNotAcquired || e.outage && target == ErrUnavailable {
+		return true
+	}
 	return int(e.Kind) < len(sentinels) && sentinels[e.Kind] == target
 }
 

@@ -1,8 +1,8 @@
 package fencedlock
 
 // The client failure contract as data (protocol/corpus/client-faults.json; how to read it:
-// protocol/corpus/README.md), run by this package: every scenario of a one-server locker
-// ("single"), on every engine it names, against real servers with real faults (SIGSTOP, a
+// protocol/corpus/README.md), run by this package: every scenario, a one-server Locker
+// ("single") or a Redlock over all its servers ("redlock"), on every engine it names, against real servers with real faults (SIGSTOP, a
 // killed server whose port refuses, a server restarted without the module, DEL on an admin
 // connection), through go-redis clients made as docs/go.md tells users to make them. The
 // scenarios are read at run time; a step, outcome, engine or locker this runner does not know
@@ -15,26 +15,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"testing"
 	"time"
-)
 
-// notYetSupported are the scenarios this package cannot run yet, by name, and why: each uses
-// a Redlock over three servers, and the package has no Redlock yet (issue #45's Redlock step).
-// The list is checked both ways: a scenario named here that is not a Redlock one, or a Redlock
-// scenario missing from it, fails the run.
-var notYetSupported = map[string]string{
-	"redlock_one_of_three_stopped":                   "no Redlock in the Go package yet",
-	"redlock_a_slow_master":                          "no Redlock in the Go package yet",
-	"redlock_two_of_three_stopped":                   "no Redlock in the Go package yet",
-	"redlock_two_of_three_stopped_while_waiting":     "no Redlock in the Go package yet",
-	"redlock_two_of_three_refusing":                  "no Redlock in the Go package yet",
-	"redlock_fresh_connections_two_of_three_stopped": "no Redlock in the Go package yet",
-	"redlock_held_elsewhere":                         "no Redlock in the Go package yet",
-	"redlock_held_on_one_and_two_stopped":            "no Redlock in the Go package yet",
-}
+	"github.com/redis/go-redis/v9"
+)
 
 type scenario struct {
 	Name      string                       `json:"name"`
@@ -80,21 +66,9 @@ func TestClientFaultCorpus(t *testing.T) {
 	if corpus.Schema != 1 {
 		t.Fatalf("corpus schema %d, this runner reads 1", corpus.Schema)
 	}
-	listed := map[string]bool{}
 	ran := 0
 	for _, sc := range corpus.Scenarios {
-		switch sc.Locker {
-		case "single":
-			if _, ok := notYetSupported[sc.Name]; ok {
-				t.Errorf("%s: a single-server scenario is listed as not yet supported", sc.Name)
-			}
-		case "redlock":
-			if _, ok := notYetSupported[sc.Name]; !ok {
-				t.Errorf("%s: a Redlock scenario is not in notYetSupported", sc.Name)
-			}
-			listed[sc.Name] = true
-			continue
-		default:
+		if sc.Locker != "single" && sc.Locker != "redlock" {
 			t.Errorf("%s: unknown locker %q", sc.Name, sc.Locker)
 			continue
 		}
@@ -104,19 +78,15 @@ func TestClientFaultCorpus(t *testing.T) {
 			t.Run(sc.Name+"/"+e, func(t *testing.T) { t.Parallel(); runScenario(t, corpus, sc, e) })
 		}
 	}
-	for name := range notYetSupported {
-		if !listed[name] {
-			t.Errorf("notYetSupported names %s, which is no Redlock scenario of the corpus", name)
-		}
-	}
 	t.Cleanup(func() {
-		names := make([]string, 0, len(notYetSupported))
-		for n := range notYetSupported {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		t.Logf("client fault corpus on %s: %d scenario runs (single locker, one per engine named; each its own subtest); not yet supported: %d Redlock scenarios %v", flavor(), ran, len(names), names)
+		t.Logf("client fault corpus on %s: %d scenario runs (one per engine named; each its own subtest)", flavor(), ran)
 	})
+}
+
+// acquirer is a Locker or a Redlock, as a scenario uses it.
+type acquirer interface {
+	Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
+	Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error
 }
 
 func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName string) {
@@ -136,7 +106,22 @@ func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName strin
 			s.signal(syscall.SIGCONT)
 		}
 	}()
-	locker := newTestLocker(t, servers[0].client(), WithTTL(time.Duration(sc.TTLMs)*time.Millisecond), WithTimeout(time.Duration(sc.TimeoutMs)*time.Millisecond))
+	settings := []Option{WithTTL(time.Duration(sc.TTLMs) * time.Millisecond), WithTimeout(time.Duration(sc.TimeoutMs) * time.Millisecond)}
+	var locker acquirer
+	if sc.Locker == "single" {
+		locker = newTestLocker(t, servers[0].client(), settings...)
+	} else {
+		clients := make([]redis.UniversalClient, len(servers))
+		for i, s := range servers {
+			clients[i] = s.client()
+		}
+		r, err := NewRedlock(clients, settings...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close() })
+		locker = r
+	}
 	var lost <-chan struct{}
 	finish := make(chan struct{})
 	kept := make(chan error, 1)

@@ -3,7 +3,6 @@ package fencedlock
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -12,11 +11,11 @@ import (
 // this process's monotonic clock from before the request was sent, less the drift allowance.
 // Hand the fence to the resource with every write: only a check there stops a paused holder.
 type Lease struct {
-	locker *Locker
-	key    []byte
-	token  []byte
-	fence  uint64
-	ttl    time.Duration
+	owner owner
+	key   []byte
+	token []byte
+	fence uint64
+	ttl   time.Duration
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -32,9 +31,21 @@ type Lease struct {
 	keep     bool
 }
 
-func newLease(l *Locker, req acquireRequest, fence uint64, validUntil time.Time) *Lease {
-	return &Lease{locker: l, key: req.key, token: req.token, fence: fence, ttl: time.Duration(req.ttlMs) * time.Millisecond,
+func newLease(o owner, req acquireRequest, fence uint64, validUntil time.Time) *Lease {
+	return &Lease{owner: o, key: req.key, token: req.token, fence: fence, ttl: time.Duration(req.ttlMs) * time.Millisecond,
 		validUntil: validUntil, done: make(chan struct{}), stop: make(chan struct{})}
+}
+
+// owner is who granted a lease and renews and releases it: a Locker (one server) or a
+// Redlock (a majority of independent servers).
+type owner interface {
+	// renew extends key's lease for token to ttl from now: the new end of its validity, or an
+	// error (one that errors.Is ErrLeaseLost when the lease is no longer held).
+	renew(ctx context.Context, key, token []byte, ttl time.Duration) (time.Time, error)
+	// release ends key's lease for token: true when it was held and ended now.
+	release(ctx context.Context, key, token []byte) (bool, error)
+	// name names the server(s) in errors.
+	name() string
 }
 
 // Fence is the lease's fencing token: above every fence the key had before. Writes at the
@@ -96,28 +107,16 @@ func (l *Lease) Renew(ctx context.Context) error {
 	if ended {
 		return &Error{Kind: KindLeaseLost, Key: string(l.key), Err: errors.New("the lease was released")}
 	}
-	sent := time.Now()
-	srv := l.locker.server
-	e, err := srv.detect(ctx)
+	until, err := l.owner.renew(ctx, l.key, l.token, l.ttl)
 	if err != nil {
-		return classify(srv.name(), string(l.key), err)
-	}
-	reply, err := srv.call(ctx, request(e, cmdRenew, l.key, []any{l.token, strconv.FormatInt(l.ttl.Milliseconds(), 10)}, false)...)
-	if err != nil {
-		return classify(srv.name(), string(l.key), err)
-	}
-	n, ok := reply.(int64)
-	if !ok || (n != 0 && n != 1) {
-		return &Error{Kind: KindBadReply, Key: string(l.key), Server: srv.name(), Err: errors.New("RENEW must reply 0 or 1")}
-	}
-	if n == 0 {
-		lost := &Error{Kind: KindLeaseLost, Key: string(l.key), Server: srv.name(), Err: errors.New("the server no longer holds the lease for this token")}
-		l.end(lost)
-		return lost
+		if errors.Is(err, ErrLeaseLost) {
+			l.end(err)
+		}
+		return err
 	}
 	l.mu.Lock()
 	if !l.ended {
-		l.validUntil = sent.Add(l.ttl - drift(l.ttl))
+		l.validUntil = until
 	}
 	l.mu.Unlock()
 	return nil
@@ -131,7 +130,7 @@ func (l *Lease) Release(ctx context.Context) (bool, error) {
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
-	released, err := l.locker.release(ctx, l.key, l.token)
+	released, err := l.owner.release(ctx, l.key, l.token)
 	if err == nil || lost != nil {
 		l.end(nil)
 	}
@@ -207,7 +206,7 @@ func (l *Lease) keepAlive() {
 				if expired {
 					why = errors.New("its validity ran out while a renewal got no answer")
 				}
-				l.end(&Error{Kind: KindLeaseLost, Key: string(l.key), Server: l.locker.server.name(), Err: why})
+				l.end(&Error{Kind: KindLeaseLost, Key: string(l.key), Server: l.owner.name(), Err: why})
 			}
 			return
 		}

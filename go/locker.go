@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -162,6 +163,32 @@ func asFence(reply any) (uint64, error) {
 		return 0, &Error{Kind: KindBadReply, Err: fmt.Errorf("ACQUIRE must reply a fence of 1 or more, or nil; got %v", reply)}
 	}
 	return uint64(n), nil
+}
+
+// name is the server's address, for errors.
+func (l *Locker) name() string { return l.server.name() }
+
+// renew is a RENEW of key for token: the new end of its validity (measured from before the
+// request), or an error that errors.Is ErrLeaseLost when the server no longer holds it.
+func (l *Locker) renew(ctx context.Context, key, token []byte, ttl time.Duration) (time.Time, error) {
+	sent := time.Now()
+	srv := l.server
+	e, err := srv.detect(ctx)
+	if err != nil {
+		return time.Time{}, classify(srv.name(), string(key), err)
+	}
+	reply, err := srv.call(ctx, request(e, cmdRenew, key, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false)...)
+	if err != nil {
+		return time.Time{}, classify(srv.name(), string(key), err)
+	}
+	n, ok := reply.(int64)
+	if !ok || (n != 0 && n != 1) {
+		return time.Time{}, &Error{Kind: KindBadReply, Key: string(key), Server: srv.name(), Err: errors.New("RENEW must reply 0 or 1")}
+	}
+	if n == 0 {
+		return time.Time{}, &Error{Kind: KindLeaseLost, Key: string(key), Server: srv.name(), Err: errors.New("the server no longer holds the lease for this token")}
+	}
+	return sent.Add(ttl - drift(ttl)), nil
 }
 
 // release is a RELEASE of key for token: true when the token held it and it ended now.

@@ -1,0 +1,318 @@
+package fencedlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Redlock takes leases by majority of N independent servers (no replication between them),
+// fenced: after a majority granted, every granting server's fence for the key is raised to the
+// majority's largest (owner-checked, RAISE), and the lease is handed out only once a majority
+// confirmed, so successive grants carry increasing fences while a majority keeps its state.
+// Validity is the ttl minus the round's time minus drift.
+type Redlock struct {
+	servers  []*server
+	settings settings
+	quorum   int
+	// background counts the goroutines giving back tokens; Close waits for them.
+	background sync.WaitGroup
+}
+
+// NewRedlock is a Redlock over clients, one per independent server, each given once.
+func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
+	if protoErr != nil {
+		return nil, protoErr
+	}
+	if len(clients) == 0 {
+		return nil, invalid("a Redlock needs at least one server")
+	}
+	s := defaults()
+	for _, o := range opts {
+		o(&s)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	r := &Redlock{settings: s, quorum: len(clients)/2 + 1}
+	names := map[string]bool{}
+	for _, c := range clients {
+		if c == nil {
+			return nil, invalid("a Redlock's client is nil")
+		}
+		srv := newServer(c, s.timeout)
+		if n := srv.name(); n != "" {
+			if names[n] {
+				return nil, invalid("server %s is given twice; a Redlock needs independent servers, each once", n)
+			}
+			names[n] = true
+		}
+		r.servers = append(r.servers, srv)
+	}
+	return r, nil
+}
+
+// Close waits for the background releases and closes the connections the Redlock opened
+// itself; never the clients it was given.
+func (r *Redlock) Close() error {
+	r.background.Wait()
+	var errs []error
+	for _, s := range r.servers {
+		errs = append(errs, s.close())
+	}
+	return errors.Join(errs...)
+}
+
+func (r *Redlock) name() string { return fmt.Sprintf("a Redlock of %d servers", len(r.servers)) }
+
+// vote is one server's answer in a round.
+type vote struct {
+	srv   *server
+	e     engine
+	fence uint64
+	err   error
+}
+
+// each runs f on every server at once and returns the answers in the servers' order.
+func (r *Redlock) each(ctx context.Context, f func(ctx context.Context, srv *server) vote) []vote {
+	votes := make([]vote, len(r.servers))
+	var wg sync.WaitGroup
+	for i, srv := range r.servers {
+		wg.Add(1)
+		go func(i int, srv *server) {
+			defer wg.Done()
+			votes[i] = f(ctx, srv)
+			votes[i].srv = srv
+		}(i, srv)
+	}
+	wg.Wait()
+	return votes
+}
+
+// Acquire takes a lease on key from a majority, retrying with backoff up to WithWait. No
+// majority is an error of KindNoQuorum with the votes: it errors.Is ErrNotAcquired when a
+// server refused (the key is held), ErrUnavailable when none refused and servers could not
+// answer (whether the key is held is unknown).
+func (r *Redlock) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
+	s := r.settings
+	for _, o := range opts {
+		o(&s)
+	}
+	if err := s.check(); err != nil {
+		return nil, err
+	}
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	giveUp := time.Now().Add(s.wait)
+	for round := 0; ; round++ {
+		lease, err := r.round(ctx, key, s)
+		if err == nil {
+			return lease, nil
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("fencedlock: acquire %q: %w", key, context.Cause(ctx))
+		}
+		var fe *Error
+		if errors.As(err, &fe) && fe.Kind != KindNoQuorum && !fe.Retryable() {
+			return nil, err
+		}
+		left := time.Until(giveUp)
+		if left <= 0 {
+			return nil, err
+		}
+		if serr := sleep(ctx, min(backoff(round), left)); serr != nil {
+			return nil, fmt.Errorf("fencedlock: acquire %q: %w", key, serr)
+		}
+	}
+}
+
+// round is one Redlock round for a new token: ACQUIRE on every server at once, the raise step
+// on a majority's grants, and the token given back everywhere when no lease comes of it.
+func (r *Redlock) round(ctx context.Context, key string, s settings) (*Lease, error) {
+	token, err := newToken()
+	if err != nil {
+		return nil, err
+	}
+	req := acquireRequest{key: []byte(key), token: token, ttlMs: s.ttl.Milliseconds(), label: s.label, permits: s.permits, shared: s.shared}
+	sent := time.Now()
+	votes := r.each(ctx, func(ctx context.Context, srv *server) vote {
+		e, err := srv.detect(ctx)
+		if err != nil {
+			return vote{err: err}
+		}
+		reply, err := srv.call(ctx, acquireWords(e, req, false, -1)...)
+		if err != nil {
+			return vote{e: e, err: err}
+		}
+		f, err := asFence(reply)
+		return vote{e: e, fence: f, err: err}
+	})
+	var tally Votes
+	var target uint64
+	var failure error
+	for _, v := range votes {
+		switch {
+		case v.err != nil:
+			tally.Failed++
+			if failure == nil {
+				failure = classify(v.srv.name(), key, v.err)
+			}
+		case v.fence > 0:
+			tally.Granted++
+			target = max(target, v.fence)
+		default:
+			tally.Refused++
+		}
+	}
+	if tally.Granted >= r.quorum {
+		if confirmed := r.raise(ctx, req, votes, target); confirmed >= r.quorum {
+			until := sent.Add(s.ttl - drift(s.ttl))
+			if time.Now().Before(until) {
+				return newLease(r, req, target, until), nil
+			}
+		}
+	}
+	r.giveBack(req.key, req.token)
+	outage := false
+	var fe *Error
+	if errors.As(failure, &fe) {
+		outage = fe.Kind == KindUnavailable
+	}
+	return nil, &Error{Kind: KindNoQuorum, Key: key, Server: r.name(), Votes: &tally, Err: failure, held: tally.Refused > 0, outage: tally.Refused == 0 && outage}
+}
+
+// raise is the fenced step: every granting server whose fence is below target raises it to
+// target for our token (RAISE, owner-checked). The number of servers holding the lease at
+// target after it.
+func (r *Redlock) raise(ctx context.Context, req acquireRequest, votes []vote, target uint64) int {
+	raised := r.each(ctx, func(ctx context.Context, srv *server) vote {
+		var v vote
+		for _, g := range votes {
+			if g.srv == srv {
+				v = g
+			}
+		}
+		if v.err != nil || v.fence == 0 {
+			return vote{}
+		}
+		if v.fence == target {
+			return vote{fence: target}
+		}
+		reply, err := srv.call(ctx, request(v.e, "FENCEDLOCK.RAISE", req.key, []any{req.token, strconv.FormatUint(target, 10)}, false)...)
+		if err != nil {
+			return vote{err: err}
+		}
+		f, err := asFence(reply)
+		return vote{fence: f, err: err}
+	})
+	confirmed := 0
+	for _, v := range raised {
+		if v.err == nil && v.fence >= target && v.fence > 0 {
+			confirmed++
+		}
+	}
+	return confirmed
+}
+
+// renew renews the lease on every server at once: the new end of its validity when a
+// majority renewed in time; a lost lease when so many refused that no majority can.
+func (r *Redlock) renew(ctx context.Context, key, token []byte, ttl time.Duration) (time.Time, error) {
+	sent := time.Now()
+	votes := r.each(ctx, func(ctx context.Context, srv *server) vote {
+		e, err := srv.detect(ctx)
+		if err != nil {
+			return vote{err: err}
+		}
+		reply, err := srv.call(ctx, request(e, cmdRenew, key, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false)...)
+		if err != nil {
+			return vote{err: err}
+		}
+		n, _ := reply.(int64)
+		return vote{fence: uint64(max(n, 0))}
+	})
+	var tally Votes
+	var failure error
+	for _, v := range votes {
+		switch {
+		case v.err != nil:
+			tally.Failed++
+			if failure == nil {
+				failure = classify(v.srv.name(), string(key), v.err)
+			}
+		case v.fence == 1:
+			tally.Granted++
+		default:
+			tally.Refused++
+		}
+	}
+	until := sent.Add(ttl - drift(ttl))
+	if tally.Granted >= r.quorum && time.Now().Before(until) {
+		return until, nil
+	}
+	if tally.Refused > len(r.servers)-r.quorum || tally.Granted >= r.quorum {
+		return time.Time{}, &Error{Kind: KindLeaseLost, Key: string(key), Server: r.name(), Votes: &tally, Err: errors.New("no majority holds the lease any more")}
+	}
+	return time.Time{}, &Error{Kind: KindNoQuorum, Key: string(key), Server: r.name(), Votes: &tally, Err: failure, outage: true}
+}
+
+// release releases the lease on every server at once: true when any server held it.
+func (r *Redlock) release(ctx context.Context, key, token []byte) (bool, error) {
+	votes := r.each(ctx, func(ctx context.Context, srv *server) vote {
+		e, err := srv.detect(ctx)
+		if err != nil {
+			return vote{err: err}
+		}
+		reply, err := srv.call(ctx, request(e, cmdRelease, key, []any{token}, false)...)
+		if err != nil {
+			return vote{err: err}
+		}
+		n, _ := reply.(int64)
+		return vote{fence: uint64(max(n, 0))}
+	})
+	released, failed := false, 0
+	var failure error
+	for _, v := range votes {
+		if v.err != nil {
+			failed++
+			if failure == nil {
+				failure = classify(v.srv.name(), string(key), v.err)
+			}
+		}
+		released = released || v.fence == 1
+	}
+	if !released && failed == len(votes) {
+		return false, failure
+	}
+	return released, nil
+}
+
+// giveBack releases token on every server in the background, at once and one timeout later:
+// a server that answers late may still grant after the first release.
+func (r *Redlock) giveBack(key, token []byte) {
+	r.background.Add(1)
+	go func() {
+		defer r.background.Done()
+		ctx := context.Background()
+		_, _ = r.release(ctx, key, token)
+		time.Sleep(r.settings.timeout)
+		_, _ = r.release(ctx, key, token)
+	}()
+}
+
+// Do is Locker.Do over a Redlock lease.
+func (r *Redlock) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error {
+	if fn == nil {
+		return invalid("Do needs a function")
+	}
+	lease, err := r.Acquire(ctx, key, opts...)
+	if err != nil {
+		return err
+	}
+	return runKept(ctx, lease, fn)
+}
