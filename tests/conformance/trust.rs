@@ -125,6 +125,88 @@ fn a_foreign_floor_key_is_refused_and_fences_stay_above_every_earlier_one() {
     }
 }
 
+/// The library proves a new key's floor by computing the key's slot in Lua, in chunks of bytes
+/// (library version 9): keys of every length up to past two chunks of 16, hash tags among them,
+/// must each be granted with their own floor, which a chunk or remainder off by one would fail.
+#[test]
+fn keys_of_every_length_are_granted_with_their_own_floor() {
+    for (server, library) in both_forms() {
+        for len in 1..=130usize {
+            // Printable bytes, braces included (some keys carry a hash tag, some an unclosed one).
+            let key: Vec<u8> = (0..len).map(|i| 33 + ((i * 7 + len * 13) % 94) as u8).collect();
+            let floor = functions::floor_key(&key);
+            let granted: Option<u64> = server
+                .query(&raw(&library, "fencedlock_acquire", &[&key, &floor], &[b"t", b"100000"]))
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{}: {:?} of {len} bytes refused: {}",
+                        library.name(),
+                        key_text(&key),
+                        error_text(&e)
+                    )
+                });
+            assert!(granted.is_some(), "{}: {:?} was free", library.name(), key_text(&key));
+        }
+    }
+}
+
+fn key_text(key: &[u8]) -> String {
+    String::from_utf8_lossy(key).into_owned()
+}
+
+/// A floor whose digits are the right slot's but whose name is not the floor key's shape (another
+/// prefix, a suffix, doubled or missing braces, a digit more or less) is a foreign floor: the
+/// library checks the whole name, not only that the tag hashes to the key's slot.
+#[test]
+fn a_floor_with_the_right_digits_in_the_wrong_shape_is_refused() {
+    let key = b"shape:k";
+    let canonical = functions::floor_key(key);
+    let digits =
+        String::from_utf8(canonical[functions::FLOOR_KEY_PREFIX.len()..canonical.len() - 1].to_vec())
+            .expect("ascii digits");
+    let shorter = &digits[..digits.len() - 1];
+    let look_alikes = [
+        format!("fencedlock:fn-floor:{{{digits}}}x"),
+        format!("xfencedlock:fn-floor:{{{digits}}}"),
+        format!("fencedlock:fn-flor:{{{digits}}}"),
+        format!("fencedlock:fn-floar:{{{digits}}}"),
+        format!("fencedlock:floor:{{{digits}}}"),
+        format!("fencedlock:fn-floor:{{{digits}"),
+        format!("fencedlock:fn-floor:{{{digits}}}}}"),
+        format!("fencedlock:fn-floor:{{{{{digits}}}"),
+        format!("fencedlock:fn-floor:{{{digits}0}}"),
+        format!("fencedlock:fn-floor:{{{shorter}}}"),
+        format!("fencedlock:fn-floor:{{{digits} }}"),
+    ];
+    for (server, library) in both_forms() {
+        for floor in &look_alikes {
+            for existing in [false, true] {
+                if existing {
+                    acquire(&server, &library, "shape:k", "holder").expect("granted with the right floor");
+                }
+                let err = server
+                    .query::<Value>(&raw(
+                        &library,
+                        "fencedlock_acquire",
+                        &[key, floor.as_bytes()],
+                        &[b"t", b"100000"],
+                    ))
+                    .expect_err("a look-alike floor is refused");
+                names(&err, functions::WRONG_FLOOR_KEY, &canonical);
+                if existing {
+                    assert!(release(&server, &library, "shape:k", "holder"), "the lease was untouched");
+                    let _: i64 = server.cmd(&["DEL", "shape:k"]).expect("DEL");
+                }
+                assert!(
+                    !keys_of(&server).iter().any(|k| k.as_bytes() == floor.as_bytes()),
+                    "{}: the refusal of {floor} wrote it",
+                    library.name()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn a_foreign_wake_up_list_is_refused_and_nothing_is_written() {
     for (server, library) in both_forms() {
