@@ -84,6 +84,22 @@ func (l *Lease) Err() error {
 	return l.lost
 }
 
+// validity is the end of the lease's validity.
+func (l *Lease) validity() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.validUntil
+}
+
+// renewed records a renewal's new validity.
+func (l *Lease) renewed(until time.Time) {
+	l.mu.Lock()
+	if !l.ended {
+		l.validUntil = until
+	}
+	l.mu.Unlock()
+}
+
 func (l *Lease) end(lost error) {
 	l.mu.Lock()
 	if !l.ended {

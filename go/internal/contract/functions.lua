@@ -61,7 +61,7 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 8
+local VERSION = 9
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
@@ -192,24 +192,31 @@ local function floor_proof()
     61215, 65342, 53085, 57212, 44955, 49082, 36825, 40952, 28183, 32310, 20053, 24180, 11923, 16050, 3793, 7920,
   }
 
-  -- The CRC16 of byte b followed by k zero bytes at pos[k * 256 + b + 1], k = 0 to 7: the
-  -- checksum is linear, so a chunk of 8 bytes is the XOR of one entry per byte and of the
-  -- register moved past those 8 bytes (pos of its high byte at k = 7, of its low byte at 6).
-  -- A call into `bit` or `string` costs some 500 instructions; the checksum byte by byte with
-  -- the table above made 3 per byte (about 43,000 instructions for 24 bytes), by chunks it
-  -- makes 2 per 8 bytes. The library makes the table once per state (some 1,800 XORs); a
-  -- script would make it on every new key, so it goes byte by byte, with one call per byte.
-  local pos
+  -- The CRC16 of byte b followed by k zero bytes at p[k][b], k = 0 to 15: the checksum is
+  -- linear, so a chunk of 16 bytes is the XOR of one entry per byte and of the register moved
+  -- past those 16 bytes (p[15] of its high byte, p[14] of its low byte). A call into `bit` or
+  -- `string` costs some 500 instructions; the checksum byte by byte with the table above made
+  -- 3 per byte (about 43,000 instructions for 24 bytes), by chunks it makes 2 per 16 bytes,
+  -- and each byte costs one table lookup (sixteen tables, in locals of crc16, indexed by the
+  -- byte itself: no arithmetic for the index). The library makes them once per state (some
+  -- 3,800 XORs, a millisecond; the collector then traverses them, some 500 instructions a
+  -- call); a script would make them on every new key, so it goes byte by byte, with one call
+  -- per byte.
+  local p
   if not as_script then
-    pos = {}
-    for b = 1, 256 do
-      pos[b] = CRC16[b]
+    p = { [0] = {} }
+    for b = 0, 255 do
+      p[0][b] = CRC16[b + 1]
     end
-    for i = 257, 2048 do
-      -- One more zero byte: the register shifted by 8 bits, its high byte folded back in.
-      local v = pos[i - 256]
-      local lo = v % 256
-      pos[i] = bxor(CRC16[(v - lo) / 256 + 1], lo * 256)
+    for k = 1, 15 do
+      local prev, t = p[k - 1], {}
+      for b = 0, 255 do
+        -- One more zero byte: the register shifted by 8 bits, its high byte folded back in.
+        local v = prev[b]
+        local lo = v % 256
+        t[b] = bxor(CRC16[(v - lo) / 256 + 1], lo * 256)
+      end
+      p[k] = t
     end
   end
 
@@ -221,18 +228,36 @@ local function floor_proof()
     return bxor(CRC16[(crc - lo) / 256 + 1], CRC16[b + 1], lo * 256)
   end
 
-  -- The CRC16 of `s`, a whole number of chunks of 8 bytes (each read by one call).
+  -- The CRC16 of `s`, a whole number of chunks of 8 bytes, each pair read by one call. An odd
+  -- first chunk goes alone: it needs no terms for the register (still 0), and a key of up to
+  -- 8 bytes not the second half of the tables (padding to 16 bytes instead cost a key of 24
+  -- bytes some 4,000 instructions).
   local function crc16(s)
-    local crc = 0
+    local crc, n = 0, #s
+    if p then
+      local p0, p1, p2, p3, p4, p5, p6, p7 = p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
+      local first = 1
+      if n % 16 ~= 0 then
+        -- The register is 0: no terms for it.
+        local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, 1, 8)
+        crc = bxor(p7[b1], p6[b2], p5[b3], p4[b4], p3[b5], p2[b6], p1[b7], p0[b8])
+        first = 9
+      end
+      if first > n then
+        return crc
+      end
+      local p8, p9, p10, p11, p12, p13, p14, p15 = p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15]
+      for i = first, n, 16 do
+        local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16 = byte(s, i, i + 15)
+        local lo = crc % 256
+        crc = bxor(p15[(crc - lo) / 256], p14[lo], p15[b1], p14[b2], p13[b3], p12[b4], p11[b5], p10[b6], p9[b7],
+          p8[b8], p7[b9], p6[b10], p5[b11], p4[b12], p3[b13], p2[b14], p1[b15], p0[b16])
+      end
+      return crc
+    end
     for i = 1, #s, 8 do
       local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, i, i + 7)
-      if pos then
-        local t, lo = pos, crc % 256
-        crc = bxor(t[1793 + (crc - lo) / 256], t[1537 + lo], t[1793 + b1], t[1537 + b2], t[1281 + b3],
-          t[1025 + b4], t[769 + b5], t[513 + b6], t[257 + b7], t[1 + b8])
-      else
-        crc = step(step(step(step(step(step(step(step(crc, b1), b2), b3), b4), b5), b6), b7), b8)
-      end
+      crc = step(step(step(step(step(step(step(step(crc, b1), b2), b3), b4), b5), b6), b7), b8)
     end
     return crc
   end
@@ -240,7 +265,7 @@ local function floor_proof()
   -- CLUSTER KEYSLOT of `key`: the CRC16 of the key, or of its hash tag (the bytes between the
   -- first '{' and the next '}', when there are any), modulo 16384. Leading zero bytes leave
   -- the CRC (its register starts at 0) as it is: the key is padded at its front to whole
-  -- chunks of 8 bytes.
+  -- chunks.
   local function key_slot(key)
     local open = str_find(key, '{', 1, true)
     if open then
@@ -362,11 +387,11 @@ end
 -- The floor is known when it is the one the lock key recorded (`lock.tag`, the tag its last
 -- write was checked with). In a Redis Cluster the server itself refuses keys of two slots in
 -- one call (CROSSSLOT), so a floor key of the right shape is the one of the key's slot (one tag
--- of that shape hashes to each slot). Elsewhere the key's CRC16 decides (floor_proof): some
--- 3,000 instructions for a key of 24 bytes on the library (43,000 byte by byte, before
--- version 8), 20,000 as a script, which is why the key records its tag. (A cache of checked
--- keys in the library's state would cost more: every object a library keeps is traversed by
--- the collector on every call.)
+-- of that shape hashes to each slot). Elsewhere the key's CRC16 decides (floor_proof): about
+-- 15,000 instructions for a key of 24 bytes on the library and 2,500 more per 8 bytes (byte by
+-- byte, before version 8: 43,000 for the checksum of 24 bytes), more as a script, which is why
+-- the key records its tag. (A cache of checked keys in the library's state would cost more:
+-- every object a library keeps is traversed by the collector on every call.)
 local function keys_refusal(key, floor, wake, lock)
   if floor == nil then
     return nil
