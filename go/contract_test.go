@@ -2,6 +2,8 @@ package fencedlock
 
 import (
 	"bytes"
+	"crypto/sha1"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -54,6 +56,7 @@ type vectors struct {
 		FloorTag       string         `json:"floor_tag"`
 		FloorKey       string         `json:"floor_key"`
 		WakeKey        contract.Bytes `json:"wake_key"`
+		RecordKey      contract.Bytes `json:"record_key"`
 	} `json:"keys"`
 	KeyChecks []struct {
 		Key     string  `json:"key"`
@@ -129,6 +132,9 @@ func TestKeyVectors(t *testing.T) {
 		}
 		if got := wakeKey(k.Key); got != string(k.WakeKey) {
 			t.Errorf("%q: wake key %q, want %q", k.Key, got, k.WakeKey)
+		}
+		if got := recordKey(k.Key); got != string(k.RecordKey) {
+			t.Errorf("%q: record key %q, want %q", k.Key, got, k.RecordKey)
 		}
 		if got := moduleFloorKey(k.Key); got != k.ModuleFloorKey {
 			t.Errorf("%q: module floor key %s, want %s", k.Key, got, k.ModuleFloorKey)
@@ -237,6 +243,16 @@ func TestRequestVectors(t *testing.T) {
 	}
 	if built < 10 {
 		t.Errorf("only %d request vectors built", built)
+	}
+}
+
+// The periodic scripts are the contract's, by their SHA1.
+func TestPeriodicScripts(t *testing.T) {
+	for _, sc := range []contract.Script{proto.c.Periodic.Read, proto.c.Periodic.Write} {
+		sum := sha1.Sum([]byte(sc.Text))
+		if hex.EncodeToString(sum[:]) != sc.SHA1 || sc.Text == "" {
+			t.Errorf("a periodic script's SHA1 is not the contract's %s", sc.SHA1)
+		}
 	}
 }
 

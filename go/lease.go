@@ -16,6 +16,8 @@ type Lease struct {
 	token []byte
 	fence uint64
 	ttl   time.Duration
+	// label is the lease's public label, nil without one.
+	label []byte
 
 	mu         sync.Mutex
 	validUntil time.Time
@@ -32,7 +34,7 @@ type Lease struct {
 }
 
 func newLease(o owner, req acquireRequest, fence uint64, validUntil time.Time) *Lease {
-	return &Lease{owner: o, key: req.key, token: req.token, fence: fence, ttl: time.Duration(req.ttlMs) * time.Millisecond,
+	return &Lease{owner: o, key: req.key, token: req.token, fence: fence, label: req.label, ttl: time.Duration(req.ttlMs) * time.Millisecond,
 		validUntil: validUntil, done: make(chan struct{}), stop: make(chan struct{})}
 }
 

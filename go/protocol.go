@@ -163,6 +163,11 @@ func wakeKey(key []byte) string {
 	return proto.c.Keys.Wake.Prefix + floorTag(key) + "}:" + string(key)
 }
 
+// recordKey is the key's periodic run record, beside it in its slot.
+func recordKey(key []byte) string {
+	return proto.c.Keys.Record.Prefix + floorTag(key) + "}:" + string(key)
+}
+
 // moduleFloorKey is the module's floor key of the key's slot (the vectors check it).
 func moduleFloorKey(key []byte) string {
 	tagsOnce.Do(buildTags)

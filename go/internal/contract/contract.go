@@ -107,6 +107,12 @@ type KeyPattern struct {
 	TagLen int    `json:"tag_len"`
 }
 
+// Script is a script of the contract: its text and its SHA1.
+type Script struct {
+	Text string `json:"text"`
+	SHA1 string `json:"sha1"`
+}
+
 // Contract is the part of contract.json the client reads.
 type Contract struct {
 	Format   int       `json:"format"`
@@ -139,7 +145,13 @@ type Contract struct {
 		ModuleFloor  KeyPattern `json:"module_floor"`
 		LibraryFloor KeyPattern `json:"library_floor"`
 		Wake         KeyPattern `json:"wake"`
+		Record       KeyPattern `json:"record"`
 	} `json:"keys"`
+	Periodic struct {
+		RetentionMs Int    `json:"retention_ms"`
+		Read        Script `json:"read"`
+		Write       Script `json:"write"`
+	} `json:"periodic"`
 	Library struct {
 		Name            string            `json:"name"`
 		Version         int               `json:"version"`
