@@ -4,6 +4,9 @@
 //! - `single_node`: two PINGs on one multiplexed connection (the floor: two round trips),
 //!   the raw ACQUIRE + RELEASE commands on that connection (the server's share), and
 //!   `Locker::try_acquire` + `Lease::release` (what an application pays).
+//! - `managed`: one server without the module, as a managed service (the locker loads the
+//!   Functions library itself): two PINGs, the `Locker` lease through the library, and
+//!   `rslock` on that server alone (issue 44).
 //! - `redlock_5`: five independent masters: `Redlock` plain (no raise step) and fenced (one
 //!   more round trip to the granting nodes), `rslock` (SET NX PX + EVALSHA unlock) on the same
 //!   five servers, and the single-node lease for scale.
@@ -45,6 +48,9 @@ enum Op {
     RedlockPlain,
     RedlockFenced,
     Rslock,
+    ManagedPings,
+    ManagedSingleNode,
+    ManagedRslock,
 }
 
 impl Op {
@@ -56,12 +62,15 @@ impl Op {
             Op::RedlockPlain => "fencedlock_redlock_plain",
             Op::RedlockFenced => "fencedlock_redlock_fenced",
             Op::Rslock => "rslock",
+            Op::ManagedPings => "managed_two_pings",
+            Op::ManagedSingleNode => "managed_fencedlock_single_node",
+            Op::ManagedRslock => "managed_rslock",
         }
     }
 }
 
 /// Five servers and a client of every kind on them. Server 0 also serves the single-node
-/// operations (on their own keys).
+/// operations (on their own keys). A sixth, without the module, serves the managed ones.
 struct Fixture {
     _servers: Vec<Server>,
     conn: redis::aio::MultiplexedConnection,
@@ -69,12 +78,17 @@ struct Fixture {
     plain: Redlock,
     fenced: Redlock,
     rslock: rslock::LockManager,
+    managed_conn: redis::aio::MultiplexedConnection,
+    managed: Locker,
+    managed_rslock: rslock::LockManager,
 }
 
 impl Fixture {
     fn start(rt: &tokio::runtime::Runtime) -> Fixture {
-        let servers = support::redis_servers(5);
+        let mut servers = support::redis_servers(5);
         let urls: Vec<String> = servers.iter().map(|s| s.url()).collect();
+        let bare = Server::builder().flavor(harness::Flavor::Redis).managed().start();
+        let bare_url = bare.url();
         let nodes = || urls.iter().map(|u| Node::new(u).expect("node")).collect::<Vec<_>>();
         Fixture {
             conn: rt.block_on(servers[0].async_conn()),
@@ -82,15 +96,21 @@ impl Fixture {
             plain: Redlock::with_fencing(nodes(), config(), Fencing::QuorumMax).expect("redlock"),
             fenced: Redlock::with_fencing(nodes(), config(), Fencing::Raise).expect("redlock"),
             rslock: rslock::LockManager::new(urls.clone()),
-            _servers: servers,
+            managed_conn: rt.block_on(bare.async_conn()),
+            managed: Locker::open(&bare_url, config()).expect("locker"),
+            managed_rslock: rslock::LockManager::new(vec![bare_url.clone()]),
+            _servers: {
+                servers.push(bare);
+                servers
+            },
         }
     }
 
     /// One run of `op`; panics if a lease is refused or lost (nothing else contends).
     fn run(&self, op: Op) -> BoxFuture<'static, ()> {
         match op {
-            Op::TwoPings => {
-                let mut conn = self.conn.clone();
+            Op::TwoPings | Op::ManagedPings => {
+                let mut conn = if op == Op::TwoPings { self.conn.clone() } else { self.managed_conn.clone() };
                 Box::pin(async move {
                     let a: String = redis::cmd("PING").query_async(&mut conn).await.expect("PING");
                     let b: String = redis::cmd("PING").query_async(&mut conn).await.expect("PING");
@@ -116,8 +136,8 @@ impl Fixture {
                     assert!(fence.is_some() && released == 1, "raw lease not granted/released");
                 })
             }
-            Op::SingleNode => {
-                let locker = self.single.clone();
+            Op::SingleNode | Op::ManagedSingleNode => {
+                let locker = if op == Op::SingleNode { self.single.clone() } else { self.managed.clone() };
                 Box::pin(async move {
                     let lease = locker.try_acquire("bench:single").await.expect("grant");
                     black_box(lease.fence());
@@ -136,8 +156,8 @@ impl Fixture {
                     assert!(lease.release().await.expect("release"), "lease lost");
                 })
             }
-            Op::Rslock => {
-                let rslock = self.rslock.clone();
+            Op::Rslock | Op::ManagedRslock => {
+                let rslock = if op == Op::Rslock { self.rslock.clone() } else { self.managed_rslock.clone() };
                 Box::pin(async move {
                     let lock = rslock.lock("bench:rslock", TTL).await.expect("rslock grant");
                     rslock.unlock(&lock).await;
@@ -147,8 +167,9 @@ impl Fixture {
     }
 }
 
-const GROUPS: [(&str, &[Op]); 2] = [
+const GROUPS: [(&str, &[Op]); 3] = [
     ("single_node", &[Op::TwoPings, Op::RawAcquireRelease, Op::SingleNode]),
+    ("managed", &[Op::ManagedPings, Op::ManagedSingleNode, Op::ManagedRslock]),
     ("redlock_5", &[Op::SingleNode, Op::RedlockPlain, Op::RedlockFenced, Op::Rslock]),
 ];
 

@@ -250,6 +250,7 @@ def client_section(paired: dict | None, estimates: dict) -> list[str]:
     if paired is None:
         return out + ["(no paired results: run `cargo bench --bench client`)"]
     single, red = paired.get("single_node", {}), paired.get("redlock_5", {})
+    managed = paired.get("managed", {})
     rounds = max((len(v) for v in list(single.values()) + list(red.values())), default=0)
     rows = [
         ("single node: `Locker` acquire + release / two PINGs", single, "fencedlock_single_node", "two_pings", 1.15),
@@ -259,11 +260,16 @@ def client_section(paired: dict | None, estimates: dict) -> list[str]:
         ("Redlock plain / single node", red, "fencedlock_redlock_plain", "fencedlock_single_node", None),
         ("Redlock fenced / plain", red, "fencedlock_redlock_fenced", "fencedlock_redlock_plain", None),
         ("rslock / single node", red, "rslock", "fencedlock_single_node", None),
+        ("without the module (the library): `Locker` / two PINGs", managed, "managed_fencedlock_single_node",
+         "managed_two_pings", None),
+        ("without the module (the library): `Locker` / rslock", managed, "managed_fencedlock_single_node",
+         "managed_rslock", None),
     ]
     out += [
         "Time ratios (lower = fencedlock faster), from the paired pass: the operations of a group "
         f"run in alternating ~25 ms blocks (up to {rounds} rounds), each ratio is the median of the "
-        "per-round ratios. All servers are local Redis processes with the module.",
+        "per-round ratios. All servers are local Redis processes with the module, but the `managed` "
+        "group's one, which runs without it (the locker loads the Functions library).",
         "",
         "| comparison | time ratio | target | verdict |",
         "| --- | ---: | ---: | --- |",
@@ -280,7 +286,7 @@ def client_section(paired: dict | None, estimates: dict) -> list[str]:
         "| operation | criterion median | paired median |",
         "| --- | ---: | ---: |",
     ]
-    for group_name, group in (("single_node", single), ("redlock_5", red)):
+    for group_name, group in (("single_node", single), ("redlock_5", red), ("managed", managed)):
         for name, samples in group.items():
             est = estimates.get((group_name, name))
             crit = f"{est / 1000:.1f}" if est is not None else "–"

@@ -23,7 +23,6 @@ use crate::process::{self, STDIO_FILE};
 use crate::reply::parse_info;
 use crate::server::{Server, START_TIMEOUT};
 use crate::tls::Certs;
-use crate::wait::poll;
 
 /// The name the Sentinels monitor the primary under (`sentinel monitor m …`).
 pub const SENTINEL_MASTER: &str = "m";
