@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -109,6 +110,7 @@ func freePort(t testing.TB) int {
 type testServer struct {
 	t     testing.TB
 	setup setup
+	extra []string
 	port  int
 	dir   string
 	cmd   *exec.Cmd
@@ -125,8 +127,9 @@ func startServer(t testing.TB, s setup) *testServer {
 }
 
 func (s *testServer) args() []string {
-	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "", "--appendonly", "no",
-		"--enable-debug-command", "yes", "--daemonize", "no", "--logfile", filepath.Join(s.dir, "server.log")}
+	args := append([]string{}, s.extra...)
+	args = append(args, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir, "--save", "", "--appendonly", "no",
+		"--enable-debug-command", "yes", "--daemonize", "no", "--logfile", filepath.Join(s.dir, "server.log"))
 	if s.setup == setupModule {
 		return append(args, "--loadmodule", modulePath(s.t))
 	}
@@ -183,6 +186,45 @@ func tail(s string, n int) string {
 		return s[len(s)-n:]
 	}
 	return s
+}
+
+// startCluster starts a cluster of n primaries (slots spread by redis-cli --cluster create),
+// each with its bus on a port of the test range too, and waits until every node reports
+// cluster_state:ok.
+func startCluster(t testing.TB, s setup, n int) []*testServer {
+	t.Helper()
+	nodes := make([]*testServer, n)
+	addrs := make([]string, n)
+	for i := range nodes {
+		srv := &testServer{t: t, setup: s, port: freePort(t), dir: t.TempDir()}
+		srv.extra = []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(freePort(t)),
+			"--cluster-config-file", filepath.Join(srv.dir, "nodes.conf")}
+		srv.launch()
+		t.Cleanup(srv.stop)
+		nodes[i], addrs[i] = srv, srv.addr()
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-yes")
+	if s != setupModule {
+		args = append([]string{"--user", adminUser, "--pass", adminPassword, "--no-auth-warning"}, args...)
+	}
+	if out, err := exec.Command("redis-cli", args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for _, node := range nodes {
+		for {
+			info, _ := node.admin.ClusterInfo(context.Background()).Result()
+			if strings.Contains(info, "cluster_state:ok") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster is not ok within 30 s: %s", info)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes
 }
 
 func (s *testServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
