@@ -102,8 +102,11 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Leas
 			lease := newLease(l, req, fence, until)
 			if s.wait > 0 && time.Since(sent) > (s.ttl-drift(s.ttl))/4 {
 				// The wait ate into the lease: a renewal anchors it at now. A failed one
-				// leaves the validity counted from the request.
-				_ = lease.Renew(ctx)
+				// leaves the validity counted from the request; a refused one (the lease is
+				// gone already) is the outcome.
+				if err := lease.Renew(ctx); errors.Is(err, ErrLeaseLost) {
+					return nil, err
+				}
 			}
 			return lease, nil
 		}
