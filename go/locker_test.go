@@ -3,6 +3,7 @@ package fencedlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -390,3 +391,42 @@ type fakeReply string
 
 func (e fakeReply) Error() string { return string(e) }
 func (fakeReply) RedisError()     {}
+
+// The showing: a lease kept alive through a 2 s SIGSTOP of the server on a 1 s ttl
+// reports the loss on Done and cancels Do's ctx before its validity ends.
+func TestLossBeforeValidityEnds(t *testing.T) {
+	eachEngine(t, func(t *testing.T, srv *testServer, _ engine) {
+		ctx := context.Background()
+		l := newTestLocker(t, srv.client(), WithTTL(time.Second), WithTimeout(250*time.Millisecond))
+		err := l.Do(ctx, "paused", func(ctx context.Context, lease *Lease) error {
+			time.Sleep(100 * time.Millisecond)
+			srv.signal(syscall.SIGSTOP)
+			defer srv.signal(syscall.SIGCONT)
+			var validUntil time.Time
+			select {
+			case <-ctx.Done():
+				return errors.New("lost before the server stopped")
+			case <-time.After(0):
+				validUntil = lease.validity()
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(2 * time.Second):
+				return errors.New("ctx not cancelled during the stop")
+			}
+			lost := time.Now()
+			select {
+			case <-lease.Done():
+			default:
+				return errors.New("Done not closed when ctx was cancelled")
+			}
+			if lost.After(validUntil) {
+				return fmt.Errorf("loss signalled at %v, the validity ended at %v", lost.Sub(validUntil), validUntil)
+			}
+			return context.Cause(ctx)
+		})
+		if !isKind(err, ErrLeaseLost) {
+			t.Fatalf("%v", err)
+		}
+	})
+}
