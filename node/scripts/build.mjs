@@ -3,7 +3,8 @@
 // - functions.lua, copied byte for byte from ../protocol/src/functions.lua (the package ships
 //   it: `fencedlock/functions.lua`), and src/library.ts, its source as a string;
 // - src/contract.ts, the facts of ../protocol/contract.json the package uses (command names,
-//   option words, limits, error codes and prefixes, key prefixes, the library's name, version,
+//   option words, limits, error codes and prefixes, the causes of failures and the codes that
+//   name them, key prefixes, the library's name, version,
 //   functions, forms and script SHA-1), as typed constants that src/protocol.ts exports;
 // then ESM and CommonJS with .d.ts, then the tests. `--package` (npm's `prepare`: `npm pack`,
 // `npm publish`, `npm install <folder>`, e.g. a git clone's `node/`) builds the package
@@ -89,6 +90,7 @@ function contractModule(c, luaBytes) {
       kinds: Object.fromEntries(kinds.map((k) => [k.name, { code: k.code, prefix: k.prefix }])),
       bad_requests: kinds.filter((k) => k.bad_request).map((k) => k.name),
     },
+    causes: c.causes.kinds.map((k) => pick(k, ['name', 'retryable', 'outage', 'codes', 'client_codes', 'err_details'])),
     keys: {
       library_floor: pick(c.keys.library_floor, ['prefix', 'tag_len']),
       wake: pick(c.keys.wake, ['prefix', 'ttl_ms']),

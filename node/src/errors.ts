@@ -4,37 +4,26 @@
  * asked. `isRetryable()` and `isUnavailable()` are derived from them in one place, so they
  * never disagree. No error ever carries a lease token.
  */
-import { BAD_REQUESTS, classifyReply, type ReplyErrorKind } from './protocol.js';
+import { BAD_REQUESTS, CAUSES, classifyReply, type ReplyErrorKind } from './protocol.js';
 
-/** Why a server did not do what was asked (the Rust client's `Cause`). */
-export type Cause =
-  | 'TimedOut'
-  | 'Unreachable'
-  | 'NotReady'
-  | 'NoPrimary'
-  | 'ReadOnly'
-  | 'Misrouted'
-  | 'OutOfMemory'
-  | 'Busy'
-  | 'NoReplicas'
-  | 'NoModule'
-  | 'NoPermission'
-  | 'Credentials'
-  | 'Tls'
-  | 'NoEngine'
-  | 'Other';
+/**
+ * Why a server did not do what was asked (the Rust client's `Cause`): the names of the
+ * contract's `causes`, so a kind the Rust client adds reaches this type at the next build.
+ */
+export type Cause = (typeof CAUSES)[number]['name'];
 
-const RETRYABLE: ReadonlySet<Cause> = new Set(['TimedOut', 'Unreachable', 'NotReady', 'NoPrimary', 'ReadOnly', 'Misrouted']);
+const KINDS: ReadonlyMap<Cause, { readonly retryable: boolean; readonly outage: boolean }> = new Map(
+  CAUSES.map((k) => [k.name, k]),
+);
 
 /** Whether a later attempt may not meet `cause` (timeouts, lost connections, a server not ready). */
 export function isRetryableCause(cause: Cause): boolean {
-  return RETRYABLE.has(cause);
+  return KINDS.get(cause)?.retryable ?? false;
 }
 
 /** Whether the lock service cannot serve requests now; never a misconfiguration. */
 export function isOutageCause(cause: Cause): boolean {
-  if (cause === 'Misrouted') return false;
-  return cause === 'OutOfMemory' || cause === 'Busy' || cause === 'NoReplicas' || RETRYABLE.has(cause);
+  return KINDS.get(cause)?.outage ?? false;
 }
 
 /**

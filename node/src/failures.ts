@@ -7,7 +7,7 @@
 import { ConnectionFailure, ErrorReply, LossyInteger, UnexpectedReply, type Arg } from './connection.js';
 import { LIBRARY, SCRIPT } from './engine.js';
 import { BadReplyError, NoEngineError, ServerError, UnavailableError, isOutageCause, type Cause } from './errors.js';
-import { classifyReply } from './protocol.js';
+import { CAUSES, classifyReply } from './protocol.js';
 
 /** The request got no answer within its bound. */
 export class TimedOut extends ConnectionFailure {}
@@ -34,23 +34,22 @@ export function bounded<T>(promise: Promise<T>, ms: number): Promise<T> {
 export function causeOf(err: unknown): Cause {
   if (err instanceof TimedOut) return 'TimedOut';
   if (!(err instanceof ErrorReply)) return 'Unreachable';
-  const detail = err.line.slice(err.code.length + 1);
-  switch (err.code) {
-    case 'NOENGINE': return 'NoEngine';
-    case 'NOPERM': return 'NoPermission';
-    case 'NOAUTH': case 'WRONGPASS': return 'Credentials';
-    case 'READONLY': return 'ReadOnly';
-    case 'MOVED': case 'ASK': return 'Misrouted';
-    case 'LOADING': case 'TRYAGAIN': case 'CLUSTERDOWN': case 'MASTERDOWN': return 'NotReady';
-    case 'OOM': return 'OutOfMemory';
-    case 'BUSY': return 'Busy';
-    case 'NOREPLICAS': return 'NoReplicas';
-    case 'ERR':
-      if (detail.startsWith('unknown command') || detail.startsWith('unknown subcommand')) return 'NoModule';
-      return 'Other';
-    default: return 'Other';
+  if (err.code === 'ERR') {
+    const detail = err.line.slice(err.code.length + 1);
+    return ERR_DETAILS.find(([start]) => detail.startsWith(start))?.[1] ?? 'Other';
   }
+  return BY_CODE.get(err.code) ?? 'Other';
 }
+
+/** The cause each error code names: the servers' codes and this client's own (`NOENGINE`). */
+const BY_CODE: ReadonlyMap<string, Cause> = new Map(
+  CAUSES.flatMap((k) => [...(k.codes as readonly string[]), ...(k.client_codes as readonly string[])].map((code) => [code, k.name] as const)),
+);
+
+/** The starts of an `ERR` reply's detail that name a cause ("unknown command": no module). */
+const ERR_DETAILS: readonly (readonly [string, Cause])[] = CAUSES.flatMap((k) =>
+  (k.err_details as readonly string[]).map((start) => [start, k.name] as const),
+);
 
 /** The load that cures `err`: the script after `NOSCRIPT`, the library after "Function not found". */
 export function lost(err: unknown): Arg[] | undefined {

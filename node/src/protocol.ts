@@ -87,6 +87,10 @@ export type ReplyErrorKind = keyof typeof REPLY_ERRORS;
 /** The kinds whose request itself was wrong: sending it again cannot succeed. */
 export const BAD_REQUESTS: readonly ReplyErrorKind[] = CONTRACT.errors.bad_requests;
 
+/** The Rust client's `Cause` kinds (`causes` in the contract): whether each is retryable or an
+ * outage, and the error codes and `ERR` details that name it. */
+export const CAUSES = CONTRACT.causes;
+
 /** The module's error kind of an error reply `code detail`; undefined for anybody else's. */
 export function classifyReply(code: string, detail: string): ReplyErrorKind | undefined {
   for (const [kind, { code: c, prefix }] of Object.entries(REPLY_ERRORS)) {
