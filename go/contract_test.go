@@ -20,6 +20,7 @@ func TestEmbeddedContractIsCurrent(t *testing.T) {
 	for _, c := range []struct{ repo, copy string }{
 		{"protocol/contract.json", "internal/contract/contract.json"},
 		{"protocol/src/functions.lua", "internal/contract/functions.lua"},
+		{"guard/contract.json", "internal/contract/guard.json"},
 	} {
 		want, err := os.ReadFile(filepath.Join(repoRoot(t), c.repo))
 		if err != nil {
@@ -35,6 +36,9 @@ func TestEmbeddedContractIsCurrent(t *testing.T) {
 	}
 	if !bytes.Equal([]byte(contract.Library), mustRead(t, "internal/contract/functions.lua")) {
 		t.Error("the embedded library is not the copy on disk")
+	}
+	if !bytes.Equal(contract.GuardJSON, mustRead(t, "internal/contract/guard.json")) {
+		t.Error("the embedded guard contract is not the copy on disk")
 	}
 }
 

@@ -23,6 +23,12 @@ var JSON []byte
 //go:embed functions.lua
 var Library string
 
+// GuardJSON is guard/contract.json, the SQL contract of the resource guard (package guard
+// builds its statements to it; its tests compare them).
+//
+//go:embed guard.json
+var GuardJSON []byte
+
 // Bytes is a byte string of the contract: a JSON string when valid UTF-8, else {"hex": …}.
 type Bytes []byte
 

@@ -1,8 +1,8 @@
-// Command gen copies the wire contract (protocol/contract.json) and the Functions library
-// (protocol/src/functions.lua) into this module, byte for byte, so the package can embed
-// them: a Go module cannot reach files outside its own directory at build time. Run it with
-// `go generate ./...` from go/; the test TestEmbeddedContractIsCurrent fails when the copies
-// differ from the repository's.
+// Command gen copies the wire contract (protocol/contract.json), the Functions library
+// (protocol/src/functions.lua) and the guard's SQL contract (guard/contract.json) into this
+// module, byte for byte, so the packages can embed them: a Go module cannot reach files
+// outside its own directory at build time. Run it with `go generate ./...` from go/; the test
+// TestEmbeddedContractIsCurrent fails when the copies differ from the repository's.
 package main
 
 import (
@@ -15,6 +15,7 @@ import (
 var copies = [][2]string{
 	{"../protocol/contract.json", "internal/contract/contract.json"},
 	{"../protocol/src/functions.lua", "internal/contract/functions.lua"},
+	{"../guard/contract.json", "internal/contract/guard.json"},
 }
 
 func main() {
