@@ -57,6 +57,12 @@ func TestClaimThenWriteInOneTransaction(t *testing.T) {
 		if err != nil || !applied || note != "by 6" {
 			t.Errorf("write returning at a newer fence: %v %q %v", applied, note, err)
 		}
+		// A precondition that no longer holds at a current fence: not applied, nothing scanned.
+		note = "untouched"
+		applied, err = g.WriteReturning(ctx, db, 1, 6, guard.NewUpdate().Set("note", "again").When("status", "PENDING"), []string{"note"}, &note)
+		if err != nil || applied || note != "untouched" {
+			t.Errorf("write returning with a failed precondition: %v %q %v", applied, note, err)
+		}
 		if g.Refusals() != 0 {
 			t.Errorf("%d refusals counted with no stale fence", g.Refusals())
 		}
