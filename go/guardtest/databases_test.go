@@ -23,6 +23,9 @@ var databases = []database{
 	{"postgres", guard.Postgres, postgresDB},
 }
 
+// driverOf is the database/sql driver name of a dialect in these tests.
+var driverOf = map[guard.Dialect]string{guard.SQLite: "sqlite", guard.Postgres: "pgx"}
+
 // eachDatabase runs fn on SQLite and on PostgreSQL.
 func eachDatabase(t *testing.T, fn func(t *testing.T, db *sql.DB, d guard.Dialect)) {
 	for _, d := range databases {
@@ -34,8 +37,16 @@ func eachDatabase(t *testing.T, fn func(t *testing.T, db *sql.DB, d guard.Dialec
 // write lock (the race test writes from many connections).
 func sqliteDB(t *testing.T) *sql.DB {
 	t.Helper()
+	db, _ := sqliteDBURL(t)
+	return db
+}
+
+// sqliteDBURL is sqliteDB and its data source name, for another process to open.
+func sqliteDBURL(t *testing.T) (*sql.DB, string) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "guard.db")
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(wal)")
+	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(wal)"
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +54,7 @@ func sqliteDB(t *testing.T) *sql.DB {
 	if err := db.Ping(); err != nil {
 		t.Fatalf("SQLite: %v", err)
 	}
-	return db
+	return db, dsn
 }
 
 // jobsTable creates invoice_jobs (job_id, status, note, history) without a fence column, with

@@ -45,6 +45,13 @@ var (
 // postgresDB is a database of the test's own on the shared server, closed when the test ends.
 func postgresDB(t *testing.T) *sql.DB {
 	t.Helper()
+	db, _ := postgresDBURL(t)
+	return db
+}
+
+// postgresDBURL is postgresDB and its URL, for another process to open.
+func postgresDBURL(t *testing.T) (*sql.DB, string) {
+	t.Helper()
 	pgOnce.Do(func() { pgRunning, pgErr = startPostgres() })
 	if pgErr != nil {
 		t.Fatalf("PostgreSQL did not start: %v", pgErr)
@@ -63,7 +70,7 @@ func postgresDB(t *testing.T) *sql.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	return db
+	return db, pgRunning.url(name)
 }
 
 func (s *pgServer) url(db string) string {
@@ -219,6 +226,9 @@ func tail(s string, n int) string {
 }
 
 func TestMain(m *testing.M) {
+	if os.Getenv(holderEnv) != "" {
+		os.Exit(runHolder())
+	}
 	code := m.Run()
 	if pgRunning != nil {
 		pgRunning.stop()
