@@ -38,11 +38,8 @@ func NewLocker(client redis.UniversalClient, opts ...Option) (*Locker, error) {
 	if client == nil {
 		return nil, invalid("a locker needs a client")
 	}
-	s := defaults()
-	for _, o := range opts {
-		o(&s)
-	}
-	if err := s.check(); err != nil {
+	s, err := defaults().with(opts)
+	if err != nil {
 		return nil, err
 	}
 	return &Locker{server: newServer(client, s.timeout), settings: s}, nil
@@ -59,11 +56,8 @@ func (l *Locker) Close() error {
 // owner holds it. Another owner's lease is an error that errors.Is ErrNotAcquired; a server
 // that cannot answer, ErrUnavailable: the two are never confused.
 func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	s := l.settings
-	for _, o := range opts {
-		o(&s)
-	}
-	if err := s.check(); err != nil {
+	s, err := l.settings.with(opts)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkKey(key); err != nil {

@@ -16,11 +16,8 @@ import (
 // sets named in other orders never deadlock), giving back what was taken when a key is
 // refused. Still held after the wait: an error that errors.Is ErrNotAcquired, naming a key.
 func (l *Locker) AcquireAll(ctx context.Context, keys []string, opts ...Option) ([]*Lease, error) {
-	s := l.settings
-	for _, o := range opts {
-		o(&s)
-	}
-	if err := s.check(); err != nil {
+	s, err := l.settings.with(opts)
+	if err != nil {
 		return nil, err
 	}
 	if len(keys) == 0 {

@@ -61,6 +61,15 @@ func drift(ttl time.Duration) time.Duration {
 	return ttl/100 + 2*time.Millisecond
 }
 
+// with applies opts over s and checks the result: the settings of one call, or of a new
+// locker, refused before anything is sent.
+func (s settings) with(opts []Option) (settings, error) {
+	for _, o := range opts {
+		o(&s)
+	}
+	return s, s.check()
+}
+
 // check refuses settings no server would take, before anything is sent.
 func (s *settings) check() error {
 	if s.ttl%time.Millisecond != 0 || s.ttl < time.Millisecond {

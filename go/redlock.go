@@ -32,11 +32,8 @@ func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, erro
 	if len(clients) == 0 {
 		return nil, invalid("a Redlock needs at least one server")
 	}
-	s := defaults()
-	for _, o := range opts {
-		o(&s)
-	}
-	if err := s.check(); err != nil {
+	s, err := defaults().with(opts)
+	if err != nil {
 		return nil, err
 	}
 	r := &Redlock{settings: s, quorum: len(clients)/2 + 1}
@@ -99,11 +96,8 @@ func (r *Redlock) each(ctx context.Context, f func(ctx context.Context, srv *ser
 // server refused (the key is held), ErrUnavailable when none refused and servers could not
 // answer (whether the key is held is unknown).
 func (r *Redlock) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
-	s := r.settings
-	for _, o := range opts {
-		o(&s)
-	}
-	if err := s.check(); err != nil {
+	s, err := r.settings.with(opts)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkKey(key); err != nil {

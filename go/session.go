@@ -39,11 +39,8 @@ type Session struct {
 // Session starts a session whose leases are taken with opts (WithTTL sets their common ttl,
 // and so the renewal interval, a third of it).
 func (l *Locker) Session(opts ...Option) (*Session, error) {
-	s := l.settings
-	for _, o := range opts {
-		o(&s)
-	}
-	if err := s.check(); err != nil {
+	s, err := l.settings.with(opts)
+	if err != nil {
 		return nil, err
 	}
 	ss := &Session{locker: l, ttl: s.ttl, opts: opts, leases: map[*Lease]struct{}{}, done: make(chan struct{}), stop: make(chan struct{})}
