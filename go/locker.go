@@ -211,13 +211,21 @@ func (l *Locker) release(ctx context.Context, key, token []byte) (bool, error) {
 // may grant after the first release. A RELEASE by our own token cannot end another owner's
 // lease, so it is always safe to send.
 func (l *Locker) giveBack(key, token []byte) {
-	l.background.Add(1)
+	giveBackTwice(&l.background, l.settings.timeout, func(ctx context.Context) {
+		_, _ = l.release(ctx, key, token)
+	})
+}
+
+// giveBackTwice runs release in the background, counted by background: at once, and again
+// after timeout, for the servers that answer late.
+func giveBackTwice(background *sync.WaitGroup, timeout time.Duration, release func(context.Context)) {
+	background.Add(1)
 	go func() {
-		defer l.background.Done()
+		defer background.Done()
 		ctx := context.Background()
-		_, _ = l.release(ctx, key, token)
-		time.Sleep(l.settings.timeout)
-		_, _ = l.release(ctx, key, token)
+		release(ctx)
+		time.Sleep(timeout)
+		release(ctx)
 	}()
 }
 

@@ -289,14 +289,9 @@ func (r *Redlock) release(ctx context.Context, key, token []byte) (bool, error) 
 // giveBack releases token on every server in the background, at once and one timeout later:
 // a server that answers late may still grant after the first release.
 func (r *Redlock) giveBack(key, token []byte) {
-	r.background.Add(1)
-	go func() {
-		defer r.background.Done()
-		ctx := context.Background()
+	giveBackTwice(&r.background, r.settings.timeout, func(ctx context.Context) {
 		_, _ = r.release(ctx, key, token)
-		time.Sleep(r.settings.timeout)
-		_, _ = r.release(ctx, key, token)
-	}()
+	})
 }
 
 // Do is Locker.Do over a Redlock lease.
