@@ -13,12 +13,11 @@ use std::time::Duration;
 use fencedlock::{Election, Error, Leadership, LockConfig, Locker};
 use futures::StreamExt;
 
+mod support;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let url = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("FENCEDLOCK_URL").ok())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    let url = support::url();
     // A 3 s lease renewed every second: a leader that dies is replaced within 3 s.
     let config = LockConfig::builder().ttl(Duration::from_secs(3)).build()?;
     let election = Election::new(Locker::open(&url, config)?, "example:leader")

@@ -14,12 +14,11 @@ use std::time::Duration;
 use fencedlock::{metrics, Acquisition, Error, LockConfig, Locker, OnUnavailable};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
+mod support;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let url = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("FENCEDLOCK_URL").ok())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    let url = support::url();
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     if recorder.install().is_err() {

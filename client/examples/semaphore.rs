@@ -19,12 +19,11 @@ use fencedlock::{Error, LockConfig, Locker, Semaphore};
 const WORKERS: usize = 5;
 const PERMITS: u32 = 2;
 
+mod support;
+
 #[tokio::main]
 async fn main() -> Result<ExitCode, Error> {
-    let url = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("FENCEDLOCK_URL").ok())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    let url = support::url();
     let config =
         LockConfig::builder().ttl(Duration::from_secs(5)).max_wait(Duration::from_secs(10)).build()?;
     let exports = Semaphore::new(Locker::open(&url, config)?, "example:exports", PERMITS)?;

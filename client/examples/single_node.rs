@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use fencedlock::{Error, LockConfig, Locker};
 
+mod support;
+
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let url = std::env::args()
-        .nth(1)
-        .or_else(|| std::env::var("FENCEDLOCK_URL").ok())
-        .unwrap_or_else(|| "redis://127.0.0.1:6379".to_owned());
+    let url = support::url();
     let config =
         LockConfig::builder().ttl(Duration::from_secs(5)).max_wait(Duration::from_secs(3)).build()?;
     let locker = Locker::open(&url, config)?;
