@@ -7,8 +7,6 @@ import (
 	"net"
 	"regexp"
 	"strings"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Kind is what went wrong, in the terms of the failure contract (the Rust client's Cause,
@@ -156,9 +154,9 @@ var errTimedOut = errors.New("no answer within the request timeout")
 
 // replyError is the text of a server's error reply, if err is one.
 func replyError(err error) (string, bool) {
-	var re redis.Error
-	if errors.As(err, &re) && !errors.Is(err, redis.Nil) {
-		return re.Error(), true
+	var re *ReplyError
+	if errors.As(err, &re) {
+		return re.Reply, true
 	}
 	return "", false
 }

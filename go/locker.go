@@ -32,17 +32,27 @@ type Locker struct {
 // a *redis.ClusterClient, or another redis.UniversalClient (whose waits then poll). Bad
 // options are an error that errors.Is ErrInvalidArgument.
 func NewLocker(client redis.UniversalClient, opts ...Option) (*Locker, error) {
+	if client == nil {
+		return nil, invalid("a locker needs a client")
+	}
+	return NewLockerOver(newGoRedis(client), opts...)
+}
+
+// NewLockerOver is a locker over a Transport: another client library's, through its adapter
+// (the modules example.invalid/fencedlock/go/rueidis and …/valkeygo), or one of your own.
+// Close closes what the transport opened itself (Transport.Close).
+func NewLockerOver(t Transport, opts ...Option) (*Locker, error) {
 	if protoErr != nil {
 		return nil, protoErr
 	}
-	if client == nil {
-		return nil, invalid("a locker needs a client")
+	if t == nil {
+		return nil, invalid("a locker needs a transport")
 	}
 	s, err := defaults().with(opts)
 	if err != nil {
 		return nil, err
 	}
-	return &Locker{server: newServer(client, s.timeout), settings: s}, nil
+	return &Locker{server: newServer(t, s.timeout), settings: s}, nil
 }
 
 // Close waits for the locker's background releases and closes the connections it opened

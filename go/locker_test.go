@@ -372,7 +372,8 @@ func TestClassifyReplies(t *testing.T) {
 		"ERR token must be 1 to 512 bytes":                                                                                                      ErrInvalidArgument,
 		"TRYAGAIN fencedlock wait interrupted: the lock key was deleted or its slot moved on this cluster node; nothing was granted, ask again": ErrOther,
 	} {
-		err := classify("s", "k", fakeReply(reply))
+		_, reply := goRedisResult(nil, fakeReply(reply)) // as the go-redis transport returns it
+		err := classify("s", "k", reply)
 		if !isKind(err, want) {
 			t.Errorf("%q: %v, want %v", reply, err, want)
 		}

@@ -26,23 +26,36 @@ type Redlock struct {
 
 // NewRedlock is a Redlock over clients, one per independent server, each given once.
 func NewRedlock(clients []redis.UniversalClient, opts ...Option) (*Redlock, error) {
+	transports := make([]Transport, len(clients))
+	for i, c := range clients {
+		if c == nil {
+			return nil, invalid("a Redlock's client is nil")
+		}
+		transports[i] = newGoRedis(c)
+	}
+	return NewRedlockOver(transports, opts...)
+}
+
+// NewRedlockOver is a Redlock over transports, one per independent server, each given once
+// (see NewLockerOver).
+func NewRedlockOver(transports []Transport, opts ...Option) (*Redlock, error) {
 	if protoErr != nil {
 		return nil, protoErr
 	}
-	if len(clients) == 0 {
+	if len(transports) == 0 {
 		return nil, invalid("a Redlock needs at least one server")
 	}
 	s, err := defaults().with(opts)
 	if err != nil {
 		return nil, err
 	}
-	r := &Redlock{settings: s, quorum: len(clients)/2 + 1}
+	r := &Redlock{settings: s, quorum: len(transports)/2 + 1}
 	names := map[string]bool{}
-	for _, c := range clients {
-		if c == nil {
-			return nil, invalid("a Redlock's client is nil")
+	for _, t := range transports {
+		if t == nil {
+			return nil, invalid("a Redlock's transport is nil")
 		}
-		srv := newServer(c, s.timeout)
+		srv := newServer(t, s.timeout)
 		if n := srv.name(); n != "" {
 			if names[n] {
 				return nil, invalid("server %s is given twice; a Redlock needs independent servers, each once", n)

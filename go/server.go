@@ -7,35 +7,24 @@ import (
 	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"example.invalid/fencedlock/go/internal/contract"
 )
 
-// server is one Redis server (or one cluster, routed by key) as a locker talks to it: the
-// user's client, the per-request timeout, the engine detected on it, and the connections of
-// its own that waits block on.
+// server is one Redis server (or one cluster, routed by key) as a locker talks to it: its
+// transport, the per-request timeout and the engine detected on it.
 type server struct {
-	client  redis.UniversalClient
+	t       Transport
 	timeout time.Duration
 
 	mu     sync.Mutex
 	engine engine
-	// waiters are clients of the locker's own, one per node address, for requests that block
-	// (ACQUIRE … BLOCK, BLPOP): without read timeout or retries of their own, so a wait is
-	// bounded by its context alone and never re-sent by the client library.
-	waiters map[string]*redis.Client
-	closed  bool
 	// acquireAll is whether the module serves ACQUIREALL: 0 not asked yet, 1 yes, -1 no.
 	acquireAll int
 }
 
 // isCluster says whether the client routes by slot (keys of several slots are on several
 // nodes).
-func (s *server) isCluster() bool {
-	_, ok := s.client.(*redis.ClusterClient)
-	return ok
-}
+func (s *server) isCluster() bool { return s.t.Cluster() }
 
 // moduleServesAcquireAll says whether the module on the server knows ACQUIREALL (COMMAND
 // INFO, asked once); false when the server will not say.
@@ -60,21 +49,16 @@ func (s *server) moduleServesAcquireAll(ctx context.Context) (bool, error) {
 	return serves, nil
 }
 
-func newServer(client redis.UniversalClient, timeout time.Duration) *server {
-	return &server{client: client, timeout: timeout, waiters: map[string]*redis.Client{}}
+func newServer(t Transport, timeout time.Duration) *server {
+	return &server{t: t, timeout: timeout}
 }
 
 // name is the server's address for error messages.
-func (s *server) name() string {
-	if c, ok := s.client.(*redis.Client); ok {
-		return c.Options().Addr
-	}
-	return ""
-}
+func (s *server) name() string { return s.t.Addr() }
 
 // bounded runs f, returning its result, or errTimedOut once ctx ends first (the request is
-// not cancelled: go-redis honours a context's deadline on the socket only with
-// ContextTimeoutEnabled, so without it the reply is left to arrive and be dropped). A
+// not cancelled: a transport may not honour a context's deadline on the socket (go-redis only
+// with ContextTimeoutEnabled), and then the reply is left to arrive and be dropped). A
 // deadline of the caller's own ctx is the caller's error, not a timeout of the server.
 func bounded(parent, ctx context.Context, f func(context.Context) (any, error)) (any, error) {
 	type result struct {
@@ -102,36 +86,27 @@ func bounded(parent, ctx context.Context, f func(context.Context) (any, error)) 
 	}
 }
 
-// doer is what sends a request: the user's client, or a waiting client.
-type doer interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
-}
-
-// do sends one request on the user's client, bounded by the request timeout.
+// do sends one request on the transport, bounded by the request timeout.
 func (s *server) do(ctx context.Context, args ...any) (any, error) {
-	return s.doOn(ctx, s.client, s.timeout, args...)
+	return s.doOn(ctx, s.t, s.timeout, args...)
 }
 
-func (s *server) doOn(ctx context.Context, c doer, timeout time.Duration, args ...any) (any, error) {
+func (s *server) doOn(ctx context.Context, c Conn, timeout time.Duration, args ...any) (any, error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	return bounded(ctx, tctx, func(ctx context.Context) (any, error) {
-		v, err := c.Do(ctx, args...).Result()
-		if errors.Is(err, redis.Nil) {
-			return nil, nil
-		}
-		return v, err
+		return c.Do(ctx, commandOf(args))
 	})
 }
 
-// call sends a lease request in the engine's form on the user's client (see callOn).
+// call sends a lease request in the engine's form on the transport (see callOn).
 func (s *server) call(ctx context.Context, args ...any) (any, error) {
-	return s.callOn(ctx, s.client, s.timeout, args...)
+	return s.callOn(ctx, s.t, s.timeout, args...)
 }
 
 // callOn sends a lease request on c within timeout, loading the script or the library again
 // where the server lost it (a restart, SCRIPT FLUSH, FUNCTION FLUSH) and asking once more.
-func (s *server) callOn(ctx context.Context, c doer, timeout time.Duration, args ...any) (any, error) {
+func (s *server) callOn(ctx context.Context, c Conn, timeout time.Duration, args ...any) (any, error) {
 	v, err := s.doOn(ctx, c, timeout, args...)
 	if reload := lostLoad(err); reload != nil {
 		if _, lerr := s.everywhere(ctx, reload...); lerr != nil {
@@ -160,16 +135,11 @@ func lostLoad(err error) []any {
 
 // everywhere sends a load to every primary: one server, or each master of a cluster.
 func (s *server) everywhere(ctx context.Context, args ...any) (any, error) {
-	if cc, ok := s.client.(*redis.ClusterClient); ok {
-		tctx, cancel := context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-		return bounded(ctx, tctx, func(ctx context.Context) (any, error) {
-			return nil, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
-				return c.Do(ctx, args...).Err()
-			})
-		})
-	}
-	return s.do(ctx, args...)
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return bounded(ctx, tctx, func(ctx context.Context) (any, error) {
+		return nil, s.t.Primaries(ctx, commandOf(args))
+	})
 }
 
 // detect is the engine the server serves leases with, asked once (a failed detection is
@@ -324,55 +294,13 @@ func libraryCode(reply any) (string, bool) {
 	return "", false
 }
 
-// waiter is a client of the locker's own to the node serving key, for blocking requests;
-// nil where the user's client gives no node options to copy (a Ring, a custom client): a wait
-// then polls.
-func (s *server) waiter(ctx context.Context, key []byte) (*redis.Client, error) {
-	var node *redis.Client
-	switch c := s.client.(type) {
-	case *redis.Client:
-		node = c
-	case *redis.ClusterClient:
-		tctx, cancel := context.WithTimeout(ctx, s.timeout)
-		defer cancel()
-		n, err := c.MasterForKey(tctx, string(key))
-		if err != nil {
-			return nil, err
-		}
-		node = n
-	default:
-		return nil, nil
-	}
-	opt := *node.Options()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, redis.ErrClosed
-	}
-	if w := s.waiters[opt.Addr]; w != nil {
-		return w, nil
-	}
-	// The user's settings (address, credentials, TLS, protocol), with the socket bounded by
-	// the request's context only and no retries: a blocking ACQUIRE is never sent twice.
-	opt.ReadTimeout = -1
-	opt.ContextTimeoutEnabled = true
-	opt.MaxRetries = -1
-	opt.PoolSize = 0
-	opt.MinIdleConns = 0
-	w := redis.NewClient(&opt)
-	s.waiters[opt.Addr] = w
-	return w, nil
+// waiter is a connection to the node serving key for blocking requests (Transport.Blocking);
+// nil where the transport has none: a wait then polls.
+func (s *server) waiter(ctx context.Context, key []byte) (Conn, error) {
+	tctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return s.t.Blocking(tctx, string(key))
 }
 
-// close closes the waiting clients.
-func (s *server) close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
-	var errs []error
-	for addr, w := range s.waiters {
-		errs = append(errs, w.Close())
-		delete(s.waiters, addr)
-	}
-	return errors.Join(errs...)
-}
+// close closes what the transport opened itself.
+func (s *server) close() error { return s.t.Close() }

@@ -3,11 +3,10 @@ package fencedlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Session keeps many leases of one locker alive with one renewal pipeline per interval
@@ -206,17 +205,19 @@ func (ss *Session) pipeline(ctx context.Context, e engine, leases []*Lease, ttl 
 	for attempt := 0; ; attempt++ {
 		tctx, cancel := context.WithTimeout(ctx, srv.timeout)
 		v, err := bounded(ctx, tctx, func(ctx context.Context) (any, error) {
-			pipe := srv.client.Pipeline()
-			cmds := make([]*redis.Cmd, len(leases))
+			cmds := make([]Command, len(leases))
 			for i, lease := range leases {
-				cmds[i] = pipe.Do(ctx, request(e, cmdRenew, lease.key, []any{lease.token, ttl}, false)...)
+				cmds[i] = commandOf(request(e, cmdRenew, lease.key, []any{lease.token, ttl}, false))
 			}
-			_, _ = pipe.Exec(ctx)
+			replies, err := srv.t.Pipeline(ctx, cmds)
+			if err != nil {
+				return nil, err
+			}
 			out := make([]int64, len(cmds))
-			for i, cmd := range cmds {
-				n, err := cmd.Int64()
-				if err != nil {
-					return nil, err
+			for i, r := range replies {
+				n, ok := r.(int64)
+				if !ok {
+					return nil, &Error{Kind: KindBadReply, Server: srv.name(), Err: fmt.Errorf("RENEW must reply 0 or 1, got %v", r)}
 				}
 				out[i] = n
 			}

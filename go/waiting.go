@@ -2,12 +2,9 @@ package fencedlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // wait is one waiting ACQUIRE until `until` at most: on the module the server's own FIFO
@@ -32,7 +29,7 @@ func (l *Locker) wait(ctx context.Context, e engine, req acquireRequest, until t
 // blocked queues on the module: ACQUIRE … BLOCK for the time left. The server answers at the
 // grant or when the time is up; a caller that stops waiting first leaves the request to its
 // answer, and a grant that comes then is released.
-func (l *Locker) blocked(ctx context.Context, w *redis.Client, e engine, req acquireRequest, until time.Time) (uint64, error) {
+func (l *Locker) blocked(ctx context.Context, w Conn, e engine, req acquireRequest, until time.Time) (uint64, error) {
 	// BLOCK 0 would wait without limit: a wait with nothing left is one attempt of 1 ms.
 	blockMs := max(1, int64(time.Until(until)/time.Millisecond)+1)
 	blockMs = min(blockMs, int64(proto.c.Limits.MaxBlockMs))
@@ -49,12 +46,9 @@ func (l *Locker) blocked(ctx context.Context, w *redis.Client, e engine, req acq
 	go func() {
 		defer l.background.Done()
 		defer cancel()
-		v, err := w.Do(rctx, words...).Result()
+		v, err := w.Do(rctx, commandOf(words))
 		var fence uint64
-		switch {
-		case errors.Is(err, redis.Nil):
-			err = nil
-		case err == nil:
+		if err == nil {
 			fence, err = asFence(v)
 		}
 		mu.Lock()
@@ -93,7 +87,7 @@ func (l *Locker) blocked(ctx context.Context, w *redis.Client, e engine, req acq
 // woken waits where the server cannot block (the library): an attempt; then, while refused,
 // a waiter's attempt (which names the wake-up list, so the release pushes to it) and a BLPOP
 // on the list for as long as STATUS shows the holder's lease to last, then again.
-func (l *Locker) woken(ctx context.Context, w *redis.Client, e engine, req acquireRequest, until time.Time) (uint64, error) {
+func (l *Locker) woken(ctx context.Context, w Conn, e engine, req acquireRequest, until time.Time) (uint64, error) {
 	srv := l.server
 	timeout := l.settings.timeout
 	send := func(args []any, bound time.Duration) (any, error) {
