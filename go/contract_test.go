@@ -144,7 +144,7 @@ func TestKeyVectors(t *testing.T) {
 			t.Errorf("%q: module floor key %s, want %s", k.Key, got, k.ModuleFloorKey)
 		}
 	}
-	if tagsIncomplete {
+	if proto.keys.Incomplete() {
 		t.Error("some slot has no floor tag")
 	}
 }

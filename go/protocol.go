@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 
 	"example.invalid/fencedlock/go/internal/contract"
+	"example.invalid/fencedlock/go/internal/keys"
 )
 
 // The contract's facts the package uses, read from the embedded contract.json at init (never
@@ -27,6 +27,8 @@ const (
 // protocol is what the package reads of the contract.
 type protocol struct {
 	c *contract.Contract
+	// keys names the keys beside a lock key (floor, wake-up list, run record).
+	keys *keys.Keys
 	// commands by name, and whether each takes the floor key and the wake-up list.
 	commands map[string]contract.Command
 	// The option words of ACQUIRE.
@@ -40,7 +42,7 @@ func loadProtocol() (*protocol, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &protocol{c: c, commands: map[string]contract.Command{}}
+	p := &protocol{c: c, keys: keys.New(c), commands: map[string]contract.Command{}}
 	for _, cmd := range c.Commands {
 		p.commands[cmd.Name] = cmd
 	}
@@ -66,113 +68,25 @@ func loadProtocol() (*protocol, error) {
 	return p, nil
 }
 
-// crc16 is CRC16-XMODEM (polynomial 0x1021, initial 0), Redis Cluster's key hash.
-func crc16(data []byte) uint16 {
-	var crc uint16
-	for _, b := range data {
-		crc ^= uint16(b) << 8
-		for i := 0; i < 8; i++ {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return crc
-}
-
-// keySlot is the key's cluster slot: the CRC16 of its hash tag (the bytes between the first
-// '{' and the first '}' after it, when there is at least one) or of the whole key.
-func keySlot(key []byte) int {
-	slots := proto.c.Keys.Slots
-	if open := strings.IndexByte(string(key), '{'); open >= 0 {
-		if end := strings.IndexByte(string(key[open+1:]), '}'); end > 0 {
-			return int(crc16(key[open+1:open+1+end])) % slots
-		}
-	}
-	return int(crc16(key)) % slots
-}
-
-var (
-	tagsOnce       sync.Once
-	libraryTags    []string
-	moduleTags     []int
-	tagsIncomplete bool
-)
-
-// buildTags fills the floor tags of every slot: the library's (the one six-digit string, the
-// first two digits 0-7 and the other four 0-3, whose own slot is the slot) and the module's
-// (the smallest decimal number whose own slot is the slot).
-func buildTags() {
-	slots := proto.c.Keys.Slots
-	libraryTags = make([]string, slots)
-	moduleTags = make([]int, slots)
-	for i := range moduleTags {
-		moduleTags[i] = -1
-	}
-	digits := make([]byte, proto.c.Keys.LibraryFloor.TagLen)
-	var fill func(pos int)
-	fill = func(pos int) {
-		if pos == len(digits) {
-			tag := string(digits)
-			libraryTags[keySlot(digits)] = tag
-			return
-		}
-		top := byte('3')
-		if pos < 2 {
-			top = '7'
-		}
-		for d := byte('0'); d <= top; d++ {
-			digits[pos] = d
-			fill(pos + 1)
-		}
-	}
-	fill(0)
-	left := slots
-	for n := 0; left > 0 && n < 1<<24; n++ {
-		s := keySlot([]byte(strconv.Itoa(n)))
-		if moduleTags[s] < 0 {
-			moduleTags[s] = n
-			left--
-		}
-	}
-	for _, tag := range libraryTags {
-		if tag == "" {
-			tagsIncomplete = true
-		}
-	}
-	tagsIncomplete = tagsIncomplete || left > 0
-}
+// keySlot is the key's cluster slot (internal/keys).
+func keySlot(key []byte) int { return proto.keys.Slot(key) }
 
 // floorTag is the library's floor tag of the key's slot.
-func floorTag(key []byte) string {
-	tagsOnce.Do(buildTags)
-	return libraryTags[keySlot(key)]
-}
+func floorTag(key []byte) string { return proto.keys.FloorTag(key) }
 
 // floorKey is the library's floor key of the key's slot: the one key it keeps the slot's
 // fence floor in (it refuses any other).
-func floorKey(key []byte) string {
-	return proto.c.Keys.LibraryFloor.Prefix + floorTag(key) + "}"
-}
+func floorKey(key []byte) string { return proto.keys.Floor(key) }
 
 // wakeKey is the key's wake-up list: a release on the library pushes to it, and a waiter
 // BLPOPs on it.
-func wakeKey(key []byte) string {
-	return proto.c.Keys.Wake.Prefix + floorTag(key) + "}:" + string(key)
-}
+func wakeKey(key []byte) string { return proto.keys.Wake(key) }
 
 // recordKey is the key's periodic run record, beside it in its slot.
-func recordKey(key []byte) string {
-	return proto.c.Keys.Record.Prefix + floorTag(key) + "}:" + string(key)
-}
+func recordKey(key []byte) string { return proto.keys.Record(key) }
 
 // moduleFloorKey is the module's floor key of the key's slot (the vectors check it).
-func moduleFloorKey(key []byte) string {
-	tagsOnce.Do(buildTags)
-	return proto.c.Keys.ModuleFloor.Prefix + strconv.Itoa(moduleTags[keySlot(key)]) + "}"
-}
+func moduleFloorKey(key []byte) string { return proto.keys.ModuleFloor(key) }
 
 // engine is how a server serves the contract.
 type engine int
