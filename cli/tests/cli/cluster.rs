@@ -11,32 +11,24 @@ use crate::support::*;
 #[test]
 fn every_subcommand_routes_each_key_to_its_slots_primary() {
     let cluster = Cluster::builder().masters(3).start();
-    // One node's URL is enough: it tells the client about the others.
-    let seed = cluster.urls()[0].clone();
-    // The global options first: after `run`'s `--` they would be the command's.
-    let cli = |args: &[&str]| {
-        let mut all = vec!["--cluster", "--redis", seed.as_str()];
-        all.extend(args);
-        run(&all)
-    };
+    let cli = |args: &[&str]| run_on_cluster(&cluster, args);
     let mut owners = std::collections::HashSet::new();
     for i in 0..12 {
         let key = format!("cli:cluster:{i}");
         let out = cli(&["acquire", "-k", &key, "--ttl", "30s"]);
         assert_eq!(out.code(), 0, "{out:?}");
-        let words: Vec<&str> = out.stdout.split_whitespace().collect();
-        let [token, fence] = words[..] else { panic!("expected TOKEN FENCE: {out:?}") };
+        let (token, fence) = printed_lease(&out);
         let owner = cluster.slot_owner(cluster.key_slot(&key));
         owners.insert(owner);
         let status = cluster.nodes()[owner].lock_status(&key).expect("held on the slot's primary");
-        assert_eq!((status.fence.to_string().as_str(), status.held), (fence, true));
+        assert_eq!((status.fence, status.held), (fence, true));
 
         assert_eq!(cli(&["acquire", "-k", &key]).code(), BUSY);
         let out = cli(&["status", "-k", &key]);
         assert_eq!(out.code(), 0, "{out:?}");
-        assert!(out.stdout.contains(fence), "{out:?}");
-        assert_eq!(cli(&["renew", "-k", &key, "--ttl", "60s", "--token", token]).code(), 0);
-        assert_eq!(cli(&["release", "-k", &key, "--token", token]).code(), 0);
+        assert!(out.stdout.contains(&fence.to_string()), "{out:?}");
+        assert_eq!(cli(&["renew", "-k", &key, "--ttl", "60s", "--token", &token]).code(), 0);
+        assert_eq!(cli(&["release", "-k", &key, "--token", &token]).code(), 0);
         assert!(!cluster.nodes()[owner].lock_held(&key));
     }
     assert_eq!(owners.len(), 3, "twelve keys on all three primaries");

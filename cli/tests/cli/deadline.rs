@@ -40,21 +40,8 @@ fn lose_the_lease(ttl: &str, grace: &str) -> (Duration, Outcome) {
     let server = Server::start();
     let Stubborn { dir: _dir, started, pids, script } = stubborn_command();
     let spawned = Instant::now();
-    let run = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "-k",
-        "deadline",
-        "--ttl",
-        ttl,
-        "--kill-grace",
-        grace,
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let run =
+        spawn_sh_under_run(&server.url(), &["-k", "deadline", "--ttl", ttl, "--kill-grace", grace], &script);
     wait_for_file(&started, HANG);
     let _: i64 = server.cmd(&["DEL", "deadline"]).unwrap();
     let gone = wait_gone(&pids, spawned);
@@ -106,21 +93,7 @@ fn a_lease_that_ran_out_gets_sigkill_at_once() {
     let server = Server::start();
     let Stubborn { dir: _dir, started, pids, script } = stubborn_command();
     let spawned = Instant::now();
-    let run = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "--timeout",
-        "5s",
-        "-k",
-        "frozen",
-        "--ttl",
-        "1s",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let run = spawn_sh_under_run(&server.url(), &["--timeout", "5s", "-k", "frozen", "--ttl", "1s"], &script);
     wait_for_file(&started, HANG);
     server.pause();
     let gone = wait_gone(&pids, spawned);

@@ -70,39 +70,29 @@ fn a_leader_whose_server_is_paused_stops_its_command_and_another_leads_after() {
     let url = server.url();
     let dir = scratch();
     let pid_file = p(dir.path(), "a.pid");
-    let leader_cmd = format!("echo $$ > '{}'; exec sleep 60", pid_file.display());
-    let a = spawn(&[
-        "elect",
-        "paused",
-        "--ttl",
-        "1500ms",
-        "--timeout",
-        "200ms",
-        "--label",
-        "A",
-        "--redis",
-        &url,
-        "-c",
-        &leader_cmd,
-    ]);
+    // Each candidate's lease is 1.5 s, and each request waits 200 ms at most.
+    let candidate = |label: &str, command: &str| {
+        spawn(&[
+            "elect",
+            "paused",
+            "--ttl",
+            "1500ms",
+            "--timeout",
+            "200ms",
+            "--label",
+            label,
+            "--redis",
+            &url,
+            "-c",
+            command,
+        ])
+    };
+    let a = candidate("A", &format!("echo $$ > '{}'; exec sleep 60", pid_file.display()));
     wait_for_file(&pid_file, HANG);
     let a_pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();
     let epoch_a = leader_json(&url, "paused")["epoch"].as_u64().expect("A leads");
     let b_file = p(dir.path(), "b");
-    let b = spawn(&[
-        "elect",
-        "paused",
-        "--ttl",
-        "1500ms",
-        "--timeout",
-        "200ms",
-        "--label",
-        "B",
-        "--redis",
-        &url,
-        "-c",
-        &format!("echo $FENCEDLOCK_EPOCH > '{}'", b_file.display()),
-    ]);
+    let b = candidate("B", &format!("echo $FENCEDLOCK_EPOCH > '{}'", b_file.display()));
     std::thread::sleep(Duration::from_millis(200));
 
     // The server stops answering for longer than the lease: A cannot renew, so it stops its

@@ -155,11 +155,7 @@ fn two_waiting_runs_take_turns_on_a_managed_server() {
     assert_eq!(first.finish().code(), 0);
     let waited = second.finish();
     assert_eq!(waited.code(), 0, "{waited:?}");
-    let fences: Vec<u64> = std::fs::read_to_string(&fences)
-        .expect("fences")
-        .lines()
-        .map(|l| l.parse().expect("a fence"))
-        .collect();
+    let fences = fences_written(&fences);
     assert_eq!(fences.len(), 2, "both ran: {fences:?}");
     assert!(fences[1] > fences[0], "{fences:?}");
 }

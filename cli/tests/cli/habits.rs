@@ -138,8 +138,7 @@ fn flock_shared_runs_read_together_and_exclusive_runs_alone() {
     fs::write(&go, "").unwrap();
     assert_eq!(reader.finish().code(), 0);
     assert_eq!(waiting.finish().code(), 0);
-    let fences: Vec<u64> =
-        fs::read_to_string(&fence_file).unwrap().lines().map(|l| l.parse().expect("a fence")).collect();
+    let fences = fences_written(&fence_file);
     assert_eq!(fences.len(), 4, "three readers and the writer ran: {fences:?}");
     assert!(
         fences[..3].iter().all(|f| *f < fences[3]),

@@ -27,12 +27,7 @@ fn field(list: &Value, name: &str) -> BTreeMap<String, Value> {
 #[test]
 fn a_cluster_lists_the_held_locks_of_every_primary() {
     let cluster = Cluster::builder().masters(3).start();
-    let seed = cluster.urls()[0].clone();
-    let cli = |args: &[&str]| {
-        let mut all = vec!["--cluster", "--redis", seed.as_str()];
-        all.extend(args);
-        run(&all)
-    };
+    let cli = |args: &[&str]| run_on_cluster(&cluster, args);
     let mut fences = BTreeMap::new();
     for i in 0..9 {
         let key = format!("ls:job:{i}");

@@ -72,17 +72,19 @@ fn each_policy_does_what_it_says(url: &str, why: &[&str], extra: &[&str]) {
 
 #[test]
 fn a_stopped_server() {
-    let mut server = Server::start();
-    let url = server.url();
-    server.stop();
-    each_policy_does_what_it_says(&url, &["cannot reach", &server.addr()], &[]);
+    a_server_gone_by(Server::stop);
 }
 
 #[test]
 fn a_killed_server() {
+    a_server_gone_by(Server::kill9);
+}
+
+/// A server that `end` took away: nothing answers at its address.
+fn a_server_gone_by(end: fn(&mut Server)) {
     let mut server = Server::start();
     let url = server.url();
-    server.kill9();
+    end(&mut server);
     each_policy_does_what_it_says(&url, &["cannot reach", &server.addr()], &[]);
 }
 

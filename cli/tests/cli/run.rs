@@ -94,7 +94,7 @@ fn wait_succeeds_once_the_holder_finishes_and_gives_up_when_it_runs_out() {
     assert_eq!(holder.finish().code(), 0);
     let waited = waiter.finish();
     assert_eq!(waited.code(), 0, "{waited:?}");
-    let fences: Vec<u64> = fs::read_to_string(&fences).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let fences = fences_written(&fences);
     assert_eq!(fences.len(), 2, "holder and waiter ran, the one that gave up did not: {fences:?}");
     assert!(fences[1] > fences[0], "{fences:?}");
 }
@@ -153,21 +153,8 @@ fn a_lost_lease_terminates_the_command_and_exits_76() {
         term.display(),
         started.display()
     );
-    let run = spawn(&[
-        "run",
-        "--redis",
-        &server.url(),
-        "-k",
-        "lost",
-        "--ttl",
-        "900ms",
-        "--kill-grace",
-        "5s",
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let run =
+        spawn_sh_under_run(&server.url(), &["-k", "lost", "--ttl", "900ms", "--kill-grace", "5s"], &script);
     wait_for_file(&started, HANG);
     let st = server.lock_status("lost").expect("lock state");
     assert!(st.held);
@@ -199,21 +186,11 @@ fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
         pids.display(),
         started.display()
     );
-    let run = spawn(&[
-        "run",
-        "--redis",
+    let run = spawn_sh_under_run(
         &server.url(),
-        "-k",
-        "stubborn",
-        "--ttl",
-        "600ms",
-        "--kill-grace",
-        "300ms",
-        "--",
-        "sh",
-        "-c",
+        &["-k", "stubborn", "--ttl", "600ms", "--kill-grace", "300ms"],
         &script,
-    ]);
+    );
     wait_for_file(&started, HANG);
     let _: i64 = server.cmd(&["DEL", "stubborn"]).unwrap();
     let out = run.finish();
@@ -348,7 +325,7 @@ fn several_servers_mean_fenced_redlock_that_survives_a_minority() {
     servers[1].kill9();
     let third = run(&["run", "--redis", &urls, "-k", "quorum", "--", "sh", "-c", &script]);
     assert_eq!(third.code(), 69, "no majority, no run: {third:?}");
-    let seen: Vec<u64> = fs::read_to_string(&fences).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let seen = fences_written(&fences);
     assert_eq!(seen.len(), 2);
     assert!(seen[1] > seen[0], "{seen:?}");
 }

@@ -18,22 +18,20 @@ fn a_printed_token_acquires_renews_and_releases() {
     let url = server.url();
     let out = run(&["acquire", "--redis", &url, "-k", "deploy", "--ttl", "2s"]);
     assert_eq!(out.code(), 0, "{out:?}");
-    let words: Vec<&str> = out.stdout.split_whitespace().collect();
-    let [token, fence] = words[..] else { panic!("expected TOKEN FENCE: {out:?}") };
-    let fence: u64 = fence.parse().unwrap();
+    let (token, fence) = printed_lease(&out);
     assert_eq!(token.len(), 32, "a 128-bit hex token");
     let st = server.lock_status("deploy").expect("lock state");
     assert_eq!((st.fence, st.held), (fence, true));
     assert!(st.remaining.is_some_and(|d| !d.is_zero() && d <= Duration::from_millis(2000)), "{st:?}");
 
     // The same token works from redis-cli as it is (the server stores its text).
-    let still: i64 = server.cmd(&["FENCEDLOCK.RENEW", "deploy", token, "2000"]).unwrap();
+    let still: i64 = server.cmd(&["FENCEDLOCK.RENEW", "deploy", &token, "2000"]).unwrap();
     assert_eq!(still, 1);
 
     let busy = run(&["acquire", "--redis", &url, "-k", "deploy"]);
     assert_eq!(busy.code(), BUSY, "{busy:?}");
 
-    let renewed = run(&["renew", "--redis", &url, "-k", "deploy", "--ttl", "60s", "--token", token]);
+    let renewed = run(&["renew", "--redis", &url, "-k", "deploy", "--ttl", "60s", "--token", &token]);
     assert_eq!(renewed.code(), 0, "{renewed:?}");
     let st = server.lock_status("deploy").expect("lock state");
     assert!(
@@ -41,20 +39,20 @@ fn a_printed_token_acquires_renews_and_releases() {
         "renew extended the lease to 60 s: {st:?}"
     );
 
-    let released = run(&["release", "--redis", &url, "-k", "deploy", "--token", token]);
+    let released = run(&["release", "--redis", &url, "-k", "deploy", "--token", &token]);
     assert_eq!(released.code(), 0, "{released:?}");
     assert!(!server.lock_held("deploy"));
     assert_eq!(server.lock_status("deploy").map(|st| st.fence), Some(fence), "the fence is kept");
 
     // A second release, or a renew after it, says the lease is gone.
-    let again = run(&["release", "--redis", &url, "-k", "deploy", "--token", token]);
+    let again = run(&["release", "--redis", &url, "-k", "deploy", "--token", &token]);
     assert_one_line_error(&again, LEASE_LOST, &["no longer held"]);
-    let late = run(&["renew", "--redis", &url, "-k", "deploy", "--ttl", "60s", "--token", token]);
+    let late = run(&["renew", "--redis", &url, "-k", "deploy", "--ttl", "60s", "--token", &token]);
     assert_one_line_error(&late, LEASE_LOST, &["no longer held"]);
     // Another token never releases someone else's lease.
     let other = run(&["acquire", "--redis", &url, "-k", "deploy"]);
     assert_eq!(other.code(), 0);
-    let wrong = run(&["release", "--redis", &url, "-k", "deploy", "--token", token]);
+    let wrong = run(&["release", "--redis", &url, "-k", "deploy", "--token", &token]);
     assert_eq!(wrong.code(), LEASE_LOST);
     assert!(server.lock_held("deploy"));
 }
@@ -191,9 +189,7 @@ fn acquire_with_wait_is_handed_the_lock_when_it_is_released() {
     let url = server.url();
     let first = run(&["acquire", "--redis", &url, "-k", "queue", "--ttl", "10s"]);
     assert_eq!(first.code(), 0, "{first:?}");
-    let words: Vec<&str> = first.stdout.split_whitespace().collect();
-    let [token, fence] = words[..] else { panic!("expected TOKEN FENCE: {first:?}") };
-    let fence: u64 = fence.parse().unwrap();
+    let (token, fence) = printed_lease(&first);
 
     let mut waiter = spawn(&["acquire", "--redis", &url, "-k", "queue", "--ttl", "10s", "--wait", "5s"]);
     let deadline = std::time::Instant::now() + Duration::from_secs(3);
@@ -203,13 +199,12 @@ fn acquire_with_wait_is_handed_the_lock_when_it_is_released() {
     }
     std::thread::sleep(Duration::from_millis(300));
     assert!(waiter.is_running(), "still waiting while the lease is held");
-    let released = run(&["release", "--redis", &url, "-k", "queue", "--token", token]);
+    let released = run(&["release", "--redis", &url, "-k", "queue", "--token", &token]);
     assert_eq!(released.code(), 0, "{released:?}");
     let handed = waiter.finish();
     assert_eq!(handed.code(), 0, "{handed:?}");
-    let words: Vec<&str> = handed.stdout.split_whitespace().collect();
-    let [_, next] = words[..] else { panic!("expected TOKEN FENCE: {handed:?}") };
-    assert!(next.parse::<u64>().unwrap() > fence, "{handed:?}");
+    let (_, next) = printed_lease(&handed);
+    assert!(next > fence, "{handed:?}");
     assert_eq!(server.fencedlock_counter("fencedlock_handoffs"), 1);
     assert_eq!(server.fencedlock_counter("fencedlock_blocked_acquires"), 1);
     assert!(server.lock_held("queue"), "the waiter's lease stays held (detached)");

@@ -22,23 +22,11 @@ fn at_most_n_runs_overlap_and_every_run_gets_its_turn() {
     let url = server.url();
     let runs: Vec<Running> = (0..RUNS)
         .map(|_| {
-            spawn(&[
-                "run",
-                "--redis",
+            spawn_sh_under_run(
                 &url,
-                "--permits",
-                "2",
-                "-k",
-                "exports",
-                "--ttl",
-                "5s",
-                "--wait",
-                "20s",
-                "--",
-                "sh",
-                "-c",
+                &["--permits", "2", "-k", "exports", "--ttl", "5s", "--wait", "20s"],
                 &script,
-            ])
+            )
         })
         .collect();
     for run in runs {

@@ -54,11 +54,7 @@ fn run_jobs_follow_a_sentinel_failover_and_fences_only_rise() {
         assert_eq!(out.code(), 0, "after the failover: {out:?}");
         assert!(out.elapsed < Duration::from_secs(5), "no waiting once the new primary is known: {out:?}");
     }
-    let seen: Vec<u64> = std::fs::read_to_string(&fences)
-        .expect("fences written by the jobs")
-        .lines()
-        .map(|line| line.parse().expect("a fence"))
-        .collect();
+    let seen = fences_written(&fences);
     assert_eq!(seen.len(), 5, "{seen:?}");
     assert!(seen.windows(2).all(|w| w[0] < w[1]), "fences must only rise: {seen:?}");
     let _ = replica.cmd::<String>(&["PING"]);

@@ -154,9 +154,41 @@ pub fn spawn_cmd(cmd: &mut Command) -> Running {
     }
 }
 
+/// Starts `fencedlock run --redis URL OPTIONS -- sh -c SCRIPT`: a shell script under a lease.
+pub fn spawn_sh_under_run(url: &str, options: &[&str], script: &str) -> Running {
+    let mut args = vec!["run", "--redis", url];
+    args.extend(options);
+    args.extend(["--", "sh", "-c", script]);
+    spawn(&args)
+}
+
 /// Runs `fencedlock ARGS` to completion.
 pub fn run(args: &[&str]) -> Outcome {
     spawn(args).finish()
+}
+
+/// Runs `fencedlock --cluster --redis SEED ARGS` against `cluster`, with one node's URL as the
+/// seed (it tells the client about the others). The global options come first: after `run`'s
+/// `--` they would be the command's.
+pub fn run_on_cluster(cluster: &harness::Cluster, args: &[&str]) -> Outcome {
+    let seed = cluster.urls()[0].clone();
+    let mut all = vec!["--cluster", "--redis", seed.as_str()];
+    all.extend(args);
+    run(&all)
+}
+
+/// The lease `acquire` printed: its `TOKEN FENCE` line.
+pub fn printed_lease(out: &Outcome) -> (String, u64) {
+    let words: Vec<&str> = out.stdout.split_whitespace().collect();
+    let [token, fence] = words[..] else { panic!("expected TOKEN FENCE: {out:?}") };
+    (token.to_owned(), fence.parse().unwrap_or_else(|_| panic!("a fence: {out:?}")))
+}
+
+/// The fences the commands appended to `path`, one a line (`echo $FENCEDLOCK_FENCE >> FILE`),
+/// in the order they ran.
+pub fn fences_written(path: &Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    text.lines().map(|l| l.parse().unwrap_or_else(|_| panic!("a fence: {l:?}"))).collect()
 }
 
 fn wait_timeout(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
