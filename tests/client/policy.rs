@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use crate::support::{blocking, wait_until};
+use crate::support::{blocking, restarted_in_grace, wait_until};
 use fencedlock::{Acquisition, Error, LockConfig, Locker, OnUnavailable, Redlock};
 use harness::Server;
 
@@ -107,13 +107,7 @@ async fn a_loading_server_is_unavailable() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_restart_grace_is_unavailable() {
-    let mut server = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start();
-    server.set_restart_arg("fencedlock.restart-grace-ms", "3000");
-    let server = blocking(move || {
-        server.restart();
-        server
-    })
-    .await;
+    let server = restarted_in_grace("3000").await;
     for policy in BOTH {
         let locker = Locker::open(&server.url(), config(policy)).expect("locker");
         let result = locker.acquire_with_policy("job").await;

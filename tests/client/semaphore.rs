@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 
 use crate::support::{config, counter, wait_until};
 use fencedlock::redis;
-use fencedlock::{Error, Locker, ReplyError, Semaphore, MAX_PERMITS};
+use fencedlock::{Error, Lease, Locker, ReplyError, Semaphore, MAX_PERMITS};
 use harness::Server;
+use tokio::task::JoinHandle;
 
 fn semaphore(server: &Server, key: &str, ttl_ms: u64, permits: u32) -> Semaphore {
     let locker = Locker::open(&server.url(), config(ttl_ms, 250)).expect("locker");
@@ -77,6 +78,15 @@ async fn never_more_than_n_holders_and_fences_increase_over_all_grants() {
     assert_eq!(status.fence, *fences.last().expect("grants"), "the key's fence is the last grant's");
 }
 
+/// A waiting `acquire`'s permit and when it was granted, within 3 s.
+async fn granted(waiter: JoinHandle<Result<(Instant, Lease), Error>>) -> (Instant, Lease) {
+    tokio::time::timeout(Duration::from_secs(3), waiter)
+        .await
+        .expect("granted")
+        .expect("task")
+        .expect("permit")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_granted_in_arrival_order_as_permits_free_up() {
     let server = Server::start();
@@ -103,11 +113,7 @@ async fn waiters_are_granted_in_arrival_order_as_permits_free_up() {
     let b_fence = b.fence();
     let freed = Instant::now();
     assert!(a.release().await.expect("release a"));
-    let (granted_at, first) = tokio::time::timeout(Duration::from_secs(3), first)
-        .await
-        .expect("granted")
-        .expect("task")
-        .expect("permit");
+    let (granted_at, first) = granted(first).await;
     assert!(
         granted_at - freed < Duration::from_secs(1),
         "handed over at the release: {:?}",
@@ -118,11 +124,7 @@ async fn waiters_are_granted_in_arrival_order_as_permits_free_up() {
     assert_eq!(counter(&server, "fencedlock_waiters"), 1);
 
     assert!(b.release().await.expect("release b"));
-    let (_, second) = tokio::time::timeout(Duration::from_secs(3), second)
-        .await
-        .expect("granted")
-        .expect("task")
-        .expect("permit");
+    let (_, second) = granted(second).await;
     assert!(second.fence() > first.fence(), "the first to queue was granted first");
     let holders: Vec<u64> =
         server.semaphore_status("sem:fifo").expect("state").holders.iter().map(|h| h.fence).collect();

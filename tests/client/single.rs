@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{blocking, config, steal};
+use crate::support::{blocking, config, restarted_in_grace, steal};
 use fencedlock::{Error, LockConfig, Locker, LossCause, ReplyError, Token, TokenFormat};
 use harness::{epoch_of, wait_released, LockStatus, Server, EPOCH_GAP};
 
@@ -376,13 +376,7 @@ async fn reacquiring_with_the_holders_token_is_idempotent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_waits_out_the_restart_grace() {
-    let mut server = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start();
-    server.set_restart_arg("fencedlock.restart-grace-ms", "800");
-    let server = blocking(move || {
-        server.restart();
-        server
-    })
-    .await;
+    let server = restarted_in_grace("800").await;
     let locker = locker(&server, 1_000);
     match locker.try_acquire("grace").await {
         Err(err @ Error::Server { .. }) => {

@@ -40,6 +40,18 @@ pub async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static)
     tokio::task::spawn_blocking(f).await.expect("blocking harness call panicked")
 }
 
+/// A durable server (AOF, `appendfsync always`) restarted with a restart grace of `grace_ms`:
+/// it comes back refusing new grants (`TRYAGAIN`) for that long.
+pub async fn restarted_in_grace(grace_ms: &str) -> Server {
+    let mut server = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start();
+    server.set_restart_arg("fencedlock.restart-grace-ms", grace_ms);
+    blocking(move || {
+        server.restart();
+        server
+    })
+    .await
+}
+
 /// One numeric `INFO fencedlock` field (e.g. `fencedlock_waiters`), read by the harness.
 pub fn counter(server: &Server, name: &str) -> u64 {
     server.fencedlock_counter(name)

@@ -20,13 +20,19 @@ fn semaphore_on(node: &Server, key: &str) -> SemaphoreStatus {
     node.semaphore_status(key).unwrap_or_else(|| panic!("{key} has no lock state on {}", node.addr()))
 }
 
+/// Where `key` migrates from and to: its slot, the master that owns it, and another master.
+fn source_and_target(cluster: &Cluster, key: &str) -> (u16, usize, usize) {
+    let slot = cluster.key_slot(key);
+    let a = cluster.slot_owner(slot);
+    let b = cluster.masters().into_iter().find(|&m| m != a).expect("another master");
+    (slot, a, b)
+}
+
 #[test]
 fn a_semaphore_key_migrates_with_its_holders_and_its_fences_keep_rising() {
     let cluster = Cluster::builder().masters(3).start();
     let key = "semk";
-    let slot = cluster.key_slot(key);
-    let a = cluster.slot_owner(slot);
-    let b = cluster.masters().into_iter().find(|&m| m != a).expect("another master");
+    let (slot, a, b) = source_and_target(&cluster, key);
     let (na, nb) = (&cluster.nodes()[a], &cluster.nodes()[b]);
     // The source's mark far above the target's, so only the key and its floor can lift it.
     let owned: Vec<u16> = cluster.slots_of(a);
@@ -87,9 +93,7 @@ fn take_rw(node: &Server, key: &str, token: &str, shared: bool) -> Option<u64> {
 fn read_leases_migrate_with_their_readers_and_the_next_writer_is_above_them() {
     let cluster = Cluster::builder().masters(3).start();
     let key = "rwk";
-    let slot = cluster.key_slot(key);
-    let a = cluster.slot_owner(slot);
-    let b = cluster.masters().into_iter().find(|&m| m != a).expect("another master");
+    let (slot, a, b) = source_and_target(&cluster, key);
     let (na, nb) = (&cluster.nodes()[a], &cluster.nodes()[b]);
     let writer = take_rw(na, key, "w0", false).expect("the write lease");
     let released: i64 = na.query(redis::cmd(RELEASE.name).arg(key).arg("w0")).expect("RELEASE");

@@ -91,14 +91,7 @@ fn kill9_under_load_with_appendfsync_everysec_never_repeats_a_fence() {
 
     // With everysec an acknowledged grant may be missing after a crash (see the power-loss
     // tests, which make the loss certain). Count, for the log, what this crash lost.
-    let lost = spec
-        .keys
-        .iter()
-        .filter(|k| {
-            let acked = history.iter().filter(|e| e.key == **k).filter_map(Event::fence).max();
-            acked.is_some_and(|a| s.lock_status(k).is_none_or(|st| st.fence < a))
-        })
-        .count();
+    let lost = lost_grants(&s, &spec.keys, &history);
     eprintln!("everysec kill -9: {lost} key(s) lost acknowledged grants; {}", summary(&history));
 
     // The weaker property that always holds: every later fence is above every fence issued

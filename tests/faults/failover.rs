@@ -82,14 +82,7 @@ fn fences_after_a_failover_are_above_every_fence_of_the_old_primary() {
 
     // Replication is asynchronous: grants the old primary acknowledged in its last moments
     // may never have reached r1. Count them for the log; the fences below must not care.
-    let lost = spec
-        .keys
-        .iter()
-        .filter(|k| {
-            let acked = before.iter().filter(|e| e.key == **k).filter_map(Event::fence).max();
-            acked.is_some_and(|a| r1.lock_status(k).is_none_or(|st| st.fence < a))
-        })
-        .count();
+    let lost = lost_grants(&r1, &spec.keys, &before);
     eprintln!("{lost} key(s) lost acknowledged grants in the failover");
 
     // Leases both replicas had acknowledged survive the failover, same token and fence.

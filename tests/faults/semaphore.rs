@@ -180,6 +180,18 @@ fn assert_permits_kept(
     fill
 }
 
+/// The churn after a fault, `later`, ran, and every fence it was granted is above `top`, the
+/// highest before the fault, in a higher epoch; and no fence of `fences` (all granted, before
+/// and after) is there twice. `fault` names it in the message. Returns the lowest later fence.
+fn assert_fences_rose_past(later: &[u64], top: u64, fences: &[u64], fault: &str) -> u64 {
+    assert!(!later.is_empty(), "the churn must run after the {fault}");
+    let low = later.iter().min().copied().unwrap_or(0);
+    assert!(low > top && epoch_of(low) > epoch_of(top), "fence {low} after the {fault}, {top} before it");
+    let distinct: HashSet<&u64> = fences.iter().collect();
+    assert_eq!(distinct.len(), fences.len(), "a fence was granted twice");
+    low
+}
+
 #[test]
 fn kill9_with_appendfsync_always_keeps_every_permit_and_fences_rise() {
     let mut s = Server::builder().arg("appendonly", "yes").arg("appendfsync", "always").start();
@@ -221,12 +233,8 @@ fn kill9_with_appendfsync_always_keeps_every_permit_and_fences_rise() {
     thread::sleep(Duration::from_millis(200));
     let after = churn.stop();
     let later = all_fences(&after);
-    assert!(!later.is_empty(), "the churn must run after the restart");
-    let low = later.iter().min().copied().unwrap_or(0);
-    assert!(low > top && epoch_of(low) > epoch_of(top), "fence {low} after the restart, {top} before it");
     fences.extend(later.iter().chain(&after_fill).chain(&fixed_fill));
-    let distinct: HashSet<&u64> = fences.iter().collect();
-    assert_eq!(distinct.len(), fences.len(), "a fence was granted twice");
+    let low = assert_fences_rose_past(&later, top, &fences, "restart");
     eprintln!(
         "kill -9: {} grants before, {} permits certainly held survived, {} grants after, lowest after {low} > highest before {top}",
         all_fences(&before).len(),
@@ -281,12 +289,8 @@ fn a_promoted_replica_keeps_the_permits_admits_no_more_and_fences_rise() {
     let churn = Churn::start(&r, "fsem:fo:new", "new-primary");
     thread::sleep(Duration::from_millis(200));
     let later = all_fences(&churn.stop());
-    assert!(!later.is_empty(), "the churn must run on the new primary");
-    let low = later.iter().min().copied().unwrap_or(0);
-    assert!(low > top && epoch_of(low) > epoch_of(top), "fence {low} after the failover, {top} before it");
     fences.extend(later.iter().chain(&settled_fill).chain(&racing_fill));
-    let distinct: HashSet<&u64> = fences.iter().collect();
-    assert_eq!(distinct.len(), fences.len(), "a fence was granted twice");
+    let low = assert_fences_rose_past(&later, top, &fences, "failover");
 
     // The old primary comes back as a replica of the new one and shows its holders.
     p.set_restart_args("replicaof", ["127.0.0.1".to_string(), r.port().to_string()]);

@@ -250,6 +250,18 @@ pub fn max_fence(events: &[Event]) -> u64 {
     events.iter().filter_map(Event::fence).max().unwrap_or(0)
 }
 
+/// How many of `keys` lost an acknowledged grant on `server`: their fence there is below the
+/// highest one `history` saw granted. Asynchronous persistence or replication may lose those;
+/// the tests count them for the log, and their fence checks must not depend on them.
+pub fn lost_grants(server: &Server, keys: &[String], history: &[Event]) -> usize {
+    keys.iter()
+        .filter(|k| {
+            let acked = history.iter().filter(|e| e.key == **k).filter_map(Event::fence).max();
+            acked.is_some_and(|a| server.lock_status(k).is_none_or(|st| st.fence < a))
+        })
+        .count()
+}
+
 /// Replies that were errors: the load must produce none (it sends only valid requests).
 pub fn assert_no_error_replies(events: &[Event]) {
     let errors: Vec<&Event> = events.iter().filter(|e| matches!(e.outcome, Outcome::Error(_))).collect();
