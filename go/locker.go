@@ -89,17 +89,16 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Leas
 		// Every round asks with a token of its own: a round that got no answer may have been
 		// granted unheard, and its token is given back in the background, which must never
 		// end a later round's lease.
-		token, err := newToken()
+		req, err := newRequest(key, s)
 		if err != nil {
 			return nil, err
 		}
-		req := acquireRequest{key: []byte(key), token: token, ttlMs: s.ttl.Milliseconds(), label: s.label, permits: s.permits, shared: s.shared}
 		sent := time.Now()
 		var fence uint64
 		if s.wait > 0 && time.Now().Before(giveUp) {
-			fence, err = l.wait(ctx, e, req, giveUp)
+			fence, err = l.turn().wait(ctx, e, req, giveUp)
 		} else {
-			fence, err = l.attempt(ctx, e, req)
+			fence, err = attemptOn(ctx, srv, e, req)
 		}
 		if err == nil && fence > 0 {
 			until := sent.Add(s.ttl - drift(s.ttl))
@@ -151,9 +150,18 @@ func (l *Locker) failure(ctx context.Context, key string, err error) error {
 	return classify(l.server.name(), key, err)
 }
 
-// attempt is one ACQUIRE: the fence, or 0 while another token holds the key.
-func (l *Locker) attempt(ctx context.Context, e engine, req acquireRequest) (uint64, error) {
-	reply, err := l.server.call(ctx, acquireWords(e, req, false, -1)...)
+// newRequest is an ACQUIRE of key with a new token and the call's settings.
+func newRequest(key string, s settings) (acquireRequest, error) {
+	token, err := newToken()
+	if err != nil {
+		return acquireRequest{}, err
+	}
+	return acquireRequest{key: []byte(key), token: token, ttlMs: s.ttl.Milliseconds(), label: s.label, permits: s.permits, shared: s.shared}, nil
+}
+
+// attemptOn is one ACQUIRE on srv: the fence, or 0 while another token holds the key.
+func attemptOn(ctx context.Context, srv *server, e engine, req acquireRequest) (uint64, error) {
+	reply, err := srv.call(ctx, acquireWords(e, req, false, -1)...)
 	if err != nil {
 		return 0, err
 	}
@@ -200,7 +208,11 @@ func (l *Locker) renew(ctx context.Context, key, token []byte, ttl time.Duration
 
 // release is a RELEASE of key for token: true when the token held it and it ended now.
 func (l *Locker) release(ctx context.Context, key, token []byte) (bool, error) {
-	srv := l.server
+	return releaseOn(ctx, l.server, key, token)
+}
+
+// releaseOn is a RELEASE of key for token on srv.
+func releaseOn(ctx context.Context, srv *server, key, token []byte) (bool, error) {
 	e, err := srv.detect(ctx)
 	if err != nil {
 		return false, classify(srv.name(), string(key), err)
@@ -220,10 +232,11 @@ func (l *Locker) release(ctx context.Context, key, token []byte) (bool, error) {
 // in the background: at once, and again one timeout later, since a server that answers late
 // may grant after the first release. A RELEASE by our own token cannot end another owner's
 // lease, so it is always safe to send.
-func (l *Locker) giveBack(key, token []byte) {
-	giveBackTwice(&l.background, l.settings.timeout, func(ctx context.Context) {
-		_, _ = l.release(ctx, key, token)
-	})
+func (l *Locker) giveBack(key, token []byte) { l.turn().giveBack(key, token) }
+
+// turn is the locker's server as a place to wait.
+func (l *Locker) turn() turn {
+	return turn{srv: l.server, timeout: l.settings.timeout, background: &l.background}
 }
 
 // giveBackTwice runs release in the background, counted by background: at once, and again

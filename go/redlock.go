@@ -104,10 +104,11 @@ func (r *Redlock) each(ctx context.Context, f func(ctx context.Context, srv *ser
 	return votes
 }
 
-// Acquire takes a lease on key from a majority, retrying with backoff up to WithWait. No
-// majority is an error of KindNoQuorum with the votes: it errors.Is ErrNotAcquired when a
-// server refused (the key is held), ErrUnavailable when none refused and servers could not
-// answer (whether the key is held is unknown).
+// Acquire takes a lease on key from a majority, waiting up to WithWait (and no longer than
+// ctx) while another owner holds it: queued on the key's designated server (see reserve),
+// else in rounds with backoff. No majority is an error of KindNoQuorum with the votes: it
+// errors.Is ErrNotAcquired when a server refused (the key is held), ErrUnavailable when none
+// refused and servers could not answer (whether the key is held is unknown).
 func (r *Redlock) Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error) {
 	s, err := r.settings.with(opts)
 	if err != nil {
@@ -118,7 +119,12 @@ func (r *Redlock) Acquire(ctx context.Context, key string, opts ...Option) (*Lea
 	}
 	giveUp := time.Now().Add(s.wait)
 	for round := 0; ; round++ {
-		lease, err := r.round(ctx, key, s)
+		var lease *Lease
+		if s.wait > 0 && time.Now().Before(giveUp) {
+			lease, err = r.reserve(ctx, key, s, giveUp)
+		} else {
+			lease, err = r.roundFor(ctx, key, s)
+		}
 		if err == nil {
 			return lease, nil
 		}
@@ -139,14 +145,19 @@ func (r *Redlock) Acquire(ctx context.Context, key string, opts ...Option) (*Lea
 	}
 }
 
-// round is one Redlock round for a new token: ACQUIRE on every server at once, the raise step
-// on a majority's grants, and the token given back everywhere when no lease comes of it.
-func (r *Redlock) round(ctx context.Context, key string, s settings) (*Lease, error) {
-	token, err := newToken()
+// roundFor is one round for a new token.
+func (r *Redlock) roundFor(ctx context.Context, key string, s settings) (*Lease, error) {
+	req, err := newRequest(key, s)
 	if err != nil {
 		return nil, err
 	}
-	req := acquireRequest{key: []byte(key), token: token, ttlMs: s.ttl.Milliseconds(), label: s.label, permits: s.permits, shared: s.shared}
+	return r.round(ctx, req, s)
+}
+
+// round is one Redlock round for req: ACQUIRE on every server at once, the raise step on a
+// majority's grants, and the token given back everywhere when no lease comes of it.
+func (r *Redlock) round(ctx context.Context, req acquireRequest, s settings) (*Lease, error) {
+	key := string(req.key)
 	sent := time.Now()
 	votes := r.each(ctx, func(ctx context.Context, srv *server) vote {
 		e, err := srv.detect(ctx)

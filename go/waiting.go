@@ -7,34 +7,50 @@ import (
 	"time"
 )
 
+// turn is one server's wait for a key, for a Locker or for a Redlock's designated server: the
+// server, the request timeout, and the owner's background goroutines (its Close waits for
+// them). A grant that comes after the caller stopped waiting is released on this server.
+type turn struct {
+	srv        *server
+	timeout    time.Duration
+	background *sync.WaitGroup
+}
+
 // wait is one waiting ACQUIRE until `until` at most: on the module the server's own FIFO
 // queue (ACQUIRE … BLOCK), on the library attempts woken by the key's wake-up list (BLPOP),
-// each on a connection of the locker's own (a blocked request holds its connection). 0: the
-// wait ran out with the key still held. Where the client gives no node to wait on, one
-// attempt (Acquire's rounds then poll with backoff).
-func (l *Locker) wait(ctx context.Context, e engine, req acquireRequest, until time.Time) (uint64, error) {
-	w, err := l.server.waiter(ctx, req.key)
+// each on a connection of the owner's own (a blocked request holds its connection). 0: the
+// wait ran out with the key still held. Where the transport gives no connection to wait on,
+// one attempt (the caller's rounds then poll with backoff).
+func (w turn) wait(ctx context.Context, e engine, req acquireRequest, until time.Time) (uint64, error) {
+	c, err := w.srv.waiter(ctx, req.key)
 	if err != nil {
 		return 0, err
 	}
-	if w == nil {
-		return l.attempt(ctx, e, req)
+	if c == nil {
+		return attemptOn(ctx, w.srv, e, req)
 	}
 	if e == engineModule {
-		return l.blocked(ctx, w, e, req, until)
+		return w.blocked(ctx, c, e, req, until)
 	}
-	return l.woken(ctx, w, e, req, until)
+	return w.woken(ctx, c, e, req, until)
+}
+
+// giveBack releases token on this server in the background, at once and one timeout later.
+func (w turn) giveBack(key, token []byte) {
+	giveBackTwice(w.background, w.timeout, func(ctx context.Context) {
+		_, _ = releaseOn(ctx, w.srv, key, token)
+	})
 }
 
 // blocked queues on the module: ACQUIRE … BLOCK for the time left. The server answers at the
 // grant or when the time is up; a caller that stops waiting first leaves the request to its
 // answer, and a grant that comes then is released.
-func (l *Locker) blocked(ctx context.Context, w Conn, e engine, req acquireRequest, until time.Time) (uint64, error) {
+func (w turn) blocked(ctx context.Context, c Conn, e engine, req acquireRequest, until time.Time) (uint64, error) {
 	// BLOCK 0 would wait without limit: a wait with nothing left is one attempt of 1 ms.
 	blockMs := max(1, int64(time.Until(until)/time.Millisecond)+1)
 	blockMs = min(blockMs, int64(proto.c.Limits.MaxBlockMs))
 	words := acquireWords(e, req, false, blockMs)
-	rctx, cancel := context.WithTimeout(context.Background(), time.Duration(blockMs)*time.Millisecond+l.settings.timeout)
+	rctx, cancel := context.WithTimeout(context.Background(), time.Duration(blockMs)*time.Millisecond+w.timeout)
 	type outcome struct {
 		fence uint64
 		err   error
@@ -42,11 +58,11 @@ func (l *Locker) blocked(ctx context.Context, w Conn, e engine, req acquireReque
 	res := make(chan outcome, 1)
 	var mu sync.Mutex
 	abandoned := false
-	l.background.Add(1)
+	w.background.Add(1)
 	go func() {
-		defer l.background.Done()
+		defer w.background.Done()
 		defer cancel()
-		v, err := w.Do(rctx, commandOf(words))
+		v, err := c.Do(rctx, commandOf(words))
 		var fence uint64
 		if err == nil {
 			fence, err = asFence(v)
@@ -58,7 +74,7 @@ func (l *Locker) blocked(ctx context.Context, w Conn, e engine, req acquireReque
 		}
 		mu.Unlock()
 		if left && (fence > 0 || (err != nil && !answered(err))) {
-			_, _ = l.release(context.Background(), req.key, req.token)
+			_, _ = releaseOn(context.Background(), w.srv, req.key, req.token)
 		}
 	}()
 	select {
@@ -78,7 +94,7 @@ func (l *Locker) blocked(ctx context.Context, w Conn, e engine, req acquireReque
 		}
 		mu.Unlock()
 		if granted > 0 {
-			l.giveBack(req.key, req.token)
+			w.giveBack(req.key, req.token)
 		}
 		return 0, context.Cause(ctx)
 	}
@@ -87,11 +103,10 @@ func (l *Locker) blocked(ctx context.Context, w Conn, e engine, req acquireReque
 // woken waits where the server cannot block (the library): an attempt; then, while refused,
 // a waiter's attempt (which names the wake-up list, so the release pushes to it) and a BLPOP
 // on the list for as long as STATUS shows the holder's lease to last, then again.
-func (l *Locker) woken(ctx context.Context, w Conn, e engine, req acquireRequest, until time.Time) (uint64, error) {
-	srv := l.server
-	timeout := l.settings.timeout
+func (w turn) woken(ctx context.Context, c Conn, e engine, req acquireRequest, until time.Time) (uint64, error) {
+	srv, timeout := w.srv, w.timeout
 	send := func(args []any, bound time.Duration) (any, error) {
-		return srv.callOn(ctx, w, bound, args...)
+		return srv.callOn(ctx, c, bound, args...)
 	}
 	try := func(waiting bool) (uint64, error) {
 		v, err := send(acquireWords(e, req, waiting, -1), timeout)
