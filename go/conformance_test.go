@@ -1,98 +1,73 @@
 package fencedlock
 
-// The command contract's cases as data (protocol/corpus/conformance.json; how a runner runs
-// them: protocol/corpus/README.md, "The contract cases"), run against real servers: one with
-// the module (the reference), a managed one with the package's Functions library (FCALL), and
-// a managed one where FUNCTION is denied, answering the package's script by EVALSHA. Every
-// request the package has a builder for is built by it (acquireWords, request, floorKey,
-// wakeKey) and must equal the README's rule; the rule builds only the shapes the package never
-// sends (key_only, none, ACQUIREALL sets). Each step goes to the module, then to each library
-// server; every library reply must agree with the module's once normalised, except the listed
-// differences, which must differ exactly as listed. A step, field or key form this runner does
-// not know fails the run.
+// The shared conformance corpus (protocol/corpus/conformance.json, run by
+// fencedlocktest.RunConformance on a module server, a Functions library server and a script
+// server) on exact RESP2 connections, which tell a simple string from a bulk string and nil
+// from an empty array, with every request the package has a builder for built by it
+// (acquireWords, acquireAllWords, request: floorKey, wakeKey) and checked against the
+// README's rule. The adapters run the same corpus through their transports.
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"regexp"
-	"sort"
 	"strconv"
-	"strings"
 	"testing"
-	"time"
 
-	"example.invalid/fencedlock/go/internal/contract"
+	"example.invalid/fencedlock/go/fencedlocktest"
 )
 
-type corpusCase struct {
-	Name  string                       `json:"name"`
-	Key   contract.Bytes               `json:"key"`
-	Steps []map[string]json.RawMessage `json:"steps"`
-}
-
-type conformanceCorpus struct {
-	Schema      int          `json:"schema"`
-	Cases       []corpusCase `json:"cases"`
-	Differences []struct {
-		Case string `json:"case"`
-		Step int    `json:"step"`
-		Why  string `json:"why"`
-	} `json:"differences"`
-}
-
-// keyForm is a step's "keys": with_floor, key_only, none, {member: s} or {set: [s…]}.
-type keyForm struct {
-	form   string
-	suffix string
-	set    []string
-}
-
-func parseKeyForm(raw json.RawMessage) (keyForm, error) {
-	var s string
-	if json.Unmarshal(raw, &s) == nil && (s == "with_floor" || s == "key_only" || s == "none") {
-		return keyForm{form: s}, nil
-	}
-	var m map[string]json.RawMessage
-	if json.Unmarshal(raw, &m) == nil && len(m) == 1 {
-		if v, ok := m["member"]; ok && json.Unmarshal(v, &s) == nil {
-			return keyForm{form: "member", suffix: s}, nil
-		}
-		var set []string
-		if v, ok := m["set"]; ok && json.Unmarshal(v, &set) == nil {
-			return keyForm{form: "set", set: set}, nil
-		}
-	}
-	return keyForm{}, fmt.Errorf("unknown key form %s", raw)
-}
-
-// resolveArg is a step's argument for one server: bytes, the case's key, or that server's
-// highest fence so far plus d.
-func resolveArg(raw json.RawMessage, key []byte, fences []int64) ([]byte, error) {
-	var obj map[string]json.RawMessage
-	if json.Unmarshal(raw, &obj) == nil && len(obj) == 1 {
-		if v, ok := obj["key"]; ok && string(v) == "true" {
-			return key, nil
-		}
-		if v, ok := obj["fence_plus"]; ok {
-			d, err := strconv.ParseInt(string(v), 10, 64)
-			if err != nil || len(fences) == 0 {
-				return nil, fmt.Errorf("bad fence_plus %s (fences so far %v)", v, fences)
+func TestConformanceCorpus(t *testing.T) {
+	fencedlocktest.RunConformance(t, fencedlocktest.Conformance{
+		Dial: func(t *testing.T, addr string) fencedlocktest.Sender {
+			c, err := fencedlocktest.DialRESP(addr)
+			if err != nil {
+				t.Fatal(err)
 			}
-			high := fences[0]
-			for _, f := range fences {
-				high = max(high, f)
-			}
-			return []byte(strconv.FormatInt(high+d, 10)), nil
+			t.Cleanup(c.Close)
+			return c
+		},
+		Build: buildWithPackage,
+	})
+}
+
+var engineOf = map[fencedlocktest.Engine]engine{
+	fencedlocktest.ModuleEngine: engineModule,
+	fencedlocktest.Functions:    engineFunctions,
+	fencedlocktest.Script:       engineScript,
+}
+
+// buildWithPackage is a step's request as the package builds it, where it has a builder for
+// the shape: ACQUIREALL of a set (without BLOCK), ACQUIRE in the package's grammar, and every
+// other call on one key (key_only only on the module, where it is the same request).
+func buildWithPackage(fe fencedlocktest.Engine, call string, form fencedlocktest.KeyForm, key []byte, args [][]byte) ([][]byte, string, bool) {
+	e := engineOf[fe]
+	cmd, known := proto.commands[call]
+	if known && cmd.CountsKeys && form.Form == "set" && len(form.Set) > 0 {
+		keys := make([][]byte, len(form.Set))
+		for i, s := range form.Set {
+			keys[i] = append(append([]byte{}, key...), s...)
+		}
+		if req, block, ok := acquireOf(nil, args); ok && block < 0 {
+			return toBytes(acquireAllWords(e, keys, req)), "acquireAllWords", true
 		}
 	}
-	var b contract.Bytes
-	if err := json.Unmarshal(raw, &b); err != nil {
-		return nil, fmt.Errorf("unknown argument %s", raw)
+	keyed := form.Form == "with_floor" || form.Form == "member" || (form.Form == "key_only" && e == engineModule)
+	if !keyed || !known || cmd.CountsKeys {
+		return nil, "", false
 	}
-	return b, nil
+	lock := key
+	if form.Form == "member" {
+		lock = append(append([]byte{}, key...), form.Suffix...)
+	}
+	if req, block, ok := acquireOf(lock, args); call == cmdAcquire && ok {
+		return toBytes(acquireWords(e, req, false, block)), "acquireWords", true
+	}
+	rest := make([]any, len(args))
+	for i, a := range args {
+		rest[i] = a
+	}
+	return toBytes(request(e, call, lock, rest, false)), "request", true
 }
 
 var decimal = regexp.MustCompile(`^(0|-?[1-9][0-9]*)$`)
@@ -166,490 +141,4 @@ func toBytes(ws []any) [][]byte {
 		}
 	}
 	return out
-}
-
-// readmeWords is the README's rule for a request.
-func readmeWords(e engine, call string, form keyForm, key []byte, args [][]byte) ([][]byte, error) {
-	member := func(s string) []byte { return append(append([]byte{}, key...), s...) }
-	lib := func(fn string, keys [][]byte) [][]byte {
-		n := []byte(strconv.Itoa(len(keys)))
-		var out [][]byte
-		if e == engineScript {
-			out = append([][]byte{[]byte("EVALSHA"), []byte(proto.c.Library.ScriptSHA1), n}, keys...)
-			out = append(out, []byte(fn))
-		} else {
-			out = append([][]byte{[]byte("FCALL"), []byte(fn), n}, keys...)
-		}
-		return append(out, args...)
-	}
-	cmd, ok := proto.commands[call]
-	if !ok {
-		return nil, fmt.Errorf("unknown command %s", call)
-	}
-	fn := proto.c.Library.Functions[call]
-	if cmd.CountsKeys {
-		if form.form != "set" {
-			return nil, fmt.Errorf("%s takes the set key form", call)
-		}
-		var keys [][]byte
-		for _, s := range form.set {
-			keys = append(keys, member(s))
-		}
-		if e == engineModule {
-			out := append([][]byte{[]byte(call), []byte(strconv.Itoa(len(keys)))}, keys...)
-			return append(out, args...), nil
-		}
-		if len(keys) > 0 {
-			keys = append(keys, []byte(floorKey(keys[0])))
-		}
-		return lib(fn, keys), nil
-	}
-	switch form.form {
-	case "set":
-		return nil, fmt.Errorf("%s does not take a set", call)
-	case "none":
-		if e == engineModule {
-			return append([][]byte{[]byte(call)}, args...), nil
-		}
-		return lib(fn, nil), nil
-	}
-	lock := key
-	if form.form == "member" {
-		lock = member(form.suffix)
-	}
-	if e == engineModule {
-		return append([][]byte{[]byte(call), lock}, args...), nil
-	}
-	if form.form == "key_only" {
-		return lib(fn, [][]byte{lock}), nil
-	}
-	keys := [][]byte{lock}
-	if cmd.TakesFloor || cmd.TakesWake {
-		keys = append(keys, []byte(floorKey(lock)))
-	}
-	if cmd.TakesWake {
-		keys = append(keys, []byte(wakeKey(lock)))
-	}
-	return lib(fn, keys), nil
-}
-
-// build is a step's request for one server: the package's builder where it has one for the
-// shape (which must then make the README's words), else the README's rule.
-func build(e engine, call string, form keyForm, key []byte, args [][]byte) (words [][]byte, via string, mismatch string, err error) {
-	readme, err := readmeWords(e, call, form, key, args)
-	if err != nil {
-		return nil, "", "", err
-	}
-	if proto.commands[call].CountsKeys && form.form == "set" && len(form.set) > 0 {
-		keys := make([][]byte, len(form.set))
-		for i, s := range form.set {
-			keys[i] = append(append([]byte{}, key...), s...)
-		}
-		if req, block, ok := acquireOf(nil, args); ok && block < 0 {
-			pkg := toBytes(acquireAllWords(e, keys, req))
-			if fmt.Sprintf("%q", pkg) != fmt.Sprintf("%q", readme) {
-				return pkg, "acquireAllWords", fmt.Sprintf("the package's acquireAllWords built %q, the README's rule %q", pkg, readme), nil
-			}
-			return pkg, "acquireAllWords", "", nil
-		}
-	}
-	keyed := form.form == "with_floor" || form.form == "member" || (form.form == "key_only" && e == engineModule)
-	if _, known := proto.commands[call]; !keyed || !known || proto.commands[call].CountsKeys {
-		return readme, "readme", "", nil
-	}
-	lock := key
-	if form.form == "member" {
-		lock = append(append([]byte{}, key...), form.suffix...)
-	}
-	var pkg [][]byte
-	if req, block, ok := acquireOf(lock, args); call == cmdAcquire && ok {
-		pkg, via = toBytes(acquireWords(e, req, false, block)), "acquireWords"
-	} else {
-		rest := make([]any, len(args))
-		for i, a := range args {
-			rest[i] = a
-		}
-		pkg, via = toBytes(request(e, call, lock, rest, false)), "request"
-	}
-	if fmt.Sprintf("%q", pkg) != fmt.Sprintf("%q", readme) {
-		return pkg, via, fmt.Sprintf("the package's %s built %q, the README's rule %q", via, pkg, readme), nil
-	}
-	return pkg, via, "", nil
-}
-
-// norm is a normalised reply.
-type norm struct {
-	k     string // error nil int same new pttl bytes simple array
-	text  string
-	n     int64
-	above bool
-	items []norm
-}
-
-func relate(fences *[]int64, f int64) norm {
-	for i, seen := range *fences {
-		if seen == f {
-			return norm{k: "same", n: int64(i)}
-		}
-	}
-	above := true
-	for _, seen := range *fences {
-		if f <= seen {
-			above = false
-		}
-	}
-	*fences = append(*fences, f)
-	return norm{k: "new", n: int64(len(*fences) - 1), above: above}
-}
-
-func plain(r resp) norm {
-	switch r.kind {
-	case respNil:
-		return norm{k: "nil"}
-	case respInt:
-		return norm{k: "int", n: r.n}
-	case respBulk:
-		return norm{k: "bytes", text: string(r.s)}
-	case respSimple:
-		return norm{k: "simple", text: string(r.s)}
-	case respError:
-		return norm{k: "error", text: string(r.s)}
-	}
-	out := norm{k: "array"}
-	for _, item := range r.items {
-		out.items = append(out.items, plain(item))
-	}
-	return out
-}
-
-func normalise(call string, r resp, fences *[]int64) norm {
-	switch {
-	case r.kind == respInt && (call == cmdAcquire || call == "FENCEDLOCK.RAISE"):
-		return relate(fences, r.n)
-	case r.kind == respArray && proto.commands[call].CountsKeys:
-		out := norm{k: "array"}
-		for _, item := range r.items {
-			if item.kind == respInt {
-				out.items = append(out.items, relate(fences, item.n))
-			} else {
-				out.items = append(out.items, plain(item))
-			}
-		}
-		return out
-	case r.kind == respArray && call == cmdStatus:
-		semaphore := len(r.items) > 3 && r.items[3].kind == respArray
-		out := norm{k: "array"}
-		for i, item := range r.items {
-			switch {
-			case i == 0 && item.kind == respInt:
-				out.items = append(out.items, relate(fences, item.n))
-			case i == 2 && !semaphore && item.kind == respInt:
-				out.items = append(out.items, norm{k: "pttl", n: item.n})
-			case i == 3 && semaphore:
-				holders := norm{k: "array"}
-				for _, entry := range item.items {
-					if entry.kind != respArray {
-						holders.items = append(holders.items, plain(entry))
-						continue
-					}
-					h := norm{k: "array"}
-					for j, part := range entry.items {
-						switch {
-						case j == 0 && part.kind == respInt:
-							h.items = append(h.items, relate(fences, part.n))
-						case j == 1 && part.kind == respInt:
-							h.items = append(h.items, norm{k: "pttl", n: part.n})
-						default:
-							h.items = append(h.items, plain(part))
-						}
-					}
-					holders.items = append(holders.items, h)
-				}
-				out.items = append(out.items, holders)
-			default:
-				out.items = append(out.items, plain(item))
-			}
-		}
-		return out
-	}
-	return plain(r)
-}
-
-// pttlTolerance is how far two pttls may differ (README: within 150 ms).
-const pttlTolerance = 150
-
-func agrees(a, b norm) bool {
-	if a.k != b.k {
-		return false
-	}
-	switch a.k {
-	case "pttl":
-		if a.n < 0 || b.n < 0 {
-			return a.n == b.n
-		}
-		d := a.n - b.n
-		return d <= pttlTolerance && -d <= pttlTolerance
-	case "array":
-		if len(a.items) != len(b.items) {
-			return false
-		}
-		for i := range a.items {
-			if !agrees(a.items[i], b.items[i]) {
-				return false
-			}
-		}
-		return true
-	case "new":
-		return a.n == b.n && a.above == b.above
-	}
-	return a.n == b.n && a.text == b.text
-}
-
-func (n norm) String() string {
-	switch n.k {
-	case "error":
-		return "(error) " + n.text
-	case "nil":
-		return "nil"
-	case "int":
-		return strconv.FormatInt(n.n, 10)
-	case "same":
-		return fmt.Sprintf("fence#%d", n.n)
-	case "new":
-		return fmt.Sprintf("fence#%d(new, above all: %v)", n.n, n.above)
-	case "pttl":
-		return fmt.Sprintf("pttl %d", n.n)
-	case "bytes":
-		return strconv.Quote(n.text)
-	case "simple":
-		return "+" + n.text
-	}
-	parts := make([]string, len(n.items))
-	for i, item := range n.items {
-		parts[i] = item.String()
-	}
-	return "[" + strings.Join(parts, ", ") + "]"
-}
-
-type stepOutcome struct {
-	reply  norm
-	waited *bool
-}
-
-func (o stepOutcome) agrees(p stepOutcome) bool {
-	if (o.waited == nil) != (p.waited == nil) || (o.waited != nil && *o.waited != *p.waited) {
-		return false
-	}
-	return agrees(o.reply, p.reply)
-}
-
-func (o stepOutcome) String() string {
-	if o.waited == nil {
-		return o.reply.String()
-	}
-	if *o.waited {
-		return o.reply.String() + " (waited)"
-	}
-	return o.reply.String() + " (at once)"
-}
-
-func errorText(name string) string {
-	for _, k := range proto.c.Errors.Kinds {
-		if k.Name == name {
-			return k.Text
-		}
-	}
-	return ""
-}
-
-// expectedDifferences checks each listed difference's exact pair (README, "Expected
-// differences").
-var expectedDifferences = map[string]func(module, library stepOutcome) bool{
-	// The module raises above 2^53; the library replies the module's FencesExhausted text.
-	"raise:above-2^53": func(m, l stepOutcome) bool {
-		return m.reply.k == "new" && m.reply.above && l.reply.k == "error" && l.reply.text == errorText("FencesExhausted")
-	},
-	// The module replies nil after waiting; the library replies nil at once.
-	"block:busy-key": func(m, l stepOutcome) bool {
-		return m.reply.k == "nil" && m.waited != nil && *m.waited && l.reply.k == "nil" && l.waited != nil && !*l.waited
-	},
-}
-
-func TestConformanceCorpus(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "protocol/corpus/conformance.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var corpus conformanceCorpus
-	if err := json.Unmarshal(raw, &corpus); err != nil {
-		t.Fatal(err)
-	}
-	if corpus.Schema != 1 {
-		t.Fatalf("corpus schema %d, this runner reads 1", corpus.Schema)
-	}
-	var listed []string
-	for _, d := range corpus.Differences {
-		listed = append(listed, d.Case)
-	}
-	var known []string
-	for name := range expectedDifferences {
-		known = append(known, name)
-	}
-	sort.Strings(listed)
-	sort.Strings(known)
-	if fmt.Sprint(listed) != fmt.Sprint(known) {
-		t.Fatalf("the corpus lists differences %v, this runner checks %v", listed, known)
-	}
-	type target struct {
-		name string
-		e    engine
-		srv  *testServer
-		conn *respConn
-	}
-	targets := []*target{{name: "module", e: engineModule}, {name: "functions", e: engineFunctions}, {name: "script", e: engineScript}}
-	setups := []setup{setupModule, setupManaged, setupNoFunction}
-	for i, tg := range targets {
-		tg.srv = startServer(t, setups[i])
-		c, err := dialResp(tg.srv.addr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(c.close)
-		tg.conn = c
-	}
-	// The package's library, loaded by the default (application) user; FUNCTION is denied on
-	// the script server, where the package's script is loaded instead and must be the SHA1 the
-	// package sends.
-	if r, err := targets[1].conn.send([][]byte{[]byte("FUNCTION"), []byte("LOAD"), []byte("REPLACE"), []byte(contract.Library)}); err != nil || r.kind != respBulk || string(r.s) != proto.c.Library.Name {
-		t.Fatalf("FUNCTION LOAD: %+v %v", r, err)
-	}
-	if r, _ := targets[2].conn.send([][]byte{[]byte("FUNCTION"), []byte("LIST")}); r.kind != respError {
-		t.Fatal("FUNCTION is not denied on the script server")
-	}
-	if r, err := targets[2].conn.send([][]byte{[]byte("SCRIPT"), []byte("LOAD"), []byte(proto.script)}); err != nil || string(r.s) != proto.c.Library.ScriptSHA1 {
-		t.Fatalf("SCRIPT LOAD replied %+v %v, the package sends %s", r, err, proto.c.Library.ScriptSHA1)
-	}
-	names := map[string]bool{}
-	keys := map[string]bool{}
-	for _, c := range corpus.Cases {
-		if names[c.Name] || keys[string(c.Key)] {
-			t.Fatalf("case %s: names and keys must be unique (the servers are shared)", c.Name)
-		}
-		names[c.Name], keys[string(c.Key)] = true, true
-	}
-	vias := map[string]int{}
-	passed, steps := 0, 0
-	start := time.Now()
-	for _, c := range corpus.Cases {
-		ok := t.Run(c.Name, func(t *testing.T) {
-			fences := make([][]int64, len(targets))
-			differ := map[int]bool{}
-			for _, d := range corpus.Differences {
-				if d.Case == c.Name {
-					differ[d.Step] = true
-				}
-			}
-			for i, step := range c.Steps {
-				steps++
-				at := fmt.Sprintf("%s step %d", c.Name, i)
-				fields := make([]string, 0, len(step))
-				for f := range step {
-					fields = append(fields, f)
-				}
-				sort.Strings(fields)
-				switch fs := strings.Join(fields, ","); {
-				case fs == "sleep_ms":
-					var ms int
-					if err := json.Unmarshal(step["sleep_ms"], &ms); err != nil || ms < 0 {
-						t.Fatalf("%s: bad sleep_ms", at)
-					}
-					time.Sleep(time.Duration(ms) * time.Millisecond)
-				case fs == "raw":
-					var ws []json.RawMessage
-					if err := json.Unmarshal(step["raw"], &ws); err != nil || len(ws) == 0 {
-						t.Fatalf("%s: bad raw step", at)
-					}
-					for j, tg := range targets {
-						words := make([][]byte, len(ws))
-						for k, w := range ws {
-							if words[k], err = resolveArg(w, c.Key, fences[j]); err != nil {
-								t.Fatalf("%s: %v", at, err)
-							}
-						}
-						if r, err := tg.conn.send(words); err != nil || r.kind == respError {
-							t.Fatalf("%s: set-up %q failed on the %s server: %s %v", at, words, tg.name, r.s, err)
-						}
-					}
-				case fs == "args,call,keys" || fs == "args,block_ms,call,keys":
-					var call string
-					var args []json.RawMessage
-					if json.Unmarshal(step["call"], &call) != nil || json.Unmarshal(step["args"], &args) != nil {
-						t.Fatalf("%s: bad call step", at)
-					}
-					form, err := parseKeyForm(step["keys"])
-					if err != nil {
-						t.Fatalf("%s: %v", at, err)
-					}
-					blockMs := int64(-1)
-					if b, ok := step["block_ms"]; ok {
-						if err := json.Unmarshal(b, &blockMs); err != nil || blockMs <= 0 {
-							t.Fatalf("%s: bad block_ms", at)
-						}
-					}
-					outcomes := make([]stepOutcome, len(targets))
-					requests := make([]string, len(targets))
-					for j, tg := range targets {
-						resolved := make([][]byte, len(args))
-						for k, a := range args {
-							if resolved[k], err = resolveArg(a, c.Key, fences[j]); err != nil {
-								t.Fatalf("%s: %v", at, err)
-							}
-						}
-						words, via, mismatch, err := build(tg.e, call, form, c.Key, resolved)
-						if err != nil {
-							t.Fatalf("%s: %v", at, err)
-						}
-						if mismatch != "" {
-							t.Errorf("%s (%s): %s", at, tg.name, mismatch)
-						}
-						vias[via]++
-						requests[j] = fmt.Sprintf("%q", words)
-						sent := time.Now()
-						r, err := tg.conn.send(words)
-						if err != nil {
-							t.Fatalf("%s: the %s server: %v", at, tg.name, err)
-						}
-						o := stepOutcome{reply: normalise(call, r, &fences[j])}
-						if blockMs > 0 {
-							waited := time.Since(sent) >= time.Duration(blockMs)*time.Millisecond*3/4
-							o.waited = &waited
-						}
-						outcomes[j] = o
-					}
-					for j := 1; j < len(targets); j++ {
-						agree := outcomes[0].agrees(outcomes[j])
-						report := func(what string) {
-							t.Errorf("%s: %s\n    module request: %s\n    %s request: %s\n    module: %v\n    %s: %v",
-								at, what, requests[0], targets[j].name, requests[j], outcomes[0], targets[j].name, outcomes[j])
-						}
-						switch {
-						case differ[i] && agree:
-							report("the listed difference did not show")
-						case differ[i] && !expectedDifferences[c.Name](outcomes[0], outcomes[j]):
-							report("differs otherwise than listed")
-						case !differ[i] && !agree:
-							report("disagrees with the module")
-						}
-					}
-				default:
-					t.Fatalf("%s: unknown step fields %s", at, fs)
-				}
-			}
-		})
-		if ok {
-			passed++
-		}
-	}
-	t.Logf("conformance corpus on %s: %d of %d cases passed, %d steps, on module / functions / script; requests built by %v; in %v",
-		flavor(), passed, len(corpus.Cases), steps, vias, time.Since(start).Round(time.Millisecond))
 }
