@@ -9,13 +9,14 @@
  */
 import assert from 'node:assert/strict';
 import { once } from 'node:events';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
 import { BadReplyError, InvalidArgumentError, LeaseLostError, Locker, ServerError } from 'fencedlock';
 import { UnexpectedReply } from '../src/connection.js';
 import { Locker as SourceLocker } from '../src/locker.js';
 import { IOREDIS_4, NODE_REDIS_4, VERSIONS, clientOf } from './support/clients.js';
 import { TestServer, type Setup } from './support/servers.js';
+import { suiteServer } from './support/suites.js';
 
 const ENGINES: readonly [Setup, 'module' | 'functions'][] = [
   ['module', 'module'],
@@ -24,16 +25,12 @@ const ENGINES: readonly [Setup, 'module' | 'functions'][] = [
 
 for (const [setup, engine] of ENGINES) {
   describe(`the supported client versions (${setup})`, () => {
-    let server: TestServer;
-    before(async () => {
-      server = await TestServer.start({ setup });
-    });
-    after(() => server.stop());
+    const server = suiteServer({ setup });
 
     for (const version of VERSIONS) {
       test(`${version.label} (${version.pkg}): lease, refusal, renewal, release, wait, loss`, async () => {
-        const a = await clientOf(version, server.port);
-        const b = await clientOf(version, server.port);
+        const a = await clientOf(version, server().port);
+        const b = await clientOf(version, server().port);
         const locker = new Locker(a.client, { ttl: 900, timeout: 500 });
         const rival = new Locker(b.client, { ttl: 900, timeout: 500 });
         const key = `versions:${version.pkg}`;
@@ -52,7 +49,7 @@ for (const [setup, engine] of ENGINES) {
           assert.equal(await next.release(), true);
           const outcome = await locker
             .using(key, {}, async (signal) => {
-              await server.admin(['DEL', key]);
+              await server().admin(['DEL', key]);
               await once(signal, 'abort');
             })
             .catch((e: unknown) => e);

@@ -4,31 +4,16 @@
  * leases on keys of every primary, routed by key, and waiting.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
 import { Locker } from 'fencedlock';
-import { TestServer } from './support/servers.js';
+import { suiteCluster } from './support/suites.js';
 
 for (const setup of ['module', 'managed'] as const) describe(`Redis Cluster (${setup})`, () => {
-  const nodes: TestServer[] = [];
-  before(async () => {
-    for (let i = 0; i < 3; i++) nodes.push(await TestServer.start({ setup, args: ['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'] }));
-    execFileSync('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'], { stdio: 'ignore' });
-    const deadline = Date.now() + 20_000;
-    for (const n of nodes) {
-      while (!String(await n.admin(['CLUSTER', 'INFO'])).includes('cluster_state:ok')) {
-        if (Date.now() > deadline) throw new Error('the cluster did not come up within 20 s');
-        await sleep(100);
-      }
-    }
-  });
-  after(async () => {
-    for (const n of nodes) await n.stop();
-  });
+  const nodes = suiteCluster(setup);
 
   const makers = {
     ioredis: async () => {

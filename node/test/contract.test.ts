@@ -4,11 +4,12 @@
  * library, and the script form where FUNCTION is denied).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
 import { ContendedError, InvalidArgumentError, Locker, Semaphore, ServerError, type Engine } from 'fencedlock';
 import { CLIENTS, client } from './support/clients.js';
-import { FLAVORS, TestServer, type Setup } from './support/servers.js';
+import { FLAVORS, type Setup } from './support/servers.js';
+import { suiteServer } from './support/suites.js';
 
 const SETUPS: readonly [Setup, Engine][] = [
   ['module', 'module'],
@@ -19,16 +20,12 @@ const SETUPS: readonly [Setup, Engine][] = [
 for (const flavor of FLAVORS) {
   for (const [setup, engine] of SETUPS) {
     describe(`${flavor}, ${setup}`, () => {
-      let server: TestServer;
-      before(async () => {
-        server = await TestServer.start({ flavor, setup });
-      });
-      after(() => server.stop());
+      const server = suiteServer({ flavor, setup });
 
       for (const kind of CLIENTS) {
         test(`${kind}: grants, refusals, renewals, releases and typed errors on the ${engine} engine`, async () => {
-          const a = await client(kind, server.port);
-          const b = await client(kind, server.port);
+          const a = await client(kind, server().port);
+          const b = await client(kind, server().port);
           const locker = new Locker(a.client, { ttl: 3000, timeout: 2000 });
           const rival = new Locker(b.client, { ttl: 3000, timeout: 2000 });
           try {
@@ -60,7 +57,7 @@ for (const flavor of FLAVORS) {
             assert.equal(await next.release(), true);
 
             // Bad input: refused before anything is sent, nothing written.
-            const keys = await server.admin(['DBSIZE']);
+            const keys = await server().admin(['DBSIZE']);
             for (const bad of ['', '   ', 'a\nb', 'tab\there', 'nul\u0000', 'del\u007f']) {
               await assert.rejects(locker.acquire(bad), InvalidArgumentError, JSON.stringify(bad));
             }
@@ -71,10 +68,10 @@ for (const flavor of FLAVORS) {
             assert.throws(() => new Semaphore(locker, 'sem', 0), InvalidArgumentError);
             assert.throws(() => new Semaphore(locker, 'sem', 1025), InvalidArgumentError);
             assert.throws(() => new Semaphore(locker, 'sem', 2, { label: 'x'.repeat(257) }), InvalidArgumentError);
-            assert.deepEqual(await server.admin(['DBSIZE']), keys, 'bad input wrote nothing');
+            assert.deepEqual(await server().admin(['DBSIZE']), keys, 'bad input wrote nothing');
 
             // A key of another type: the server's WRONGTYPE, final, never "unavailable".
-            await server.admin(['SET', `plain:${kind}`, 'x']);
+            await server().admin(['SET', `plain:${kind}`, 'x']);
             const wrong = await locker.acquire(`plain:${kind}`).catch((e: unknown) => e);
             assert.ok(wrong instanceof ServerError, String(wrong));
             assert.equal(wrong.replyError, 'WrongType');
@@ -88,7 +85,7 @@ for (const flavor of FLAVORS) {
         });
 
         test(`${kind}: semaphores on the ${engine} engine`, async () => {
-          const a = await client(kind, server.port);
+          const a = await client(kind, server().port);
           const locker = new Locker(a.client, { ttl: 3000, timeout: 2000 });
           try {
             const key = `sem:${kind}`;

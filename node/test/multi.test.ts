@@ -11,7 +11,6 @@
  * hold, on every engine. Both clients throughout.
  */
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import { after, before, describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
@@ -21,6 +20,7 @@ import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerEr
 import { keySlot } from '../src/protocol.js';
 import { CLIENTS, client, type ClientKind } from './support/clients.js';
 import { TestServer, type Setup } from './support/servers.js';
+import { suiteServer, suiteCluster } from './support/suites.js';
 
 /** `INFO commandstats` as calls per command, the names lower-cased (Redis 7.0 shows module commands upper-case). */
 async function commandCalls(server: TestServer): Promise<Map<string, number>> {
@@ -159,21 +159,14 @@ for (const form of FORMS) {
   const module = engine === 'module';
   const CALL = module ? 'ACQUIREALL' : command.toUpperCase();
   describe(form.title, () => {
-    let server: TestServer;
-    before(async () => {
-      server = await TestServer.start({ setup });
-    });
-    after(async () => {
-      server.signal('SIGCONT');
-      await server.stop();
-    });
+    const server = suiteServer({ setup });
 
     /**
      * A locker on its own client; `warm`: with the engine known (its detection's commands done
      * before the test's).
      */
     async function openLocker(kind: ClientKind, options: LockerOptions = {}, warm = true): Promise<{ locker: Locker; close(): Promise<void> }> {
-      const c = await client(kind, server.port);
+      const c = await client(kind, server().port);
       const locker = new Locker(c.client, { ttl: 10_000, ...options });
       const close = async (): Promise<void> => {
         await locker.close();
@@ -196,9 +189,9 @@ for (const form of FORMS) {
         const tag = `{one-${kind}-${engine}}`;
         const keys = [`${tag}:b`, `${tag}:c`, `${tag}:a`];
         try {
-          await logEverything(server);
+          await logEverything(server());
           const leases = await locker.acquireAll(keys);
-          const stats = await commandCalls(server);
+          const stats = await commandCalls(server());
           assert.equal(callsOf(stats, command), 1, `one ${CALL}`);
           if (module) {
             assert.equal(callsOf(stats, 'fencedlock.acquire'), 0, 'no ACQUIRE');
@@ -222,7 +215,7 @@ for (const form of FORMS) {
           for (const key of keys) assert.equal(await holders(locker, key), 0, `${key} released`);
 
           // One token: the one call's, and every lease released with it.
-          const calls = await loggedCalls(server);
+          const calls = await loggedCalls(server());
           const all = callsTo(calls, 'fencedlock_acquireall');
           assert.equal(all.length, 1, 'one fencedlock_acquireall');
           assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0, 'no key by key');
@@ -236,7 +229,7 @@ for (const form of FORMS) {
           // Asked once per server: another set sends no COMMAND INFO.
           const again = await locker.acquireAll([`${tag}:d`, `${tag}:e`]);
           if (module) {
-            const later = await commandCalls(server);
+            const later = await commandCalls(server());
             assert.equal(callsOf(later, command), 2);
             assert.equal(callsOf(later, 'command|info'), 2, 'the answer is cached');
           }
@@ -244,13 +237,13 @@ for (const form of FORMS) {
           await again.release();
 
           // tryAcquireAll takes the same path.
-          await server.admin(['CONFIG', 'RESETSTAT']);
+          await server().admin(['CONFIG', 'RESETSTAT']);
           const tried = await locker.tryAcquireAll([`${tag}:f`, `${tag}:g`]);
-          assert.equal(callsOf(await commandCalls(server), command), 1);
+          assert.equal(callsOf(await commandCalls(server()), command), 1);
           assert.ok(tried.isValid());
           await tried.release();
         } finally {
-          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await server().admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
           await close();
         }
       });
@@ -263,7 +256,7 @@ for (const form of FORMS) {
         try {
           const held = await rival.locker.acquire(b);
           assert.ok(held);
-          await logEverything(server);
+          await logEverything(server());
           const once = await locker.tryAcquireAll([a, b, cc]).catch((e: unknown) => e);
           assert.ok(once instanceof ContendedError, String(once));
           assert.equal(once.key, b, 'names the key held');
@@ -272,14 +265,14 @@ for (const form of FORMS) {
           assert.ok(waited instanceof ContendedError, String(waited));
           assert.equal(waited.key, b);
           assert.ok(performance.now() - started >= 400, 'waited the wait out');
-          assert.equal(await exists(server, a), 0, `${a} never created`);
-          assert.equal(await exists(server, cc), 0, `${cc} never created`);
+          assert.equal(await exists(server(), a), 0, `${a} never created`);
+          assert.equal(await exists(server(), cc), 0, `${cc} never created`);
           if (module) {
-            const stats = await commandCalls(server);
+            const stats = await commandCalls(server());
             assert.ok(callsOf(stats, command) >= 3, 'whole attempts, retried');
             assert.equal(callsOf(stats, 'fencedlock.acquire'), 0);
           }
-          const calls = await loggedCalls(server);
+          const calls = await loggedCalls(server());
           assert.ok(callsTo(calls, 'fencedlock_acquireall').length >= 3, 'whole attempts, retried');
           assert.equal(callsTo(calls, 'fencedlock_acquire').length, 0, 'no key by key');
           assert.equal(new Set(callsTo(calls, 'fencedlock_acquireall').slice(1).map((call) => call.args[0])).size, 1, 'the waiting call retries with one token');
@@ -291,7 +284,7 @@ for (const form of FORMS) {
           assert.ok((leases.get(b)?.fence ?? 0n) > held.fence);
           await leases.release();
         } finally {
-          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await server().admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
           await close();
           await rival.close();
         }
@@ -299,8 +292,8 @@ for (const form of FORMS) {
 
       if (module) {
         test(`${kind}: a waiter holds nothing meanwhile and gets the set right after the last key is released`, async () => {
-          const c = await client(kind, server.port);
-          const r = await client(kind, server.port);
+          const c = await client(kind, server().port);
+          const r = await client(kind, server().port);
           const locker = new Locker(c.client, { ttl: 10_000 });
           const rival = new Locker(r.client, { ttl: 10_000 });
           const [a, b, cc] = [`wait:${kind}:a`, `wait:${kind}:b`, `wait:${kind}:c`];
@@ -311,11 +304,11 @@ for (const form of FORMS) {
             let settled = false;
             const waiting = locker.acquireAll([cc, a, b], { wait: 10_000 }).finally(() => (settled = true));
             await sleep(300);
-            assert.equal(await exists(server, a), 0, `the free ${a} is not taken while the others are busy`);
+            assert.equal(await exists(server(), a), 0, `the free ${a} is not taken while the others are busy`);
             await heldB.release();
             await sleep(300);
             assert.equal(settled, false, 'still waiting for the last key');
-            assert.equal(await exists(server, a), 0);
+            assert.equal(await exists(server(), a), 0);
             assert.equal(await holders(locker, b), 0, `${b} not held by the waiter either`);
             const releasedAt = performance.now();
             await heldC.release();
@@ -339,10 +332,10 @@ for (const form of FORMS) {
         const { locker, close } = await openLocker(kind, { timeout: 150 });
         const keys = [`{lost-${kind}-${engine}}:a`, `{lost-${kind}-${engine}}:b`];
         try {
-          server.signal('SIGSTOP');
+          server().signal('SIGSTOP');
           const taking = locker.acquireAll(keys, { wait: 5000 });
           await sleep(600); // a few attempts time out, queued on the stopped server
-          server.signal('SIGCONT');
+          server().signal('SIGCONT');
           const leases = await taking;
           for (const lease of leases) {
             const status = await locker.status(lease.key);
@@ -351,7 +344,7 @@ for (const form of FORMS) {
           }
           assert.equal(await leases.release(), true);
         } finally {
-          server.signal('SIGCONT');
+          server().signal('SIGCONT');
           await close();
         }
       });
@@ -360,18 +353,18 @@ for (const form of FORMS) {
         const { locker, close } = await openLocker(kind, { timeout: 150 });
         const keys = [`{maybe-${kind}-${engine}}:a`, `{maybe-${kind}-${engine}}:b`];
         try {
-          server.signal('SIGSTOP');
+          server().signal('SIGSTOP');
           const err = await locker.tryAcquireAll(keys).catch((e: unknown) => e);
-          server.signal('SIGCONT');
+          server().signal('SIGCONT');
           assert.ok(err instanceof ServerError && err.kind === 'TimedOut', String(err));
           // The queued call ran once the server went on, and the releases queued after it.
           await sleep(200);
           for (const key of keys) {
-            assert.equal(await exists(server, key), 1, `${key} was granted late`);
+            assert.equal(await exists(server(), key), 1, `${key} was granted late`);
             assert.equal(await holders(locker, key), 0, `${key} released by the set's token`);
           }
         } finally {
-          server.signal('SIGCONT');
+          server().signal('SIGCONT');
           await close();
         }
       });
@@ -381,10 +374,10 @@ for (const form of FORMS) {
           const { locker, close } = await openLocker(kind);
           const keys = [`{reload-${kind}-${engine}}:a`, `{reload-${kind}-${engine}}:b`];
           try {
-            await server.admin(engine === 'script' ? ['SCRIPT', 'FLUSH'] : ['FUNCTION', 'DELETE', 'fencedlock']);
-            await logEverything(server);
+            await server().admin(engine === 'script' ? ['SCRIPT', 'FLUSH'] : ['FUNCTION', 'DELETE', 'fencedlock']);
+            await logEverything(server());
             const leases = await locker.acquireAll(keys);
-            const calls = await loggedCalls(server);
+            const calls = await loggedCalls(server());
             assert.ok(leases.isValid());
             const all = callsTo(calls, 'fencedlock_acquireall');
             assert.ok(all.length >= 1 && new Set(all.map((call) => call.args[0])).size === 1, 'fencedlock_acquireall, sent again with its one token');
@@ -392,7 +385,7 @@ for (const form of FORMS) {
             for (const lease of leases) assert.equal((await locker.status(lease.key))?.holders[0]?.fence, lease.fence);
             assert.equal(await leases.release(), true);
           } finally {
-            await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+            await server().admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
             await close();
           }
         });
@@ -402,9 +395,9 @@ for (const form of FORMS) {
         const { locker, close } = await openLocker(kind, {}, form.warm);
         const keys = Array.from({ length: 65 }, (_, i) => `{many-${kind}-${engine}}:${i}`);
         try {
-          await server.admin(['CONFIG', 'RESETSTAT']);
+          await server().admin(['CONFIG', 'RESETSTAT']);
           const leases = await locker.acquireAll(keys);
-          const calls = await commandCalls(server);
+          const calls = await commandCalls(server());
           if (module) assert.equal(callsOf(calls, command), 0);
           assert.equal(callsOf(calls, form.keyCommand), 65, 'one call per key');
           assert.deepEqual(leases.keys, keys);
@@ -416,17 +409,17 @@ for (const form of FORMS) {
 
       if (module) {
         test(`${kind}: no keys, a key named twice or a bad key is refused before anything is sent`, async () => {
-          const c = await client(kind, server.port);
+          const c = await client(kind, server().port);
           const locker = new Locker(c.client);
           try {
-            await server.admin(['CONFIG', 'RESETSTAT']);
+            await server().admin(['CONFIG', 'RESETSTAT']);
             for (const keys of [[], ['d:a', 'd:b', 'd:a'], ['d:a', ''], ['d:a', 'd:\n']]) {
               await assert.rejects(locker.acquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
               await assert.rejects(locker.tryAcquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
             }
             await assert.rejects(locker.acquireAll('d:a' as unknown as string[]), InvalidArgumentError);
             await assert.rejects(locker.acquireAll(['d:a'], { ttl: 0 }), InvalidArgumentError);
-            const calls = await commandCalls(server);
+            const calls = await commandCalls(server());
             assert.deepEqual([...calls.keys()].filter((name) => name !== 'config|resetstat' && name !== 'info'), [], 'nothing sent');
           } finally {
             await locker.close();
@@ -439,22 +432,18 @@ for (const form of FORMS) {
 }
 
 describe('acquireAll where the module is not asked: a server that hides COMMAND', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await TestServer.start({ setup: 'module', args: ['--user', 'default', 'on', 'nopass', '~*', '&*', '+@all', '-command'] });
-  });
-  after(() => server.stop());
+  const server = suiteServer({ setup: 'module', args: ['--user', 'default', 'on', 'nopass', '~*', '&*', '+@all', '-command'] });
 
   for (const kind of CLIENTS) {
     test(`${kind}: the module engine, key by key, no ACQUIREALL sent`, async () => {
-      const c = await client(kind, server.port);
+      const c = await client(kind, server().port);
       // The module engine, as configured: the COMMAND INFO that is refused here is ACQUIREALL's.
       const locker = new Locker(c.client, { engine: 'module' });
       try {
-        await server.admin(['CONFIG', 'RESETSTAT']);
+        await server().admin(['CONFIG', 'RESETSTAT']);
         const leases = await locker.acquireAll([`hidden:${kind}:b`, `hidden:${kind}:a`]);
         assert.equal(await locker.engine(), 'module');
-        const calls = await commandCalls(server);
+        const calls = await commandCalls(server());
         assert.equal(callsOf(calls, 'fencedlock.acquireall'), 0);
         assert.equal(callsOf(calls, 'fencedlock.acquire'), 2);
         assert.deepEqual(leases.keys, [`hidden:${kind}:b`, `hidden:${kind}:a`]);
@@ -468,26 +457,22 @@ describe('acquireAll where the module is not asked: a server that hides COMMAND'
 });
 
 describe('acquireAll where COMMAND INFO does not know ACQUIREALL (the module engine forced on a server without it)', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await TestServer.start({ setup: 'managed' });
-  });
-  after(() => server.stop());
+  const server = suiteServer({ setup: 'managed' });
 
   for (const kind of CLIENTS) {
     test(`${kind}: ACQUIREALL is never sent; the first key's ACQUIRE is the unknown command`, async () => {
       // An ioredis client the locker uses as it is: no connection of its own to open (and
       // count the errors of) after the reset.
-      const c = await client(kind, server.port, { stringNumbers: true });
+      const c = await client(kind, server().port, { stringNumbers: true });
       const locker = new Locker(c.client, { engine: 'module' });
       try {
-        await server.admin(['CONFIG', 'RESETSTAT']);
+        await server().admin(['CONFIG', 'RESETSTAT']);
         const err = await locker.acquireAll([`old:${kind}:b`, `old:${kind}:a`]).catch((e: unknown) => e);
         assert.ok(err instanceof ServerError && err.kind === 'NoModule', String(err));
         assert.match(err.message, /unknown command .FENCEDLOCK\.ACQUIRE.,/, 'key by key: the ACQUIRE of the first key in byte order');
         assert.doesNotMatch(err.message, /[0-9a-f]{32}/, 'no token in the error');
-        assert.equal(callsOf(await commandCalls(server), 'command|info'), 1, 'asked with COMMAND INFO first');
-        assert.equal(await errCount(server), 1, 'one unknown command: the first ACQUIRE, nothing after it');
+        assert.equal(callsOf(await commandCalls(server()), 'command|info'), 1, 'asked with COMMAND INFO first');
+        assert.equal(await errCount(server()), 1, 'one unknown command: the first ACQUIRE, nothing after it');
       } finally {
         await locker.close();
         await c.close();
@@ -498,15 +483,11 @@ describe('acquireAll where COMMAND INFO does not know ACQUIREALL (the module eng
 
 for (const { engine, setup } of LIBRARY_FORMS) {
   describe(`acquireAll on the library (${engine}): keys of several slots key by key`, () => {
-    let server: TestServer;
-    before(async () => {
-      server = await TestServer.start({ setup });
-    });
-    after(() => server.stop());
+    const server = suiteServer({ setup });
 
     for (const kind of CLIENTS) {
       test(`${kind}: every key leased with its own token and fence, no fencedlock_acquireall sent`, async () => {
-        const c = await client(kind, server.port);
+        const c = await client(kind, server().port);
         const locker = new Locker(c.client, { ttl: 10_000 });
         const keys = [`fn:${kind}:b`, `fn:${kind}:a`, `fn:${kind}:c`];
         try {
@@ -515,10 +496,10 @@ for (const { engine, setup } of LIBRARY_FORMS) {
           assert.ok(warm);
           await warm.release();
           assert.equal(await locker.engine(), engine);
-          await logEverything(server);
+          await logEverything(server());
           const leases = await locker.acquireAll(keys);
-          const calls = await loggedCalls(server);
-          assert.equal(await errCount(server), 0, 'no error reply');
+          const calls = await loggedCalls(server());
+          assert.equal(await errCount(server()), 0, 'no error reply');
           assert.equal(callsTo(calls, 'fencedlock_acquireall').length, 0, 'no fencedlock_acquireall');
           const each = callsTo(calls, 'fencedlock_acquire');
           assert.deepEqual(each.map((call) => call.keys[0]), [...keys].sort(), 'one ACQUIRE per key, in byte order');
@@ -531,15 +512,15 @@ for (const { engine, setup } of LIBRARY_FORMS) {
           assert.equal(await leases.release(), true);
           for (const key of keys) assert.equal(await holders(locker, key), 0);
         } finally {
-          await server.admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
+          await server().admin(['CONFIG', 'SET', 'slowlog-log-slower-than', '10000']);
           await locker.close();
           await c.close();
         }
       });
 
       test(`${kind}: a lease that aged while a later key was awaited is renewed before the call returns`, async () => {
-        const c = await client(kind, server.port);
-        const r = await client(kind, server.port);
+        const c = await client(kind, server().port);
+        const r = await client(kind, server().port);
         const TTL = 1200;
         const locker = new Locker(c.client, { ttl: TTL });
         const rival = new Locker(r.client, { ttl: 10_000 });
@@ -567,8 +548,8 @@ for (const { engine, setup } of LIBRARY_FORMS) {
       });
 
       test(`${kind}: a busy key refuses the set and what was taken is released`, async () => {
-        const c = await client(kind, server.port);
-        const r = await client(kind, server.port);
+        const c = await client(kind, server().port);
+        const r = await client(kind, server().port);
         const locker = new Locker(c.client, { ttl: 10_000 });
         const rival = new Locker(r.client, { ttl: 10_000 });
         const [a, b, cc] = [`fnbusy:${kind}:a`, `fnbusy:${kind}:b`, `fnbusy:${kind}:c`];
@@ -581,7 +562,7 @@ for (const { engine, setup } of LIBRARY_FORMS) {
             assert.ok(err instanceof ContendedError, String(err));
             assert.equal(err.key, b);
             assert.equal(await holders(locker, a), 0, `${a}, taken first in byte order, was released`);
-            assert.equal(await exists(server, cc), 0, `${cc}, after the busy key, never taken`);
+            assert.equal(await exists(server(), cc), 0, `${cc}, after the busy key, never taken`);
           }
           await held.release();
         } finally {
@@ -692,21 +673,7 @@ describe('overlapping sets named in opposite orders never deadlock, and never bo
 });
 
 describe('acquireAll on a Redis Cluster (module)', () => {
-  const nodes: TestServer[] = [];
-  before(async () => {
-    for (let i = 0; i < 3; i++) nodes.push(await TestServer.start({ setup: 'module', args: ['--cluster-enabled', 'yes', '--cluster-node-timeout', '2000'] }));
-    execFileSync('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-yes'], { stdio: 'ignore' });
-    const deadline = Date.now() + 20_000;
-    for (const n of nodes) {
-      while (!String(await n.admin(['CLUSTER', 'INFO'])).includes('cluster_state:ok')) {
-        if (Date.now() > deadline) throw new Error('the cluster did not come up within 20 s');
-        await sleep(100);
-      }
-    }
-  });
-  after(async () => {
-    for (const n of nodes) await n.stop();
-  });
+  const nodes = suiteCluster('module');
 
   async function totals(name: string): Promise<number> {
     let sum = 0;

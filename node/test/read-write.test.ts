@@ -8,13 +8,14 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { ContendedError, InvalidArgumentError, LeaseLostError, Locker, ReadWriteLock, Redlock, SHARED_PERMITS, Semaphore, ServerError, type Lease } from 'fencedlock';
 import { decodeStatus, heldForMs } from '../src/replies.js';
 import { CLIENTS, client, type Client } from './support/clients.js';
-import { REPO, TestServer, type Setup } from './support/servers.js';
+import { REPO, TestServer } from './support/servers.js';
+import { describeOnEachSetup, suiteServer } from './support/suites.js';
 
 /** Clients queued in the module now (`INFO fencedlock`). */
 async function waiters(server: TestServer): Promise<number> {
@@ -70,171 +71,159 @@ test('STATUS of a key held by readers decodes with permits 0; a waiter naps unti
   assert.equal(heldForMs(decodeStatus([9n, 0n, 0n, []])), 0);
 });
 
-for (const setup of ['module', 'managed'] as Setup[]) {
-  describe(`read-write locks (${setup})`, () => {
-    let server: TestServer;
-    before(async () => {
-      server = await TestServer.start({ setup });
+describeOnEachSetup('read-write locks', (server, setup) => {
+  for (const kind of CLIENTS) {
+    const open = async (): Promise<[Client, Locker]> => {
+      const c = await client(kind, server().port);
+      return [c, new Locker(c.client, { ttl: 10_000, timeout: 2000 })];
+    };
+
+    test(`${kind}: readers hold together, a writer waits for them and gets a higher fence`, async () => {
+      const [c, locker] = await open();
+      try {
+        assert.equal(await locker.engine(), setup === 'module' ? 'module' : 'functions');
+        const lock = new ReadWriteLock(locker, `rw:modes:${kind}`, { label: 'reader' });
+        const first = await lock.tryRead();
+        const second = await lock.tryRead();
+        assert.ok(first && second, 'readers hold the key together');
+        assert.ok(second.fence > first.fence, "each reader its own fence, from the key's one sequence");
+        assert.equal(await lock.tryWrite(), null, 'no writer while anyone reads');
+        const status = await lock.status();
+        assert.equal(status?.shared, true);
+        assert.equal(status?.permits, SHARED_PERMITS);
+        assert.deepEqual(status?.holders.map((h) => h.fence), [first.fence, second.fence]);
+        assert.deepEqual(status?.holders.map((h) => h.label?.toString()), ['reader', 'reader']);
+        const writer = lock.write({ wait: 10_000 });
+        await sleep(300);
+        assert.equal(await settled(writer), false, 'the writer waits while readers hold the key');
+        assert.equal(await first.release(), true);
+        await sleep(100);
+        assert.equal(await settled(writer), false, 'one reader still holds the key');
+        assert.equal(await second.release(), true);
+        const written = await writer;
+        assert.ok(written && written.fence > second.fence, "a writer's fence is above every reader's");
+        assert.equal(await lock.tryRead(), null, 'a writer is alone');
+        assert.equal(await locker.acquire(lock.key), null, "the write lease is locker.acquire's lease");
+        const writing = await lock.status();
+        assert.equal(writing?.shared, false);
+        assert.equal(writing?.permits, 1);
+        assert.deepEqual(writing?.holders.map((h) => h.fence), [written.fence]);
+        const mismatch = await new Semaphore(locker, lock.key, 3).acquire().catch((e: unknown) => e);
+        assert.ok(mismatch instanceof ServerError && mismatch.replyError === 'PermitsMismatch', String(mismatch));
+        assert.equal(await written.release(), true);
+        const reader = await lock.tryRead();
+        assert.ok(reader && reader.fence > written.fence);
+        const held = await new Semaphore(locker, lock.key, 3).acquire().catch((e: unknown) => e);
+        assert.ok(held instanceof ServerError && held.replyError === 'PermitsMismatch', 'a key held by readers refuses a semaphore');
+        await reader.release();
+        assert.equal(await lock.usingRead({}, async (_signal, lease) => lease.fence > reader.fence), true);
+        await assert.rejects(lock.usingRead({ wait: 0 }, () => lock.usingWrite({ wait: 100 }, async () => assert.fail('never runs without the lease'))), ContendedError);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
     });
-    after(() => server.stop());
 
-    for (const kind of CLIENTS) {
-      const open = async (): Promise<[Client, Locker]> => {
-        const c = await client(kind, server.port);
-        return [c, new Locker(c.client, { ttl: 10_000, timeout: 2000 })];
-      };
+    test(`${kind}: the readers waiting for a writer enter together when it leaves`, async () => {
+      // On the Functions engine a release wakes one reader, and each reader granted after a
+      // wake-up passes it on: none waits out its nap (timed to the writer's 10 s lease).
+      const [c, locker] = await open();
+      try {
+        const lock = new ReadWriteLock(locker, `rw:cascade:${kind}`);
+        const written = await lock.write();
+        assert.ok(written);
+        const readers = [0, 1, 2].map(() => lock.read({ wait: 8000 }));
+        await sleep(500);
+        for (const reader of readers) assert.equal(await settled(reader), false);
+        const started = performance.now();
+        assert.equal(await written.release(), true);
+        const leases = await Promise.all(readers);
+        const took = performance.now() - started;
+        assert.ok(took < 2000, `the readers entered ${took.toFixed(0)} ms after the writer left`);
+        for (const lease of leases) assert.ok(lease && lease.fence > written.fence);
+        assert.equal((await lock.status())?.holders.length, 3);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
 
-      test(`${kind}: readers hold together, a writer waits for them and gets a higher fence`, async () => {
-        const [c, locker] = await open();
+    test(`${kind}: an upgrade is refused with its own error kind and the read lease stays`, async () => {
+      const [c, locker] = await open();
+      try {
+        const key = `rw:up:${kind}`;
+        const server0 = locker.core.servers[0];
+        assert.ok(server0);
+        const token = 'a-reader-token';
+        const fence = await server0.acquire({ key, token, ttlMs: 10_000, shared: true });
+        assert.ok(fence);
+        const refused = await server0.acquire({ key, token, ttlMs: 10_000 }).catch((e: unknown) => e);
+        assert.ok(refused instanceof ServerError, String(refused));
+        assert.equal(refused.replyError, 'UpgradeRefused');
+        assert.ok(!refused.isRetryable() && !refused.isUnavailable() && !refused.isBadRequest());
+        assert.ok(!refused.message.includes(token), 'the token never shows');
+        assert.equal(await server0.acquire({ key, token, ttlMs: 10_000, shared: true }), fence, "the reader's own SHARED re-enters");
+        const status = await new ReadWriteLock(locker, key).status();
+        assert.equal(status?.shared, true);
+        assert.deepEqual(status?.holders.map((h) => h.fence), [fence]);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
+
+    test(`${kind}: a write lease that ended is not downgraded`, async () => {
+      const [c, locker] = await open();
+      try {
+        const lock = new ReadWriteLock(locker, `rw:gone:${kind}`);
+        const lease = await lock.write();
+        assert.ok(lease);
+        // The key is deleted behind the holder's back: the server would grant a new read lease.
+        await server().admin(['DEL', lock.key]);
+        await assert.rejects(lock.downgrade(lease), LeaseLostError);
+        assert.equal(lease.isValid(), false, 'the lease is over');
+        const status = await lock.status();
+        assert.deepEqual(status?.holders, [], 'the new read lease was given back');
+        assert.ok(status && status.fence > lease.fence);
+        await assert.rejects(lock.downgrade(lease), LeaseLostError, 'refused locally, nothing sent');
+        // Past its validity: refused locally.
+        const brief = await lock.write({ ttl: 200 });
+        assert.ok(brief);
+        await sleep(250);
+        await assert.rejects(lock.downgrade(brief), LeaseLostError);
+        const taken = await lock.tryWrite();
+        assert.ok(taken && taken.fence > brief.fence, 'nothing was re-granted to the ended lease');
+        // A lease of another key, or of another locker, is refused before anything is sent.
+        const other = await new ReadWriteLock(locker, `rw:other:${kind}`).write();
+        assert.ok(other);
+        await assert.rejects(lock.downgrade(other), InvalidArgumentError);
+        const [c2, locker2] = await open();
         try {
-          assert.equal(await locker.engine(), setup === 'module' ? 'module' : 'functions');
-          const lock = new ReadWriteLock(locker, `rw:modes:${kind}`, { label: 'reader' });
-          const first = await lock.tryRead();
-          const second = await lock.tryRead();
-          assert.ok(first && second, 'readers hold the key together');
-          assert.ok(second.fence > first.fence, "each reader its own fence, from the key's one sequence");
-          assert.equal(await lock.tryWrite(), null, 'no writer while anyone reads');
-          const status = await lock.status();
-          assert.equal(status?.shared, true);
-          assert.equal(status?.permits, SHARED_PERMITS);
-          assert.deepEqual(status?.holders.map((h) => h.fence), [first.fence, second.fence]);
-          assert.deepEqual(status?.holders.map((h) => h.label?.toString()), ['reader', 'reader']);
-          const writer = lock.write({ wait: 10_000 });
-          await sleep(300);
-          assert.equal(await settled(writer), false, 'the writer waits while readers hold the key');
-          assert.equal(await first.release(), true);
-          await sleep(100);
-          assert.equal(await settled(writer), false, 'one reader still holds the key');
-          assert.equal(await second.release(), true);
-          const written = await writer;
-          assert.ok(written && written.fence > second.fence, "a writer's fence is above every reader's");
-          assert.equal(await lock.tryRead(), null, 'a writer is alone');
-          assert.equal(await locker.acquire(lock.key), null, "the write lease is locker.acquire's lease");
-          const writing = await lock.status();
-          assert.equal(writing?.shared, false);
-          assert.equal(writing?.permits, 1);
-          assert.deepEqual(writing?.holders.map((h) => h.fence), [written.fence]);
-          const mismatch = await new Semaphore(locker, lock.key, 3).acquire().catch((e: unknown) => e);
-          assert.ok(mismatch instanceof ServerError && mismatch.replyError === 'PermitsMismatch', String(mismatch));
-          assert.equal(await written.release(), true);
-          const reader = await lock.tryRead();
-          assert.ok(reader && reader.fence > written.fence);
-          const held = await new Semaphore(locker, lock.key, 3).acquire().catch((e: unknown) => e);
-          assert.ok(held instanceof ServerError && held.replyError === 'PermitsMismatch', 'a key held by readers refuses a semaphore');
-          await reader.release();
-          assert.equal(await lock.usingRead({}, async (_signal, lease) => lease.fence > reader.fence), true);
-          await assert.rejects(lock.usingRead({ wait: 0 }, () => lock.usingWrite({ wait: 100 }, async () => assert.fail('never runs without the lease'))), ContendedError);
+          await assert.rejects(new ReadWriteLock(locker2, lock.key).downgrade(taken), InvalidArgumentError);
         } finally {
-          await locker.close();
-          await c.close();
+          await locker2.close();
+          await c2.close();
         }
-      });
-
-      test(`${kind}: the readers waiting for a writer enter together when it leaves`, async () => {
-        // On the Functions engine a release wakes one reader, and each reader granted after a
-        // wake-up passes it on: none waits out its nap (timed to the writer's 10 s lease).
-        const [c, locker] = await open();
-        try {
-          const lock = new ReadWriteLock(locker, `rw:cascade:${kind}`);
-          const written = await lock.write();
-          assert.ok(written);
-          const readers = [0, 1, 2].map(() => lock.read({ wait: 8000 }));
-          await sleep(500);
-          for (const reader of readers) assert.equal(await settled(reader), false);
-          const started = performance.now();
-          assert.equal(await written.release(), true);
-          const leases = await Promise.all(readers);
-          const took = performance.now() - started;
-          assert.ok(took < 2000, `the readers entered ${took.toFixed(0)} ms after the writer left`);
-          for (const lease of leases) assert.ok(lease && lease.fence > written.fence);
-          assert.equal((await lock.status())?.holders.length, 3);
-        } finally {
-          await locker.close();
-          await c.close();
-        }
-      });
-
-      test(`${kind}: an upgrade is refused with its own error kind and the read lease stays`, async () => {
-        const [c, locker] = await open();
-        try {
-          const key = `rw:up:${kind}`;
-          const server0 = locker.core.servers[0];
-          assert.ok(server0);
-          const token = 'a-reader-token';
-          const fence = await server0.acquire({ key, token, ttlMs: 10_000, shared: true });
-          assert.ok(fence);
-          const refused = await server0.acquire({ key, token, ttlMs: 10_000 }).catch((e: unknown) => e);
-          assert.ok(refused instanceof ServerError, String(refused));
-          assert.equal(refused.replyError, 'UpgradeRefused');
-          assert.ok(!refused.isRetryable() && !refused.isUnavailable() && !refused.isBadRequest());
-          assert.ok(!refused.message.includes(token), 'the token never shows');
-          assert.equal(await server0.acquire({ key, token, ttlMs: 10_000, shared: true }), fence, "the reader's own SHARED re-enters");
-          const status = await new ReadWriteLock(locker, key).status();
-          assert.equal(status?.shared, true);
-          assert.deepEqual(status?.holders.map((h) => h.fence), [fence]);
-        } finally {
-          await locker.close();
-          await c.close();
-        }
-      });
-
-      test(`${kind}: a write lease that ended is not downgraded`, async () => {
-        const [c, locker] = await open();
-        try {
-          const lock = new ReadWriteLock(locker, `rw:gone:${kind}`);
-          const lease = await lock.write();
-          assert.ok(lease);
-          // The key is deleted behind the holder's back: the server would grant a new read lease.
-          await server.admin(['DEL', lock.key]);
-          await assert.rejects(lock.downgrade(lease), LeaseLostError);
-          assert.equal(lease.isValid(), false, 'the lease is over');
-          const status = await lock.status();
-          assert.deepEqual(status?.holders, [], 'the new read lease was given back');
-          assert.ok(status && status.fence > lease.fence);
-          await assert.rejects(lock.downgrade(lease), LeaseLostError, 'refused locally, nothing sent');
-          // Past its validity: refused locally.
-          const brief = await lock.write({ ttl: 200 });
-          assert.ok(brief);
-          await sleep(250);
-          await assert.rejects(lock.downgrade(brief), LeaseLostError);
-          const taken = await lock.tryWrite();
-          assert.ok(taken && taken.fence > brief.fence, 'nothing was re-granted to the ended lease');
-          // A lease of another key, or of another locker, is refused before anything is sent.
-          const other = await new ReadWriteLock(locker, `rw:other:${kind}`).write();
-          assert.ok(other);
-          await assert.rejects(lock.downgrade(other), InvalidArgumentError);
-          const [c2, locker2] = await open();
-          try {
-            await assert.rejects(new ReadWriteLock(locker2, lock.key).downgrade(taken), InvalidArgumentError);
-          } finally {
-            await locker2.close();
-            await c2.close();
-          }
-          assert.equal((await locker.status(other.key))?.shared, false, 'still a write lease');
-          const redlock = new Redlock([c.client]);
-          assert.throws(() => new ReadWriteLock(redlock as unknown as Locker, 'k'), InvalidArgumentError);
-          await redlock.close();
-          assert.throws(() => new ReadWriteLock(locker, 'k', { label: '' }), InvalidArgumentError);
-          assert.throws(() => new ReadWriteLock(locker, 'bad\nkey'), InvalidArgumentError);
-        } finally {
-          await locker.close();
-          await c.close();
-        }
-      });
-    }
-  });
-}
+        assert.equal((await locker.status(other.key))?.shared, false, 'still a write lease');
+        const redlock = new Redlock([c.client]);
+        assert.throws(() => new ReadWriteLock(redlock as unknown as Locker, 'k'), InvalidArgumentError);
+        await redlock.close();
+        assert.throws(() => new ReadWriteLock(locker, 'k', { label: '' }), InvalidArgumentError);
+        assert.throws(() => new ReadWriteLock(locker, 'bad\nkey'), InvalidArgumentError);
+      } finally {
+        await locker.close();
+        await c.close();
+      }
+    });
+  }
+});
 
 describe('read-write locks in the module queue', () => {
-  let server: TestServer;
-  before(async () => {
-    server = await TestServer.start({ setup: 'module' });
-  });
-  after(() => server.stop());
+  const server = suiteServer({ setup: 'module' });
 
   for (const kind of CLIENTS) {
     test(`${kind}: a downgrade keeps the fence and lets the waiting reader in`, async () => {
-      const c = await client(kind, server.port);
+      const c = await client(kind, server().port);
       const locker = new Locker(c.client, { ttl: 10_000, timeout: 2000 });
       try {
         const lock = new ReadWriteLock(locker, `rw:down:${kind}`, { label: 'exporter' });
@@ -242,7 +231,7 @@ describe('read-write locks in the module queue', () => {
         assert.ok(lease);
         const fence = lease.fence;
         const reader = lock.read({ wait: 10_000 });
-        await until('the reader to queue', async () => (await waiters(server)) === 1);
+        await until('the reader to queue', async () => (await waiters(server())) === 1);
         await sleep(1000);
         const before = performance.now();
         await lock.downgrade(lease);
@@ -276,7 +265,7 @@ describe('read-write locks in the module queue', () => {
       const blocks = [...section.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1] ?? '');
       assert.equal(blocks.length, 1, "the section's example changed: update this test");
       const body = (blocks[0] ?? '').replace(/^import .*$/m, '');
-      const c = await client(kind, server.port);
+      const c = await client(kind, server().port);
       const locker = new Locker(c.client, { ttl: 10_000, timeout: 2000 });
       try {
         const reads: bigint[] = [];
@@ -297,17 +286,17 @@ describe('read-write locks in the module queue', () => {
     });
 
     test(`${kind}: a reader that comes after a waiting writer waits behind it`, async () => {
-      const c = await client(kind, server.port);
+      const c = await client(kind, server().port);
       const locker = new Locker(c.client, { ttl: 10_000, timeout: 2000 });
       try {
         const lock = new ReadWriteLock(locker, `rw:queue:${kind}`);
         const first = await lock.tryRead();
         assert.ok(first);
         const writer = lock.write({ wait: 10_000 });
-        await until('the writer to queue', async () => (await waiters(server)) === 1);
+        await until('the writer to queue', async () => (await waiters(server())) === 1);
         assert.equal(await lock.tryRead(), null, 'a fresh reader does not pass the waiting writer');
         const late = lock.read({ wait: 10_000 });
-        await until('the late reader to queue behind the writer', async () => (await waiters(server)) === 2);
+        await until('the late reader to queue behind the writer', async () => (await waiters(server())) === 2);
         assert.equal(await first.release(), true);
         const written = await writer;
         assert.ok(written && written.fence > first.fence);

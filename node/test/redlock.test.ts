@@ -4,11 +4,12 @@
  * quorum-max fencing, go backwards in the same run), and waiting for a busy lock.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 
 import { QuorumNotReachedError, Redlock } from 'fencedlock';
 import { CLIENTS, client, type Client, type ClientKind } from './support/clients.js';
 import { TestServer } from './support/servers.js';
+import { suiteServers } from './support/suites.js';
 
 async function redlockOver(kind: ClientKind, masters: readonly TestServer[], fencing: 'raise' | 'quorum-max' = 'raise'): Promise<{ redlock: Redlock; close(): Promise<void> }> {
   const clients: Client[] = [];
@@ -25,17 +26,7 @@ async function redlockOver(kind: ClientKind, masters: readonly TestServer[], fen
 
 for (const kind of CLIENTS) {
   describe(`Redlock over three masters (${kind})`, () => {
-    let masters: TestServer[];
-    before(async () => {
-      masters = [];
-      for (let i = 0; i < 3; i++) masters.push(await TestServer.start({ setup: 'module' }));
-    });
-    after(async () => {
-      for (const m of masters) {
-        m.signal('SIGCONT');
-        await m.stop();
-      }
-    });
+    const masters = suiteServers(3, { setup: 'module' });
 
     test('grants by majority with one master stopped; none with two gone', async () => {
       const { redlock, close } = await redlockOver(kind, masters);

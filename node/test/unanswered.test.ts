@@ -11,13 +11,14 @@
  * Both clients throughout.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
+import { describe, test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { Locker, Redlock, type Lease } from 'fencedlock';
 import { ranking } from '../src/ranking.js';
 import { CLIENTS, client, type Client, type ClientKind } from './support/clients.js';
-import { TestServer, type Setup } from './support/servers.js';
+import { TestServer } from './support/servers.js';
+import { describeOnEachSetup, suiteServers } from './support/suites.js';
 
 /** The per-request timeout: a request without an answer fails after it, and the late release follows one more. */
 const TIMEOUT = 300;
@@ -53,108 +54,97 @@ async function stillHeld(lease: Lease, other: Locker): Promise<void> {
   assert.equal(await other.acquire(lease.key, { wait: 0 }), null, `${lease.key}: another locker is refused`);
 }
 
-for (const setup of ['module', 'managed'] as Setup[]) {
-  describe(`a retry after an unanswered attempt keeps its lease (${setup})`, () => {
-    let server: TestServer;
-    before(async () => {
-      server = await TestServer.start({ setup });
-    });
-    after(async () => {
-      server.signal('SIGCONT');
-      await server.stop();
-    });
+describeOnEachSetup('a retry after an unanswered attempt keeps its lease', (server, setup) => {
+  /** A locker with the short timeout and another (the rival), each on a client of its own, engines known and shared connections open. */
+  async function lockers(kind: ClientKind, options: { maxBlocking?: number } = {}): Promise<{ locker: Locker; other: Locker; close(): Promise<void> }> {
+    const c = await client(kind, server().port);
+    const o = await client(kind, server().port);
+    const locker = new Locker(c.client, { ttl: 10_000, timeout: TIMEOUT, ...options });
+    const other = new Locker(o.client, { ttl: 10_000, timeout: 2000 });
+    // Only the requests the test is about meet the stopped server: the engine is known, the
+    // shared connections are open (and, for sets, ACQUIREALL was asked for) before the stop.
+    await (await locker.acquireAll([`warm:${kind}:${Math.random()}`])).release();
+    await other.status('warm');
+    return {
+      locker,
+      other,
+      close: async () => {
+        server().signal('SIGCONT');
+        await locker.close();
+        await other.close();
+        await c.close();
+        await o.close();
+      },
+    };
+  }
 
-    /** A locker with the short timeout and another (the rival), each on a client of its own, engines known and shared connections open. */
-    async function lockers(kind: ClientKind, options: { maxBlocking?: number } = {}): Promise<{ locker: Locker; other: Locker; close(): Promise<void> }> {
-      const c = await client(kind, server.port);
-      const o = await client(kind, server.port);
-      const locker = new Locker(c.client, { ttl: 10_000, timeout: TIMEOUT, ...options });
-      const other = new Locker(o.client, { ttl: 10_000, timeout: 2000 });
-      // Only the requests the test is about meet the stopped server: the engine is known, the
-      // shared connections are open (and, for sets, ACQUIREALL was asked for) before the stop.
-      await (await locker.acquireAll([`warm:${kind}:${Math.random()}`])).release();
-      await other.status('warm');
-      return {
-        locker,
-        other,
-        close: async () => {
-          server.signal('SIGCONT');
-          await locker.close();
-          await other.close();
-          await c.close();
-          await o.close();
-        },
-      };
-    }
-
-    for (const kind of CLIENTS) {
-      test(`${kind}: a waiting request unanswered, then the retry granted: the lease outlives the late releases`, async () => {
-        const { locker, other, close } = await lockers(kind);
-        const key = `unanswered:wait:${setup}:${kind}`;
-        try {
-          server.signal('SIGSTOP');
-          const started = performance.now();
-          const taking = locker.acquire(key, { wait: 5000 });
-          // The first waiting request (its connection's handshake) gets no answer: it fails at
-          // TIMEOUT, and its token is released at once and again one TIMEOUT later. The retry
-          // is under way when the server resumes, and is granted well before that second release.
-          await sleep(TIMEOUT * 1.5);
-          server.signal('SIGCONT');
-          const lease = await taking;
-          assert.ok(lease, 'granted once the server answers');
-          assert.ok(performance.now() - started >= TIMEOUT * 1.5, 'granted after the resume');
-          await sleep(PAST_THE_RELEASES);
-          await stillHeld(lease, other);
-          assert.equal(await lease.release(), true);
-        } finally {
-          await close();
-        }
-      });
-
-      test(`${kind}: polling (maxBlocking 0), an attempt unanswered: the retry's lease outlives the release`, async () => {
-        const { locker, other, close } = await lockers(kind, { maxBlocking: 0 });
-        const key = `unanswered:poll:${setup}:${kind}`;
-        try {
-          server.signal('SIGSTOP');
-          const taking = locker.acquire(key, { wait: 5000 });
-          await sleep(TIMEOUT * 1.5);
-          server.signal('SIGCONT');
-          const lease = await taking;
-          assert.ok(lease, 'granted once the server answers');
-          await sleep(PAST_THE_RELEASES);
-          await stillHeld(lease, other);
-          assert.equal(await lease.release(), true);
-        } finally {
-          await close();
-        }
-      });
-
-      // On the module one ACQUIREALL whatever the slots; on the library keys of one slot are
-      // one fencedlock_acquireall, keys of several key by key.
-      const sets: [string, string][] = [['', `unanswered:all:${setup}:${kind}`]];
-      if (setup === 'managed') sets.push([' (keys of one slot)', `{unanswered-all-${setup}-${kind}}`]);
-      for (const [which, prefix] of sets) {
-        test(`${kind}: acquireAll with attempts unanswered${which}: every lease outlives the late releases`, async () => {
-          const { locker, other, close } = await lockers(kind);
-          const keys = [`${prefix}:b`, `${prefix}:a`];
-          try {
-            server.signal('SIGSTOP');
-            const taking = locker.acquireAll(keys, { wait: 5000 });
-            await sleep(TIMEOUT * 1.5);
-            server.signal('SIGCONT');
-            const leases = await taking;
-            assert.equal(leases.size, 2);
-            await sleep(PAST_THE_RELEASES);
-            for (const lease of leases) await stillHeld(lease, other);
-            assert.equal(await leases.release(), true);
-          } finally {
-            await close();
-          }
-        });
+  for (const kind of CLIENTS) {
+    test(`${kind}: a waiting request unanswered, then the retry granted: the lease outlives the late releases`, async () => {
+      const { locker, other, close } = await lockers(kind);
+      const key = `unanswered:wait:${setup}:${kind}`;
+      try {
+        server().signal('SIGSTOP');
+        const started = performance.now();
+        const taking = locker.acquire(key, { wait: 5000 });
+        // The first waiting request (its connection's handshake) gets no answer: it fails at
+        // TIMEOUT, and its token is released at once and again one TIMEOUT later. The retry
+        // is under way when the server resumes, and is granted well before that second release.
+        await sleep(TIMEOUT * 1.5);
+        server().signal('SIGCONT');
+        const lease = await taking;
+        assert.ok(lease, 'granted once the server answers');
+        assert.ok(performance.now() - started >= TIMEOUT * 1.5, 'granted after the resume');
+        await sleep(PAST_THE_RELEASES);
+        await stillHeld(lease, other);
+        assert.equal(await lease.release(), true);
+      } finally {
+        await close();
       }
+    });
+
+    test(`${kind}: polling (maxBlocking 0), an attempt unanswered: the retry's lease outlives the release`, async () => {
+      const { locker, other, close } = await lockers(kind, { maxBlocking: 0 });
+      const key = `unanswered:poll:${setup}:${kind}`;
+      try {
+        server().signal('SIGSTOP');
+        const taking = locker.acquire(key, { wait: 5000 });
+        await sleep(TIMEOUT * 1.5);
+        server().signal('SIGCONT');
+        const lease = await taking;
+        assert.ok(lease, 'granted once the server answers');
+        await sleep(PAST_THE_RELEASES);
+        await stillHeld(lease, other);
+        assert.equal(await lease.release(), true);
+      } finally {
+        await close();
+      }
+    });
+
+    // On the module one ACQUIREALL whatever the slots; on the library keys of one slot are
+    // one fencedlock_acquireall, keys of several key by key.
+    const sets: [string, string][] = [['', `unanswered:all:${setup}:${kind}`]];
+    if (setup === 'managed') sets.push([' (keys of one slot)', `{unanswered-all-${setup}-${kind}}`]);
+    for (const [which, prefix] of sets) {
+      test(`${kind}: acquireAll with attempts unanswered${which}: every lease outlives the late releases`, async () => {
+        const { locker, other, close } = await lockers(kind);
+        const keys = [`${prefix}:b`, `${prefix}:a`];
+        try {
+          server().signal('SIGSTOP');
+          const taking = locker.acquireAll(keys, { wait: 5000 });
+          await sleep(TIMEOUT * 1.5);
+          server().signal('SIGCONT');
+          const leases = await taking;
+          assert.equal(leases.size, 2);
+          await sleep(PAST_THE_RELEASES);
+          for (const lease of leases) await stillHeld(lease, other);
+          assert.equal(await leases.release(), true);
+        } finally {
+          await close();
+        }
+      });
     }
-  });
-}
+  }
+});
 
 async function redlockOver(kind: ClientKind, masters: readonly TestServer[], timeout: number): Promise<{ redlock: Redlock; close(): Promise<void> }> {
   const clients: Client[] = [];
@@ -181,17 +171,7 @@ async function masterStatus(master: TestServer, key: string): Promise<string> {
 
 for (const kind of CLIENTS) {
   describe(`Redlock: a waiting request unanswered on the designated master (${kind})`, () => {
-    let masters: TestServer[];
-    before(async () => {
-      masters = [];
-      for (let i = 0; i < 3; i++) masters.push(await TestServer.start({ setup: 'module' }));
-    });
-    after(async () => {
-      for (const m of masters) {
-        m.signal('SIGCONT');
-        await m.stop();
-      }
-    });
+    const masters = suiteServers(3, { setup: 'module' });
 
     test('the master it moved on from, granted in the round that follows, still holds the lease after the late releases', async () => {
       const holderSide = await redlockOver(kind, masters, 2000);
