@@ -20,20 +20,27 @@ fn semaphore_on(node: &Server, key: &str) -> SemaphoreStatus {
     node.semaphore_status(key).unwrap_or_else(|| panic!("{key} has no lock state on {}", node.addr()))
 }
 
-/// Where `key` migrates from and to: its slot, the master that owns it, and another master.
-fn source_and_target(cluster: &Cluster, key: &str) -> (u16, usize, usize) {
+/// Where a key migrates from and to: its slot, the master `a` that owns it and another, `b`.
+struct Route<'c> {
+    slot: u16,
+    a: usize,
+    b: usize,
+    na: &'c Server,
+    nb: &'c Server,
+}
+
+fn route<'c>(cluster: &'c Cluster, key: &str) -> Route<'c> {
     let slot = cluster.key_slot(key);
     let a = cluster.slot_owner(slot);
     let b = cluster.masters().into_iter().find(|&m| m != a).expect("another master");
-    (slot, a, b)
+    Route { slot, a, b, na: &cluster.nodes()[a], nb: &cluster.nodes()[b] }
 }
 
 #[test]
 fn a_semaphore_key_migrates_with_its_holders_and_its_fences_keep_rising() {
     let cluster = Cluster::builder().masters(3).start();
     let key = "semk";
-    let (slot, a, b) = source_and_target(&cluster, key);
-    let (na, nb) = (&cluster.nodes()[a], &cluster.nodes()[b]);
+    let Route { slot, a, b, na, nb } = route(&cluster, key);
     // The source's mark far above the target's, so only the key and its floor can lift it.
     let owned: Vec<u16> = cluster.slots_of(a);
     let warm: Vec<String> = (0..100_000)
@@ -93,8 +100,7 @@ fn take_rw(node: &Server, key: &str, token: &str, shared: bool) -> Option<u64> {
 fn read_leases_migrate_with_their_readers_and_the_next_writer_is_above_them() {
     let cluster = Cluster::builder().masters(3).start();
     let key = "rwk";
-    let (slot, a, b) = source_and_target(&cluster, key);
-    let (na, nb) = (&cluster.nodes()[a], &cluster.nodes()[b]);
+    let Route { slot, b, na, nb, .. } = route(&cluster, key);
     let writer = take_rw(na, key, "w0", false).expect("the write lease");
     let released: i64 = na.query(redis::cmd(RELEASE.name).arg(key).arg("w0")).expect("RELEASE");
     assert_eq!(released, 1);
