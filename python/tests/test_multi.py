@@ -29,6 +29,28 @@ def free(server: Server, key: str) -> bool:
     return status is None or (isinstance(status, LockStatus) and not status.held)
 
 
+def assert_held_as_granted(locker: Locker, taken: Leases) -> None:
+    """Every lease of ``taken`` (labelled ``host-a``, for 5 s) is held on the server with its
+    fence and label, valid for the ttl counted from before the request."""
+    for lease in taken:
+        status = locker.status(lease.key)
+        assert isinstance(status, LockStatus) and status.held and status.fence == lease.fence
+        assert status.label == b"host-a" and lease.label == "host-a"
+        assert 4.0 < lease.remaining <= 5.0, "valid for the ttl from before the request"
+
+
+def assert_each_lease_is_its_own(server: Server, taken: Leases, first: str, other: str) -> None:
+    """Each lease of ``taken`` is a lease like any other: ``first`` is renewed and released on
+    its own key while ``other`` stays held; the set's release then finds ``first`` gone, and
+    frees every key."""
+    lease = taken.get(first)
+    assert lease is not None
+    lease.renew()
+    assert lease.release() is True and free(server, first) and not free(server, other)
+    assert taken.release() is False, f"{first} was released already"
+    assert all(free(server, key) for key in taken.keys)
+
+
 def test_every_key_or_none(server: Server) -> None:
     locker = Locker(server.client(), ttl=5)
     taken = locker.acquire_all(["m:b", "m:a", "m:c"], label="host-a")
@@ -233,19 +255,10 @@ def test_a_set_is_one_command_for_one_token(server: Server) -> None:
     assert len({lease.token for lease in taken}) == 1, "one token for every lease"
     fences = [lease.fence for lease in taken]
     assert fences == sorted(set(fences)), f"fences rise in the order named: {fences}"
-    for lease in taken:
-        status = locker.status(lease.key)
-        assert isinstance(status, LockStatus) and status.held and status.fence == lease.fence
-        assert status.label == b"host-a" and lease.label == "host-a"
-        assert 4.0 < lease.remaining <= 5.0, "valid for the ttl from before the request"
+    assert_held_as_granted(locker, taken)
 
     # Each lease is a lease like any other: renewed and released on its own key.
-    first = taken.get("o:a")
-    assert first is not None
-    first.renew()
-    assert first.release() is True and free(server, "o:a") and not free(server, "o:b")
-    assert taken.release() is False, "o:a was released already"
-    assert all(free(server, key) for key in ("o:a", "o:b", "o:c"))
+    assert_each_lease_is_its_own(server, taken, "o:a", "o:b")
 
     # The server's capability was asked once (COMMAND INFO: the engine, then ACQUIREALL).
     asked = calls(stats, "command|info")
@@ -386,20 +399,11 @@ def test_on_the_library_a_set_of_one_slot_is_one_call_for_one_token(server: Serv
     assert len({lease.token for lease in taken}) == 1, "one token for every lease"
     fences = [lease.fence for lease in taken]
     assert fences == list(range(fences[0], fences[0] + 3)), f"the slot's next fences, in the order named: {fences}"
-    for lease in taken:
-        status = locker.status(lease.key)
-        assert isinstance(status, LockStatus) and status.held and status.fence == lease.fence
-        assert status.label == b"host-a" and lease.label == "host-a"
-        assert 4.0 < lease.remaining <= 5.0, "valid for the ttl from before the request"
+    assert_held_as_granted(locker, taken)
     assert errors(stats, "ERR") == errs and calls(stats, "command|info") == asked, "nothing refused, nothing asked"
 
     # Each lease is a lease like any other: renewed and released on its own key.
-    first = taken.get("{o}:a")
-    assert first is not None
-    first.renew()
-    assert first.release() is True and free(server, "{o}:a") and not free(server, "{o}:c")
-    assert taken.release() is False, "{o}:a was released already"
-    assert all(free(server, key) for key in ("{o}:a", "{o}:b", "{o}:c"))
+    assert_each_lease_is_its_own(server, taken, "{o}:a", "{o}:c")
 
     # Up to 64 keys in one call; 65 key by key (a token each). (Errors counted on the
     # locker's own connection: on Redis 7.0 every new one adds some, redis-py's CLIENT SETINFO.)

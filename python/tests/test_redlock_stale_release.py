@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import redis
 import redis.asyncio
@@ -51,8 +51,18 @@ def holder_fences(node: Server, key: str) -> List[int]:
     return [] if shown is None else [h.fence for h in shown.holders]
 
 
-def masters(servers: Servers, engine: str) -> List[Server]:
-    return [servers.start(engine) for _ in range(3)]
+def masters(servers: Servers, engine: str) -> Tuple[List[Server], Relay]:
+    """Three masters A, B and C, and the relay the Redlock under test reaches A through."""
+    nodes = [servers.start(engine) for _ in range(3)]
+    return nodes, Relay(nodes[0].port)
+
+
+def refused_on_b_and_c(nodes: List[Server]) -> Tuple[Lease, Lease]:
+    """Another owner's leases of KEY on B and C: round 1 is refused there."""
+    on_b = Locker(nodes[1].client()).acquire(KEY)
+    on_c = Locker(nodes[2].client()).acquire(KEY)
+    assert on_b is not None and on_c is not None
+    return on_b, on_c
 
 
 def check_the_lease_stands(nodes: List[Server], fence: int) -> None:
@@ -68,16 +78,13 @@ def check_the_lease_stands(nodes: List[Server], fence: int) -> None:
 def test_a_stale_release_of_a_failed_round_cannot_end_the_lease_a_later_round_returns(
     servers: Servers, engine: str
 ) -> None:
-    nodes = masters(servers, engine)
-    a, b, c = nodes
-    relay = Relay(a.port)
+    nodes, relay = masters(servers, engine)
+    _, b, c = nodes
     try:
         redlock = Redlock([redis.Redis(port=relay.port, socket_timeout=10), b.client(), c.client()], ttl=30, timeout=TIMEOUT)
         warm = redlock.acquire("warm")  # engines detected, connections made
         assert warm is not None and warm.release()
-        on_b = Locker(b.client()).acquire(KEY)  # round 1 is refused on B and C
-        on_c = Locker(c.client()).acquire(KEY)
-        assert on_b is not None and on_c is not None
+        on_b, on_c = refused_on_b_and_c(nodes)
         relay.hold(words(engine, _contract.RELEASE), count=words(engine, _contract.ACQUIRE))
         result: List[Optional[Lease]] = []
         worker = threading.Thread(target=lambda: result.append(redlock.acquire(KEY, wait=WAIT)))
@@ -123,17 +130,14 @@ def aclient(port: int) -> redis.asyncio.Redis:
 def test_asyncio_a_stale_release_of_a_failed_round_cannot_end_the_lease_a_later_round_returns(
     servers: Servers, engine: str
 ) -> None:
-    nodes = masters(servers, engine)
-    a, b, c = nodes
-    relay = Relay(a.port)
+    nodes, relay = masters(servers, engine)
+    _, b, c = nodes
 
     async def run() -> None:
         redlock = fasyncio.Redlock([aclient(relay.port), aclient(b.port), aclient(c.port)], ttl=30, timeout=TIMEOUT)
         warm = await redlock.acquire("warm")
         assert warm is not None and await warm.release()
-        on_b = Locker(b.client()).acquire(KEY)
-        on_c = Locker(c.client()).acquire(KEY)
-        assert on_b is not None and on_c is not None
+        on_b, on_c = refused_on_b_and_c(nodes)
         relay.hold(words(engine, _contract.RELEASE), count=words(engine, _contract.ACQUIRE))
         task = asyncio.ensure_future(redlock.acquire(KEY, wait=WAIT))
         try:

@@ -57,6 +57,18 @@ def settled(resumer: threading.Timer, server: Server) -> None:
     server.resume()
 
 
+def kept_past_the_give_back(server: Server, locker: Locker, lease: fencedlock.Lease, lost: str) -> None:
+    """Past both passes of the background give-back of the unanswered attempt's token, ``lease``
+    is still held on the server (else ``lost``): it renews, another owner is refused, and it
+    releases."""
+    time.sleep(2.5 * TIMEOUT)
+    assert held_by(locker, "k", lease.fence), lost
+    lease.renew()
+    other = Locker(server.client(), ttl=30, timeout=TIMEOUT)
+    assert other.acquire("k") is None, "another owner took the lock while the lease is held"
+    assert lease.release() is True
+
+
 @pytest.mark.engines("functions", "script")
 def test_a_lease_granted_on_a_retry_after_an_unanswered_attempt_stays_held(server: Server) -> None:
     locker = Locker(server.client(), ttl=30, timeout=TIMEOUT)
@@ -71,13 +83,7 @@ def test_a_lease_granted_on_a_retry_after_an_unanswered_attempt_stays_held(serve
         settled(resumer, server)
     assert lease is not None, "granted once the server resumed"
     assert took > TIMEOUT, "the first attempt went unanswered: the retry is what was granted"
-    # Past both passes of the background release of the unanswered attempt's token.
-    time.sleep(2.5 * TIMEOUT)
-    assert held_by(locker, "k", lease.fence), "the lease the caller holds was ended on the server"
-    lease.renew()
-    other = Locker(server.client(), ttl=30, timeout=TIMEOUT)
-    assert other.acquire("k") is None, "another owner took the lock while the lease is held"
-    assert lease.release() is True
+    kept_past_the_give_back(server, locker, lease, "the lease the caller holds was ended on the server")
 
 
 @pytest.mark.engines("functions", "script")
@@ -93,12 +99,7 @@ def test_a_callers_token_is_never_released_behind_its_back(server: Server) -> No
     finally:
         settled(resumer, server)
     assert again is not None and again.fence == holder.fence, "re-entered, never released and granted anew"
-    time.sleep(2.5 * TIMEOUT)
-    assert held_by(locker, "k", holder.fence), "the caller's lease was ended on the server"
-    holder.renew()
-    other = Locker(server.client(), ttl=30, timeout=TIMEOUT)
-    assert other.acquire("k") is None, "another owner took the lock while the lease is held"
-    assert holder.release() is True
+    kept_past_the_give_back(server, locker, holder, "the caller's lease was ended on the server")
 
 
 def aclient(server: Server) -> redis.asyncio.Redis:
@@ -108,6 +109,17 @@ def aclient(server: Server) -> redis.asyncio.Redis:
 async def aheld_by(locker: AsyncLocker, key: str, fence: int) -> bool:
     status = await locker.status(key)
     return isinstance(status, fencedlock.LockStatus) and status.held and status.fence == fence
+
+
+async def akept_past_the_give_back(server: Server, locker: AsyncLocker, lease: fencedlock.asyncio.Lease,
+                                   lost: str) -> None:
+    """:func:`kept_past_the_give_back` through the asyncio client."""
+    await asyncio.sleep(2.5 * TIMEOUT)
+    assert await aheld_by(locker, "k", lease.fence), lost
+    await lease.renew()
+    other = AsyncLocker(aclient(server), ttl=30, timeout=TIMEOUT)
+    assert await other.acquire("k") is None, "another owner took the lock while the lease is held"
+    assert await lease.release() is True
 
 
 @pytest.mark.engines("functions", "script")
@@ -126,12 +138,7 @@ def test_asyncio_a_lease_granted_on_a_retry_after_an_unanswered_attempt_stays_he
             settled(resumer, server)
         assert lease is not None, "granted once the server resumed"
         assert took > TIMEOUT, "the first attempt went unanswered: the retry is what was granted"
-        await asyncio.sleep(2.5 * TIMEOUT)
-        assert await aheld_by(locker, "k", lease.fence), "the lease the caller holds was ended on the server"
-        await lease.renew()
-        other = AsyncLocker(aclient(server), ttl=30, timeout=TIMEOUT)
-        assert await other.acquire("k") is None, "another owner took the lock while the lease is held"
-        assert await lease.release() is True
+        await akept_past_the_give_back(server, locker, lease, "the lease the caller holds was ended on the server")
 
     asyncio.run(run())
 
@@ -148,12 +155,7 @@ def test_asyncio_a_callers_token_is_never_released_behind_its_back(server: Serve
         finally:
             settled(resumer, server)
         assert again is not None and again.fence == holder.fence, "re-entered, never released and granted anew"
-        await asyncio.sleep(2.5 * TIMEOUT)
-        assert await aheld_by(locker, "k", holder.fence), "the caller's lease was ended on the server"
-        await holder.renew()
-        other = AsyncLocker(aclient(server), ttl=30, timeout=TIMEOUT)
-        assert await other.acquire("k") is None, "another owner took the lock while the lease is held"
-        assert await holder.release() is True
+        await akept_past_the_give_back(server, locker, holder, "the caller's lease was ended on the server")
 
     asyncio.run(run())
 
