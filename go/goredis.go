@@ -3,6 +3,8 @@ package fencedlock
 import (
 	"context"
 	"errors"
+	"math/big"
+	"strconv"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
@@ -38,7 +40,8 @@ func (c goRedisConn) Do(ctx context.Context, cmd Command) (any, error) {
 }
 
 // goRedisResult is a go-redis reply in the Transport's terms: redis.Nil is a nil reply, an
-// error reply a *ReplyError, a RESP3 map keyed by strings, a boolean 1 or 0.
+// error reply a *ReplyError, a RESP3 map keyed by strings, a boolean 1 or 0, a double or big
+// number its text.
 func goRedisResult(v any, err error) (any, error) {
 	if errors.Is(err, redis.Nil) {
 		return nil, nil
@@ -71,6 +74,11 @@ func goRedisValue(v any) any {
 			return int64(1)
 		}
 		return int64(0)
+	case float64:
+		// go-redis parsed a RESP3 double: its shortest text (the package reads none).
+		return strconv.FormatFloat(v, 'g', -1, 64)
+	case *big.Int:
+		return v.String()
 	}
 	return v
 }

@@ -132,3 +132,7 @@ func keyAfterCount(args []any, i int) int {
 	}
 	return -1
 }
+
+// NewCommand is a request of the package's kinds (its own commands, FCALL, EVALSHA, EVAL,
+// BLPOP, or a keyless one) with its routing key found as the package finds it.
+func NewCommand(args ...any) Command { return commandOf(args) }

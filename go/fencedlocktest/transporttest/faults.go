@@ -1,10 +1,10 @@
-package fencedlock
+package transporttest
 
 // The client failure contract as data (protocol/corpus/client-faults.json; how to read it:
-// protocol/corpus/README.md), run by this package: every scenario, a one-server Locker
+// protocol/corpus/README.md), run through a Transport: every scenario, a one-server Locker
 // ("single") or a Redlock over all its servers ("redlock"), on every engine it names, against real servers with real faults (SIGSTOP, a
 // killed server whose port refuses, a server restarted without the module, DEL on an admin
-// connection), through go-redis clients made as docs/go.md tells users to make them. The
+// connection), through the transports of the client under test. The
 // scenarios are read at run time; a step, outcome, engine or locker this runner does not know
 // fails the run.
 
@@ -19,7 +19,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	fencedlock "example.invalid/fencedlock/go"
+	"example.invalid/fencedlock/go/fencedlocktest"
 )
 
 type scenario struct {
@@ -40,22 +41,24 @@ type faultCorpus struct {
 }
 
 // outcomeOf is an acquisition's result in the corpus's words (README, "Outcomes").
-func outcomeOf(lease *Lease, err error) string {
+func outcomeOf(lease *fencedlock.Lease, err error) string {
 	switch {
 	case err == nil && lease != nil:
 		return "granted"
-	case errors.Is(err, ErrNotAcquired):
+	case errors.Is(err, fencedlock.ErrNotAcquired):
 		return "held"
-	case errors.Is(err, ErrNoModule):
+	case errors.Is(err, fencedlock.ErrNoModule):
 		return "no_module"
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, fencedlock.ErrUnavailable):
 		return "unavailable"
 	}
 	return fmt.Sprintf("other (%v)", err)
 }
 
-func TestClientFaultCorpus(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "protocol/corpus/client-faults.json"))
+// RunFaults runs every scenario of protocol/corpus/client-faults.json on every engine it names
+// (each a parallel subtest of t), over transports of dial.
+func RunFaults(t *testing.T, dial Dial) {
+	raw, err := os.ReadFile(filepath.Join(fencedlocktest.RepoRoot(t), "protocol/corpus/client-faults.json"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,47 +78,47 @@ func TestClientFaultCorpus(t *testing.T) {
 		for _, e := range sc.Engines {
 			sc, e := sc, e
 			ran++
-			t.Run(sc.Name+"/"+e, func(t *testing.T) { t.Parallel(); runScenario(t, corpus, sc, e) })
+			t.Run(sc.Name+"/"+e, func(t *testing.T) { t.Parallel(); runScenario(t, dial, corpus, sc, e) })
 		}
 	}
 	t.Cleanup(func() {
-		t.Logf("client fault corpus on %s: %d scenario runs (one per engine named; each its own subtest)", flavor(), ran)
+		t.Logf("client fault corpus on %s: %d scenario runs (one per engine named; each its own subtest)", fencedlocktest.Flavor(), ran)
 	})
 }
 
 // acquirer is a Locker or a Redlock, as a scenario uses it.
 type acquirer interface {
-	Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
-	Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error
+	Acquire(ctx context.Context, key string, opts ...fencedlock.Option) (*fencedlock.Lease, error)
+	Do(ctx context.Context, key string, fn func(ctx context.Context, lease *fencedlock.Lease) error, opts ...fencedlock.Option) error
 }
 
-func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName string) {
-	setups := map[string]setup{"module": setupModule, "library": setupManaged}
+func runScenario(t *testing.T, dial Dial, corpus faultCorpus, sc scenario, engineName string) {
+	setups := map[string]fencedlocktest.Setup{"module": fencedlocktest.Module, "library": fencedlocktest.Managed}
 	st, ok := setups[engineName]
 	if !ok {
 		t.Fatalf("unknown engine %q", engineName)
 	}
 	ctx := context.Background()
 	key := corpus.Key
-	servers := make([]*testServer, sc.Servers)
+	servers := make([]*fencedlocktest.Server, sc.Servers)
 	for i := range servers {
-		servers[i] = startServer(t, st)
+		servers[i] = fencedlocktest.Start(t, st)
 	}
 	defer func() {
 		for _, s := range servers {
-			s.signal(syscall.SIGCONT)
+			s.Signal(syscall.SIGCONT)
 		}
 	}()
-	settings := []Option{WithTTL(time.Duration(sc.TTLMs) * time.Millisecond), WithTimeout(time.Duration(sc.TimeoutMs) * time.Millisecond)}
+	settings := []fencedlock.Option{fencedlock.WithTTL(time.Duration(sc.TTLMs) * time.Millisecond), fencedlock.WithTimeout(time.Duration(sc.TimeoutMs) * time.Millisecond)}
 	var locker acquirer
 	if sc.Locker == "single" {
-		locker = newTestLocker(t, servers[0].client(), settings...)
+		locker = newLocker(t, dial(t, servers[0].Addr()), settings...)
 	} else {
-		clients := make([]redis.UniversalClient, len(servers))
+		transports := make([]fencedlock.Transport, len(servers))
 		for i, s := range servers {
-			clients[i] = s.client()
+			transports[i] = dial(t, s.Addr())
 		}
-		r, err := NewRedlock(clients, settings...)
+		r, err := fencedlock.NewRedlockOver(transports, settings...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,7 +168,7 @@ func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName strin
 		switch {
 		case step["hold"] != nil:
 			for _, i := range indices(step["hold"], "hold") {
-				other := newTestLocker(t, servers[i].client(), WithTTL(60*time.Second), WithTimeout(2*time.Second))
+				other := newLocker(t, dial(t, servers[i].Addr()), fencedlock.WithTTL(60*time.Second), fencedlock.WithTimeout(2*time.Second))
 				if _, err := other.Acquire(ctx, key); err != nil {
 					t.Fatalf("another owner takes the key on server %d: %v", i, err)
 				}
@@ -180,13 +183,13 @@ func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName strin
 			}
 		case step["stop"] != nil:
 			for _, i := range indices(step["stop"], "stop") {
-				servers[i].signal(syscall.SIGSTOP)
+				servers[i].Signal(syscall.SIGSTOP)
 			}
 		case step["resume"] != nil:
 			targets := indices(step["resume"], "resume")
 			resume := func() {
 				for _, i := range targets {
-					servers[i].signal(syscall.SIGCONT)
+					servers[i].Signal(syscall.SIGCONT)
 				}
 			}
 			if after := ms(step["after_ms"], "after_ms"); after > 0 {
@@ -197,15 +200,15 @@ func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName strin
 			}
 		case step["kill"] != nil:
 			for _, i := range indices(step["kill"], "kill") {
-				servers[i].kill()
+				servers[i].Kill()
 			}
 		case step["restart_without_module"] != nil:
 			for _, i := range indices(step["restart_without_module"], "restart_without_module") {
-				servers[i].restartWithoutModule()
+				servers[i].RestartWithoutModule()
 			}
 		case step["del"] != nil:
 			for _, i := range indices(step["del"], "del") {
-				if err := servers[i].admin.Del(ctx, key).Err(); err != nil {
+				if err := servers[i].Admin.Del(ctx, key).Err(); err != nil {
 					t.Fatalf("DEL on server %d: %v", i, err)
 				}
 			}
@@ -228,13 +231,13 @@ func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName strin
 			within := ms(step["within_ms"], "within_ms")
 			notBefore := ms(step["not_before_ms"], "not_before_ms")
 			started := time.Now()
-			var lease *Lease
+			var lease *fencedlock.Lease
 			var err error
 			if ask.KeepAlive != nil && *ask.KeepAlive {
 				// Do keeps the lease alive; its ctx is the loss signal.
 				got := make(chan struct{})
 				go func() {
-					kept <- locker.Do(ctx, key, func(ctx context.Context, l *Lease) error {
+					kept <- locker.Do(ctx, key, func(ctx context.Context, l *fencedlock.Lease) error {
 						lease, lost = l, ctx.Done()
 						close(got)
 						select {
@@ -242,7 +245,7 @@ func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName strin
 						case <-ctx.Done():
 						}
 						return nil
-					}, WithWait(wait))
+					}, fencedlock.WithWait(wait))
 				}()
 				select {
 				case <-got:
@@ -250,7 +253,7 @@ func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName strin
 					kept <- err
 				}
 			} else {
-				lease, err = locker.Acquire(ctx, key, WithWait(wait))
+				lease, err = locker.Acquire(ctx, key, fencedlock.WithWait(wait))
 			}
 			took := time.Since(started)
 			outcome := outcomeOf(lease, err)
@@ -301,12 +304,12 @@ func runScenario(t *testing.T, corpus faultCorpus, sc scenario, engineName strin
 }
 
 // isFree reads on an admin connection whether nobody holds key (README, "free").
-func isFree(t *testing.T, s *testServer, engineName, key string) bool {
+func isFree(t *testing.T, s *fencedlocktest.Server, engineName, key string) bool {
 	args := []any{"FENCEDLOCK.STATUS", key}
 	if engineName != "module" {
-		args = []any{"FCALL", proto.c.Library.Functions[cmdStatus], "1", key}
+		args = []any{"FCALL", statusFunction, "1", key}
 	}
-	v, err := s.admin.Do(context.Background(), args...).Result()
+	v, err := s.Admin.Do(context.Background(), args...).Result()
 	if err != nil {
 		if err.Error() == "redis: nil" {
 			return true

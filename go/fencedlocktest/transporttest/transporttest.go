@@ -1,0 +1,109 @@
+// Package transporttest runs the shared corpora through a fencedlock.Transport, for the
+// package's go-redis transport and the adapter modules (rueidis, valkey-go), against real
+// servers started by fencedlocktest: the conformance cases (RunConformance), the client fault
+// scenarios (RunFaults) and the conversion of replies into the Transport's terms, checked
+// against an exact RESP2 connection (RunReplies).
+package transporttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"testing"
+	"time"
+
+	fencedlock "example.invalid/fencedlock/go"
+	"example.invalid/fencedlock/go/fencedlocktest"
+	"example.invalid/fencedlock/go/internal/contract"
+)
+
+// Dial is a transport of the client under test to addr, as the server's default user; the
+// client behind it is closed when t ends.
+type Dial func(t testing.TB, addr string) fencedlock.Transport
+
+// statusFunction is the library's function for STATUS (contract.json), for isFree.
+var statusFunction = func() string {
+	c, err := contract.Parse(contract.JSON)
+	if err != nil {
+		return ""
+	}
+	return c.Library.Functions["FENCEDLOCK.STATUS"]
+}()
+
+// newLocker is a locker over t, closed when the test ends.
+func newLocker(tb testing.TB, t fencedlock.Transport, opts ...fencedlock.Option) *fencedlock.Locker {
+	tb.Helper()
+	l, err := fencedlock.NewLockerOver(t, opts...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { l.Close() })
+	return l
+}
+
+// sender sends the corpus's requests through a transport.
+type sender struct{ t fencedlock.Transport }
+
+func (s sender) Send(words [][]byte) (fencedlocktest.Reply, error) {
+	args := make([]any, len(words))
+	for i, w := range words {
+		args[i] = w
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return asReply(s.t.Do(ctx, fencedlock.NewCommand(args...)))
+}
+
+// asReply is a transport's decoded reply as the corpus runner compares replies: strings of
+// every kind as bulk strings (the runner compares the module's and the library's replies, each
+// read the same way), a map as its key/value pairs in key order.
+func asReply(v any, err error) (fencedlocktest.Reply, error) {
+	var re *fencedlock.ReplyError
+	if errors.As(err, &re) {
+		return fencedlocktest.Reply{Kind: fencedlocktest.ErrorReply, Str: []byte(re.Reply)}, nil
+	}
+	if err != nil {
+		return fencedlocktest.Reply{}, err
+	}
+	switch v := v.(type) {
+	case nil:
+		return fencedlocktest.Reply{Kind: fencedlocktest.Nil}, nil
+	case int64:
+		return fencedlocktest.Reply{Kind: fencedlocktest.Int, Int: v}, nil
+	case string:
+		return fencedlocktest.Reply{Kind: fencedlocktest.Bulk, Str: []byte(v)}, nil
+	case []any:
+		out := fencedlocktest.Reply{Kind: fencedlocktest.Array, Items: make([]fencedlocktest.Reply, len(v))}
+		for i, item := range v {
+			if out.Items[i], err = asReply(item, nil); err != nil {
+				return out, err
+			}
+		}
+		return out, nil
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		out := fencedlocktest.Reply{Kind: fencedlocktest.Array}
+		for _, k := range keys {
+			item, err := asReply(v[k], nil)
+			if err != nil {
+				return out, err
+			}
+			out.Items = append(out.Items, fencedlocktest.Reply{Kind: fencedlocktest.Bulk, Str: []byte(k)}, item)
+		}
+		return out, nil
+	}
+	return fencedlocktest.Reply{}, fmt.Errorf("a reply of type %T is outside the Transport's terms", v)
+}
+
+// RunConformance runs the conformance corpus (fencedlocktest.RunConformance) through
+// transports of dial.
+func RunConformance(t *testing.T, dial Dial) {
+	fencedlocktest.RunConformance(t, fencedlocktest.Conformance{
+		Dial: func(t *testing.T, addr string) fencedlocktest.Sender { return sender{dial(t, addr)} },
+	})
+}
