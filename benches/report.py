@@ -3,7 +3,8 @@
 RESULTS.md.
 
 Reads <results>/server.json, <results>/memory.json, <results>/profile.json, <results>/functions.json,
-<results>/client_paired.json, <results>/contention.json, <results>/session.json and criterion's
+<results>/client_paired.json, <results>/contention.json, <results>/session.json,
+<results>/go_locks.json and criterion's
 <target>/criterion/*/*/new/estimates.json. Standard library only.
 """
 
@@ -25,6 +26,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in benches/
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_growth import growth_section  # noqa: E402
 from report_guard import guard_section  # noqa: E402
+from report_go import go_section  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -536,6 +538,7 @@ def main() -> None:
     lines += functions_section(functions)
     lines += growth_section(growth, redlock_scale)
     lines += guard_section(guard)
+    lines += go_section(load(results / "go_locks.json"))
     lines.append("")
     Path(opts.out).write_text("\n".join(lines))
     print(f"wrote {opts.out}")
