@@ -3,7 +3,7 @@
 //! that ignores SIGTERM.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -11,26 +11,6 @@ use crate::support::*;
 
 /// Timing slack for process starts and the renewal round trip on a loaded machine.
 const SLACK: Duration = Duration::from_millis(500);
-
-/// A shell command that ignores SIGTERM and runs a child that does not end by itself; it
-/// writes both pids to `pids` and then creates `started`, both in `dir`.
-struct Stubborn {
-    dir: tempfile::TempDir,
-    started: PathBuf,
-    pids: PathBuf,
-    script: String,
-}
-
-fn stubborn_command() -> Stubborn {
-    let dir = scratch();
-    let (started, pids) = (p(dir.path(), "started"), p(dir.path(), "pids"));
-    let script = format!(
-        "trap '' TERM; sleep 60 & echo $$ $! > '{}'; touch '{}'; wait",
-        pids.display(),
-        started.display()
-    );
-    Stubborn { dir, started, pids, script }
-}
 
 /// Runs a SIGTERM-ignoring command under `--ttl TTL --kill-grace GRACE`, deletes the key as
 /// soon as it runs (the first renewal, at ttl/3, is refused), and returns when its last

@@ -146,13 +146,7 @@ fn a_waiting_run_waits_on_the_server_and_starts_when_the_holder_exits() {
 #[test]
 fn a_lost_lease_terminates_the_command_and_exits_76() {
     let server = Server::start();
-    let dir = scratch();
-    let (started, term) = (p(dir.path(), "started"), p(dir.path(), "term"));
-    let script = format!(
-        "trap \"echo TERM > '{}'; exit 9\" TERM; touch '{}'; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
-        term.display(),
-        started.display()
-    );
+    let TermRecorder { dir: _dir, started, term, script } = term_recording_command(9);
     let run =
         spawn_sh_under_run(&server.url(), &["-k", "lost", "--ttl", "900ms", "--kill-grace", "5s"], &script);
     wait_for_file(&started, HANG);
@@ -178,14 +172,7 @@ fn a_lost_lease_terminates_the_command_and_exits_76() {
 #[test]
 fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
     let server = Server::start();
-    let dir = scratch();
-    let (started, pids) = (p(dir.path(), "started"), p(dir.path(), "pids"));
-    // The shell and its `sleep` both ignore SIGTERM; only SIGKILL to the group stops them.
-    let script = format!(
-        "trap '' TERM; sleep 30 & echo $$ $! > '{}'; touch '{}'; wait",
-        pids.display(),
-        started.display()
-    );
+    let Stubborn { dir: _dir, started, pids, script } = stubborn_command();
     let run = spawn_sh_under_run(
         &server.url(),
         &["-k", "stubborn", "--ttl", "600ms", "--kill-grace", "300ms"],
@@ -267,13 +254,7 @@ fn exit_codes_pass_through_and_the_lease_is_always_released() {
 #[test]
 fn sigterm_is_forwarded_to_the_command_and_the_lease_released() {
     let server = Server::start();
-    let dir = scratch();
-    let (started, got) = (p(dir.path(), "started"), p(dir.path(), "got"));
-    let script = format!(
-        "trap \"echo TERM > '{}'; exit 0\" TERM; touch '{}'; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
-        got.display(),
-        started.display()
-    );
+    let TermRecorder { dir: _dir, started, term: got, script } = term_recording_command(0);
     let run =
         spawn(&["run", "--redis", &server.url(), "-k", "sig", "--ttl", "2s", "--", "sh", "-c", &script]);
     wait_for_file(&started, HANG);

@@ -162,6 +162,47 @@ pub fn spawn_sh_under_run(url: &str, options: &[&str], script: &str) -> Running 
     spawn(&args)
 }
 
+/// A shell command that ignores SIGTERM and runs a child that does not end by itself (only
+/// SIGKILL to the group stops them); it writes both pids to `pids` and then creates `started`,
+/// both in `dir`.
+pub struct Stubborn {
+    pub dir: tempfile::TempDir,
+    pub started: PathBuf,
+    pub pids: PathBuf,
+    pub script: String,
+}
+
+pub fn stubborn_command() -> Stubborn {
+    let dir = scratch();
+    let (started, pids) = (p(dir.path(), "started"), p(dir.path(), "pids"));
+    let script = format!(
+        "trap '' TERM; sleep 60 & echo $$ $! > '{}'; touch '{}'; wait",
+        pids.display(),
+        started.display()
+    );
+    Stubborn { dir, started, pids, script }
+}
+
+/// A shell command that handles SIGTERM: it writes `TERM` to `term` and exits with `code`. It
+/// creates `started` once the trap is set, and otherwise ends by itself after 30 s.
+pub struct TermRecorder {
+    pub dir: tempfile::TempDir,
+    pub started: PathBuf,
+    pub term: PathBuf,
+    pub script: String,
+}
+
+pub fn term_recording_command(code: u8) -> TermRecorder {
+    let dir = scratch();
+    let (started, term) = (p(dir.path(), "started"), p(dir.path(), "term"));
+    let script = format!(
+        "trap \"echo TERM > '{}'; exit {code}\" TERM; touch '{}'; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
+        term.display(),
+        started.display()
+    );
+    TermRecorder { dir, started, term, script }
+}
+
 /// Runs `fencedlock ARGS` to completion.
 pub fn run(args: &[&str]) -> Outcome {
     spawn(args).finish()
