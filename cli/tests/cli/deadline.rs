@@ -18,7 +18,7 @@ const SLACK: Duration = Duration::from_millis(500);
 /// grant), with fencedlock's outcome.
 fn lose_the_lease(ttl: &str, grace: &str) -> (Duration, Outcome) {
     let server = Server::start();
-    let Stubborn { dir: _dir, started, pids, script } = stubborn_command();
+    let ShellCommand { dir: _dir, started, out: pids, script } = stubborn_command();
     let spawned = Instant::now();
     let run =
         spawn_sh_under_run(&server.url(), &["-k", "deadline", "--ttl", ttl, "--kill-grace", grace], &script);
@@ -71,7 +71,7 @@ fn a_lease_that_ran_out_gets_sigkill_at_once() {
     // The server freezes and the renewal hangs (the node timeout is longer than the lease):
     // the keep-alive declares the lease lost only when its validity ends, so no grace is left.
     let server = Server::start();
-    let Stubborn { dir: _dir, started, pids, script } = stubborn_command();
+    let ShellCommand { dir: _dir, started, out: pids, script } = stubborn_command();
     let spawned = Instant::now();
     let run = spawn_sh_under_run(&server.url(), &["--timeout", "5s", "-k", "frozen", "--ttl", "1s"], &script);
     wait_for_file(&started, HANG);

@@ -146,7 +146,7 @@ fn a_waiting_run_waits_on_the_server_and_starts_when_the_holder_exits() {
 #[test]
 fn a_lost_lease_terminates_the_command_and_exits_76() {
     let server = Server::start();
-    let TermRecorder { dir: _dir, started, term, script } = term_recording_command(9);
+    let ShellCommand { dir: _dir, started, out: term, script } = term_recording_command(9);
     let run =
         spawn_sh_under_run(&server.url(), &["-k", "lost", "--ttl", "900ms", "--kill-grace", "5s"], &script);
     wait_for_file(&started, HANG);
@@ -172,7 +172,7 @@ fn a_lost_lease_terminates_the_command_and_exits_76() {
 #[test]
 fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
     let server = Server::start();
-    let Stubborn { dir: _dir, started, pids, script } = stubborn_command();
+    let ShellCommand { dir: _dir, started, out: pids, script } = stubborn_command();
     let run = spawn_sh_under_run(
         &server.url(),
         &["-k", "stubborn", "--ttl", "600ms", "--kill-grace", "300ms"],
@@ -254,7 +254,7 @@ fn exit_codes_pass_through_and_the_lease_is_always_released() {
 #[test]
 fn sigterm_is_forwarded_to_the_command_and_the_lease_released() {
     let server = Server::start();
-    let TermRecorder { dir: _dir, started, term: got, script } = term_recording_command(0);
+    let ShellCommand { dir: _dir, started, out: got, script } = term_recording_command(0);
     let run =
         spawn(&["run", "--redis", &server.url(), "-k", "sig", "--ttl", "2s", "--", "sh", "-c", &script]);
     wait_for_file(&started, HANG);
@@ -269,9 +269,7 @@ fn sigterm_is_forwarded_to_the_command_and_the_lease_released() {
 #[test]
 fn sigint_kills_a_plain_command_and_the_exit_code_says_so() {
     let server = Server::start();
-    let dir = scratch();
-    let (started, pid_file) = (p(dir.path(), "started"), p(dir.path(), "pid"));
-    let script = format!("echo $$ > '{}'; touch '{}'; exec sleep 30", pid_file.display(), started.display());
+    let ShellCommand { dir: _dir, started, out: pid_file, script } = sleeping_command();
     let run = spawn(&["run", "--redis", &server.url(), "-k", "int", "--", "sh", "-c", &script]);
     wait_for_file(&started, HANG);
     run.signal(libc::SIGINT);
@@ -334,9 +332,7 @@ fn min_hold_keeps_the_lock_after_a_short_command_so_late_hosts_skip() {
 #[test]
 fn the_command_dies_with_a_killed_fencedlock_since_nobody_renews_its_lease() {
     let server = Server::start();
-    let dir = scratch();
-    let (started, pid_file) = (p(dir.path(), "started"), p(dir.path(), "pid"));
-    let script = format!("echo $$ > '{}'; touch '{}'; exec sleep 30", pid_file.display(), started.display());
+    let ShellCommand { dir: _dir, started, out: pid_file, script } = sleeping_command();
     let run = spawn(&["run", "--redis", &server.url(), "-k", "orphan", "--", "sh", "-c", &script]);
     wait_for_file(&started, HANG);
     let pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();

@@ -162,45 +162,46 @@ pub fn spawn_sh_under_run(url: &str, options: &[&str], script: &str) -> Running 
     spawn(&args)
 }
 
-/// A shell command that ignores SIGTERM and runs a child that does not end by itself (only
-/// SIGKILL to the group stops them); it writes both pids to `pids` and then creates `started`,
-/// both in `dir`.
-pub struct Stubborn {
+/// A shell command for `sh -c` in a scratch `dir` of its own: it creates `started` once it is
+/// ready, and reports to `out` (what it reports is the constructor's to say).
+pub struct ShellCommand {
     pub dir: tempfile::TempDir,
     pub started: PathBuf,
-    pub pids: PathBuf,
+    pub out: PathBuf,
     pub script: String,
 }
 
-pub fn stubborn_command() -> Stubborn {
-    let dir = scratch();
-    let (started, pids) = (p(dir.path(), "started"), p(dir.path(), "pids"));
-    let script = format!(
-        "trap '' TERM; sleep 60 & echo $$ $! > '{}'; touch '{}'; wait",
-        pids.display(),
-        started.display()
-    );
-    Stubborn { dir, started, pids, script }
+impl ShellCommand {
+    /// `script(out, started)` with `out` named `out_name`.
+    fn new(out_name: &str, script: impl FnOnce(&str, &str) -> String) -> ShellCommand {
+        let dir = scratch();
+        let (started, out) = (p(dir.path(), "started"), p(dir.path(), out_name));
+        let script = script(&out.display().to_string(), &started.display().to_string());
+        ShellCommand { dir, started, out, script }
+    }
 }
 
-/// A shell command that handles SIGTERM: it writes `TERM` to `term` and exits with `code`. It
-/// creates `started` once the trap is set, and otherwise ends by itself after 30 s.
-pub struct TermRecorder {
-    pub dir: tempfile::TempDir,
-    pub started: PathBuf,
-    pub term: PathBuf,
-    pub script: String,
+/// Ignores SIGTERM and runs a child that does not end by itself (only SIGKILL to the group
+/// stops them); writes both pids to `out`.
+pub fn stubborn_command() -> ShellCommand {
+    ShellCommand::new("pids", |pids, started| {
+        format!("trap '' TERM; sleep 60 & echo $$ $! > '{pids}'; touch '{started}'; wait")
+    })
 }
 
-pub fn term_recording_command(code: u8) -> TermRecorder {
-    let dir = scratch();
-    let (started, term) = (p(dir.path(), "started"), p(dir.path(), "term"));
-    let script = format!(
-        "trap \"echo TERM > '{}'; exit {code}\" TERM; touch '{}'; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done",
-        term.display(),
-        started.display()
-    );
-    TermRecorder { dir, started, term, script }
+/// Handles SIGTERM: writes `TERM` to `out` and exits with `code`; otherwise ends by itself
+/// after 30 s.
+pub fn term_recording_command(code: u8) -> ShellCommand {
+    ShellCommand::new("term", |term, started| {
+        format!(
+            "trap \"echo TERM > '{term}'; exit {code}\" TERM; touch '{started}'; i=0; while [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"
+        )
+    })
+}
+
+/// Writes its pid to `out` and sleeps 30 s as that process: a plain command, no traps.
+pub fn sleeping_command() -> ShellCommand {
+    ShellCommand::new("pid", |pid, started| format!("echo $$ > '{pid}'; touch '{started}'; exec sleep 30"))
 }
 
 /// Runs `fencedlock ARGS` to completion.
