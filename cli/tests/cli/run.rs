@@ -146,10 +146,8 @@ fn a_waiting_run_waits_on_the_server_and_starts_when_the_holder_exits() {
 #[test]
 fn a_lost_lease_terminates_the_command_and_exits_76() {
     let server = Server::start();
-    let ShellCommand { dir: _dir, started, out: term, script } = term_recording_command(9);
-    let run =
-        spawn_sh_under_run(&server.url(), &["-k", "lost", "--ttl", "900ms", "--kill-grace", "5s"], &script);
-    wait_for_file(&started, HANG);
+    let recording = term_recording_command(9);
+    let run = started_under_run(&server, &["-k", "lost", "--ttl", "900ms", "--kill-grace", "5s"], &recording);
     let st = server.lock_status("lost").expect("lock state");
     assert!(st.held);
     let fence = st.fence;
@@ -160,7 +158,7 @@ fn a_lost_lease_terminates_the_command_and_exits_76() {
 
     let out = run.finish();
     assert_eq!(out.code(), LEASE_LOST, "{out:?}");
-    assert_eq!(fs::read_to_string(&term).unwrap().trim(), "TERM", "the command got SIGTERM");
+    assert_eq!(fs::read_to_string(&recording.out).unwrap().trim(), "TERM", "the command got SIGTERM");
     assert!(out.stderr.contains("lost"), "{out:?}");
     assert!(out.stderr.contains("terminated"), "{out:?}");
     assert!(out.elapsed < Duration::from_secs(15), "the command was stopped, not waited for: {out:?}");
@@ -172,18 +170,14 @@ fn a_lost_lease_terminates_the_command_and_exits_76() {
 #[test]
 fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
     let server = Server::start();
-    let ShellCommand { dir: _dir, started, out: pids, script } = stubborn_command();
-    let run = spawn_sh_under_run(
-        &server.url(),
-        &["-k", "stubborn", "--ttl", "600ms", "--kill-grace", "300ms"],
-        &script,
-    );
-    wait_for_file(&started, HANG);
+    let stubborn = stubborn_command();
+    let run =
+        started_under_run(&server, &["-k", "stubborn", "--ttl", "600ms", "--kill-grace", "300ms"], &stubborn);
     let _: i64 = server.cmd(&["DEL", "stubborn"]).unwrap();
     let out = run.finish();
     assert_eq!(out.code(), LEASE_LOST, "{out:?}");
     assert!(out.stderr.contains("signal 9"), "{out:?}");
-    for pid in fs::read_to_string(&pids).unwrap().split_whitespace() {
+    for pid in fs::read_to_string(&stubborn.out).unwrap().split_whitespace() {
         assert!(!alive(pid), "process {pid} of the command survived");
     }
 }
@@ -254,28 +248,25 @@ fn exit_codes_pass_through_and_the_lease_is_always_released() {
 #[test]
 fn sigterm_is_forwarded_to_the_command_and_the_lease_released() {
     let server = Server::start();
-    let ShellCommand { dir: _dir, started, out: got, script } = term_recording_command(0);
-    let run =
-        spawn(&["run", "--redis", &server.url(), "-k", "sig", "--ttl", "2s", "--", "sh", "-c", &script]);
-    wait_for_file(&started, HANG);
+    let recording = term_recording_command(0);
+    let run = started_under_run(&server, &["-k", "sig", "--ttl", "2s"], &recording);
     assert!(server.lock_held("sig"));
     run.signal(libc::SIGTERM);
     let out = run.finish_within(Duration::from_secs(10));
     assert_eq!(out.code(), 0, "the command's own exit code after handling SIGTERM: {out:?}");
-    assert_eq!(fs::read_to_string(&got).unwrap().trim(), "TERM");
+    assert_eq!(fs::read_to_string(&recording.out).unwrap().trim(), "TERM");
     assert!(!server.lock_held("sig"), "the lease is released after the forwarded signal");
 }
 
 #[test]
 fn sigint_kills_a_plain_command_and_the_exit_code_says_so() {
     let server = Server::start();
-    let ShellCommand { dir: _dir, started, out: pid_file, script } = sleeping_command();
-    let run = spawn(&["run", "--redis", &server.url(), "-k", "int", "--", "sh", "-c", &script]);
-    wait_for_file(&started, HANG);
+    let sleeping = sleeping_command();
+    let run = started_under_run(&server, &["-k", "int"], &sleeping);
     run.signal(libc::SIGINT);
     let out = run.finish_within(Duration::from_secs(10));
     assert_eq!(out.code(), 128 + 2, "{out:?}");
-    assert!(!alive(fs::read_to_string(&pid_file).unwrap().trim()));
+    assert!(!alive(fs::read_to_string(&sleeping.out).unwrap().trim()));
     assert!(!server.lock_held("int"));
 }
 
@@ -332,10 +323,9 @@ fn min_hold_keeps_the_lock_after_a_short_command_so_late_hosts_skip() {
 #[test]
 fn the_command_dies_with_a_killed_fencedlock_since_nobody_renews_its_lease() {
     let server = Server::start();
-    let ShellCommand { dir: _dir, started, out: pid_file, script } = sleeping_command();
-    let run = spawn(&["run", "--redis", &server.url(), "-k", "orphan", "--", "sh", "-c", &script]);
-    wait_for_file(&started, HANG);
-    let pid = fs::read_to_string(&pid_file).unwrap().trim().to_owned();
+    let sleeping = sleeping_command();
+    let run = started_under_run(&server, &["-k", "orphan"], &sleeping);
+    let pid = fs::read_to_string(&sleeping.out).unwrap().trim().to_owned();
     assert!(alive(&pid));
     run.signal(libc::SIGKILL);
     let out = run.finish();

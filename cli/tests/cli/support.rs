@@ -204,6 +204,13 @@ pub fn sleeping_command() -> ShellCommand {
     ShellCommand::new("pid", |pid, started| format!("echo $$ > '{pid}'; touch '{started}'; exec sleep 30"))
 }
 
+/// `command` under `fencedlock run --redis SERVER OPTIONS`, once it has started.
+pub fn started_under_run(server: &Server, options: &[&str], command: &ShellCommand) -> Running {
+    let run = spawn_sh_under_run(&server.url(), options, &command.script);
+    wait_for_file(&command.started, HANG);
+    run
+}
+
 /// Runs `fencedlock ARGS` to completion.
 pub fn run(args: &[&str]) -> Outcome {
     spawn(args).finish()
