@@ -1,0 +1,85 @@
+// Package rueidis runs fencedlock over a rueidis client (github.com/redis/rueidis): leases,
+// waits, sessions, Redlock and every other part of the package, with the same contract as its
+// go-redis form, on the module, the Functions library and its script form.
+//
+//	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"lock1:6379"}, AlwaysPipelining: true})
+//	locker, err := fencedrueidis.NewLocker(client, fencedlock.WithTTL(30*time.Second))
+//
+// One server per client (a standalone or Sentinel client); a cluster client is refused. Give
+// the client AlwaysPipelining: true: its connection is then read in the background, so one the
+// server closed (a restart) is replaced before the next request instead of failing it. Waits
+// block on rueidis's pool of dedicated connections (requests marked blocking), never on the
+// pipelined one; no request is marked read-only, so rueidis never sends one twice.
+//
+// The transport is internal/adapter's, written once over the types of rueidis and of its fork
+// valkey-go as type parameters; this package passes in only what Go's types cannot share
+// (building a rueidis command, whose builder types live in rueidis's internal package; the
+// client's Do and DoMulti). See docs/go.md, "Over rueidis and valkey-go".
+package rueidis
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/rueidis"
+
+	fencedlock "example.invalid/fencedlock/go"
+	"example.invalid/fencedlock/go/internal/adapter"
+)
+
+// New is a fencedlock.Transport over client, a rueidis client to one server. Its Close closes
+// nothing: the client is the caller's.
+func New(client rueidis.Client) (fencedlock.Transport, error) {
+	if client == nil {
+		return nil, errors.New("fencedlock/rueidis: a nil client")
+	}
+	if client.Mode() == rueidis.ClientModeCluster {
+		return nil, errors.New("fencedlock/rueidis: a cluster client is not supported yet (use go-redis's ClusterClient)")
+	}
+	var addr string
+	for a := range client.Nodes() {
+		addr = a
+	}
+	return adapter.New[rueidis.Completed, rueidis.RedisResult, rueidis.RedisMessage](adapter.Client[rueidis.Completed, rueidis.RedisResult, rueidis.RedisMessage]{
+		Command: func(cmd fencedlock.Command, blocking bool) rueidis.Completed {
+			words := cmd.Strings()
+			b := client.B().Arbitrary(words[0])
+			if cmd.Key > 0 {
+				b = b.Args(words[1:cmd.Key]...).Keys(words[cmd.Key]).Args(words[cmd.Key+1:]...)
+			} else {
+				b = b.Args(words[1:]...)
+			}
+			if blocking {
+				return b.Blocking()
+			}
+			return b.Build()
+		},
+		Do: client.Do,
+		DoMulti: func(ctx context.Context, cs ...rueidis.Completed) []rueidis.RedisResult {
+			return client.DoMulti(ctx, cs...)
+		},
+		Addr: addr,
+	}), nil
+}
+
+// NewLocker is a fencedlock.Locker over client (see New and fencedlock.NewLockerOver).
+func NewLocker(client rueidis.Client, opts ...fencedlock.Option) (*fencedlock.Locker, error) {
+	t, err := New(client)
+	if err != nil {
+		return nil, err
+	}
+	return fencedlock.NewLockerOver(t, opts...)
+}
+
+// NewRedlock is a fencedlock.Redlock over clients, one per independent server.
+func NewRedlock(clients []rueidis.Client, opts ...fencedlock.Option) (*fencedlock.Redlock, error) {
+	transports := make([]fencedlock.Transport, len(clients))
+	for i, c := range clients {
+		t, err := New(c)
+		if err != nil {
+			return nil, err
+		}
+		transports[i] = t
+	}
+	return fencedlock.NewRedlockOver(transports, opts...)
+}

@@ -1,0 +1,87 @@
+// Package valkeygo runs fencedlock over a valkey-go client (github.com/valkey-io/valkey-go):
+// leases, waits, sessions, Redlock and every other part of the package, with the same contract
+// as its go-redis form, on the module, the Functions library and its script form.
+//
+//	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"lock1:6379"}, AlwaysPipelining: true})
+//	locker, err := valkeygo.NewLocker(client, fencedlock.WithTTL(30*time.Second))
+//
+// One server per client (a standalone or Sentinel client); a cluster client is refused. Give
+// the client AlwaysPipelining: true: its connection is then read in the background, so one the
+// server closed (a restart) is replaced before the next request instead of failing it. Waits
+// block on valkey-go's pool of dedicated connections (requests marked blocking), never on the
+// pipelined one; no request is marked read-only, so valkey-go never sends one twice.
+//
+// valkey-go is a fork of rueidis, and this package is the rueidis adapter's twin: the transport
+// is internal/adapter's, written once over both libraries' types as type parameters. What is
+// repeated here is what Go's types cannot share: building a command (the builders' Arbitrary
+// and Completed types live in each library's internal package, so no type parameter or
+// interface can name their methods), the type arguments, and the constructors' signatures
+// (valkey.Client and rueidis.Client are distinct interface types). See docs/go.md.
+package valkeygo
+
+import (
+	"context"
+	"errors"
+
+	"github.com/valkey-io/valkey-go"
+
+	fencedlock "example.invalid/fencedlock/go"
+	"example.invalid/fencedlock/go/internal/adapter"
+)
+
+// New is a fencedlock.Transport over client, a valkey-go client to one server. Its Close
+// closes nothing: the client is the caller's.
+func New(client valkey.Client) (fencedlock.Transport, error) {
+	if client == nil {
+		return nil, errors.New("fencedlock/valkeygo: a nil client")
+	}
+	if client.Mode() == valkey.ClientModeCluster {
+		return nil, errors.New("fencedlock/valkeygo: a cluster client is not supported yet (use go-redis's ClusterClient)")
+	}
+	var addr string
+	for a := range client.Nodes() {
+		addr = a
+	}
+	return adapter.New[valkey.Completed, valkey.ValkeyResult, valkey.ValkeyMessage](adapter.Client[valkey.Completed, valkey.ValkeyResult, valkey.ValkeyMessage]{
+		Command: func(cmd fencedlock.Command, blocking bool) valkey.Completed {
+			words := cmd.Strings()
+			b := client.B().Arbitrary(words[0])
+			if cmd.Key > 0 {
+				b = b.Args(words[1:cmd.Key]...).Keys(words[cmd.Key]).Args(words[cmd.Key+1:]...)
+			} else {
+				b = b.Args(words[1:]...)
+			}
+			if blocking {
+				return b.Blocking()
+			}
+			return b.Build()
+		},
+		Do: client.Do,
+		DoMulti: func(ctx context.Context, cs ...valkey.Completed) []valkey.ValkeyResult {
+			return client.DoMulti(ctx, cs...)
+		},
+		Addr: addr,
+	}), nil
+}
+
+// NewLocker is a fencedlock.Locker over client (see New and fencedlock.NewLockerOver).
+func NewLocker(client valkey.Client, opts ...fencedlock.Option) (*fencedlock.Locker, error) {
+	t, err := New(client)
+	if err != nil {
+		return nil, err
+	}
+	return fencedlock.NewLockerOver(t, opts...)
+}
+
+// NewRedlock is a fencedlock.Redlock over clients, one per independent server.
+func NewRedlock(clients []valkey.Client, opts ...fencedlock.Option) (*fencedlock.Redlock, error) {
+	transports := make([]fencedlock.Transport, len(clients))
+	for i, c := range clients {
+		t, err := New(c)
+		if err != nil {
+			return nil, err
+		}
+		transports[i] = t
+	}
+	return fencedlock.NewRedlockOver(transports, opts...)
+}
