@@ -16,7 +16,7 @@ use fencedlock_protocol::command::{ACQUIRE, PERMITS, RAISE, RENEW, SHARED};
 use fencedlock_protocol::ReplyError;
 use harness::{error_text, redis, Cluster, Ended, Server};
 
-use crate::{grant, release};
+use crate::{grant, release, route, settings};
 
 const LONG_TTL: u64 = 60_000;
 /// Bound on a reply that must come.
@@ -41,14 +41,6 @@ fn cluster() -> Option<Cluster> {
     }
     eprintln!("{} has no atomic slot migration: its refusal is checked", node.release());
     None
-}
-
-/// The slot of `key`, its owner, and another master to move it to.
-fn route(cluster: &Cluster, key: &str) -> (u16, usize, usize) {
-    let slot = cluster.key_slot(key);
-    let source = cluster.slot_owner(slot);
-    let target = cluster.masters().into_iter().find(|&m| m != source).expect("another master");
-    (slot, source, target)
 }
 
 fn cmd<T: redis::FromRedisValue>(node: &Server, words: &[&str]) -> T {
@@ -182,13 +174,7 @@ fn a_cancelled_migration_leaves_the_source_as_it_was() {
 }
 
 fn config(ttl: Duration) -> LockConfig {
-    LockConfig::builder()
-        .ttl(ttl)
-        .node_timeout(Duration::from_secs(2))
-        .backoff(Duration::from_millis(5), Duration::from_millis(50))
-        .max_wait(Duration::from_secs(10))
-        .build()
-        .expect("valid config")
+    settings(ttl, Duration::from_secs(2), Duration::from_secs(10)).build().expect("valid config")
 }
 
 /// One acknowledged grant: its key, fence and token, and when the request was sent and

@@ -16,13 +16,11 @@ use fencedlock_protocol::functions::{self, FENCES_PER_MILLISECOND, LIBRARY};
 use harness::redis;
 use harness::{error_text, Cluster, Server};
 
+use crate::settings;
+
 fn config() -> LockConfig {
-    LockConfig::builder()
-        .ttl(Duration::from_secs(30))
+    settings(Duration::from_secs(30), Duration::from_secs(2), Duration::from_secs(5))
         .engine(EngineChoice::Only(Engine::Functions))
-        .node_timeout(Duration::from_secs(2))
-        .backoff(Duration::from_millis(5), Duration::from_millis(50))
-        .max_wait(Duration::from_secs(5))
         .build()
         .expect("valid config")
 }

@@ -16,7 +16,7 @@ mod waiting;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
-use fencedlock::{Error, Lease, LockConfig, Locker};
+use fencedlock::{Error, Lease, LockConfig, LockConfigBuilder, Locker};
 use fencedlock_protocol::command::{ACQUIRE, RAISE, STATUS};
 use harness::redis;
 use harness::{decode_status, epoch_of, error_text, Cluster, Server};
@@ -24,13 +24,25 @@ use harness::{decode_status, epoch_of, error_text, Cluster, Server};
 const TTL: Duration = Duration::from_secs(30);
 
 fn config() -> LockConfig {
+    settings(TTL, Duration::from_secs(3), Duration::from_secs(5)).build().expect("valid config")
+}
+
+/// The cluster tests' locker settings, for a test to add its own to: leases of `ttl`,
+/// `node_timeout` per node, waits of up to `max_wait` retried after short backoffs.
+fn settings(ttl: Duration, node_timeout: Duration, max_wait: Duration) -> LockConfigBuilder {
     LockConfig::builder()
-        .ttl(TTL)
-        .node_timeout(Duration::from_secs(3))
+        .ttl(ttl)
+        .node_timeout(node_timeout)
         .backoff(Duration::from_millis(5), Duration::from_millis(50))
-        .max_wait(Duration::from_secs(5))
-        .build()
-        .expect("valid config")
+        .max_wait(max_wait)
+}
+
+/// The slot of `key`, its owner, and another master to move it to.
+fn route(cluster: &Cluster, key: &str) -> (u16, usize, usize) {
+    let slot = cluster.key_slot(key);
+    let source = cluster.slot_owner(slot);
+    let target = cluster.masters().into_iter().find(|&m| m != source).expect("another master");
+    (slot, source, target)
 }
 
 fn cluster() -> Cluster {

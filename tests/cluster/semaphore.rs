@@ -30,9 +30,7 @@ struct Route<'c> {
 }
 
 fn route<'c>(cluster: &'c Cluster, key: &str) -> Route<'c> {
-    let slot = cluster.key_slot(key);
-    let a = cluster.slot_owner(slot);
-    let b = cluster.masters().into_iter().find(|&m| m != a).expect("another master");
+    let (slot, a, b) = crate::route(cluster, key);
     Route { slot, a, b, na: &cluster.nodes()[a], nb: &cluster.nodes()[b] }
 }
 
