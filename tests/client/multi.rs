@@ -12,7 +12,7 @@ use fencedlock::{Error, LockConfig, Locker, Redlock};
 use fencedlock_protocol::command::{ACQUIRE, ACQUIREALL};
 use harness::Server;
 
-use crate::support::{calls, config, v1_module, wait_until};
+use crate::support::{calls, config, held_elsewhere, v1_module, wait_until};
 
 /// Both engines: the module, and the Functions library on a server without it.
 fn servers() -> [(&'static str, Server); 2] {
@@ -90,8 +90,7 @@ async fn opposite_orders_never_deadlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_wait_leaves_every_lease_valid() {
     let server = Server::start();
-    let holder = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
-    let busy = holder.try_acquire("w:b").await.expect("granted");
+    let busy = held_elsewhere(&server, "w:b", config(5_000, 500)).await;
     let locker = Locker::open(&server.url(), waiting(2_000, 5_000)).expect("locker");
     let waiter = tokio::spawn(async move { locker.acquire_all(&["w:a", "w:b"]).await });
     // Most of w:a's validity goes by while w:b is awaited.

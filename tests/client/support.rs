@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use fencedlock::{LockConfig, Node};
+use fencedlock::{Lease, LockConfig, Locker, Node};
 use fencedlock_protocol::command::ACQUIRE;
 use harness::Server;
 
@@ -33,6 +33,13 @@ pub fn steal(server: &Server, key: &str) -> u64 {
         .cmd::<Option<u64>>(&[ACQUIRE.name, key, "thief", "60000"])
         .expect("ACQUIRE by the thief")
         .expect("the thief is granted the deleted key")
+}
+
+/// `key` held on `server` by a locker of its own, made with `config`: the lease the test's
+/// other lockers wait behind.
+pub async fn held_elsewhere(server: &Server, key: &str, config: LockConfig) -> Lease {
+    let holder = Locker::open(&server.url(), config).expect("locker");
+    holder.try_acquire(key).await.expect("granted")
 }
 
 /// Runs a blocking harness call (restart, kill) without stalling the runtime's workers.

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::{acquire_stats, blocking, config, counter, v1_module, wait_until};
+use crate::support::{acquire_stats, blocking, config, counter, held_elsewhere, v1_module, wait_until};
 use fencedlock::{Error, LockConfig, Locker};
 use fencedlock_protocol::command::{ACQUIRE, BLOCK};
 use harness::{error_text, LockStatus, Server};
@@ -29,8 +29,7 @@ fn slow_poller(server: &Server, max_wait: Duration) -> Locker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquire_waits_on_the_server_and_is_handed_the_lock_at_the_release() {
     let server = Server::start();
-    let holder = Locker::open(&server.url(), config(10_000, 500)).expect("locker");
-    let lease = holder.try_acquire("handoff").await.expect("grant");
+    let lease = held_elsewhere(&server, "handoff", config(10_000, 500)).await;
     let blocked_before = counter(&server, BLOCKED);
     let acquires_before = acquire_stats(&server).calls;
 
@@ -138,8 +137,7 @@ async fn a_waiting_acquire_does_not_delay_renewals_on_the_same_locker() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_a_waiting_acquire_leaves_no_waiter_and_no_lease() {
     let server = Server::start();
-    let holder = Locker::open(&server.url(), config(10_000, 200)).expect("locker");
-    let lease = holder.try_acquire("dropped").await.expect("grant");
+    let lease = held_elsewhere(&server, "dropped", config(10_000, 200)).await;
     let waiter = Locker::open(&server.url(), config(10_000, 200)).expect("locker");
     let task = tokio::spawn(async move { waiter.acquire("dropped").await });
     wait_until("the waiter queued", Duration::from_secs(3), || counter(&server, WAITERS) == 1).await;
@@ -193,19 +191,24 @@ async fn waiters_dropped_as_the_lock_is_handed_over_leave_nothing_held() {
     assert_eq!(counter(&server, WAITERS), 0);
 }
 
+/// A locker (10 s leases) that waits on at most `max_blocking` connections of its own, up to
+/// `max_wait`, and polls with a backoff of `backoff_ms` (least, most) when it polls.
+fn pooled(server: &Server, max_blocking: usize, max_wait: Duration, backoff_ms: (u64, u64)) -> Locker {
+    let config = LockConfig::builder()
+        .ttl(Duration::from_secs(10))
+        .max_wait(max_wait)
+        .backoff(Duration::from_millis(backoff_ms.0), Duration::from_millis(backoff_ms.1))
+        .max_blocking(max_blocking)
+        .build()
+        .unwrap();
+    Locker::open(&server.url(), config).expect("locker")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_beyond_the_pool_limit_wait_in_the_client_in_arrival_order() {
     let server = Server::start();
-    let holder = Locker::open(&server.url(), config(10_000, 500)).expect("locker");
-    let lease = holder.try_acquire("pool").await.expect("grant");
-    let config = LockConfig::builder()
-        .ttl(Duration::from_secs(10))
-        .max_wait(Duration::from_secs(10))
-        .backoff(Duration::from_millis(5), Duration::from_millis(50))
-        .max_blocking(2)
-        .build()
-        .unwrap();
-    let locker = Locker::open(&server.url(), config).expect("locker");
+    let lease = held_elsewhere(&server, "pool", config(10_000, 500)).await;
+    let locker = pooled(&server, 2, Duration::from_secs(10), (5, 50));
     let acquires_before = acquire_stats(&server).calls;
     let blocked_before = counter(&server, BLOCKED);
 
@@ -238,16 +241,8 @@ async fn waiters_beyond_the_pool_limit_wait_in_the_client_in_arrival_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_blocking_zero_polls_with_backoff() {
     let server = Server::start();
-    let holder = Locker::open(&server.url(), config(10_000, 500)).expect("locker");
-    let lease = holder.try_acquire("polled").await.expect("grant");
-    let config = LockConfig::builder()
-        .ttl(Duration::from_secs(10))
-        .max_wait(Duration::from_secs(5))
-        .backoff(Duration::from_millis(20), Duration::from_millis(40))
-        .max_blocking(0)
-        .build()
-        .unwrap();
-    let locker = Locker::open(&server.url(), config).expect("locker");
+    let lease = held_elsewhere(&server, "polled", config(10_000, 500)).await;
+    let locker = pooled(&server, 0, Duration::from_secs(5), (20, 40));
     let before = acquire_stats(&server).calls;
     let waiting = tokio::spawn(async move { locker.acquire("polled").await });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -263,8 +258,7 @@ async fn max_blocking_zero_polls_with_backoff() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_wait_runs_out_on_the_server_with_contended() {
     let server = Server::start();
-    let holder = Locker::open(&server.url(), config(10_000, 500)).expect("locker");
-    let lease = holder.try_acquire("patience").await.expect("grant");
+    let lease = held_elsewhere(&server, "patience", config(10_000, 500)).await;
     let waiter = slow_poller(&server, Duration::from_millis(300));
     let before = acquire_stats(&server).calls;
     let started = Instant::now();
