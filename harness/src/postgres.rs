@@ -160,10 +160,15 @@ impl Postgres {
                 "--no-instructions".as_ref(),
             ],
         )?;
+        self.exited_0("initdb", &out)
+    }
+
+    /// `Ok` if `out`, of the `what` command, exited 0; else the failure, with its output.
+    fn exited_0(&self, what: &str, out: &Output) -> Result<()> {
         if out.status.success() {
             Ok(())
         } else {
-            Err(self.failure(&format!("initdb exited with {}: {}", out.status, output_text(&out))))
+            Err(self.failure(&format!("{what} exited with {}: {}", out.status, output_text(out))))
         }
     }
 
@@ -191,11 +196,7 @@ impl Postgres {
                 "start".as_ref(),
             ],
         )?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(self.failure(&format!("pg_ctl start exited with {}: {}", out.status, output_text(&out))))
-        }
+        self.exited_0("pg_ctl start", &out)
     }
 
     fn stop(&self) {

@@ -134,12 +134,19 @@ fn unreachable_precondition<T>() -> Result<T, LedgerError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_fenced_send_refuses_older_fences_and_the_unguarded_one_does_not() {
+    /// A ledger in a scratch dir with invoice `inv` (100) created: the dir (kept while the
+    /// test runs), the database's path, and the ledger open on it.
+    fn ledger_with_one_invoice() -> (tempfile::TempDir, std::path::PathBuf, Ledger) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
         create(&path, "inv", 100).unwrap();
-        let mut db = Ledger::open(&path).unwrap();
+        let db = Ledger::open(&path).unwrap();
+        (dir, path, db)
+    }
+
+    #[test]
+    fn the_fenced_send_refuses_older_fences_and_the_unguarded_one_does_not() {
+        let (_dir, path, mut db) = ledger_with_one_invoice();
         assert!(matches!(db.send("inv", "b", 8, Guard::Fenced).unwrap(), Write::Accepted { sent: 1, .. }));
         assert!(matches!(db.send("inv", "a", 7, Guard::Fenced).unwrap(), Write::Refused { last_fence: 8 }));
         let inv = db.invoice("inv").unwrap();
@@ -152,10 +159,7 @@ mod tests {
 
     #[test]
     fn a_claim_raises_the_fence_so_an_older_write_arriving_later_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.db");
-        create(&path, "inv", 100).unwrap();
-        let mut db = Ledger::open(&path).unwrap();
+        let (_dir, path, mut db) = ledger_with_one_invoice();
         assert!(matches!(db.claim("inv", 8).unwrap(), Claim::Claimed { sent: 0 }));
         assert_eq!(db.invoice("inv").unwrap().last_fence, 8);
         assert!(matches!(db.send("inv", "a", 7, Guard::Fenced).unwrap(), Write::Refused { last_fence: 8 }));
