@@ -48,4 +48,3 @@ func (s *testServer) signal(sig syscall.Signal) { s.s.Signal(sig) }
 func (s *testServer) kill()                     { s.s.Kill(); s.admin = s.s.Admin }
 func (s *testServer) restartWithoutModule()     { s.s.RestartWithoutModule(); s.admin = s.s.Admin }
 func repoRoot(t testing.TB) string              { return fencedlocktest.RepoRoot(t) }
-func flavor() string                            { return fencedlocktest.Flavor() }

@@ -39,12 +39,6 @@ func (d Dialect) writePlaceholder(b *strings.Builder, n int) {
 	b.WriteString(strconv.Itoa(n))
 }
 
-func (d Dialect) placeholder(n int) string {
-	var b strings.Builder
-	d.writePlaceholder(&b, n)
-	return b.String()
-}
-
 func (d Dialect) fenceType() string {
 	if d == SQLite {
 		return "INTEGER"
