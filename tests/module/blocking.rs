@@ -15,7 +15,6 @@
 //! wait; the `INFO` counters; reclaim; the restart grace.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -338,31 +337,18 @@ fn nobody_barges_past_the_queue() {
     // Around the holder's deadline (and the timer's handoff), a third token and the expired
     // holder keep trying without BLOCK: every try must be refused.
     let deadline = acked + TTL;
-    let done = AtomicBool::new(false);
-    let (reply, tries) = thread::scope(|scope| {
-        let reader = scope.spawn(|| {
-            let reply = w.reply(REPLY);
-            done.store(true, Ordering::SeqCst);
-            reply
-        });
-        let mut tries = Vec::new();
-        while !done.load(Ordering::SeqCst) && Instant::now() < deadline + Duration::from_secs(2) {
-            let at = Instant::now();
-            assert_eq!(
-                acquire(&s, key, b"barger", LONG_TTL),
-                None,
-                "a third token barged past the queue {:?} after the holder's ACQUIRE was sent",
-                at - sent
-            );
-            // The holder's own token re-enters only while its lease runs; after its deadline it
-            // is just another token.
-            if at > deadline + SLACK {
-                assert_eq!(acquire(&s, key, b"holder", LONG_TTL), None, "the expired holder barged");
-            }
-            tries.push(at);
-            thread::sleep(Duration::from_micros(200));
+    let (reply, tries) = attempts_until_answered(&mut w, REPLY, deadline, |at| {
+        assert_eq!(
+            acquire(&s, key, b"barger", LONG_TTL),
+            None,
+            "a third token barged past the queue {:?} after the holder's ACQUIRE was sent",
+            at - sent
+        );
+        // The holder's own token re-enters only while its lease runs; after its deadline it
+        // is just another token.
+        if at > deadline + SLACK {
+            assert_eq!(acquire(&s, key, b"holder", LONG_TTL), None, "the expired holder barged");
         }
-        (reader.join().expect("reader"), tries)
     });
     let fence = reply.fence();
     assert_eq!(fence, held + 1, "the waiter got the lease at the deadline");

@@ -3,10 +3,12 @@
 //! counters is the harness's job: `Server::lock_status`, `fencedlock_counter`, `high_water`.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use fencedlock_protocol::command::{ACQUIRE, CAD, LABEL, RAISE, RELEASE, RENEW};
-use harness::{error_text, poll, redis, LockStatus, Server};
+use harness::{error_text, poll, redis, AcquireReply, BlockedAcquire, LockStatus, Server};
 use redis::{RedisResult, ToRedisArgs, Value};
 
 /// A ttl long enough that no lease in a test expires by accident.
@@ -245,4 +247,31 @@ pub fn assert_refused_unchanged<T: PartialEq + std::fmt::Debug>(
         assert_eq!(state(), before, "{shown:?} changed something");
         check(&shown);
     }
+}
+
+/// Calls `attempt(at)` every 200 µs while `waiter` waits for its reply, for at most 2 s past
+/// `deadline`: the probe of the no-barging tests, whose attempts must all be refused. Returns
+/// the waiter's reply (within `limit`) and when each attempt was made.
+pub fn attempts_until_answered(
+    waiter: &mut BlockedAcquire,
+    limit: Duration,
+    deadline: Instant,
+    mut attempt: impl FnMut(Instant),
+) -> (AcquireReply, Vec<Instant>) {
+    let done = &AtomicBool::new(false);
+    thread::scope(|scope| {
+        let reader = scope.spawn(move || {
+            let reply = waiter.reply(limit);
+            done.store(true, Ordering::SeqCst);
+            reply
+        });
+        let mut tries = Vec::new();
+        while !done.load(Ordering::SeqCst) && Instant::now() < deadline + Duration::from_secs(2) {
+            let at = Instant::now();
+            attempt(at);
+            tries.push(at);
+            thread::sleep(Duration::from_micros(200));
+        }
+        (reader.join().expect("reader"), tries)
+    })
 }
