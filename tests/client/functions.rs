@@ -14,7 +14,7 @@ use fencedlock_protocol::functions;
 use harness::Server;
 use tokio::task::JoinHandle;
 
-use crate::support::{calls, config};
+use crate::support::{calls, config, hand_over, waiter};
 
 fn module_less() -> Server {
     Server::builder().without_module().start()
@@ -44,16 +44,9 @@ async fn a_server_without_the_module_gets_the_library_and_serves_leases() {
     assert!(status.held && status.fence == lease.fence(), "{status:?}");
 
     // A waiter (woken by the release: a script cannot wait) is granted after it, with a higher fence.
-    let waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move { locker.acquire("fn:k").await }
-    });
+    let waiter = waiter(&locker, "fn:k");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let first = lease.fence();
-    lease.release().await.expect("released");
-    let next = waiter.await.expect("task").expect("granted after the release");
-    assert!(next.fence() > first, "{} after {first}", next.fence());
-    let mut next = next;
+    let mut next = hand_over(lease, waiter).await;
     next.renew().await.expect("renewed");
 
     // The lock key deleted: the floor keeps the fence from repeating.
@@ -223,21 +216,9 @@ async fn blocked_waiter(
     server: &Server,
     key: &'static str,
 ) -> JoinHandle<Result<Lease, Error>> {
-    let waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move { locker.acquire(key).await }
-    });
+    let waiter = waiter(locker, key);
     wait_blocked(server, 1).await;
     waiter
-}
-
-/// Releases `lease` and gives the lease `waiter` is granted then, with a higher fence.
-async fn hand_over(lease: Lease, waiter: JoinHandle<Result<Lease, Error>>) -> Lease {
-    let fence = lease.fence();
-    lease.release().await.expect("released");
-    let next = waiter.await.expect("task").expect("granted after the release");
-    assert!(next.fence() > fence, "{} after {fence}", next.fence());
-    next
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

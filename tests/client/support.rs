@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
-use fencedlock::{Lease, LockConfig, Locker, Node};
+use fencedlock::{Error, Lease, LockConfig, Locker, Node};
 use fencedlock_protocol::command::ACQUIRE;
 use harness::Server;
+use tokio::task::JoinHandle;
 
 /// Client nodes for `servers`.
 pub fn nodes(servers: &[Server]) -> Vec<Node> {
@@ -40,6 +41,21 @@ pub fn steal(server: &Server, key: &str) -> u64 {
 pub async fn held_elsewhere(server: &Server, key: &str, config: LockConfig) -> Lease {
     let holder = Locker::open(&server.url(), config).expect("locker");
     holder.try_acquire(key).await.expect("granted")
+}
+
+/// `locker.acquire(key)` in a task of its own: a waiter for the test to hand a lease over to.
+pub fn waiter(locker: &Locker, key: &'static str) -> JoinHandle<Result<Lease, Error>> {
+    let locker = locker.clone();
+    tokio::spawn(async move { locker.acquire(key).await })
+}
+
+/// Releases `lease` and gives the lease `waiter` is granted then, with a higher fence.
+pub async fn hand_over(lease: Lease, waiter: JoinHandle<Result<Lease, Error>>) -> Lease {
+    let fence = lease.fence();
+    lease.release().await.expect("released");
+    let next = waiter.await.expect("task").expect("granted after the release");
+    assert!(next.fence() > fence, "{} after {fence}", next.fence());
+    next
 }
 
 /// Runs a blocking harness call (restart, kill) without stalling the runtime's workers.

@@ -8,6 +8,8 @@ use fencedlock::redis::ErrorKind;
 use fencedlock::{Error, LockConfig, Locker, Redlock, Tls};
 use harness::{Certs, ClientAuth, Cluster, Flavor, Server};
 
+use crate::support::{hand_over, waiter};
+
 /// A TLS server of the flavor that has TLS in the suite (see [`harness::ServerBuilder::tls`]).
 fn tls_server(certs: &Certs, auth: ClientAuth) -> Server {
     Server::builder().flavor(Flavor::Redis).tls(certs, auth).start()
@@ -54,15 +56,9 @@ async fn leases_over_tls_with_a_private_ca() {
     let lease = locker.try_acquire("tls:k").await.expect("granted over TLS");
     assert!(server.lock_held("tls:k"), "the grant is on the server");
     // The server's queue works over TLS too: a waiter is handed the lease at the release.
-    let waiter = tokio::spawn({
-        let locker = locker.clone();
-        async move { locker.acquire("tls:k").await }
-    });
+    let waiter = waiter(&locker, "tls:k");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let fence = lease.fence();
-    lease.release().await.expect("released");
-    let next = waiter.await.expect("task").expect("handed over");
-    assert!(next.fence() > fence);
+    let next = hand_over(lease, waiter).await;
     next.release().await.expect("released");
 }
 
