@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 
 use fencedlock_protocol::command::{ACQUIREALL, RELEASE, SHARED};
 use fencedlock_protocol::functions;
-use harness::error_text;
 use harness::redis;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 
 use crate::linearizable::{check, Call, Op, Reply};
-use crate::support::{record_through_a_kill9, KilledRun, Via};
+use crate::support::{record_through_a_kill9, KilledRun, Reconnecting, Sent, Via};
 
 /// The keys, in one hash slot; a call names them by index.
 const KEYS: [&str; 3] = ["lin:{s}:a", "lin:{s}:b", "lin:{s}:c"];
@@ -97,21 +96,14 @@ fn record_client(url: &str, engine: Via, client: u32, start: Instant, until: Ins
     let micros = |at: Instant| at.duration_since(start).as_micros() as u64;
     let mut rng = StdRng::seed_from_u64(u64::from(client) + 36);
     let mut ops = Vec::new();
-    let mut conn: Option<redis::Connection> = None;
+    let mut conn = Reconnecting::new(url);
     // The (token, key) pairs to release, last first: a set held, or one nobody heard of.
     let mut to_release: Vec<(u32, usize)> = Vec::new();
     for n in 0..MAX_OPS_PER_CLIENT {
         if Instant::now() >= until {
             break;
         }
-        let Some(c) = conn.as_mut() else {
-            let client = redis::Client::open(url).expect("a URL");
-            conn = client.get_connection_with_timeout(Duration::from_millis(200)).ok();
-            if let Some(c) = &conn {
-                c.set_read_timeout(Some(Duration::from_secs(2))).expect("read timeout");
-            } else {
-                thread::sleep(Duration::from_millis(20));
-            }
+        let Some(c) = conn.connected() else {
             continue;
         };
         let call = match to_release.last() {
@@ -125,21 +117,19 @@ fn record_client(url: &str, engine: Via, client: u32, start: Instant, until: Ins
         let sent = micros(Instant::now());
         let reply: redis::RedisResult<redis::Value> = command(engine, &call).query(c);
         let end = Some(micros(Instant::now()));
-        let reply = match (&call, reply) {
-            (_, Err(e)) if e.code() == Some("LOADING") => {
-                thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-            (_, Err(e)) if e.code().is_some() => panic!("client {client}: {call:?}: {}", error_text(&e)),
-            (_, Err(_)) => {
-                conn = None;
+        let reply = match conn.sent(reply, format_args!("client {client}: {call:?}")) {
+            Sent::Replied(reply) => reply,
+            Sent::Loading => continue,
+            Sent::Unanswered => {
                 if let Call::Acquire { token, keys, .. } = &call {
                     to_release = keys.iter().map(|k| (*token, *k)).collect();
                 }
                 ops.push(Op { call, reply: Reply::Unknown, start: sent, end: None });
                 continue;
             }
-            (Call::Acquire { token, keys, .. }, Ok(redis::Value::Array(fences))) => {
+        };
+        let reply = match (&call, reply) {
+            (Call::Acquire { token, keys, .. }, redis::Value::Array(fences)) => {
                 to_release = keys.iter().map(|k| (*token, *k)).collect();
                 thread::sleep(Duration::from_millis(rng.random_range(0..3)));
                 let fences = fences.iter().map(|f| match f {
@@ -148,12 +138,12 @@ fn record_client(url: &str, engine: Via, client: u32, start: Instant, until: Ins
                 });
                 Reply::Granted(fences.collect())
             }
-            (Call::Acquire { .. }, Ok(redis::Value::Nil)) => Reply::Busy,
-            (Call::Release { .. }, Ok(redis::Value::Int(held))) => {
+            (Call::Acquire { .. }, redis::Value::Nil) => Reply::Busy,
+            (Call::Release { .. }, redis::Value::Int(held)) => {
                 to_release.pop();
                 Reply::Released(held == 1)
             }
-            (call, Ok(other)) => panic!("client {client}: {call:?} was answered {other:?}"),
+            (call, other) => panic!("client {client}: {call:?} was answered {other:?}"),
         };
         ops.push(Op { call, reply, start: sent, end });
         thread::sleep(Duration::from_millis(rng.random_range(1..=3)));

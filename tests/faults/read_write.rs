@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::linearizable::{check, Call, Op, Reply};
-use crate::support::{record_through_a_kill9, KilledRun, Via};
+use crate::support::{record_through_a_kill9, KilledRun, Reconnecting, Sent, Via};
 
 const TTL_MS: u64 = 20_000;
 
@@ -81,21 +81,14 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
     let micros = |at: Instant| at.duration_since(start).as_micros() as u64;
     let mut rng = StdRng::seed_from_u64(u64::from(client));
     let mut ops = Vec::new();
-    let mut conn: Option<redis::Connection> = None;
+    let mut conn = Reconnecting::new(url);
     // The token to release next: the lease held, or a grant nobody heard of.
     let mut pending: Option<u32> = None;
     for n in 0..MAX_OPS_PER_CLIENT {
         if Instant::now() >= until {
             break;
         }
-        let Some(c) = conn.as_mut() else {
-            let client = redis::Client::open(url).expect("a URL");
-            conn = client.get_connection_with_timeout(Duration::from_millis(200)).ok();
-            if let Some(c) = &conn {
-                c.set_read_timeout(Some(Duration::from_secs(2))).expect("read timeout");
-            } else {
-                thread::sleep(Duration::from_millis(20));
-            }
+        let Some(c) = conn.connected() else {
             continue;
         };
         let call = match pending.take() {
@@ -114,26 +107,24 @@ fn record_client(url: &str, engine: Via, key: &str, client: u32, start: Instant,
         let sent = micros(Instant::now());
         let reply: redis::RedisResult<redis::Value> = cmd.query(c);
         let end = Some(micros(Instant::now()));
-        let reply = match (&call, reply) {
-            (_, Err(e)) if e.code() == Some("LOADING") => {
-                thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-            (_, Err(e)) if e.code().is_some() => panic!("client {client}: {call:?}: {}", error_text(&e)),
-            (_, Err(_)) => {
-                conn = None;
+        let reply = match conn.sent(reply, format_args!("client {client}: {call:?}")) {
+            Sent::Replied(reply) => reply,
+            Sent::Loading => continue,
+            Sent::Unanswered => {
                 pending = Some(token);
                 ops.push(Op { call, reply: Reply::Unknown, start: sent, end: None });
                 continue;
             }
-            (Call::Acquire { .. }, Ok(redis::Value::Int(fence))) => {
+        };
+        let reply = match (&call, reply) {
+            (Call::Acquire { .. }, redis::Value::Int(fence)) => {
                 pending = Some(token);
                 thread::sleep(Duration::from_millis(rng.random_range(0..3)));
                 Reply::Granted(vec![fence as u64])
             }
-            (Call::Acquire { .. }, Ok(redis::Value::Nil)) => Reply::Busy,
-            (Call::Release { .. }, Ok(redis::Value::Int(held))) => Reply::Released(held == 1),
-            (call, Ok(other)) => panic!("client {client}: {call:?} was answered {other:?}"),
+            (Call::Acquire { .. }, redis::Value::Nil) => Reply::Busy,
+            (Call::Release { .. }, redis::Value::Int(held)) => Reply::Released(held == 1),
+            (call, other) => panic!("client {client}: {call:?} was answered {other:?}"),
         };
         ops.push(Op { call, reply, start: sent, end });
         thread::sleep(Duration::from_millis(rng.random_range(1..=3)));

@@ -473,3 +473,60 @@ impl Via {
         }
     }
 }
+
+/// A recording client's connection to a server the test kills and restarts: opened again while
+/// the server is down, each reply waited for at most 2 s (a kill shows as a request without a
+/// reply, not as a hang).
+pub struct Reconnecting<'u> {
+    url: &'u str,
+    conn: Option<redis::Connection>,
+}
+
+/// What became of a request a recording client sent.
+pub enum Sent {
+    /// Answered, with this reply.
+    Replied(redis::Value),
+    /// Refused with `LOADING` (the restarted server reading its AOF): it changed nothing, and
+    /// the client tries again 10 ms later.
+    Loading,
+    /// No reply (the server died): its effect is unknown, and the connection is dropped.
+    Unanswered,
+}
+
+impl<'u> Reconnecting<'u> {
+    pub fn new(url: &'u str) -> Self {
+        Reconnecting { url, conn: None }
+    }
+
+    /// The connection; `None` where there was none, after trying to open one (and pausing
+    /// 20 ms if the server does not answer yet), so the client's loop comes round again.
+    pub fn connected(&mut self) -> Option<&mut redis::Connection> {
+        if self.conn.is_none() {
+            let client = redis::Client::open(self.url).expect("a URL");
+            self.conn = client.get_connection_with_timeout(Duration::from_millis(200)).ok();
+            match &self.conn {
+                Some(c) => c.set_read_timeout(Some(Duration::from_secs(2))).expect("read timeout"),
+                None => std::thread::sleep(Duration::from_millis(20)),
+            }
+            return None;
+        }
+        self.conn.as_mut()
+    }
+
+    /// What `reply`, to the request `what` sent on [`connected`](Self::connected), means. Any
+    /// error reply but `LOADING` fails the test: the clients send only valid requests.
+    pub fn sent(&mut self, reply: redis::RedisResult<redis::Value>, what: impl std::fmt::Display) -> Sent {
+        match reply {
+            Ok(value) => Sent::Replied(value),
+            Err(e) if e.code() == Some("LOADING") => {
+                std::thread::sleep(Duration::from_millis(10));
+                Sent::Loading
+            }
+            Err(e) if e.code().is_some() => panic!("{what}: {}", error_text(&e)),
+            Err(_) => {
+                self.conn = None;
+                Sent::Unanswered
+            }
+        }
+    }
+}
