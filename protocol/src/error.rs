@@ -208,31 +208,34 @@ mod tests {
 
     #[test]
     fn messages_carry_their_values() {
-        assert_eq!(
-            ReplyError::TtlTooLarge.message(86_400_000),
-            "ERR ttl exceeds fencedlock.max-ttl-ms (86400000)"
-        );
-        assert_eq!(
-            ReplyError::RestartGrace.message(1500),
-            "TRYAGAIN fencedlock restart grace: new grants are refused for another 1500 ms"
-        );
-        assert_eq!(ReplyError::BadToken.message(0), "ERR token must be 1 to 512 bytes");
-        assert_eq!(
-            ReplyError::PermitsMismatch.message(3),
-            "ERR permits mismatch: the key is held with PERMITS 3; ask with the same count (it changes only while nobody holds the key)"
-        );
-        assert_eq!(
-            ReplyError::PermitsMismatch.message(u64::from(SHARED_PERMITS)),
-            "ERR permits mismatch: the key is held SHARED; ask with SHARED (it changes only while nobody holds the key)"
-        );
-        assert_eq!(
-            ReplyError::UpgradeRefused.message(0),
-            "ERR upgrade refused: the token holds the key SHARED; release it, then acquire without SHARED (a new, higher fence)"
-        );
-        assert_eq!(
-            ReplyError::BadLabel.message(0),
-            "ERR label must be 1 to 256 bytes (it is public: STATUS shows it)"
-        );
+        let shared = u64::from(SHARED_PERMITS);
+        for (kind, value, message) in [
+            (ReplyError::TtlTooLarge, 86_400_000, "ERR ttl exceeds fencedlock.max-ttl-ms (86400000)"),
+            (
+                ReplyError::RestartGrace,
+                1500,
+                "TRYAGAIN fencedlock restart grace: new grants are refused for another 1500 ms",
+            ),
+            (ReplyError::BadToken, 0, "ERR token must be 1 to 512 bytes"),
+            (
+                ReplyError::PermitsMismatch,
+                3,
+                "ERR permits mismatch: the key is held with PERMITS 3; ask with the same count (it changes only while nobody holds the key)",
+            ),
+            (
+                ReplyError::PermitsMismatch,
+                shared,
+                "ERR permits mismatch: the key is held SHARED; ask with SHARED (it changes only while nobody holds the key)",
+            ),
+            (
+                ReplyError::UpgradeRefused,
+                0,
+                "ERR upgrade refused: the token holds the key SHARED; release it, then acquire without SHARED (a new, higher fence)",
+            ),
+            (ReplyError::BadLabel, 0, "ERR label must be 1 to 256 bytes (it is public: STATUS shows it)"),
+        ] {
+            assert_eq!(kind.message(value), message, "{kind:?} of {value}");
+        }
     }
 
     #[test]
