@@ -378,6 +378,28 @@ var expectedDifferences = map[string]func(module, library stepOutcome) bool{
 	},
 }
 
+// ReadCorpus reads protocol/corpus/name into corpus, failing t unless it reads and its schema
+// is 1, the one the runners read.
+func ReadCorpus(t testing.TB, name string, corpus any) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(RepoRoot(t), "protocol/corpus", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head struct {
+		Schema int `json:"schema"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if head.Schema != 1 {
+		t.Fatalf("%s: corpus schema %d, this runner reads 1", name, head.Schema)
+	}
+	if err := json.Unmarshal(raw, corpus); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+}
+
 // Engine is how a server serves the contract.
 type Engine string
 
@@ -425,17 +447,8 @@ func RunConformance(t *testing.T, client Conformance) {
 	if contractErr != nil {
 		t.Fatal(contractErr)
 	}
-	raw, err := os.ReadFile(filepath.Join(RepoRoot(t), "protocol/corpus/conformance.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var corpus conformanceCorpus
-	if err := json.Unmarshal(raw, &corpus); err != nil {
-		t.Fatal(err)
-	}
-	if corpus.Schema != 1 {
-		t.Fatalf("corpus schema %d, this runner reads 1", corpus.Schema)
-	}
+	ReadCorpus(t, "conformance.json", &corpus)
 	var listed []string
 	for _, d := range corpus.Differences {
 		listed = append(listed, d.Case)
@@ -516,6 +529,7 @@ func RunConformance(t *testing.T, client Conformance) {
 					for j, tg := range targets {
 						words := make([][]byte, len(ws))
 						for k, w := range ws {
+							var err error
 							if words[k], err = resolveArg(w, cs.Key, fences[j]); err != nil {
 								t.Fatalf("%s: %v", at, err)
 							}

@@ -18,8 +18,8 @@
 package rueidis
 
 import (
-	"context"
-	"errors"
+	"maps"
+	"slices"
 
 	"github.com/redis/rueidis"
 
@@ -30,56 +30,23 @@ import (
 // New is a fencedlock.Transport over client, a rueidis client to one server. Its Close closes
 // nothing: the client is the caller's.
 func New(client rueidis.Client) (fencedlock.Transport, error) {
-	if client == nil {
-		return nil, errors.New("fencedlock/rueidis: a nil client")
+	c := adapter.Client[rueidis.Completed, rueidis.RedisResult]{Name: "fencedlock/rueidis", Doer: client}
+	if client != nil {
+		c.Cluster = client.Mode() == rueidis.ClientModeCluster
+		c.Nodes = slices.Collect(maps.Keys(client.Nodes()))
+		c.Command = func(cmd fencedlock.Command, blocking bool) rueidis.Completed {
+			return adapter.Build[rueidis.Completed](client.B().Arbitrary, cmd, blocking)
+		}
 	}
-	if client.Mode() == rueidis.ClientModeCluster {
-		return nil, errors.New("fencedlock/rueidis: a cluster client is not supported yet (use go-redis's ClusterClient)")
-	}
-	var addr string
-	for a := range client.Nodes() {
-		addr = a
-	}
-	return adapter.New[rueidis.Completed, rueidis.RedisResult, rueidis.RedisMessage](adapter.Client[rueidis.Completed, rueidis.RedisResult, rueidis.RedisMessage]{
-		Command: func(cmd fencedlock.Command, blocking bool) rueidis.Completed {
-			words := cmd.Strings()
-			b := client.B().Arbitrary(words[0])
-			if cmd.Key > 0 {
-				b = b.Args(words[1:cmd.Key]...).Keys(words[cmd.Key]).Args(words[cmd.Key+1:]...)
-			} else {
-				b = b.Args(words[1:]...)
-			}
-			if blocking {
-				return b.Blocking()
-			}
-			return b.Build()
-		},
-		Do: client.Do,
-		DoMulti: func(ctx context.Context, cs ...rueidis.Completed) []rueidis.RedisResult {
-			return client.DoMulti(ctx, cs...)
-		},
-		Addr: addr,
-	}), nil
+	return adapter.New[rueidis.Completed, rueidis.RedisResult, rueidis.RedisMessage](c)
 }
 
 // NewLocker is a fencedlock.Locker over client (see New and fencedlock.NewLockerOver).
 func NewLocker(client rueidis.Client, opts ...fencedlock.Option) (*fencedlock.Locker, error) {
-	t, err := New(client)
-	if err != nil {
-		return nil, err
-	}
-	return fencedlock.NewLockerOver(t, opts...)
+	return adapter.NewLocker(New, client, opts)
 }
 
 // NewRedlock is a fencedlock.Redlock over clients, one per independent server.
 func NewRedlock(clients []rueidis.Client, opts ...fencedlock.Option) (*fencedlock.Redlock, error) {
-	transports := make([]fencedlock.Transport, len(clients))
-	for i, c := range clients {
-		t, err := New(c)
-		if err != nil {
-			return nil, err
-		}
-		transports[i] = t
-	}
-	return fencedlock.NewRedlockOver(transports, opts...)
+	return adapter.NewRedlock(New, clients, opts)
 }

@@ -1,45 +1,24 @@
 package rueidis_test
 
-// The shared corpora through this adapter against real servers (fencedlocktest starts them:
-// Redis 7.0 or FENCEDLOCK_REDIS_SERVER, Valkey with FENCEDLOCK_FLAVOR=valkey; the module, the
-// Functions library and its script form): the conformance cases, the client fault scenarios,
-// and the reply conversion on RESP3 (rueidis's default) and RESP2 connections.
+// The shared corpora through this adapter against real servers (transporttest.Run;
+// fencedlocktest starts them: Redis 7.0 or FENCEDLOCK_REDIS_SERVER, Valkey with
+// FENCEDLOCK_FLAVOR=valkey; the module, the Functions library and its script form): the
+// conformance cases, the client fault scenarios, and the reply conversion on RESP3 and RESP2.
 
 import (
 	"testing"
 
 	"github.com/redis/rueidis"
 
-	fencedlock "example.invalid/fencedlock/go"
 	"example.invalid/fencedlock/go/fencedlocktest/transporttest"
 	fencedrueidis "example.invalid/fencedlock/go/rueidis"
 )
 
-// dial makes a rueidis client to addr as the package's docs tell users to make one
-// (AlwaysPipelining, so a connection the server closed is replaced before the next request
-// instead of failing it), otherwise with rueidis's defaults (RESP3, client-side caching on), or
-// on RESP2.
-func dial(resp2 bool) transporttest.Dial {
-	return func(t testing.TB, addr string) fencedlock.Transport {
-		t.Helper()
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, AlwaysPipelining: true, AlwaysRESP2: resp2, DisableCache: resp2})
-		if err != nil {
-			t.Fatalf("rueidis client to %s: %v", addr, err)
-		}
-		t.Cleanup(c.Close)
-		tr, err := fencedrueidis.New(c)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr
-	}
-}
-
-func TestConformanceCorpus(t *testing.T) { transporttest.RunConformance(t, dial(false)) }
-
-func TestClientFaultCorpus(t *testing.T) { transporttest.RunFaults(t, dial(false)) }
-
-func TestReplies(t *testing.T) {
-	t.Run("resp3", func(t *testing.T) { transporttest.RunReplies(t, dial(false)) })
-	t.Run("resp2", func(t *testing.T) { transporttest.RunReplies(t, dial(true)) })
+// The clients are made as the package's docs tell users to make them (AlwaysPipelining),
+// otherwise with rueidis's defaults (RESP3, client-side caching on), or on RESP2 (which
+// client-side caching needs off).
+func TestCorpora(t *testing.T) {
+	transporttest.Run(t, func(addr string, resp2 bool) (rueidis.Client, error) {
+		return rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, AlwaysPipelining: true, AlwaysRESP2: resp2, DisableCache: resp2})
+	}, fencedrueidis.New)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -12,32 +11,32 @@ import (
 	"example.invalid/fencedlock/go/valkeygo"
 )
 
-// A lease over a valkey client, its fence handed to the resource; the rest of the API is the
-// package's (fencedlock.Locker). (Compiled, not run: it needs a server; the adapter's tests
-// run the same calls through the shared corpora.)
-func ExampleNewLocker() {
-	ctx := context.Background()
-	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, AlwaysPipelining: true})
+// A fenced Redlock over three independent Valkey servers, each through its valkey-go client,
+// doing work under a kept-alive lease: ctx is cancelled (cause fencedlock.ErrLeaseLost) the
+// moment a majority no longer holds it. (Compiled, not run: it needs the servers; the
+// adapter's tests run the shared corpora through the same transport.)
+func ExampleNewRedlock() {
+	var clients []valkey.Client
+	for _, addr := range []string{"lock1:6379", "lock2:6379", "lock3:6379"} {
+		c, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{addr}, AlwaysPipelining: true})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	redlock, err := valkeygo.NewRedlock(clients)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	defer client.Close()
-	locker, err := valkeygo.NewLocker(client, fencedlock.WithTTL(30*time.Second))
-	if err != nil {
-		fmt.Println(err)
-		return
+	defer redlock.Close()
+	err = redlock.Do(context.Background(), "nightly-report", func(ctx context.Context, lease *fencedlock.Lease) error {
+		fmt.Println("report under fence", lease.Fence())
+		return nil
+	})
+	if errors.Is(err, fencedlock.ErrNoQuorum) {
+		fmt.Println("no majority granted")
 	}
-	defer locker.Close()
-	lease, err := locker.Acquire(ctx, "invoice:inv_72", fencedlock.WithWait(5*time.Second))
-	switch {
-	case errors.Is(err, fencedlock.ErrNotAcquired):
-		fmt.Println("held by another owner")
-		return
-	case err != nil: // errors.Is(err, fencedlock.ErrUnavailable): no answer
-		fmt.Println(err)
-		return
-	}
-	defer lease.Release(ctx)
-	fmt.Println("write with fence", lease.Fence())
 }

@@ -20,8 +20,8 @@
 package valkeygo
 
 import (
-	"context"
-	"errors"
+	"maps"
+	"slices"
 
 	"github.com/valkey-io/valkey-go"
 
@@ -29,59 +29,26 @@ import (
 	"example.invalid/fencedlock/go/internal/adapter"
 )
 
-// New is a fencedlock.Transport over client, a valkey-go client to one server. Its Close
-// closes nothing: the client is the caller's.
+// New is a fencedlock.Transport over client, a valkey client to one server. Its Close closes
+// nothing: the client is the caller's.
 func New(client valkey.Client) (fencedlock.Transport, error) {
-	if client == nil {
-		return nil, errors.New("fencedlock/valkeygo: a nil client")
+	c := adapter.Client[valkey.Completed, valkey.ValkeyResult]{Name: "fencedlock/valkeygo", Doer: client}
+	if client != nil {
+		c.Cluster = client.Mode() == valkey.ClientModeCluster
+		c.Nodes = slices.Collect(maps.Keys(client.Nodes()))
+		c.Command = func(cmd fencedlock.Command, blocking bool) valkey.Completed {
+			return adapter.Build[valkey.Completed](client.B().Arbitrary, cmd, blocking)
+		}
 	}
-	if client.Mode() == valkey.ClientModeCluster {
-		return nil, errors.New("fencedlock/valkeygo: a cluster client is not supported yet (use go-redis's ClusterClient)")
-	}
-	var addr string
-	for a := range client.Nodes() {
-		addr = a
-	}
-	return adapter.New[valkey.Completed, valkey.ValkeyResult, valkey.ValkeyMessage](adapter.Client[valkey.Completed, valkey.ValkeyResult, valkey.ValkeyMessage]{
-		Command: func(cmd fencedlock.Command, blocking bool) valkey.Completed {
-			words := cmd.Strings()
-			b := client.B().Arbitrary(words[0])
-			if cmd.Key > 0 {
-				b = b.Args(words[1:cmd.Key]...).Keys(words[cmd.Key]).Args(words[cmd.Key+1:]...)
-			} else {
-				b = b.Args(words[1:]...)
-			}
-			if blocking {
-				return b.Blocking()
-			}
-			return b.Build()
-		},
-		Do: client.Do,
-		DoMulti: func(ctx context.Context, cs ...valkey.Completed) []valkey.ValkeyResult {
-			return client.DoMulti(ctx, cs...)
-		},
-		Addr: addr,
-	}), nil
+	return adapter.New[valkey.Completed, valkey.ValkeyResult, valkey.ValkeyMessage](c)
 }
 
 // NewLocker is a fencedlock.Locker over client (see New and fencedlock.NewLockerOver).
 func NewLocker(client valkey.Client, opts ...fencedlock.Option) (*fencedlock.Locker, error) {
-	t, err := New(client)
-	if err != nil {
-		return nil, err
-	}
-	return fencedlock.NewLockerOver(t, opts...)
+	return adapter.NewLocker(New, client, opts)
 }
 
 // NewRedlock is a fencedlock.Redlock over clients, one per independent server.
 func NewRedlock(clients []valkey.Client, opts ...fencedlock.Option) (*fencedlock.Redlock, error) {
-	transports := make([]fencedlock.Transport, len(clients))
-	for i, c := range clients {
-		t, err := New(c)
-		if err != nil {
-			return nil, err
-		}
-		transports[i] = t
-	}
-	return fencedlock.NewRedlockOver(transports, opts...)
+	return adapter.NewRedlock(New, clients, opts)
 }

@@ -13,8 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -58,17 +56,8 @@ func outcomeOf(lease *fencedlock.Lease, err error) string {
 // RunFaults runs every scenario of protocol/corpus/client-faults.json on every engine it names
 // (each a parallel subtest of t), over transports of dial.
 func RunFaults(t *testing.T, dial Dial) {
-	raw, err := os.ReadFile(filepath.Join(fencedlocktest.RepoRoot(t), "protocol/corpus/client-faults.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var corpus faultCorpus
-	if err := json.Unmarshal(raw, &corpus); err != nil {
-		t.Fatal(err)
-	}
-	if corpus.Schema != 1 {
-		t.Fatalf("corpus schema %d, this runner reads 1", corpus.Schema)
-	}
+	fencedlocktest.ReadCorpus(t, "client-faults.json", &corpus)
 	ran := 0
 	for _, sc := range corpus.Scenarios {
 		if sc.Locker != "single" && sc.Locker != "redlock" {

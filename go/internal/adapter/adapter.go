@@ -4,7 +4,8 @@
 // message types have the same methods under other names (rueidis.RedisMessage,
 // valkey.ValkeyMessage, …). What generics cannot reach, each adapter passes in: building a
 // command (the builders' Arbitrary and Completed types come from each library's internal
-// package, so no type parameter can name their methods) and its client's Do and DoMulti.
+// package: Build reaches them only by inference from the client's B().Arbitrary), the type
+// arguments, and the constructors' signatures (each takes its library's Client).
 // It imports neither library, so the root module's dependencies stay go-redis alone.
 package adapter
 
@@ -38,33 +39,102 @@ type Result[M any] interface {
 	ToMessage() (M, error)
 }
 
-// Client is what the adapter needs of a library's client, as functions of its own types.
-type Client[C any, R Result[M], M any] struct {
-	// Command builds a request: its words, the key at cmd.Key marked as the routing key, and
-	// marked blocking (sent on the library's pool of dedicated connections) when asked.
+// Doer is what the adapter sends requests with: a library's client (rueidis.Client,
+// valkey.Client), its commands C and results R.
+type Doer[C, R any] interface {
+	Do(ctx context.Context, c C) R
+	DoMulti(ctx context.Context, cs ...C) []R
+}
+
+// Arbitrary is a library's builder of an arbitrary command (the type its client's
+// B().Arbitrary returns, which lives in the library's internal package: it is only ever
+// inferred, never named).
+type Arbitrary[A, C any] interface {
+	Args(args ...string) A
+	Keys(keys ...string) A
+	Build() C
+	Blocking() C
+}
+
+// Build is cmd built with the library's arbitrary builder start: the key at cmd.Key given as
+// the routing key (a cluster client's slot), marked blocking (sent on the library's pool of
+// dedicated connections, with no read deadline but the context) when asked.
+func Build[C any, A Arbitrary[A, C]](start func(token ...string) A, cmd fencedlock.Command, blocking bool) C {
+	words := cmd.Strings()
+	b := start(words[0])
+	if cmd.Key > 0 {
+		b = b.Args(words[1:cmd.Key]...).Keys(words[cmd.Key]).Args(words[cmd.Key+1:]...)
+	} else {
+		b = b.Args(words[1:]...)
+	}
+	if blocking {
+		return b.Blocking()
+	}
+	return b.Build()
+}
+
+// Client is one library's client to one server as the adapter sees it.
+type Client[C, R any] struct {
+	// Name is the adapter's, for errors ("fencedlock/rueidis").
+	Name string
+	Doer Doer[C, R]
+	// Command builds a request (with Build and the client's B().Arbitrary).
 	Command func(cmd fencedlock.Command, blocking bool) C
-	// Do sends one request, DoMulti several in one pipeline.
-	Do      func(ctx context.Context, c C) R
-	DoMulti func(ctx context.Context, cs ...C) []R
-	// Addr is the server's address ("" for a cluster).
-	Addr string
+	// Cluster says whether the client is a cluster client (refused: one server per client).
+	Cluster bool
+	// Nodes are the client's node addresses; one for a client to one server.
+	Nodes []string
 }
 
 // Transport is the fencedlock.Transport over one library's client to one server. The libraries
 // honour a request's context on the socket and retry only requests marked read-only, which
 // the adapter never marks: a request is never sent twice.
 type Transport[C any, R Result[M], M any, P Message[M]] struct {
-	c Client[C, R, M]
+	c    Client[C, R]
+	addr string
 }
 
-// New is the transport over c.
-func New[C any, R Result[M], M any, P Message[M]](c Client[C, R, M]) *Transport[C, R, M, P] {
-	return &Transport[C, R, M, P]{c: c}
+// New is the transport over c, or an error for a client the adapters do not serve (none, or a
+// cluster client).
+func New[C any, R Result[M], M any, P Message[M]](c Client[C, R]) (fencedlock.Transport, error) {
+	if c.Doer == nil {
+		return nil, errors.New(c.Name + ": a nil client")
+	}
+	if c.Cluster {
+		return nil, errors.New(c.Name + ": a cluster client is not supported yet (use go-redis's ClusterClient)")
+	}
+	var addr string
+	if len(c.Nodes) == 1 {
+		addr = c.Nodes[0]
+	}
+	return &Transport[C, R, M, P]{c: c, addr: addr}, nil
+}
+
+// NewLocker is a locker over the transport newT makes of client.
+func NewLocker[T any](newT func(T) (fencedlock.Transport, error), client T, opts []fencedlock.Option) (*fencedlock.Locker, error) {
+	t, err := newT(client)
+	if err != nil {
+		return nil, err
+	}
+	return fencedlock.NewLockerOver(t, opts...)
+}
+
+// NewRedlock is a Redlock over the transports newT makes of clients.
+func NewRedlock[T any](newT func(T) (fencedlock.Transport, error), clients []T, opts []fencedlock.Option) (*fencedlock.Redlock, error) {
+	transports := make([]fencedlock.Transport, len(clients))
+	for i, c := range clients {
+		t, err := newT(c)
+		if err != nil {
+			return nil, err
+		}
+		transports[i] = t
+	}
+	return fencedlock.NewRedlockOver(transports, opts...)
 }
 
 // Do sends cmd.
 func (t *Transport[C, R, M, P]) Do(ctx context.Context, cmd fencedlock.Command) (any, error) {
-	return Reply[M, P](t.c.Do(ctx, t.c.Command(cmd, false)).ToMessage())
+	return Reply[M, P](t.c.Doer.Do(ctx, t.c.Command(cmd, false)).ToMessage())
 }
 
 // Pipeline sends cmds in one DoMulti.
@@ -73,7 +143,7 @@ func (t *Transport[C, R, M, P]) Pipeline(ctx context.Context, cmds []fencedlock.
 	for i, cmd := range cmds {
 		built[i] = t.c.Command(cmd, false)
 	}
-	results := t.c.DoMulti(ctx, built...)
+	results := t.c.Doer.DoMulti(ctx, built...)
 	out := make([]any, len(results))
 	for i, r := range results {
 		v, err := Reply[M, P](r.ToMessage())
@@ -100,11 +170,11 @@ func (t *Transport[C, R, M, P]) Blocking(context.Context, string) (fencedlock.Co
 type blocking[C any, R Result[M], M any, P Message[M]] struct{ t *Transport[C, R, M, P] }
 
 func (b blocking[C, R, M, P]) Do(ctx context.Context, cmd fencedlock.Command) (any, error) {
-	return Reply[M, P](b.t.c.Do(ctx, b.t.c.Command(cmd, true)).ToMessage())
+	return Reply[M, P](b.t.c.Doer.Do(ctx, b.t.c.Command(cmd, true)).ToMessage())
 }
 
 // Addr is the server's address.
-func (t *Transport[C, R, M, P]) Addr() string { return t.c.Addr }
+func (t *Transport[C, R, M, P]) Addr() string { return t.addr }
 
 // Cluster is false: the adapters serve one server (a cluster client is refused by New).
 func (t *Transport[C, R, M, P]) Cluster() bool { return false }
