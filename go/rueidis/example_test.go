@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -12,32 +13,34 @@ import (
 	fencedrueidis "example.invalid/fencedlock/go/rueidis"
 )
 
-// A lease over a rueidis client, its fence handed to the resource; the rest of the API is the
-// package's (fencedlock.Locker). (Compiled, not run: it needs a server; the adapter's tests
-// run the same calls through the shared corpora.)
+// A lease over a rueidis client, waited for on the server's queue and kept alive while the
+// work runs; Done is closed if it is lost. The rest of the API is the package's
+// (fencedlock.Locker). (Compiled, not run: it needs a server; the adapter's tests run the
+// shared corpora through the same transport.)
 func ExampleNewLocker() {
 	ctx := context.Background()
 	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"127.0.0.1:6379"}, AlwaysPipelining: true})
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
 	defer client.Close()
-	locker, err := fencedrueidis.NewLocker(client, fencedlock.WithTTL(30*time.Second))
+	locker, err := fencedrueidis.NewLocker(client, fencedlock.WithTTL(15*time.Second))
 	if err != nil {
-		fmt.Println(err)
-		return
+		log.Fatal(err)
 	}
 	defer locker.Close()
 	lease, err := locker.Acquire(ctx, "invoice:inv_72", fencedlock.WithWait(5*time.Second))
-	switch {
-	case errors.Is(err, fencedlock.ErrNotAcquired):
-		fmt.Println("held by another owner")
-		return
-	case err != nil: // errors.Is(err, fencedlock.ErrUnavailable): no answer
-		fmt.Println(err)
-		return
+	if errors.Is(err, fencedlock.ErrNotAcquired) {
+		return // still held by another owner after 5 s
+	} else if err != nil {
+		log.Fatal(err) // errors.Is(err, fencedlock.ErrUnavailable): no answer
 	}
 	defer lease.Release(ctx)
-	fmt.Println("write with fence", lease.Fence())
+	lease.KeepAlive()
+	select {
+	case <-lease.Done():
+		fmt.Println("lost:", lease.Err())
+	case <-time.After(time.Minute): // the work, writing with lease.Fence()
+		fmt.Println("sent with fence", lease.Fence())
+	}
 }
