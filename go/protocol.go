@@ -129,6 +129,12 @@ func request(e engine, command string, key []byte, rest []any, waiting bool) []a
 	if wake {
 		keys = append(keys, wakeKey(key))
 	}
+	return libraryCall(e, command, keys, rest)
+}
+
+// libraryCall is the library's function for command on keys with rest after them: FCALL fn
+// numkeys keys… rest…, or in the script form EVALSHA sha numkeys keys… fn rest….
+func libraryCall(e engine, command string, keys, rest []any) []any {
 	fn := proto.c.Library.Functions[command]
 	var words []any
 	if e == engineScript {
@@ -189,13 +195,5 @@ func acquireAllWords(e engine, keys [][]byte, req acquireRequest) []any {
 		all = append(all, k)
 	}
 	all = append(all, floorKey(keys[0]))
-	fn := proto.c.Library.Functions[cmdAcquireAll]
-	var words []any
-	if e == engineScript {
-		words = append([]any{"EVALSHA", proto.c.Library.ScriptSHA1, strconv.Itoa(len(all))}, all...)
-		words = append(words, fn)
-	} else {
-		words = append([]any{"FCALL", fn, strconv.Itoa(len(all))}, all...)
-	}
-	return append(words, rest...)
+	return libraryCall(e, cmdAcquireAll, all, rest)
 }
