@@ -159,34 +159,11 @@ func (r *Redlock) roundFor(ctx context.Context, key string, s settings) (*Lease,
 func (r *Redlock) round(ctx context.Context, req acquireRequest, s settings) (*Lease, error) {
 	key := string(req.key)
 	sent := time.Now()
-	votes := r.each(ctx, func(ctx context.Context, srv *server) vote {
-		e, err := srv.detect(ctx)
-		if err != nil {
-			return vote{err: err}
-		}
-		reply, err := srv.call(ctx, acquireWords(e, req, false, -1)...)
-		if err != nil {
-			return vote{e: e, err: err}
-		}
-		f, err := asFence(reply)
-		return vote{e: e, fence: f, err: err}
-	})
-	var tally Votes
+	votes := r.ask(ctx, func(e engine) []any { return acquireWords(e, req, false, -1) }, asFence)
+	tally, failure := count(votes, key)
 	var target uint64
-	var failure error
 	for _, v := range votes {
-		switch {
-		case v.err != nil:
-			tally.Failed++
-			if failure == nil {
-				failure = classify(v.srv.name(), key, v.err)
-			}
-		case v.fence > 0:
-			tally.Granted++
-			target = max(target, v.fence)
-		default:
-			tally.Refused++
-		}
+		target = max(target, v.fence)
 	}
 	if tally.Granted >= r.quorum {
 		if confirmed := r.raise(ctx, req, votes, target); confirmed >= r.quorum {
@@ -242,33 +219,10 @@ func (r *Redlock) raise(ctx context.Context, req acquireRequest, votes []vote, t
 // majority renewed in time; a lost lease when so many refused that no majority can.
 func (r *Redlock) renew(ctx context.Context, key, token []byte, ttl time.Duration) (time.Time, error) {
 	sent := time.Now()
-	votes := r.each(ctx, func(ctx context.Context, srv *server) vote {
-		e, err := srv.detect(ctx)
-		if err != nil {
-			return vote{err: err}
-		}
-		reply, err := srv.call(ctx, request(e, cmdRenew, key, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false)...)
-		if err != nil {
-			return vote{err: err}
-		}
-		n, _ := reply.(int64)
-		return vote{fence: uint64(max(n, 0))}
-	})
-	var tally Votes
-	var failure error
-	for _, v := range votes {
-		switch {
-		case v.err != nil:
-			tally.Failed++
-			if failure == nil {
-				failure = classify(v.srv.name(), string(key), v.err)
-			}
-		case v.fence == 1:
-			tally.Granted++
-		default:
-			tally.Refused++
-		}
-	}
+	votes := r.ask(ctx, func(e engine) []any {
+		return request(e, cmdRenew, key, []any{token, strconv.FormatInt(ttl.Milliseconds(), 10)}, false)
+	}, asOne)
+	tally, failure := count(votes, string(key))
 	until := sent.Add(ttl - drift(ttl))
 	if tally.Granted >= r.quorum && time.Now().Before(until) {
 		return until, nil
@@ -281,33 +235,58 @@ func (r *Redlock) renew(ctx context.Context, key, token []byte, ttl time.Duratio
 
 // release releases the lease on every server at once: true when any server held it.
 func (r *Redlock) release(ctx context.Context, key, token []byte) (bool, error) {
-	votes := r.each(ctx, func(ctx context.Context, srv *server) vote {
+	votes := r.ask(ctx, func(e engine) []any { return request(e, cmdRelease, key, []any{token}, false) }, asOne)
+	tally, failure := count(votes, string(key))
+	if tally.Granted == 0 && tally.Failed == len(votes) {
+		return false, failure
+	}
+	return tally.Granted > 0, nil
+}
+
+// ask sends the request words makes in each server's engine form to every server at once; a
+// server's vote is its reply read by read (a fence, or 1 for yes), or its failure.
+func (r *Redlock) ask(ctx context.Context, words func(e engine) []any, read func(reply any) (uint64, error)) []vote {
+	return r.each(ctx, func(ctx context.Context, srv *server) vote {
 		e, err := srv.detect(ctx)
 		if err != nil {
 			return vote{err: err}
 		}
-		reply, err := srv.call(ctx, request(e, cmdRelease, key, []any{token}, false)...)
+		reply, err := srv.call(ctx, words(e)...)
 		if err != nil {
-			return vote{err: err}
+			return vote{e: e, err: err}
 		}
-		n, _ := reply.(int64)
-		return vote{fence: uint64(max(n, 0))}
+		f, err := read(reply)
+		return vote{e: e, fence: f, err: err}
 	})
-	released, failed := false, 0
+}
+
+// asOne reads a RENEW or RELEASE reply: 1 yes, anything else no.
+func asOne(reply any) (uint64, error) {
+	if n, _ := reply.(int64); n == 1 {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// count tallies a round's votes about key: granted (a fence, or 1), refused, failed, and the
+// first failure as the package's error.
+func count(votes []vote, key string) (Votes, error) {
+	var tally Votes
 	var failure error
 	for _, v := range votes {
-		if v.err != nil {
-			failed++
+		switch {
+		case v.err != nil:
+			tally.Failed++
 			if failure == nil {
-				failure = classify(v.srv.name(), string(key), v.err)
+				failure = classify(v.srv.name(), key, v.err)
 			}
+		case v.fence > 0:
+			tally.Granted++
+		default:
+			tally.Refused++
 		}
-		released = released || v.fence == 1
 	}
-	if !released && failed == len(votes) {
-		return false, failure
-	}
-	return released, nil
+	return tally, failure
 }
 
 // giveBack releases token on every server in the background, at once and one timeout later:
