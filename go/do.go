@@ -25,24 +25,9 @@ func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context
 // runKept runs fn under lease, kept alive, and releases it: fn's ctx is cancelled with the
 // loss as its cause when the lease is lost.
 func runKept(ctx context.Context, lease *Lease, fn func(ctx context.Context, lease *Lease) error) error {
-	lease.KeepAlive()
-	run, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		select {
-		case <-lease.Done():
-			if lost := lease.Err(); lost != nil {
-				cancel(lost)
-			}
-		case <-run.Done():
-		}
-	}()
+	run, stop := keptAlive(ctx, lease)
 	ferr := fn(run, lease)
-	lost := lease.Err()
-	cancel(nil)
-	<-watched
+	lost := stop()
 	// The release is sent even when the caller's ctx has ended: the lease must not be left
 	// to run out.
 	_, rerr := lease.Release(context.WithoutCancel(ctx))
@@ -59,4 +44,29 @@ func runKept(ctx context.Context, lease *Lease, fn func(ctx context.Context, lea
 		return rerr
 	}
 	return nil
+}
+
+// keptAlive keeps lease alive and is the context to work under it: cancelled, with the loss as
+// its cause, the moment the lease is lost. stop ends the watch (its goroutine gone when it
+// returns) and is the loss, nil while the lease holds.
+func keptAlive(ctx context.Context, lease *Lease) (run context.Context, stop func() error) {
+	lease.KeepAlive()
+	run, cancel := context.WithCancelCause(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-lease.Done():
+			if lost := lease.Err(); lost != nil {
+				cancel(lost)
+			}
+		case <-run.Done():
+		}
+	}()
+	return run, func() error {
+		lost := lease.Err()
+		cancel(nil)
+		<-watched
+		return lost
+	}
 }

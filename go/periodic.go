@@ -79,20 +79,9 @@ func (l *Locker) RunAtMostEvery(ctx context.Context, key string, every time.Dura
 		release()
 		return Periodic{Outcome: NotDue, Last: last, DueIn: every - last.Age}, nil
 	}
-	lease.KeepAlive()
-	run, cancel := context.WithCancelCause(ctx)
-	go func() {
-		select {
-		case <-lease.Done():
-			if lost := lease.Err(); lost != nil {
-				cancel(lost)
-			}
-		case <-run.Done():
-		}
-	}()
+	run, stop := keptAlive(ctx, lease)
 	jerr := job(run, lease)
-	cancel(nil)
-	if lost := lease.Err(); lost != nil {
+	if lost := stop(); lost != nil {
 		release()
 		return Periodic{}, errors.Join(lost, jerr)
 	}
