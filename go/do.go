@@ -12,10 +12,16 @@ import (
 // ErrNotAcquired, and fn is not called. Do returns fn's error, joined with the loss when the
 // lease was lost while fn ran.
 func (l *Locker) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error {
+	return doUnder(ctx, l.Acquire, key, fn, opts)
+}
+
+// doUnder takes a lease on key with acquire (a Locker's or a Redlock's), runs fn under it
+// kept alive (runKept), and releases it; fn never runs without the lease.
+func doUnder(ctx context.Context, acquire func(context.Context, string, ...Option) (*Lease, error), key string, fn func(ctx context.Context, lease *Lease) error, opts []Option) error {
 	if fn == nil {
 		return invalid("Do needs a function")
 	}
-	lease, err := l.Acquire(ctx, key, opts...)
+	lease, err := acquire(ctx, key, opts...)
 	if err != nil {
 		return err
 	}

@@ -70,14 +70,11 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Leas
 	if err != nil {
 		return nil, err
 	}
-	if err := checkKey(key); err != nil {
+	e, err := l.engineFor(ctx, key)
+	if err != nil {
 		return nil, err
 	}
 	srv := l.server
-	e, err := srv.detect(ctx)
-	if err != nil {
-		return nil, l.failure(ctx, key, err)
-	}
 	if e != engineModule {
 		if max := time.Duration(proto.c.Library.MaxTTLMs) * time.Millisecond; s.ttl > max {
 			return nil, invalid("ttl must be at most %v on a server without the module (the Functions library's limit), got %v", max, s.ttl)
@@ -140,6 +137,19 @@ func (l *Locker) Acquire(ctx context.Context, key string, opts ...Option) (*Leas
 			return nil, l.failure(ctx, key, err)
 		}
 	}
+}
+
+// engineFor checks key and is the server's engine (detected once), or the failure to detect
+// it as the package's error.
+func (l *Locker) engineFor(ctx context.Context, key string) (engine, error) {
+	if err := checkKey(key); err != nil {
+		return engineUnknown, err
+	}
+	e, err := l.server.detect(ctx)
+	if err != nil {
+		return engineUnknown, l.failure(ctx, key, err)
+	}
+	return e, nil
 }
 
 // failure is err as the package's error: the caller's own context ending is its cause as is.

@@ -299,12 +299,5 @@ func (r *Redlock) giveBack(key, token []byte) {
 
 // Do is Locker.Do over a Redlock lease.
 func (r *Redlock) Do(ctx context.Context, key string, fn func(ctx context.Context, lease *Lease) error, opts ...Option) error {
-	if fn == nil {
-		return invalid("Do needs a function")
-	}
-	lease, err := r.Acquire(ctx, key, opts...)
-	if err != nil {
-		return err
-	}
-	return runKept(ctx, lease, fn)
+	return doUnder(ctx, r.Acquire, key, fn, opts)
 }

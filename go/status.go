@@ -26,14 +26,11 @@ type Status struct {
 
 // Status reads the key's fence and holders; nil for a key without lock state.
 func (l *Locker) Status(ctx context.Context, key string) (*Status, error) {
-	if err := checkKey(key); err != nil {
+	e, err := l.engineFor(ctx, key)
+	if err != nil {
 		return nil, err
 	}
 	srv := l.server
-	e, err := srv.detect(ctx)
-	if err != nil {
-		return nil, l.failure(ctx, key, err)
-	}
 	reply, err := srv.call(ctx, request(e, cmdStatus, []byte(key), nil, false)...)
 	if err != nil {
 		return nil, l.failure(ctx, key, err)
