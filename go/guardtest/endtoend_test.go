@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	fencedlock "example.invalid/fencedlock/go"
 	"example.invalid/fencedlock/go/guard"
 )
@@ -20,73 +22,67 @@ import (
 // its old fence after a newer holder took the lock and wrote. The lock cannot stop it (it no
 // longer asks the lock); the row refuses it, keeps the newer write, and the refusal is counted.
 func TestAPausedHolderWhoseLeaseExpiredIsRefusedAtTheRow(t *testing.T) {
-	for _, engine := range []struct {
-		name   string
-		module bool
-	}{{"module", true}, {"library", false}} {
-		t.Run(engine.name, func(t *testing.T) {
-			client := startRedis(t, engine.module)
-			eachDatabase(t, func(t *testing.T, db *sql.DB, d guard.Dialect) {
-				ctx := context.Background()
-				g := jobsTable(t, db, d)
-				locker, err := fencedlock.NewLocker(client, fencedlock.WithTTL(300*time.Millisecond))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer locker.Close()
-				key := "invoice:1:" + d.String()
+	eachLockServer(t, func(t *testing.T, client *redis.Client) {
+		eachDatabase(t, func(t *testing.T, db *sql.DB, d guard.Dialect) {
+			ctx := context.Background()
+			g := jobsTable(t, db, d)
+			locker, err := fencedlock.NewLocker(client, fencedlock.WithTTL(300*time.Millisecond))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer locker.Close()
+			key := "invoice:1:" + d.String()
 
-				old, err := locker.Acquire(ctx, key)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := g.Claim(ctx, db, 1, old.Fence()); err != nil {
-					t.Fatalf("the first holder's claim: %v", err)
-				}
-				// The first holder pauses (no renewal) until its lease has run out...
-				time.Sleep(old.Remaining() + 200*time.Millisecond)
+			old, err := locker.Acquire(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := g.Claim(ctx, db, 1, old.Fence()); err != nil {
+				t.Fatalf("the first holder's claim: %v", err)
+			}
+			// The first holder pauses (no renewal) until its lease has run out...
+			time.Sleep(old.Remaining() + 200*time.Millisecond)
 
-				// ...and a second holder takes the lock with a newer fence, claims and writes.
-				newer, err := locker.Acquire(ctx, key)
-				if err != nil {
-					t.Fatalf("the second holder could not acquire after the first lease expired: %v", err)
-				}
-				if newer.Fence() <= old.Fence() {
-					t.Fatalf("fences %d then %d: not increasing", old.Fence(), newer.Fence())
-				}
-				tx, err := db.BeginTx(ctx, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				var status string
-				if err := g.ClaimReturning(ctx, tx, 1, newer.Fence(), []string{"status"}, &status); err != nil || status != "PENDING" {
-					t.Fatalf("the second holder's claim: %q %v", status, err)
-				}
-				if ok, err := g.Write(ctx, tx, 1, newer.Fence(), guard.NewUpdate().Set("status", "SENT").Set("note", "newer").When("status", "PENDING")); !ok || err != nil {
-					t.Fatalf("the second holder's write: %v %v", ok, err)
-				}
-				if err := tx.Commit(); err != nil {
-					t.Fatal(err)
-				}
+			// ...and a second holder takes the lock with a newer fence, claims and writes.
+			newer, err := locker.Acquire(ctx, key)
+			if err != nil {
+				t.Fatalf("the second holder could not acquire after the first lease expired: %v", err)
+			}
+			if newer.Fence() <= old.Fence() {
+				t.Fatalf("fences %d then %d: not increasing", old.Fence(), newer.Fence())
+			}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var status string
+			if err := g.ClaimReturning(ctx, tx, 1, newer.Fence(), []string{"status"}, &status); err != nil || status != "PENDING" {
+				t.Fatalf("the second holder's claim: %q %v", status, err)
+			}
+			if ok, err := g.Write(ctx, tx, 1, newer.Fence(), guard.NewUpdate().Set("status", "SENT").Set("note", "newer").When("status", "PENDING")); !ok || err != nil {
+				t.Fatalf("the second holder's write: %v %v", ok, err)
+			}
+			if err := tx.Commit(); err != nil {
+				t.Fatal(err)
+			}
 
-				// The first holder wakes up and writes what it had decided before its pause.
-				ok, err := g.Write(ctx, db, 1, old.Fence(), guard.NewUpdate().Set("status", "SENT").Set("note", "stale"))
-				var stale *guard.StaleError
-				if ok || !errors.As(err, &stale) || stale.Fence != old.Fence() || stale.LastFence != newer.Fence() {
-					t.Fatalf("the paused holder's write: %v, %v", ok, err)
-				}
-				if r := readRow(t, db, 1); r.Note.String != "newer" || r.Fence != int64(newer.Fence()) {
-					t.Errorf("the row after the stale write: %+v", r)
-				}
-				if g.Refusals() != 1 {
-					t.Errorf("%d refusals counted, want 1", g.Refusals())
-				}
-				if _, err := newer.Release(ctx); err != nil {
-					t.Error(err)
-				}
-			})
+			// The first holder wakes up and writes what it had decided before its pause.
+			ok, err := g.Write(ctx, db, 1, old.Fence(), guard.NewUpdate().Set("status", "SENT").Set("note", "stale"))
+			var stale *guard.StaleError
+			if ok || !errors.As(err, &stale) || stale.Fence != old.Fence() || stale.LastFence != newer.Fence() {
+				t.Fatalf("the paused holder's write: %v, %v", ok, err)
+			}
+			if r := readRow(t, db, 1); r.Note.String != "newer" || r.Fence != int64(newer.Fence()) {
+				t.Errorf("the row after the stale write: %+v", r)
+			}
+			if g.Refusals() != 1 {
+				t.Errorf("%d refusals counted, want 1", g.Refusals())
+			}
+			if _, err := newer.Release(ctx); err != nil {
+				t.Error(err)
+			}
 		})
-	}
+	})
 }
 
 // Many holders with different fences write one row at once: the row ends with the largest

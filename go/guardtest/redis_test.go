@@ -23,3 +23,14 @@ func startRedis(t *testing.T, module bool) *redis.Client {
 	}
 	return fencedlocktest.Start(t, setup).Client()
 }
+
+// eachLockServer runs f, a subtest, on a lock server with the module and on one without it
+// (the Functions library).
+func eachLockServer(t *testing.T, f func(t *testing.T, client *redis.Client)) {
+	for _, engine := range []struct {
+		name   string
+		module bool
+	}{{"module", true}, {"library", false}} {
+		t.Run(engine.name, func(t *testing.T) { f(t, startRedis(t, engine.module)) })
+	}
+}

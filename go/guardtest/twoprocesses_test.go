@@ -29,17 +29,11 @@ const holderTTL = time.Second
 // first, continued, writes with its old fence: refused as stale and counted in its process,
 // and the row keeps the second's write.
 func TestTwoProcessesOneStoppedPastItsLeaseIsRefusedAtTheRow(t *testing.T) {
-	for _, engine := range []struct {
-		name   string
-		module bool
-	}{{"module", true}, {"library", false}} {
-		t.Run(engine.name, func(t *testing.T) {
-			client := startRedis(t, engine.module)
-			for _, d := range []guard.Dialect{guard.Postgres, guard.SQLite} {
-				t.Run(d.String(), func(t *testing.T) { twoProcesses(t, client, d) })
-			}
-		})
-	}
+	eachLockServer(t, func(t *testing.T, client *redis.Client) {
+		for _, d := range []guard.Dialect{guard.Postgres, guard.SQLite} {
+			t.Run(d.String(), func(t *testing.T) { twoProcesses(t, client, d) })
+		}
+	})
 }
 
 func twoProcesses(t *testing.T, client *redis.Client, d guard.Dialect) {
