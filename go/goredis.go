@@ -24,6 +24,9 @@ type goRedis struct {
 	closed  bool
 }
 
+// waitConnsPerNode bounds the connections the waits of one transport hold on one node at once.
+const waitConnsPerNode = 4096
+
 func newGoRedis(client redis.UniversalClient) *goRedis {
 	return &goRedis{client: client, waiters: map[string]*redis.Client{}}
 }
@@ -33,6 +36,23 @@ type goRedisConn struct {
 	c interface {
 		Do(ctx context.Context, args ...any) *redis.Cmd
 	}
+}
+
+// HonoursDeadline: go-redis gives up at a context's deadline itself (on the socket, in the
+// pool and in its retries) only with ContextTimeoutEnabled.
+func (c goRedisConn) HonoursDeadline() bool { return contextTimeouts(c.c) }
+
+func (g *goRedis) HonoursDeadline() bool { return contextTimeouts(g.client) }
+
+// contextTimeouts says whether a go-redis client was made with ContextTimeoutEnabled.
+func contextTimeouts(c any) bool {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 func (c goRedisConn) Do(ctx context.Context, cmd Command) (any, error) {
@@ -158,8 +178,15 @@ func (g *goRedis) Blocking(ctx context.Context, key string) (Conn, error) {
 	opt.ReadTimeout = -1
 	opt.ContextTimeoutEnabled = true
 	opt.MaxRetries = -1
-	opt.PoolSize = 0
+	// A blocked request holds its connection for the whole wait, so the pool must never make
+	// a waiter wait for another's connection: go-redis's default of 10 per CPU would leave the
+	// waiters past it outside the server's queue until the pool timed them out (and, on the
+	// library, woken waiters queue for a connection behind new BLPOPs). Connections are made
+	// as waiters come, and closed after the client's idle time.
+	opt.PoolSize = waitConnsPerNode
+	opt.MaxActiveConns = 0
 	opt.MinIdleConns = 0
+	opt.MaxIdleConns = 0
 	w := redis.NewClient(&opt)
 	g.waiters[opt.Addr] = w
 	return goRedisConn{w}, nil

@@ -56,34 +56,75 @@ func newServer(t Transport, timeout time.Duration) *server {
 // name is the server's address for error messages.
 func (s *server) name() string { return s.t.Addr() }
 
-// bounded runs f, returning its result, or errTimedOut once ctx ends first (the request is
-// not cancelled: a transport may not honour a context's deadline on the socket (go-redis only
-// with ContextTimeoutEnabled), and then the reply is left to arrive and be dropped). A
-// deadline of the caller's own ctx is the caller's error, not a timeout of the server.
-func bounded(parent, ctx context.Context, f func(context.Context) (any, error)) (any, error) {
-	type result struct {
-		v   any
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		v, err := f(ctx)
-		done <- result{v, err}
-	}()
-	select {
-	case r := <-done:
-		return r.v, r.err
-	case <-ctx.Done():
+// bounded runs f, returning its result, or errTimedOut once ctx ends first. Where ctx can
+// end only at its deadline (the caller's parent cannot be cancelled) and the transport gives
+// up at a deadline itself (go-redis with ContextTimeoutEnabled; see honoursDeadline), f runs
+// on the caller's goroutine. Otherwise it is raced by a goroutine against ctx, the request
+// not cancelled (transports notice a deadline, not a cancellation, while they read): its
+// reply is left to arrive and be dropped. A deadline of the caller's own ctx is the caller's
+// error, not a timeout of the server.
+func bounded(parent, ctx context.Context, honours bool, f func(context.Context) (any, error)) (any, error) {
+	var v any
+	var err error
+	if honours && parent.Done() == nil {
+		v, err = f(ctx)
+	} else {
+		type result struct {
+			v   any
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			v, err := f(ctx)
+			done <- result{v, err}
+		}()
 		select {
 		case r := <-done:
-			return r.v, r.err
-		default:
+			v, err = r.v, r.err
+		case <-ctx.Done():
+			select {
+			case r := <-done:
+				v, err = r.v, r.err
+			default:
+				return nil, deadlineError(parent)
+			}
 		}
-		if parent.Err() != nil {
-			return nil, context.Cause(parent)
-		}
-		return nil, errTimedOut
 	}
+	// A socket deadline fires a moment before the context's own timer: no answer by the
+	// deadline is the deadline's error, not the server's.
+	if err != nil && !answered(err) && pastDeadline(ctx) {
+		return nil, deadlineError(parent)
+	}
+	return v, err
+}
+
+// pastDeadline says whether ctx's deadline has passed by the clock, whether or not its timer
+// has fired yet.
+func pastDeadline(ctx context.Context) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && !time.Now().Before(deadline)
+}
+
+// deadlineError is what a request that ran out of time failed with: the caller's own
+// context's end (waited for where its deadline passed and its timer has yet to fire), else
+// the request timeout.
+func deadlineError(parent context.Context) error {
+	if pastDeadline(parent) {
+		<-parent.Done()
+	}
+	if parent.Err() != nil {
+		return context.Cause(parent)
+	}
+	return errTimedOut
+}
+
+// honoursDeadline says whether c returns by its context's deadline on its own (a Conn with
+// HonoursDeadline() true), so that the package need not race a goroutine of its own per
+// request against the deadline (it cost a Go lease 40-60 µs: docs/performance.md, "The Go
+// client").
+func honoursDeadline(c Conn) bool {
+	d, ok := c.(interface{ HonoursDeadline() bool })
+	return ok && d.HonoursDeadline()
 }
 
 // do sends one request on the transport, bounded by the request timeout.
@@ -94,7 +135,7 @@ func (s *server) do(ctx context.Context, args ...any) (any, error) {
 func (s *server) doOn(ctx context.Context, c Conn, timeout time.Duration, args ...any) (any, error) {
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return bounded(ctx, tctx, func(ctx context.Context) (any, error) {
+	return bounded(ctx, tctx, honoursDeadline(c), func(ctx context.Context) (any, error) {
 		return c.Do(ctx, commandOf(args))
 	})
 }
@@ -137,7 +178,7 @@ func lostLoad(err error) []any {
 func (s *server) everywhere(ctx context.Context, args ...any) (any, error) {
 	tctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return bounded(ctx, tctx, func(ctx context.Context) (any, error) {
+	return bounded(ctx, tctx, false, func(ctx context.Context) (any, error) {
 		return nil, s.t.Primaries(ctx, commandOf(args))
 	})
 }

@@ -204,7 +204,7 @@ func (ss *Session) pipeline(ctx context.Context, e engine, leases []*Lease, ttl 
 	srv := ss.locker.server
 	for attempt := 0; ; attempt++ {
 		tctx, cancel := context.WithTimeout(ctx, srv.timeout)
-		v, err := bounded(ctx, tctx, func(ctx context.Context) (any, error) {
+		v, err := bounded(ctx, tctx, false, func(ctx context.Context) (any, error) {
 			cmds := make([]Command, len(leases))
 			for i, lease := range leases {
 				cmds[i] = commandOf(request(e, cmdRenew, lease.key, []any{lease.token, ttl}, false))
