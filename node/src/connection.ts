@@ -58,6 +58,43 @@ export interface DedicatedConnection extends Connection {
   close(): void;
 }
 
+/** What {@link dedicatedConnection} needs of a client's connection. */
+export interface Connectable {
+  on(event: 'error', listener: () => void): unknown;
+  connect(): Promise<unknown>;
+}
+
+/**
+ * `conn`, connected, as a dedicated connection that sends with `call`: tracked in `opened`
+ * until it is closed (so the adapter's `close` ends it too) and ended with `end`. A connection
+ * that cannot connect is ended at once and its error, made by `failure`, thrown. Its error
+ * events are the requests' to report: a listener keeps them from crashing the process.
+ */
+export async function dedicatedConnection<C extends Connectable>(
+  conn: C,
+  opened: Set<C>,
+  end: (conn: C) => void,
+  failure: (err: unknown) => Error,
+  call: Connection['call'],
+): Promise<DedicatedConnection> {
+  conn.on('error', () => {});
+  opened.add(conn);
+  try {
+    await conn.connect();
+  } catch (err) {
+    opened.delete(conn);
+    end(conn);
+    throw failure(err);
+  }
+  return {
+    call,
+    close: () => {
+      opened.delete(conn);
+      end(conn);
+    },
+  };
+}
+
 /** A user's client, adapted. */
 export interface Backend {
   /** The server's address (or the cluster's seeds), for errors and Redlock's ranking. */

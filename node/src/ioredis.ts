@@ -10,7 +10,7 @@
  * true` is used as it is (unless it has a `keyPrefix`: the locker's keys are sent as given,
  * and a prefix would reach the Functions library's key arguments but not the module's).
  */
-import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, dedicatedConnection, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** The part of an ioredis `Redis` or `Cluster` this adapter uses. */
@@ -135,22 +135,7 @@ export class IORedisBackend implements Backend {
     if (this.#closed) throw new ConnectionFailure('the locker is closed');
     // No retries and no offline queue: a request on a broken connection fails at once.
     const conn = exactCopy(this.client, { lazyConnect: true, maxRetriesPerRequest: 0, enableOfflineQueue: false, retryStrategy: () => null });
-    conn.on('error', () => {});
-    this.#opened.add(conn);
-    try {
-      await conn.connect();
-    } catch (err) {
-      this.#opened.delete(conn);
-      conn.disconnect();
-      throw failure(err);
-    }
-    return {
-      call: (args) => send(conn, args),
-      close: () => {
-        this.#opened.delete(conn);
-        conn.disconnect();
-      },
-    };
+    return dedicatedConnection(conn, this.#opened, (c) => c.disconnect(), failure, (args) => send(conn, args));
   }
 
   async close(): Promise<void> {

@@ -201,12 +201,7 @@ abstract class Base {
   /** @internal One acquisition, waiting as the options say. */
   async take(key: string, options: AcquireOptions, terms: Terms): Promise<Lease | null> {
     checkKey(key);
-    const ttl = checkTtl(options.ttl ?? this.settings.ttl);
-    const wait = checkWait(options.wait ?? this.settings.wait);
-    const signal = options.signal;
-    if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
-    if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
-    const giveUp = performance.now() + wait;
+    const { ttl, wait, giveUp, signal } = await this.#timing(options);
     for (let round = 0; ; round++) {
       if (signal?.aborted) throw abortError(signal);
       // Every round asks with a token of its own, never an earlier round's. A round that failed
@@ -238,6 +233,19 @@ abstract class Base {
   }
 
   /**
+   * A call's ttl and wait, checked (the drift allowance must leave the ttl some validity, and a
+   * ttl above the Functions library's limit is checked against the engines), and the moment it
+   * gives up: one reading of the options for a key and for a set.
+   */
+  async #timing(options: AcquireOptions): Promise<{ ttl: number; wait: number; giveUp: number; signal: AbortSignal | undefined }> {
+    const ttl = checkTtl(options.ttl ?? this.settings.ttl);
+    const wait = checkWait(options.wait ?? this.settings.wait);
+    if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
+    if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
+    return { ttl, wait, giveUp: performance.now() + wait, signal: options.signal };
+  }
+
+  /**
    * A ttl above the Functions library's limit is refused before it is sent to a server that
    * runs the library (which would answer naming the module's config, which it does not have).
    * Only such a ttl makes the engines be asked for here.
@@ -260,12 +268,7 @@ abstract class Base {
   /** @internal Several keys, all or none (`multi.ts`), waiting as the options say. */
   async takeAll(keys: readonly string[], options: AcquireOptions, terms: Terms): Promise<Leases> {
     const order = canonicalOrder(keys);
-    const ttl = checkTtl(options.ttl ?? this.settings.ttl);
-    const wait = checkWait(options.wait ?? this.settings.wait);
-    const signal = options.signal;
-    if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
-    if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
-    const giveUp = performance.now() + wait;
+    const { ttl, giveUp, signal } = await this.#timing(options);
     const server = await this.#oneCommandServer(keys);
     if (server) return this.#takeAtOnce(server, keys, { ttl, giveUp, signal }, terms);
     const taken: (Lease | undefined)[] = keys.map(() => undefined);

@@ -6,7 +6,7 @@
  * client's own settings are untouched. node-redis v4 has no type mapping and parses integers
  * as lossy JS numbers, so it is refused.
  */
-import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, dedicatedConnection, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** RESP type bytes (node-redis's `RESP_TYPES`): ':' integer, '$' bulk, '+' simple string, '(' big number. */
@@ -139,22 +139,7 @@ export class NodeRedisBackend implements Backend {
     if (this.#closed) throw new ConnectionFailure('the locker is closed');
     // No reconnects: a blocked request's connection that breaks is done.
     const conn = this.isCluster ? this.client.duplicate() : this.client.duplicate({ disableOfflineQueue: true, socket: { ...((this.client.options?.['socket'] as object | undefined) ?? {}), reconnectStrategy: false } });
-    conn.on('error', () => {});
-    this.#opened.add(conn);
-    try {
-      await conn.connect();
-    } catch (err) {
-      this.#opened.delete(conn);
-      destroy(conn);
-      throw failure(err);
-    }
-    return {
-      call: (args, key) => send(conn, this.isCluster, args, key),
-      close: () => {
-        this.#opened.delete(conn);
-        destroy(conn);
-      },
-    };
+    return dedicatedConnection(conn, this.#opened, destroy, failure, (args, key) => send(conn, this.isCluster, args, key));
   }
 
   async close(): Promise<void> {
