@@ -43,10 +43,7 @@ func TestCluster(t *testing.T) {
 			if len(slots) < 3 {
 				t.Fatalf("the keys fell in %d slots", len(slots))
 			}
-			held, err := l.Acquire(ctx, "cluster:wait")
-			if err != nil {
-				t.Fatal(err)
-			}
+			held := mustAcquire(t, ctx, l, "cluster:wait")
 			go func() { time.Sleep(200 * time.Millisecond); held.Release(ctx) }()
 			waited, err := l.Acquire(ctx, "cluster:wait", WithWait(5*time.Second))
 			if err != nil || waited.Fence() <= held.Fence() {

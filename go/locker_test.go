@@ -33,6 +33,18 @@ func eachEngine(t *testing.T, f func(t *testing.T, srv *testServer, want engine)
 	}
 }
 
+// mustAcquire is a lease on key from l (a Locker, a Redlock or a Session), or the test's end.
+func mustAcquire(t testing.TB, ctx context.Context, l interface {
+	Acquire(ctx context.Context, key string, opts ...Option) (*Lease, error)
+}, key string, opts ...Option) *Lease {
+	t.Helper()
+	lease, err := l.Acquire(ctx, key, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lease
+}
+
 func newTestLocker(t *testing.T, c redis.UniversalClient, opts ...Option) *Locker {
 	t.Helper()
 	l, err := NewLocker(c, opts...)
@@ -47,10 +59,7 @@ func TestAcquireReleaseAndFences(t *testing.T) {
 	eachEngine(t, func(t *testing.T, srv *testServer, want engine) {
 		ctx := context.Background()
 		l := newTestLocker(t, srv.client(), WithTTL(5*time.Second))
-		a, err := l.Acquire(ctx, "job:a")
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustAcquire(t, ctx, l, "job:a")
 		if got := l.server.engine; got != want {
 			t.Fatalf("engine %v, want %v", got, want)
 		}
@@ -59,7 +68,7 @@ func TestAcquireReleaseAndFences(t *testing.T) {
 		}
 		// Another owner is refused: held, not an outage.
 		other := newTestLocker(t, srv.client())
-		_, err = other.Acquire(ctx, "job:a")
+		_, err := other.Acquire(ctx, "job:a")
 		if !isKind(err, ErrNotAcquired) || errors.Is(err, ErrUnavailable) {
 			t.Fatalf("a held key: %v", err)
 		}
@@ -84,10 +93,7 @@ func TestAcquireReleaseAndFences(t *testing.T) {
 		if ok, err := a.Release(ctx); ok || err != nil {
 			t.Fatalf("a second release: %v %v", ok, err)
 		}
-		b, err := other.Acquire(ctx, "job:a")
-		if err != nil {
-			t.Fatal(err)
-		}
+		b := mustAcquire(t, ctx, other, "job:a")
 		if b.Fence() <= a.Fence() {
 			t.Fatalf("fence %d after %d", b.Fence(), a.Fence())
 		}
@@ -131,10 +137,7 @@ func TestLabelShowsInStatus(t *testing.T) {
 	eachEngine(t, func(t *testing.T, srv *testServer, _ engine) {
 		ctx := context.Background()
 		l := newTestLocker(t, srv.client(), WithLabel("node-a"))
-		lease, err := l.Acquire(ctx, "labelled")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := mustAcquire(t, ctx, l, "labelled")
 		defer lease.Release(ctx)
 		st, err := l.Status(ctx, "labelled")
 		if err != nil || len(st.Holders) != 1 || string(st.Holders[0].Label) != "node-a" {
@@ -148,10 +151,7 @@ func TestWaiting(t *testing.T) {
 	eachEngine(t, func(t *testing.T, srv *testServer, _ engine) {
 		ctx := context.Background()
 		l := newTestLocker(t, srv.client(), WithTTL(10*time.Second))
-		held, err := l.Acquire(ctx, "waited")
-		if err != nil {
-			t.Fatal(err)
-		}
+		held := mustAcquire(t, ctx, l, "waited")
 		go func() {
 			time.Sleep(300 * time.Millisecond)
 			held.Release(ctx)
@@ -193,10 +193,7 @@ func TestKeepAliveAndLoss(t *testing.T) {
 	eachEngine(t, func(t *testing.T, srv *testServer, _ engine) {
 		ctx := context.Background()
 		l := newTestLocker(t, srv.client(), WithTTL(600*time.Millisecond))
-		lease, err := l.Acquire(ctx, "kept")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := mustAcquire(t, ctx, l, "kept")
 		lease.KeepAlive()
 		lease.KeepAlive()
 		select {
@@ -247,10 +244,7 @@ func TestDo(t *testing.T) {
 		}
 		// Held elsewhere: the function never runs.
 		other := newTestLocker(t, srv.client())
-		held, err := other.Acquire(ctx, "done")
-		if err != nil {
-			t.Fatal(err)
-		}
+		held := mustAcquire(t, ctx, other, "done")
 		ran := false
 		err = l.Do(ctx, "done", func(context.Context, *Lease) error { ran = true; return nil })
 		if ran || !errors.Is(err, ErrNotAcquired) {
@@ -332,12 +326,9 @@ func TestErrorKindsFromServers(t *testing.T) {
 	t.Run("no module", func(t *testing.T) {
 		srv := startServer(t, setupModule)
 		l := newTestLocker(t, srv.client())
-		lease, err := l.Acquire(ctx, "k")
-		if err != nil {
-			t.Fatal(err)
-		}
+		lease := mustAcquire(t, ctx, l, "k")
 		srv.restartWithoutModule()
-		_, err = l.Acquire(ctx, "k")
+		_, err := l.Acquire(ctx, "k")
 		var fe *Error
 		if !isKind(err, ErrNoModule) || errors.Is(err, ErrUnavailable) || !errors.As(err, &fe) || strings.Contains(err.Error(), lease.Token()) {
 			t.Fatalf("%v", err)

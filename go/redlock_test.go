@@ -43,10 +43,7 @@ func TestRedlock(t *testing.T) {
 			}
 			var last uint64
 			for i := 0; i < 3; i++ {
-				lease, err := r.Acquire(ctx, "rl")
-				if err != nil {
-					t.Fatal(err)
-				}
+				lease := mustAcquire(t, ctx, r, "rl")
 				if lease.Fence() <= last {
 					t.Fatalf("fence %d after %d", lease.Fence(), last)
 				}

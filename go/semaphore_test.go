@@ -11,14 +11,8 @@ func TestSemaphore(t *testing.T) {
 	eachEngine(t, func(t *testing.T, srv *testServer, _ engine) {
 		ctx := context.Background()
 		l := newTestLocker(t, srv.client(), WithPermits(2), WithTTL(10*time.Second))
-		a, err := l.Acquire(ctx, "pool")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := l.Acquire(ctx, "pool")
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustAcquire(t, ctx, l, "pool")
+		b := mustAcquire(t, ctx, l, "pool")
 		if b.Fence() <= a.Fence() {
 			t.Fatalf("fences %d then %d", a.Fence(), b.Fence())
 		}
@@ -53,14 +47,8 @@ func TestReadWrite(t *testing.T) {
 	eachEngine(t, func(t *testing.T, srv *testServer, _ engine) {
 		ctx := context.Background()
 		l := newTestLocker(t, srv.client(), WithTTL(10*time.Second))
-		r1, err := l.Acquire(ctx, "doc", WithShared())
-		if err != nil {
-			t.Fatal(err)
-		}
-		r2, err := l.Acquire(ctx, "doc", WithShared())
-		if err != nil {
-			t.Fatal(err)
-		}
+		r1 := mustAcquire(t, ctx, l, "doc", WithShared())
+		r2 := mustAcquire(t, ctx, l, "doc", WithShared())
 		if _, err := l.Acquire(ctx, "doc"); !isKind(err, ErrNotAcquired) {
 			t.Fatalf("a writer among readers: %v", err)
 		}

@@ -18,10 +18,7 @@ func TestSession(t *testing.T) {
 		}
 		var leases []*Lease
 		for i := 0; i < 50; i++ {
-			lease, err := ss.Acquire(ctx, fmt.Sprintf("sess:%d", i))
-			if err != nil {
-				t.Fatal(err)
-			}
+			lease := mustAcquire(t, ctx, ss, fmt.Sprintf("sess:%d", i))
 			leases = append(leases, lease)
 		}
 		time.Sleep(1500 * time.Millisecond) // past the ttl: renewed by the session
@@ -64,10 +61,7 @@ func TestSession(t *testing.T) {
 		ss.Close(ctx)
 		// Close releases what a live session holds.
 		ss2, _ := l.Session(WithTTL(time.Second))
-		a, err := ss2.Acquire(ctx, "sess:closed")
-		if err != nil {
-			t.Fatal(err)
-		}
+		a := mustAcquire(t, ctx, ss2, "sess:closed")
 		if err := ss2.Close(ctx); err != nil || a.Err() != nil {
 			t.Fatalf("close: %v %v", err, a.Err())
 		}
