@@ -86,20 +86,12 @@ pub async fn elect(args: &ElectArgs, out: Output, signals: &mut Signals) -> Resu
                 "the command was terminated because the leadership of {key:?} (epoch {epoch}) was lost ({reason}); {}",
                 run::describe_status(status)
             );
-            if out.json {
-                out.record(
-                    None,
-                    json!({ "outcome": "leadership_lost", "key": key, "epoch": epoch,
-                            "exit_code": code::LEASE_LOST, "message": msg }),
-                );
-                return Ok(code::LEASE_LOST);
-            }
-            Err(CliError::LeaseLost(msg))
+            run::ended_by_loss(out, json!({ "outcome": "leadership_lost", "key": key, "epoch": epoch }), msg)
         }
         Supervised::Failed(err) => {
             drop(job);
             resign(&lock, leadership, out).await;
-            Err(CliError::Internal(format!("lost track of the command: {err}")))
+            Err(run::lost_track(err))
         }
     }
 }

@@ -141,21 +141,17 @@ pub async fn run(args: &RunArgs, out: Output, signals: &mut Signals) -> Result<u
                 args.key.name(),
                 describe_status(status)
             );
-            if out.json {
-                out.record(
-                    None,
-                    json!({ "outcome": "lease_lost", "key": args.key.name(), "fence": fence,
-                            "exit_code": code::LEASE_LOST, "message": msg }),
-                );
-                return Ok(code::LEASE_LOST);
-            }
-            Err(CliError::LeaseLost(msg))
+            ended_by_loss(
+                out,
+                json!({ "outcome": "lease_lost", "key": args.key.name(), "fence": fence }),
+                msg,
+            )
         }
         Supervised::Failed(err) => {
             // Dropping the job has its guardian kill the whole tree.
             drop(job);
             release(&lock, kept, out).await;
-            Err(CliError::Internal(format!("lost track of the command: {err}")))
+            Err(lost_track(err))
         }
     }
 }
@@ -447,6 +443,30 @@ pub(crate) async fn release(lock: &Redlock, kept: KeptLease, out: Output) {
         )),
     }
     servers::settle(lock).await;
+}
+
+/// How a command ends when the lease (or leadership) it ran under was lost: with `--json`,
+/// `record` with the exit code and `message` added, and exit 76; otherwise the error that
+/// prints `message` and exits 76.
+pub(crate) fn ended_by_loss(
+    out: Output,
+    mut record: serde_json::Value,
+    message: String,
+) -> Result<u8, CliError> {
+    if out.json {
+        if let serde_json::Value::Object(fields) = &mut record {
+            fields.insert("exit_code".to_owned(), code::LEASE_LOST.into());
+            fields.insert("message".to_owned(), message.into());
+        }
+        out.record(None, record);
+        return Ok(code::LEASE_LOST);
+    }
+    Err(CliError::LeaseLost(message))
+}
+
+/// The error for a command whose supervision failed (its process could not be waited for).
+pub(crate) fn lost_track(err: impl std::fmt::Display) -> CliError {
+    CliError::Internal(format!("lost track of the command: {err}"))
 }
 
 /// How the terminated command ended. Asks the status for a signal rather than reading it back
