@@ -137,6 +137,11 @@ func (t *Transport[C, R, M, P]) Do(ctx context.Context, cmd fencedlock.Command) 
 	return Reply[M, P](t.c.Doer.Do(ctx, t.c.Command(cmd, false)).ToMessage())
 }
 
+// HonoursDeadline is true: both libraries return by a request's context deadline themselves (a
+// pipelined request stops waiting for its reply, a request on a connection of its own has the
+// deadline on the socket), so the package sends on the caller's goroutine (fencedlock.Conn).
+func (t *Transport[C, R, M, P]) HonoursDeadline() bool { return true }
+
 // Pipeline sends cmds in one DoMulti.
 func (t *Transport[C, R, M, P]) Pipeline(ctx context.Context, cmds []fencedlock.Command) ([]any, error) {
 	built := make([]C, len(cmds))
@@ -168,6 +173,9 @@ func (t *Transport[C, R, M, P]) Blocking(context.Context, string) (fencedlock.Co
 }
 
 type blocking[C any, R Result[M], M any, P Message[M]] struct{ t *Transport[C, R, M, P] }
+
+// HonoursDeadline is true (see Transport.HonoursDeadline).
+func (b blocking[C, R, M, P]) HonoursDeadline() bool { return true }
 
 func (b blocking[C, R, M, P]) Do(ctx context.Context, cmd fencedlock.Command) (any, error) {
 	return Reply[M, P](b.t.c.Doer.Do(ctx, b.t.c.Command(cmd, true)).ToMessage())
