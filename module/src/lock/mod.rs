@@ -189,12 +189,7 @@ impl Lock {
         now: Micros,
         grace_left: Micros,
     ) -> Result<Acquired, LockError> {
-        self.acquire_for(
-            high_water,
-            &Ask { token, label, permits: 1, ttl, queued_ahead: false },
-            now,
-            grace_left,
-        )
+        self.acquire_permit(high_water, token, label, 1, ttl, now, grace_left)
     }
 
     /// [`Lock::acquire_for`] with the ask spelled out, for tests.
