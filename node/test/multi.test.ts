@@ -18,7 +18,7 @@ import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
 import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerError, floorKey, type Engine, type LockerOptions } from 'fencedlock';
 import { keySlot } from '../src/protocol.js';
-import { CLIENTS, client, type ClientKind } from './support/clients.js';
+import { CLIENTS, client, withLockerAndRival, type ClientKind } from './support/clients.js';
 import { TestServer, type Setup } from './support/servers.js';
 import { suiteServer, suiteCluster } from './support/suites.js';
 
@@ -292,12 +292,8 @@ for (const form of FORMS) {
 
       if (module) {
         test(`${kind}: a waiter holds nothing meanwhile and gets the set right after the last key is released`, async () => {
-          const c = await client(kind, server().port);
-          const r = await client(kind, server().port);
-          const locker = new Locker(c.client, { ttl: 10_000 });
-          const rival = new Locker(r.client, { ttl: 10_000 });
           const [a, b, cc] = [`wait:${kind}:a`, `wait:${kind}:b`, `wait:${kind}:c`];
-          try {
+          await withLockerAndRival(kind, server().port, async (locker, rival) => {
             const heldB = await rival.acquire(b);
             const heldC = await rival.acquire(cc);
             assert.ok(heldB && heldC);
@@ -318,12 +314,7 @@ for (const form of FORMS) {
             assert.deepEqual(leases.keys, [cc, a, b]);
             assert.ok((leases.get(b)?.fence ?? 0n) > heldB.fence && (leases.get(cc)?.fence ?? 0n) > heldC.fence);
             await leases.release();
-          } finally {
-            await locker.close();
-            await rival.close();
-            await c.close();
-            await r.close();
-          }
+          });
         });
       }
 
@@ -548,12 +539,8 @@ for (const { engine, setup } of LIBRARY_FORMS) {
       });
 
       test(`${kind}: a busy key refuses the set and what was taken is released`, async () => {
-        const c = await client(kind, server().port);
-        const r = await client(kind, server().port);
-        const locker = new Locker(c.client, { ttl: 10_000 });
-        const rival = new Locker(r.client, { ttl: 10_000 });
         const [a, b, cc] = [`fnbusy:${kind}:a`, `fnbusy:${kind}:b`, `fnbusy:${kind}:c`];
-        try {
+        await withLockerAndRival(kind, server().port, async (locker, rival) => {
           assert.equal(slotsOf([a, b, cc]).size, 3, 'keys of several slots');
           const held = await rival.acquire(b);
           assert.ok(held);
@@ -565,12 +552,7 @@ for (const { engine, setup } of LIBRARY_FORMS) {
             assert.equal(await exists(server(), cc), 0, `${cc}, after the busy key, never taken`);
           }
           await held.release();
-        } finally {
-          await locker.close();
-          await rival.close();
-          await c.close();
-          await r.close();
-        }
+        });
       });
     }
   });

@@ -16,6 +16,7 @@ import * as nodeRedis50 from 'redis-5.0';
 import * as nodeRedis6 from 'redis-6';
 import * as nodeRedis4 from 'redis-4';
 import type { RedisOptions } from 'ioredis';
+import { Locker } from 'fencedlock';
 
 import { REPO } from './servers.js';
 
@@ -108,4 +109,23 @@ export function client(kind: ClientKind, port: number, options: RedisOptions = {
   const pinned = VERSIONS.find((v) => v.kind === kind && (v.pkg === 'ioredis' || v.pkg === 'redis'));
   if (!pinned) throw new Error(`no pinned ${kind}`);
   return clientOf(pinned, port, options);
+}
+
+/**
+ * A locker and a rival (10 s leases), each on a client of its own of `kind` to `port`, for
+ * `body`; both closed, with their clients, once it is done.
+ */
+export async function withLockerAndRival(kind: ClientKind, port: number, body: (locker: Locker, rival: Locker) => Promise<void>): Promise<void> {
+  const c = await client(kind, port);
+  const r = await client(kind, port);
+  const locker = new Locker(c.client, { ttl: 10_000 });
+  const rival = new Locker(r.client, { ttl: 10_000 });
+  try {
+    await body(locker, rival);
+  } finally {
+    await locker.close();
+    await rival.close();
+    await c.close();
+    await r.close();
+  }
 }
