@@ -1,6 +1,6 @@
 package fencedlock
 
-// The tests' real servers come from fencedlocktest (Start, StartCluster: Redis 7.0 or
+// The tests' real servers come from fencedlocktest (Start: Redis 7.0 or
 // FENCEDLOCK_REDIS_SERVER, or Valkey with FENCEDLOCK_FLAVOR=valkey; the module or a managed
 // set-up; ports 27000-29999; a server that cannot start fails the test), which the adapter
 // modules' tests use too. testServer keeps the package's tests in their short words.
@@ -32,15 +32,6 @@ type testServer struct {
 func wrapServer(s *fencedlocktest.Server) *testServer { return &testServer{s: s, admin: s.Admin} }
 
 func startServer(t testing.TB, s setup) *testServer { return wrapServer(fencedlocktest.Start(t, s)) }
-
-func startCluster(t testing.TB, s setup, n int) []*testServer {
-	nodes := fencedlocktest.StartCluster(t, s, n)
-	out := make([]*testServer, len(nodes))
-	for i, node := range nodes {
-		out[i] = wrapServer(node)
-	}
-	return out
-}
 
 func (s *testServer) addr() string              { return s.s.Addr() }
 func (s *testServer) client() *redis.Client     { return s.s.Client() }

@@ -2,7 +2,8 @@ package fencedlock_test
 
 // The shared corpora through the go-redis transport NewLocker makes (transporttest, which the
 // rueidis and valkey-go adapters run too): the client fault scenarios, and the reply
-// conversion on RESP3 (go-redis's default) and RESP2 connections.
+// conversion on RESP3 (go-redis's default) and RESP2 connections; a three-primary cluster
+// through a ClusterClient.
 
 import (
 	"testing"
@@ -27,4 +28,12 @@ func TestClientFaultCorpus(t *testing.T) { transporttest.RunFaults(t, goRedis(3)
 func TestTransportReplies(t *testing.T) {
 	t.Run("resp3", func(t *testing.T) { transporttest.RunReplies(t, goRedis(3)) })
 	t.Run("resp2", func(t *testing.T) { transporttest.RunReplies(t, goRedis(2)) })
+}
+
+func TestCluster(t *testing.T) {
+	transporttest.RunCluster(t, func(t testing.TB, addrs []string) fencedlock.Transport {
+		c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		return fencedlock.NewGoRedisTransport(c)
+	})
 }

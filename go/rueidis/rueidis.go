@@ -5,7 +5,8 @@
 //	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{"lock1:6379"}, AlwaysPipelining: true})
 //	locker, err := fencedrueidis.NewLocker(client, fencedlock.WithTTL(30*time.Second))
 //
-// One server per client (a standalone or Sentinel client); a cluster client is refused. Give
+// A client to one server (standalone or Sentinel) or to a cluster (routed by the lock key's
+// slot; the library loaded on every primary). Give
 // the client AlwaysPipelining: true: its connection is then read in the background, so one the
 // server closed (a restart) is replaced before the next request instead of failing it. Waits
 // block on rueidis's pool of dedicated connections (requests marked blocking), never on the
@@ -18,27 +19,19 @@
 package rueidis
 
 import (
-	"maps"
-	"slices"
-
 	"github.com/redis/rueidis"
 
 	fencedlock "example.invalid/fencedlock/go"
 	"example.invalid/fencedlock/go/internal/adapter"
 )
 
-// New is a fencedlock.Transport over client, a rueidis client to one server. Its Close closes
-// nothing: the client is the caller's.
+// New is a fencedlock.Transport over client, a rueidis client to one server or to a cluster.
+// Its Close closes nothing: the client is the caller's.
 func New(client rueidis.Client) (fencedlock.Transport, error) {
-	c := adapter.Client[rueidis.Completed, rueidis.RedisResult]{Name: "fencedlock/rueidis", Doer: client}
-	if client != nil {
-		c.Cluster = client.Mode() == rueidis.ClientModeCluster
-		c.Nodes = slices.Collect(maps.Keys(client.Nodes()))
-		c.Command = func(cmd fencedlock.Command, blocking bool) rueidis.Completed {
-			return adapter.Build[rueidis.Completed](client.B().Arbitrary, cmd, blocking)
-		}
-	}
-	return adapter.New[rueidis.Completed, rueidis.RedisResult, rueidis.RedisMessage](c)
+	cluster := client != nil && client.Mode() == rueidis.ClientModeCluster
+	return adapter.New[rueidis.Completed, rueidis.RedisResult, rueidis.RedisMessage]("fencedlock/rueidis", client, cluster, func(cmd fencedlock.Command, blocking bool) rueidis.Completed {
+		return adapter.Build[rueidis.Completed](client.B().Arbitrary, cmd, blocking)
+	})
 }
 
 // NewLocker is a fencedlock.Locker over client (see New and fencedlock.NewLockerOver).

@@ -5,7 +5,8 @@
 //	client, err := valkey.NewClient(valkey.ClientOption{InitAddress: []string{"lock1:6379"}, AlwaysPipelining: true})
 //	locker, err := valkeygo.NewLocker(client, fencedlock.WithTTL(30*time.Second))
 //
-// One server per client (a standalone or Sentinel client); a cluster client is refused. Give
+// A client to one server (standalone or Sentinel) or to a cluster (routed by the lock key's
+// slot; the library loaded on every primary). Give
 // the client AlwaysPipelining: true: its connection is then read in the background, so one the
 // server closed (a restart) is replaced before the next request instead of failing it. Waits
 // block on valkey-go's pool of dedicated connections (requests marked blocking), never on the
@@ -20,27 +21,19 @@
 package valkeygo
 
 import (
-	"maps"
-	"slices"
-
 	"github.com/valkey-io/valkey-go"
 
 	fencedlock "example.invalid/fencedlock/go"
 	"example.invalid/fencedlock/go/internal/adapter"
 )
 
-// New is a fencedlock.Transport over client, a valkey client to one server. Its Close closes
-// nothing: the client is the caller's.
+// New is a fencedlock.Transport over client, a valkey client to one server or to a cluster.
+// Its Close closes nothing: the client is the caller's.
 func New(client valkey.Client) (fencedlock.Transport, error) {
-	c := adapter.Client[valkey.Completed, valkey.ValkeyResult]{Name: "fencedlock/valkeygo", Doer: client}
-	if client != nil {
-		c.Cluster = client.Mode() == valkey.ClientModeCluster
-		c.Nodes = slices.Collect(maps.Keys(client.Nodes()))
-		c.Command = func(cmd fencedlock.Command, blocking bool) valkey.Completed {
-			return adapter.Build[valkey.Completed](client.B().Arbitrary, cmd, blocking)
-		}
-	}
-	return adapter.New[valkey.Completed, valkey.ValkeyResult, valkey.ValkeyMessage](c)
+	cluster := client != nil && client.Mode() == valkey.ClientModeCluster
+	return adapter.New[valkey.Completed, valkey.ValkeyResult, valkey.ValkeyMessage]("fencedlock/valkeygo", client, cluster, func(cmd fencedlock.Command, blocking bool) valkey.Completed {
+		return adapter.Build[valkey.Completed](client.B().Arbitrary, cmd, blocking)
+	})
 }
 
 // NewLocker is a fencedlock.Locker over client (see New and fencedlock.NewLockerOver).

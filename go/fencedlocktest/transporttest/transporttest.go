@@ -108,27 +108,32 @@ func RunConformance(t *testing.T, dial Dial) {
 	})
 }
 
-// Run runs the conformance corpus, the client fault corpus (on RESP3 clients) and the reply
-// conversion (on RESP3 and RESP2 clients) through the transports newT makes of the clients
-// newClient makes, each a subtest of t; every client is closed when its test ends.
-func Run[T interface{ Close() }](t *testing.T, newClient func(addr string, resp2 bool) (T, error), newT func(T) (fencedlock.Transport, error)) {
-	dial := func(resp2 bool) Dial {
-		return func(t testing.TB, addr string) fencedlock.Transport {
-			t.Helper()
-			c, err := newClient(addr, resp2)
-			if err != nil {
-				t.Fatalf("a client to %s: %v", addr, err)
-			}
-			t.Cleanup(c.Close)
-			tr, err := newT(c)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return tr
+// Run runs the conformance corpus, the client fault corpus (on RESP3 clients), the reply
+// conversion (on RESP3 and RESP2 clients) and the cluster test through the transports newT
+// makes of the clients newClient makes (to one server, or to a cluster's nodes), each a subtest
+// of t; every client is closed when its test ends.
+func Run[T interface{ Close() }](t *testing.T, newClient func(addrs []string, resp2 bool) (T, error), newT func(T) (fencedlock.Transport, error)) {
+	open := func(t testing.TB, addrs []string, resp2 bool) fencedlock.Transport {
+		t.Helper()
+		c, err := newClient(addrs, resp2)
+		if err != nil {
+			t.Fatalf("a client to %v: %v", addrs, err)
 		}
+		t.Cleanup(c.Close)
+		tr, err := newT(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	dial := func(resp2 bool) Dial {
+		return func(t testing.TB, addr string) fencedlock.Transport { return open(t, []string{addr}, resp2) }
 	}
 	t.Run("conformance", func(t *testing.T) { RunConformance(t, dial(false)) })
 	t.Run("faults", func(t *testing.T) { RunFaults(t, dial(false)) })
 	t.Run("replies-resp3", func(t *testing.T) { RunReplies(t, dial(false)) })
 	t.Run("replies-resp2", func(t *testing.T) { RunReplies(t, dial(true)) })
+	t.Run("cluster", func(t *testing.T) {
+		RunCluster(t, func(t testing.TB, addrs []string) fencedlock.Transport { return open(t, addrs, false) })
+	})
 }

@@ -12,6 +12,7 @@ package adapter
 import (
 	"context"
 	"errors"
+	"strings"
 
 	fencedlock "example.invalid/fencedlock/go"
 )
@@ -73,41 +74,32 @@ func Build[C any, A Arbitrary[A, C]](start func(token ...string) A, cmd fencedlo
 	return b.Build()
 }
 
-// Client is one library's client to one server as the adapter sees it.
-type Client[C, R any] struct {
-	// Name is the adapter's, for errors ("fencedlock/rueidis").
-	Name string
-	Doer Doer[C, R]
-	// Command builds a request (with Build and the client's B().Arbitrary).
-	Command func(cmd fencedlock.Command, blocking bool) C
-	// Cluster says whether the client is a cluster client (refused: one server per client).
-	Cluster bool
-	// Nodes are the client's node addresses; one for a client to one server.
-	Nodes []string
+// Node is a library's client (rueidis.Client, valkey.Client): it sends requests, and names
+// its nodes, each a client of the same type (one for a client to one server).
+type Node[T, C, R any] interface {
+	Doer[C, R]
+	Nodes() map[string]T
 }
 
-// Transport is the fencedlock.Transport over one library's client to one server. The libraries
-// honour a request's context on the socket and retry only requests marked read-only, which
-// the adapter never marks: a request is never sent twice.
-type Transport[C any, R Result[M], M any, P Message[M]] struct {
-	c    Client[C, R]
-	addr string
+// Transport is the fencedlock.Transport over one library's client: to one server, or to a
+// cluster (the client routes each request by the slot of the key Build marked). The libraries
+// honour a request's context on the socket and retry only requests marked read-only, which the
+// adapter never marks: a request is never sent twice (a cluster's MOVED or ASK is resent by
+// the client, which is safe: the node refused it).
+type Transport[C any, R Result[M], M any, P Message[M], T Node[T, C, R]] struct {
+	client  T
+	cluster bool
+	command func(cmd fencedlock.Command, blocking bool) C
 }
 
-// New is the transport over c, or an error for a client the adapters do not serve (none, or a
-// cluster client).
-func New[C any, R Result[M], M any, P Message[M]](c Client[C, R]) (fencedlock.Transport, error) {
-	if c.Doer == nil {
-		return nil, errors.New(c.Name + ": a nil client")
+// New is the transport over client (name is the adapter's, for errors; cluster whether the
+// client is a cluster client; command builds a request with Build and the client's
+// B().Arbitrary), or an error for no client.
+func New[C any, R Result[M], M any, P Message[M], T Node[T, C, R]](name string, client T, cluster bool, command func(cmd fencedlock.Command, blocking bool) C) (fencedlock.Transport, error) {
+	if any(client) == nil {
+		return nil, errors.New(name + ": a nil client")
 	}
-	if c.Cluster {
-		return nil, errors.New(c.Name + ": a cluster client is not supported yet (use go-redis's ClusterClient)")
-	}
-	var addr string
-	if len(c.Nodes) == 1 {
-		addr = c.Nodes[0]
-	}
-	return &Transport[C, R, M, P]{c: c, addr: addr}, nil
+	return &Transport[C, R, M, P, T]{client: client, cluster: cluster, command: command}, nil
 }
 
 // NewLocker is a locker over the transport newT makes of client.
@@ -133,22 +125,22 @@ func NewRedlock[T any](newT func(T) (fencedlock.Transport, error), clients []T, 
 }
 
 // Do sends cmd.
-func (t *Transport[C, R, M, P]) Do(ctx context.Context, cmd fencedlock.Command) (any, error) {
-	return Reply[M, P](t.c.Doer.Do(ctx, t.c.Command(cmd, false)).ToMessage())
+func (t *Transport[C, R, M, P, T]) Do(ctx context.Context, cmd fencedlock.Command) (any, error) {
+	return Reply[M, P](t.client.Do(ctx, t.command(cmd, false)).ToMessage())
 }
 
 // HonoursDeadline is true: both libraries return by a request's context deadline themselves (a
 // pipelined request stops waiting for its reply, a request on a connection of its own has the
 // deadline on the socket), so the package sends on the caller's goroutine (fencedlock.Conn).
-func (t *Transport[C, R, M, P]) HonoursDeadline() bool { return true }
+func (t *Transport[C, R, M, P, T]) HonoursDeadline() bool { return true }
 
 // Pipeline sends cmds in one DoMulti.
-func (t *Transport[C, R, M, P]) Pipeline(ctx context.Context, cmds []fencedlock.Command) ([]any, error) {
+func (t *Transport[C, R, M, P, T]) Pipeline(ctx context.Context, cmds []fencedlock.Command) ([]any, error) {
 	built := make([]C, len(cmds))
 	for i, cmd := range cmds {
-		built[i] = t.c.Command(cmd, false)
+		built[i] = t.command(cmd, false)
 	}
-	results := t.c.Doer.DoMulti(ctx, built...)
+	results := t.client.DoMulti(ctx, built...)
 	out := make([]any, len(results))
 	for i, r := range results {
 		v, err := Reply[M, P](r.ToMessage())
@@ -160,36 +152,58 @@ func (t *Transport[C, R, M, P]) Pipeline(ctx context.Context, cmds []fencedlock.
 	return out, nil
 }
 
-// Primaries sends cmd to the one server.
-func (t *Transport[C, R, M, P]) Primaries(ctx context.Context, cmd fencedlock.Command) error {
-	_, err := t.Do(ctx, cmd)
-	return err
+// Primaries sends cmd to the one server, or to every node of a cluster: a replica's READONLY
+// refusal (of FUNCTION LOAD) is no failure, it has the load by replication from its primary.
+func (t *Transport[C, R, M, P, T]) Primaries(ctx context.Context, cmd fencedlock.Command) error {
+	if !t.cluster {
+		_, err := t.Do(ctx, cmd)
+		return err
+	}
+	for _, node := range t.client.Nodes() {
+		_, err := Reply[M, P](node.Do(ctx, t.command(fencedlock.Command{Args: cmd.Args, Key: -1}, false)).ToMessage())
+		var re *fencedlock.ReplyError
+		if errors.As(err, &re) && strings.HasPrefix(re.Reply, "READONLY") {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Blocking is the client itself with requests marked blocking: the library sends them on a
 // connection of its pool of dedicated ones, with no read deadline but the request's context.
-func (t *Transport[C, R, M, P]) Blocking(context.Context, string) (fencedlock.Conn, error) {
-	return blocking[C, R, M, P]{t}, nil
+func (t *Transport[C, R, M, P, T]) Blocking(context.Context, string) (fencedlock.Conn, error) {
+	return blocking[C, R, M, P, T]{t}, nil
 }
 
-type blocking[C any, R Result[M], M any, P Message[M]] struct{ t *Transport[C, R, M, P] }
+type blocking[C any, R Result[M], M any, P Message[M], T Node[T, C, R]] struct{ t *Transport[C, R, M, P, T] }
 
 // HonoursDeadline is true (see Transport.HonoursDeadline).
-func (b blocking[C, R, M, P]) HonoursDeadline() bool { return true }
+func (b blocking[C, R, M, P, T]) HonoursDeadline() bool { return true }
 
-func (b blocking[C, R, M, P]) Do(ctx context.Context, cmd fencedlock.Command) (any, error) {
-	return Reply[M, P](b.t.c.Doer.Do(ctx, b.t.c.Command(cmd, true)).ToMessage())
+func (b blocking[C, R, M, P, T]) Do(ctx context.Context, cmd fencedlock.Command) (any, error) {
+	return Reply[M, P](b.t.client.Do(ctx, b.t.command(cmd, true)).ToMessage())
 }
 
-// Addr is the server's address.
-func (t *Transport[C, R, M, P]) Addr() string { return t.addr }
+// Addr is the server's address, "" for a cluster.
+func (t *Transport[C, R, M, P, T]) Addr() string {
+	if t.cluster {
+		return ""
+	}
+	for addr := range t.client.Nodes() {
+		return addr
+	}
+	return ""
+}
 
-// Cluster is false: the adapters serve one server (a cluster client is refused by New).
-func (t *Transport[C, R, M, P]) Cluster() bool { return false }
+// Cluster says whether the client is a cluster client.
+func (t *Transport[C, R, M, P, T]) Cluster() bool { return t.cluster }
 
 // Close closes nothing: the dedicated connections are the library's pool, closed with the
 // client (which is the user's).
-func (t *Transport[C, R, M, P]) Close() error { return nil }
+func (t *Transport[C, R, M, P, T]) Close() error { return nil }
 
 // Reply is a library's message (and the error it came with) in the Transport's terms: a nil
 // reply nil, an error reply a *fencedlock.ReplyError with the server's whole text (the
