@@ -11,7 +11,7 @@ import { after, before, describe, test } from 'node:test';
 import * as esm from 'fencedlock';
 import { FencedLockError, InvalidArgumentError, LeaseLostError, Locker, ServerError } from 'fencedlock';
 import { MIN_TTL_MS } from '../src/options.js';
-import { CLIENTS, client } from './support/clients.js';
+import { CLIENTS, client, withLocker } from './support/clients.js';
 import { TestServer } from './support/servers.js';
 
 const DAY = 86_400_000;
@@ -55,19 +55,14 @@ describe('ttl', () => {
     });
 
     test(`${kind}: a ttl above a day is refused before it reaches a server without the module`, async () => {
-      const c = await client(kind, managed.port);
-      const locker = new Locker(c.client);
-      try {
+      await withLocker(kind, managed.port, undefined, async (locker) => {
         const err = await locker.acquire('ttl:long', { ttl: 10 * DAY }).catch((e: unknown) => e);
         assert.ok(err instanceof InvalidArgumentError, `refused by the client: ${String(err)}`);
         assert.equal(String(await managed.admin(['EXISTS', 'ttl:long'])), '0');
         const day = await locker.acquire('ttl:day', { ttl: DAY });
         assert.ok(day, 'a day is the library\'s limit, granted');
         await day.release();
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
       // The module's limit is its config (a day by default, up to 2^42 ms): the server answers.
       const m = await client(kind, module.port);
       const onModule = new Locker(m.client);

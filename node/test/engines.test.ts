@@ -9,16 +9,14 @@ import { test } from 'node:test';
 
 import { InvalidArgumentError, Locker, NoEngineError, Redlock } from 'fencedlock';
 import { LIBRARY } from '../src/library.js';
-import { CLIENTS, client } from './support/clients.js';
+import { CLIENTS, client, withLocker } from './support/clients.js';
 import { TestServer } from './support/servers.js';
 
 test('a server with neither engine is a NoEngineError, and nothing is written', async () => {
   const server = await TestServer.start({ setup: 'managed-no-scripts' });
   try {
     for (const kind of CLIENTS) {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client);
-      try {
+      await withLocker(kind, server.port, undefined, async (locker) => {
         const err = await locker.acquire('k').catch((e: unknown) => e);
         assert.ok(err instanceof NoEngineError, String(err));
         assert.equal(err.kind, 'NoEngine');
@@ -29,10 +27,7 @@ test('a server with neither engine is a NoEngineError, and nothing is written', 
         assert.ok(path, `the message names the package's functions.lua: ${err.message}`);
         assert.equal(readFileSync(createRequire(import.meta.url).resolve(`fencedlock/${path}`), 'utf8'), LIBRARY);
         assert.equal(await server.admin(['DBSIZE']), '0');
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     }
   } finally {
     await server.stop();
@@ -46,19 +41,14 @@ test('a module server that hides COMMAND is served by the module, and no library
   });
   try {
     for (const kind of CLIENTS) {
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client);
-      try {
+      await withLocker(kind, server.port, undefined, async (locker) => {
         assert.equal(await locker.engine(), 'module', kind);
         const lease = await locker.acquire(`hidden:${kind}`);
         assert.ok(lease, kind);
         assert.equal(await server.admin(['TYPE', `hidden:${kind}`]), 'fencelock', `${kind}: the module's key`);
         await lease.release();
         assert.deepEqual(await server.admin(['FUNCTION', 'LIST']), [], `${kind}: no library loaded`);
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     }
   } finally {
     await server.stop();
@@ -71,16 +61,11 @@ test('a library of this version with other code is replaced, through either clie
     for (const kind of CLIENTS) {
       const altered = LIBRARY.replace('\nlocal RETENTION_MS = ', '\n-- altered\nlocal RETENTION_MS = ');
       await server.admin(['FUNCTION', 'LOAD', 'REPLACE', altered]);
-      const c = await client(kind, server.port);
-      const locker = new Locker(c.client);
-      try {
+      await withLocker(kind, server.port, undefined, async (locker) => {
         assert.equal(await locker.engine(), 'functions');
         const listed = await server.raw(['FUNCTION', 'LIST', 'LIBRARYNAME', 'fencedlock', 'WITHCODE']);
         assert.ok(!String(listed).includes('-- altered'), `${kind}: the package's own library is loaded now`);
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     }
   } finally {
     await server.stop();

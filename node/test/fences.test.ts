@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 
 import { Locker } from 'fencedlock';
-import { CLIENTS, client, type ClientKind } from './support/clients.js';
+import { CLIENTS, client, withLocker, type ClientKind } from './support/clients.js';
 import { TestServer, replicaOf, type Setup } from './support/servers.js';
 
 /** The key's fence as the server wrote it, read by the tests' own RESP client. */
@@ -76,17 +76,12 @@ for (const setup of ['module', 'managed'] as Setup[]) {
         const key = `rise:${kind}`;
         const seen: bigint[] = [];
         const take = async (port: number): Promise<void> => {
-          const c = await client(kind, port);
-          const locker = new Locker(c.client, { timeout: 2000 });
-          try {
+          await withLocker(kind, port, { timeout: 2000 }, async (locker) => {
             const lease = await locker.acquire(key);
             assert.ok(lease, `granted on ${port}`);
             seen.push(lease.fence);
             await lease.release();
-          } finally {
-            await locker.close();
-            await c.close();
-          }
+          });
         };
         await take(primary.port);
         await primary.admin(['DEL', key]);

@@ -18,7 +18,7 @@ import { Cluster } from 'ioredis';
 import { createCluster } from 'redis';
 import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerError, floorKey, type Engine, type LockerOptions } from 'fencedlock';
 import { keySlot } from '../src/protocol.js';
-import { CLIENTS, client, withLockerAndRival, type ClientKind } from './support/clients.js';
+import { CLIENTS, client, withLocker, withLockerAndRival, type ClientKind } from './support/clients.js';
 import { TestServer, type Setup } from './support/servers.js';
 import { suiteServer, suiteCluster } from './support/suites.js';
 
@@ -400,9 +400,7 @@ for (const form of FORMS) {
 
       if (module) {
         test(`${kind}: no keys, a key named twice or a bad key is refused before anything is sent`, async () => {
-          const c = await client(kind, server().port);
-          const locker = new Locker(c.client);
-          try {
+          await withLocker(kind, server().port, undefined, async (locker) => {
             await server().admin(['CONFIG', 'RESETSTAT']);
             for (const keys of [[], ['d:a', 'd:b', 'd:a'], ['d:a', ''], ['d:a', 'd:\n']]) {
               await assert.rejects(locker.acquireAll(keys), InvalidArgumentError, JSON.stringify(keys));
@@ -412,10 +410,7 @@ for (const form of FORMS) {
             await assert.rejects(locker.acquireAll(['d:a'], { ttl: 0 }), InvalidArgumentError);
             const calls = await commandCalls(server());
             assert.deepEqual([...calls.keys()].filter((name) => name !== 'config|resetstat' && name !== 'info'), [], 'nothing sent');
-          } finally {
-            await locker.close();
-            await c.close();
-          }
+          });
         });
       }
     }

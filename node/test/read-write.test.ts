@@ -13,7 +13,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 
 import { ContendedError, InvalidArgumentError, LeaseLostError, Locker, ReadWriteLock, Redlock, SHARED_PERMITS, Semaphore, ServerError, type Lease } from 'fencedlock';
 import { decodeStatus, heldForMs } from '../src/replies.js';
-import { CLIENTS, client, type Client } from './support/clients.js';
+import { CLIENTS, client, withLocker, type Client } from './support/clients.js';
 import { REPO, TestServer } from './support/servers.js';
 import { describeOnEachSetup, suiteServer } from './support/suites.js';
 
@@ -223,9 +223,7 @@ describe('read-write locks in the module queue', () => {
 
   for (const kind of CLIENTS) {
     test(`${kind}: a downgrade keeps the fence and lets the waiting reader in`, async () => {
-      const c = await client(kind, server().port);
-      const locker = new Locker(c.client, { ttl: 10_000, timeout: 2000 });
-      try {
+      await withLocker(kind, server().port, { ttl: 10_000, timeout: 2000 }, async (locker) => {
         const lock = new ReadWriteLock(locker, `rw:down:${kind}`, { label: 'exporter' });
         const lease = await lock.write();
         assert.ok(lease);
@@ -253,10 +251,7 @@ describe('read-write locks in the module queue', () => {
           return [writing.fence, (await lock.tryRead())?.fence];
         });
         assert.ok(fences[1] !== undefined && fences[0] !== undefined && fences[1] > fences[0], 'a reader joins the downgraded lease');
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     });
 
     test(`${kind}: the package page's read-write example runs`, async () => {
@@ -265,9 +260,7 @@ describe('read-write locks in the module queue', () => {
       const blocks = [...section.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1] ?? '');
       assert.equal(blocks.length, 1, "the section's example changed: update this test");
       const body = (blocks[0] ?? '').replace(/^import .*$/m, '');
-      const c = await client(kind, server().port);
-      const locker = new Locker(c.client, { ttl: 10_000, timeout: 2000 });
-      try {
+      await withLocker(kind, server().port, { ttl: 10_000, timeout: 2000 }, async (locker) => {
         const reads: bigint[] = [];
         const writes: bigint[] = [];
         const logged: unknown[] = [];
@@ -279,16 +272,11 @@ describe('read-write locks in the module queue', () => {
         assert.ok((writes[0] ?? 0n) > (reads[0] ?? 0n) && reads[1] === writes[0], 'the downgraded lease reads with the write fence');
         const status = logged[0] as { shared: boolean; holders: unknown[] };
         assert.ok(status.shared && status.holders.length === 0, 'all released, the key last held by a read lease');
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     });
 
     test(`${kind}: a reader that comes after a waiting writer waits behind it`, async () => {
-      const c = await client(kind, server().port);
-      const locker = new Locker(c.client, { ttl: 10_000, timeout: 2000 });
-      try {
+      await withLocker(kind, server().port, { ttl: 10_000, timeout: 2000 }, async (locker) => {
         const lock = new ReadWriteLock(locker, `rw:queue:${kind}`);
         const first = await lock.tryRead();
         assert.ok(first);
@@ -306,10 +294,7 @@ describe('read-write locks in the module queue', () => {
         const read = await late;
         assert.ok(read && read.fence > written.fence);
         await read.release();
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     });
   }
 });

@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { LeaseLostError, Locker } from 'fencedlock';
-import { CLIENTS, client } from './support/clients.js';
+import { CLIENTS, client, withLocker } from './support/clients.js';
 import { describeOnEachSetup } from './support/suites.js';
 
 const TTL = 900; // renewed every 300 ms
@@ -109,9 +109,7 @@ describeOnEachSetup('using', (server) => {
     });
 
     test(`${kind}: the body's error is rethrown and the lease released`, async () => {
-      const c = await client(kind, server().port);
-      const locker = new Locker(c.client, { ttl: 5000 });
-      try {
+      await withLocker(kind, server().port, { ttl: 5000 }, async (locker) => {
         const key = `throws:${kind}`;
         let fence = 0n;
         const boom = new Error('boom');
@@ -127,10 +125,7 @@ describeOnEachSetup('using', (server) => {
         assert.equal(status?.holders.length, 0, 'released at the end');
         const value = await locker.using(key, {}, async (signal, lease) => (signal.aborted ? -1n : lease.fence));
         assert.ok(value > fence, 'a body that returns gives its value');
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     });
   }
 });

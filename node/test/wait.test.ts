@@ -7,17 +7,15 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { setTimeout as sleep } from 'node:timers/promises';
 
-import { Locker, type Lease } from 'fencedlock';
-import { CLIENTS, client } from './support/clients.js';
+import type { Lease } from 'fencedlock';
+import { CLIENTS, withLocker } from './support/clients.js';
 import { describeOnEachSetup } from './support/suites.js';
 
 describeOnEachSetup('wait', (server) => {
   for (const kind of CLIENTS) {
     test(`${kind}: five waiters are granted in arrival order, each at the release`, async () => {
-      const c = await client(kind, server().port);
-      const locker = new Locker(c.client, { ttl: 10_000, timeout: 1000 });
       const key = `order:${kind}`;
-      try {
+      await withLocker(kind, server().port, { ttl: 10_000, timeout: 1000 }, async (locker) => {
         const holder = await locker.acquire(key);
         assert.ok(holder);
         const granted: { waiter: number; fence: bigint; at: number }[] = [];
@@ -43,17 +41,12 @@ describeOnEachSetup('wait', (server) => {
         assert.ok(releasedAt > 0);
         const last = granted[granted.length - 1];
         assert.ok(last && last.at - (granted[0]?.at ?? 0) < 5 * 20 + 400, `handed on at each release, not at a poll: ${granted.map((g) => (g.at - (granted[0]?.at ?? 0)).toFixed(0)).join(', ')} ms`);
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     });
 
     test(`${kind}: a wait that runs out or is aborted holds nothing`, async () => {
-      const c = await client(kind, server().port);
-      const locker = new Locker(c.client, { ttl: 10_000, timeout: 1000 });
       const key = `giveup:${kind}`;
-      try {
+      await withLocker(kind, server().port, { ttl: 10_000, timeout: 1000 }, async (locker) => {
         const holder = await locker.acquire(key);
         assert.ok(holder);
         const started = performance.now();
@@ -71,10 +64,7 @@ describeOnEachSetup('wait', (server) => {
         await sleep(1200);
         const status = await locker.status(key);
         assert.equal(status?.holders.length, 0, 'nobody holds it after the release: the givers-up left nothing');
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     });
   }
 });

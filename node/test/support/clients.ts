@@ -16,7 +16,7 @@ import * as nodeRedis50 from 'redis-5.0';
 import * as nodeRedis6 from 'redis-6';
 import * as nodeRedis4 from 'redis-4';
 import type { RedisOptions } from 'ioredis';
-import { Locker } from 'fencedlock';
+import { Locker, type LockerOptions } from 'fencedlock';
 
 import { REPO } from './servers.js';
 
@@ -127,5 +127,17 @@ export async function withLockerAndRival(kind: ClientKind, port: number, body: (
     await rival.close();
     await c.close();
     await r.close();
+  }
+}
+
+/** A locker of `options` on a client of its own of `kind` to `port`, for `body`; closed, with its client, once it is done. */
+export async function withLocker(kind: ClientKind, port: number, options: LockerOptions | undefined, body: (locker: Locker) => Promise<void>): Promise<void> {
+  const c = await client(kind, port);
+  const locker = new Locker(c.client, options);
+  try {
+    await body(locker);
+  } finally {
+    await locker.close();
+    await c.close();
   }
 }
