@@ -1,0 +1,107 @@
+// The lease ladder of lease_floor.lua as a Node client sees it (issue #44): one lease at a
+// time (acquire + release) through ioredis on one redis-server without the module, `redlock` 4
+// against the ladder's rungs called with FCALL and the fencedlock Locker (which loads the
+// Functions library itself, as on a managed service). Rounds of batches of 50 leases, the
+// contenders' order flipping every batch (as node_locks.mjs); µs per lease is the median of
+// rounds, each ratio the median of per-round ratios to redlock's.
+//
+// Usage: node benches/lease_floor.mjs [--quick]   (`npm run build` in node/ first)
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { connect, createServer } from 'node:net';
+import { dirname, join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+
+const here = dirname(fileURLToPath(import.meta.url));
+const repo = join(here, '..');
+const need = createRequire(join(repo, 'node/package.json'));
+const load = async (name) => import(pathToFileURL(need.resolve(name)).href);
+const { Redis } = await load('ioredis');
+const RedlockV4 = (await load('redlock')).default;
+const { Locker } = await import(pathToFileURL(join(repo, 'node/dist/esm/index.js')).href);
+
+const quick = process.argv.includes('--quick');
+const ROUNDS = quick ? 3 : 7;
+const LEASES = quick ? 300 : 1500;
+const BATCH = 50;
+const TTL = '10000';
+
+const freePort = (from) =>
+  new Promise((resolve) => {
+    const s = createServer();
+    s.once('error', () => resolve(freePort(from + 1)));
+    s.listen(from, '127.0.0.1', () => s.close(() => resolve(from)));
+  });
+const waitFor = async (port) => {
+  for (let i = 0; i < 200; i++) {
+    const ok = await new Promise((resolve) => {
+      const s = connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
+      s.on('error', () => resolve(false));
+    });
+    if (ok) return;
+    await sleep(50);
+  }
+  throw new Error(`redis-server on ${port} did not start`);
+};
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+const port = await freePort(26900);
+const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
+const client = new Redis({ host: '127.0.0.1', port, stringNumbers: true });
+client.on('error', () => {});
+try {
+  await waitFor(port);
+  await client.call('FUNCTION', 'LOAD', 'REPLACE', readFileSync(join(here, 'lease_floor.lua'), 'utf8'));
+  const token = 'n'.repeat(32);
+  const rung = (acquire, release, extra) => async (key) => {
+    const fence = await client.call('FCALL', acquire, 1 + extra.length, key, ...extra, token, TTL);
+    if (fence === null || fence === 0 || fence === '0') throw new Error(`${acquire}: refused`);
+    if (Number(await client.call('FCALL', release, 1, key, token)) !== 1) throw new Error(`${release}: not released`);
+  };
+  // The library's own functions called as the ladder's are: its server time without the
+  // Locker's client work. The one key's floor is the one its refusal of another names.
+  const key = 'lease:the library (FCALL from ioredis)';
+  await client.call('FUNCTION', 'LOAD', 'REPLACE', readFileSync(join(repo, 'protocol/src/functions.lua'), 'utf8'));
+  const refusal = await client.call('FCALL', 'fencedlock_acquire', 2, key, 'fencedlock:fn-floor:{000000}', token, TTL).catch((e) => e.message);
+  const floor = /this lock key's is (\S+)/.exec(String(refusal))?.[1] ?? 'fencedlock:fn-floor:{000000}';
+  const wake = `fencedlock:fn-wake:${floor.slice('fencedlock:fn-floor:'.length)}:${key}`;
+  const redlock = new RedlockV4([client], { retryCount: 0 });
+  const locker = new Locker(client, { ttl: 10_000 });
+  const contenders = {
+    redlock: async (key) => (await redlock.lock(key, 10_000)).unlock(),
+    fenced: rung('fenced_acquire', 'fenced_release', ['ladder:counter']),
+    '+ epochs': rung('epochs_acquire', 'fenced_release', ['ladder:floor']),
+    '+ lock record': rung('record_acquire', 'record_release', ['ladder:floor']),
+    'the library (FCALL from ioredis)': async (k) => {
+      if ((await client.call('FCALL', 'fencedlock_acquire', 2, k, floor, token, TTL)) === null) throw new Error('refused');
+      if (Number(await client.call('FCALL', 'fencedlock_release', 3, k, floor, wake, token)) !== 1) throw new Error('not released');
+    },
+    'fencedlock (the Locker)': async (key) => (await locker.acquire(key)).release(),
+  };
+  const perLease = Object.fromEntries(Object.keys(contenders).map((name) => [name, []]));
+  for (const [name, run] of Object.entries(contenders)) for (let i = 0; i < 50; i++) await run(`lease:${name}`);
+  for (let round = 0; round < ROUNDS; round++) {
+    const spent = Object.fromEntries(Object.keys(contenders).map((name) => [name, 0]));
+    for (let batch = 0; batch < LEASES / BATCH; batch++) {
+      const order = Object.entries(contenders);
+      if (batch % 2 === 1) order.reverse();
+      for (const [name, run] of order) {
+        const start = performance.now();
+        for (let i = 0; i < BATCH; i++) await run(`lease:${name}`);
+        spent[name] += performance.now() - start;
+      }
+    }
+    for (const name of Object.keys(contenders)) perLease[name].push((spent[name] * 1000) / LEASES);
+  }
+  console.log(`\n| lease (acquire + release), ioredis, no module | µs per lease | ÷ redlock (median of ${ROUNDS} rounds) |`);
+  console.log('| --- | ---: | ---: |');
+  for (const name of Object.keys(contenders)) {
+    const ratio = median(perLease[name].map((t, i) => t / perLease.redlock[i]));
+    console.log(`| ${name} | ${median(perLease[name]).toFixed(0)} | ${ratio.toFixed(2)}× |`);
+  }
+} finally {
+  client.disconnect();
+  server.kill();
+}
