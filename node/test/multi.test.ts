@@ -422,10 +422,8 @@ describe('acquireAll where the module is not asked: a server that hides COMMAND'
 
   for (const kind of CLIENTS) {
     test(`${kind}: the module engine, key by key, no ACQUIREALL sent`, async () => {
-      const c = await client(kind, server().port);
       // The module engine, as configured: the COMMAND INFO that is refused here is ACQUIREALL's.
-      const locker = new Locker(c.client, { engine: 'module' });
-      try {
+      await withLocker(kind, server().port, { engine: 'module' }, async (locker) => {
         await server().admin(['CONFIG', 'RESETSTAT']);
         const leases = await locker.acquireAll([`hidden:${kind}:b`, `hidden:${kind}:a`]);
         assert.equal(await locker.engine(), 'module');
@@ -434,10 +432,7 @@ describe('acquireAll where the module is not asked: a server that hides COMMAND'
         assert.equal(callsOf(calls, 'fencedlock.acquire'), 2);
         assert.deepEqual(leases.keys, [`hidden:${kind}:b`, `hidden:${kind}:a`]);
         assert.equal(await leases.release(), true);
-      } finally {
-        await locker.close();
-        await c.close();
-      }
+      });
     });
   }
 });

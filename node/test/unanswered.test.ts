@@ -54,6 +54,15 @@ async function stillHeld(lease: Lease, other: Locker): Promise<void> {
   assert.equal(await other.acquire(lease.key, { wait: 0 }), null, `${lease.key}: another locker is refused`);
 }
 
+/** `take()` sent while `server` is stopped, and the server resumed 1.5 timeouts later: its first attempt goes unanswered. */
+async function acrossAPause<T>(server: TestServer, take: () => Promise<T>): Promise<T> {
+  server.signal('SIGSTOP');
+  const taking = take();
+  await sleep(TIMEOUT * 1.5);
+  server.signal('SIGCONT');
+  return taking;
+}
+
 describeOnEachSetup('a retry after an unanswered attempt keeps its lease', (server, setup) => {
   /** A locker with the short timeout and another (the rival), each on a client of its own, engines known and shared connections open. */
   async function lockers(kind: ClientKind, options: { maxBlocking?: number } = {}): Promise<{ locker: Locker; other: Locker; close(): Promise<void> }> {
@@ -106,11 +115,7 @@ describeOnEachSetup('a retry after an unanswered attempt keeps its lease', (serv
       const { locker, other, close } = await lockers(kind, { maxBlocking: 0 });
       const key = `unanswered:poll:${setup}:${kind}`;
       try {
-        server().signal('SIGSTOP');
-        const taking = locker.acquire(key, { wait: 5000 });
-        await sleep(TIMEOUT * 1.5);
-        server().signal('SIGCONT');
-        const lease = await taking;
+        const lease = await acrossAPause(server(), () => locker.acquire(key, { wait: 5000 }));
         assert.ok(lease, 'granted once the server answers');
         await sleep(PAST_THE_RELEASES);
         await stillHeld(lease, other);
@@ -129,11 +134,7 @@ describeOnEachSetup('a retry after an unanswered attempt keeps its lease', (serv
         const { locker, other, close } = await lockers(kind);
         const keys = [`${prefix}:b`, `${prefix}:a`];
         try {
-          server().signal('SIGSTOP');
-          const taking = locker.acquireAll(keys, { wait: 5000 });
-          await sleep(TIMEOUT * 1.5);
-          server().signal('SIGCONT');
-          const leases = await taking;
+          const leases = await acrossAPause(server(), () => locker.acquireAll(keys, { wait: 5000 }));
           assert.equal(leases.size, 2);
           await sleep(PAST_THE_RELEASES);
           for (const lease of leases) await stillHeld(lease, other);
