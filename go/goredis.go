@@ -86,7 +86,7 @@ func goRedisValue(v any) any {
 	case map[any]any:
 		out := make(map[string]any, len(v))
 		for k, item := range v {
-			out[Word(k)] = goRedisValue(item)
+			out[word(k)] = goRedisValue(item)
 		}
 		return out
 	case bool:

@@ -69,21 +69,21 @@ func (c Command) RoutingKey() string {
 	if c.Key < 0 || c.Key >= len(c.Args) {
 		return ""
 	}
-	return Word(c.Args[c.Key])
+	return word(c.Args[c.Key])
 }
 
 // Strings is the command's words as strings, as most client libraries take them.
 func (c Command) Strings() []string {
 	out := make([]string, len(c.Args))
 	for i, a := range c.Args {
-		out[i] = Word(a)
+		out[i] = word(a)
 	}
 	return out
 }
 
-// Word is a request word as a string: a string as is, a []byte's bytes, anything else as fmt
+// word is a request word as a string: a string as is, a []byte's bytes, anything else as fmt
 // prints it (the package sends only strings and byte slices).
-func Word(a any) string {
+func word(a any) string {
 	switch a := a.(type) {
 	case string:
 		return a
@@ -116,7 +116,7 @@ func commandOf(args []any) Command {
 	if len(args) < 2 {
 		return cmd
 	}
-	name := strings.ToUpper(Word(args[0]))
+	name := strings.ToUpper(word(args[0]))
 	switch {
 	case name == cmdAcquireAll:
 		cmd.Key = keyAfterCount(args, 1)
@@ -130,7 +130,7 @@ func commandOf(args []any) Command {
 
 // keyAfterCount is the index of the first key after the numkeys word at i, -1 when it is 0.
 func keyAfterCount(args []any, i int) int {
-	if n, err := strconv.Atoi(Word(args[i])); err == nil && n > 0 && i+1 < len(args) {
+	if n, err := strconv.Atoi(word(args[i])); err == nil && n > 0 && i+1 < len(args) {
 		return i + 1
 	}
 	return -1
