@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import Any, Dict, List, Optional, Tuple, Union
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 import psycopg
 import pytest
@@ -116,3 +117,109 @@ def assert_a_null_fence_is_refused(conn: Conn, refusals: Refusals) -> None:
         assert (raised.value.table, raised.value.column) == ("loose_jobs", "last_fence")
     assert query(conn, "SELECT status, last_fence FROM loose_jobs") == [("PENDING", None)]
     assert refusals.counts("loose_jobs") == (0, 0)
+
+
+@contextmanager
+def transaction(conn: Conn) -> Iterator[None]:
+    """The caller's transaction as each driver takes one: psycopg's ``transaction()``; on an
+    autocommit sqlite3 connection ``BEGIN IMMEDIATE`` … ``COMMIT``, the write lock first, as the
+    guide advises."""
+    if isinstance(conn, sqlite3.Connection):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+    else:
+        with conn.transaction():
+            yield
+
+
+def assert_a_stale_holder_is_refused_after_a_newer_claim(conn: Conn, refusals: Refusals) -> None:
+    """A newer holder (8) claimed the row: the stale holder (7) is refused, its claim too, and
+    the row is untouched; the newer holder's own write goes through."""
+    with transaction(conn):
+        assert claim(conn, jobs(), JOB, 8, ["status", "sends"]) == ("PENDING", 0)
+
+    # The holder with fence 7 wakes up and writes: refused, and the row is untouched.
+    with pytest.raises(Stale) as raised:
+        write(conn, jobs(), JOB, 7, send(7))
+    assert_stale(raised, 7, 8)
+    with pytest.raises(Stale) as raised:
+        claim(conn, jobs(), JOB, 7)
+    assert_stale(raised, 7, 8)
+    assert job(conn) == ("PENDING", 0, None, 8)
+    assert refusals.counts() == (2, 2), "each refusal counted once, under its resource"
+
+    # The newer holder's own write goes through.
+    assert write(conn, jobs(), JOB, 8, send(8)) is True
+    assert job(conn) == ("PENDING", 1, 8, 8)
+    assert refusals.counts() == (2, 2)
+
+
+def assert_the_lessons_two_orderings(conn: Conn, refusals: Refusals) -> None:
+    """The lesson's second ordering: the stale write lands before the new holder's first write.
+    Without a claim it is accepted (two sends); with one it is refused."""
+    # Without claiming: B (8) reads; A's stale write (7) finds nothing newer and lands; B then
+    # sends from what it read. Two sends: what the claim is for.
+    assert query(conn, "SELECT sends FROM invoice_jobs WHERE job_id = ?", JOB) == [(0,)]
+    assert write(conn, jobs(), JOB, 7, send(7)) is True
+    assert write(conn, jobs(), JOB, 8, send(8)) is True
+    assert job(conn) == ("PENDING", 2, 8, 8)
+    assert refusals.counts() == (0, 0)
+
+    # With claiming: B's claim raises the fence in the statement that reads; A's write is
+    # refused although it still arrives before B's first write.
+    reset(conn)
+    with transaction(conn):
+        assert claim(conn, jobs(), JOB, 8, "sends") == (0,)
+    with pytest.raises(Stale) as raised:
+        write(conn, jobs(), JOB, 7, send(7))
+    assert_stale(raised, 7, 8)
+    assert write(conn, jobs(), JOB, 8, send(8)) is True
+    assert job(conn) == ("PENDING", 1, 8, 8)
+    assert refusals.counts() == (1, 1)
+
+
+def assert_one_holder_writes_many_times_with_one_fence(conn: Conn, refusals: Refusals) -> None:
+    """A holder writes as often as it likes with its fence; an older fence is still refused, a
+    newer one takes over without claiming."""
+    with transaction(conn):
+        claim(conn, jobs(), JOB, 9)
+        assert write(conn, jobs(), JOB, 9, send(9)) is True
+    # Two more, in their own transactions, the last one returning the row.
+    assert write(conn, jobs(), JOB, 9, send(9)) is True
+    assert write_returning(conn, jobs(), JOB, 9, send(9), ["sends", "last_fence"]) == (3, 9)
+    assert job(conn) == ("PENDING", 3, 9, 9)
+    assert refusals.counts() == (0, 0), "a holder's own writes are never refused"
+    # An older fence still is; a newer one takes over without claiming.
+    with pytest.raises(Stale):
+        write(conn, jobs(), JOB, 8, send(8))
+    assert write(conn, jobs(), JOB, 10, send(10)) is True
+    assert job(conn) == ("PENDING", 4, 10, 10)
+
+
+def assert_a_failed_precondition_is_not_stale(conn: Conn, refusals: Refusals) -> None:
+    """A state precondition that does not hold writes nothing (not even the fence) and is no
+    stale refusal; a stale fence is still stale, checked first."""
+    def to_sent() -> Update:
+        return Update(set={"status": "SENT"}, when={"status": "PENDING"})
+
+    assert write(conn, jobs(), JOB, 5, to_sent()) is True
+    # SENT → SENT again, by the same or a newer holder: the state machine says no.
+    assert write(conn, jobs(), JOB, 5, to_sent()) is False
+    assert write(conn, jobs(), JOB, 6, to_sent()) is False
+    assert write_returning(conn, jobs(), JOB, 6, to_sent(), "status") is None
+    assert job(conn) == ("SENT", 0, None, 5), "the failed precondition wrote no fence"
+    # A stale fence is still Stale when the precondition fails too: the fence is checked first.
+    with pytest.raises(Stale) as raised:
+        write(conn, jobs(), JOB, 4, to_sent())
+    assert_stale(raised, 4, 5)
+    any_of = Update().set("status", "DONE").when_in("status", ["PENDING", "SENT"])
+    assert write(conn, jobs(), JOB, 5, any_of) is True
+    assert write(conn, jobs(), JOB, 5, Update().set("status", "X").when_in("status", [])) is False
+    assert write(conn, jobs(), JOB, 5, Update().set("sends", 7).when_sql('"status" = \'DONE\'')) is True
+    assert job(conn) == ("DONE", 7, None, 5)
+    assert refusals.counts() == (1, 1)

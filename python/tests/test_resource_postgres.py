@@ -18,8 +18,10 @@ from psycopg.rows import dict_row
 from fencedlock import FencedLockError, InvalidArgument
 from fencedlock.resource import (InvalidFence, InvalidIdentifier, RowNotFound, Stale, Table, Update, add_fence_column,
                                  claim, is_retryable, quote, write, write_returning)
-from resource_support import (JOB, JOBS_DDL, Refusals, assert_a_null_fence_is_refused, assert_stale, connect, job, jobs,
-                              query, reset, send)
+from resource_support import (JOB, JOBS_DDL, Refusals, assert_a_failed_precondition_is_not_stale,
+                              assert_a_null_fence_is_refused, assert_a_stale_holder_is_refused_after_a_newer_claim,
+                              assert_one_holder_writes_many_times_with_one_fence, assert_stale,
+                              assert_the_lessons_two_orderings, connect, job, jobs, query, reset, send)
 
 
 @pytest.fixture
@@ -35,87 +37,23 @@ def conn(pg: str) -> Any:
 def test_a_stale_holders_claim_and_write_are_refused_after_a_newer_holder_claimed_the_row(
     conn: psycopg.Connection[Any], refusals: Refusals
 ) -> None:
-    with conn.transaction():
-        assert claim(conn, jobs(), JOB, 8, ["status", "sends"]) == ("PENDING", 0)
-
-    # The holder with fence 7 wakes up and writes: refused, and the row is untouched.
-    with pytest.raises(Stale) as raised:
-        write(conn, jobs(), JOB, 7, send(7))
-    assert_stale(raised, 7, 8)
-    with pytest.raises(Stale) as raised:
-        claim(conn, jobs(), JOB, 7)
-    assert_stale(raised, 7, 8)
-    assert job(conn) == ("PENDING", 0, None, 8)
-    assert refusals.counts() == (2, 2), "each refusal counted once, under its resource"
-
-    # The newer holder's own write goes through.
-    assert write(conn, jobs(), JOB, 8, send(8)) is True
-    assert job(conn) == ("PENDING", 1, 8, 8)
-    assert refusals.counts() == (2, 2)
+    assert_a_stale_holder_is_refused_after_a_newer_claim(conn, refusals)
 
 
 def test_a_stale_write_before_the_new_holders_first_write_is_accepted_without_a_claim_and_refused_with_one(
     conn: psycopg.Connection[Any], refusals: Refusals
 ) -> None:
-    # Without claiming: B (8) reads; A's stale write (7) finds nothing newer and lands; B then
-    # sends from what it read. Two sends: what the claim is for.
-    assert query(conn, "SELECT sends FROM invoice_jobs WHERE job_id = ?", JOB) == [(0,)]
-    assert write(conn, jobs(), JOB, 7, send(7)) is True
-    assert write(conn, jobs(), JOB, 8, send(8)) is True
-    assert job(conn) == ("PENDING", 2, 8, 8)
-    assert refusals.counts() == (0, 0)
-
-    # With claiming: B's claim raises the fence in the statement that reads; A's write is
-    # refused although it still arrives before B's first write.
-    reset(conn)
-    with conn.transaction():
-        assert claim(conn, jobs(), JOB, 8, "sends") == (0,)
-    with pytest.raises(Stale) as raised:
-        write(conn, jobs(), JOB, 7, send(7))
-    assert_stale(raised, 7, 8)
-    assert write(conn, jobs(), JOB, 8, send(8)) is True
-    assert job(conn) == ("PENDING", 1, 8, 8)
-    assert refusals.counts() == (1, 1)
+    assert_the_lessons_two_orderings(conn, refusals)
 
 
 def test_one_holder_writes_three_times_with_one_fence(conn: psycopg.Connection[Any], refusals: Refusals) -> None:
-    with conn.transaction():
-        claim(conn, jobs(), JOB, 9)
-        assert write(conn, jobs(), JOB, 9, send(9)) is True
-    # Two more, in their own transactions, the last one returning the row.
-    assert write(conn, jobs(), JOB, 9, send(9)) is True
-    assert write_returning(conn, jobs(), JOB, 9, send(9), ["sends", "last_fence"]) == (3, 9)
-    assert job(conn) == ("PENDING", 3, 9, 9)
-    assert refusals.counts() == (0, 0), "a holder's own writes are never refused"
-    # An older fence still is; a newer one takes over without claiming.
-    with pytest.raises(Stale):
-        write(conn, jobs(), JOB, 8, send(8))
-    assert write(conn, jobs(), JOB, 10, send(10)) is True
-    assert job(conn) == ("PENDING", 4, 10, 10)
+    assert_one_holder_writes_many_times_with_one_fence(conn, refusals)
 
 
 def test_a_state_precondition_that_does_not_hold_writes_nothing_and_is_not_a_stale_refusal(
     conn: psycopg.Connection[Any], refusals: Refusals
 ) -> None:
-    def to_sent() -> Update:
-        return Update(set={"status": "SENT"}, when={"status": "PENDING"})
-
-    assert write(conn, jobs(), JOB, 5, to_sent()) is True
-    # SENT → SENT again, by the same or a newer holder: the state machine says no.
-    assert write(conn, jobs(), JOB, 5, to_sent()) is False
-    assert write(conn, jobs(), JOB, 6, to_sent()) is False
-    assert write_returning(conn, jobs(), JOB, 6, to_sent(), "status") is None
-    assert job(conn) == ("SENT", 0, None, 5), "the failed precondition wrote no fence"
-    # A stale fence is still Stale when the precondition fails too: the fence is checked first.
-    with pytest.raises(Stale) as raised:
-        write(conn, jobs(), JOB, 4, to_sent())
-    assert_stale(raised, 4, 5)
-    any_of = Update().set("status", "DONE").when_in("status", ["PENDING", "SENT"])
-    assert write(conn, jobs(), JOB, 5, any_of) is True
-    assert write(conn, jobs(), JOB, 5, Update().set("status", "X").when_in("status", [])) is False
-    assert write(conn, jobs(), JOB, 5, Update().set("sends", 7).when_sql('"status" = \'DONE\'')) is True
-    assert job(conn) == ("DONE", 7, None, 5)
-    assert refusals.counts() == (1, 1)
+    assert_a_failed_precondition_is_not_stale(conn, refusals)
 
 
 def test_a_stale_refusal_leaves_the_transaction_usable_and_its_other_work_commits(

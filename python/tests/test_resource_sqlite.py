@@ -15,8 +15,10 @@ import pytest
 from fencedlock import FencedLockError
 from fencedlock.resource import (InvalidFence, InvalidIdentifier, RowNotFound, Stale, Table, UnknownColumn, Update,
                                  add_fence_column, claim, is_retryable, quote, write, write_returning)
-from resource_support import (JOB, JOBS_DDL, Refusals, assert_a_null_fence_is_refused, assert_stale, job, jobs, query,
-                              reset, send)
+from resource_support import (JOB, JOBS_DDL, Refusals, assert_a_failed_precondition_is_not_stale,
+                              assert_a_null_fence_is_refused, assert_a_stale_holder_is_refused_after_a_newer_claim,
+                              assert_one_holder_writes_many_times_with_one_fence, assert_the_lessons_two_orderings, job,
+                              jobs, query, reset, send)
 
 
 def open_db(path: Path, **kwargs: Any) -> sqlite3.Connection:
@@ -48,71 +50,23 @@ def conn(db: Path) -> Iterator[sqlite3.Connection]:
 def test_a_stale_holders_claim_and_write_are_refused_after_a_newer_holder_claimed_the_row(
     conn: sqlite3.Connection, refusals: Refusals
 ) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    assert claim(conn, jobs(), JOB, 8, ["status", "sends"]) == ("PENDING", 0)
-    conn.execute("COMMIT")
-    with pytest.raises(Stale) as raised:
-        write(conn, jobs(), JOB, 7, send(7))
-    assert_stale(raised, 7, 8)
-    with pytest.raises(Stale) as raised:
-        claim(conn, jobs(), JOB, 7)
-    assert_stale(raised, 7, 8)
-    assert job(conn) == ("PENDING", 0, None, 8)
-    assert refusals.counts() == (2, 2)
-    assert write(conn, jobs(), JOB, 8, send(8)) is True
-    assert job(conn) == ("PENDING", 1, 8, 8)
+    assert_a_stale_holder_is_refused_after_a_newer_claim(conn, refusals)
 
 
 def test_a_stale_write_before_the_new_holders_first_write_is_accepted_without_a_claim_and_refused_with_one(
     conn: sqlite3.Connection, refusals: Refusals
 ) -> None:
-    # Without claiming: B (8) reads, A's stale write (7) lands, B sends from what it read.
-    assert query(conn, "SELECT sends FROM invoice_jobs WHERE job_id = ?", JOB) == [(0,)]
-    assert write(conn, jobs(), JOB, 7, send(7)) is True
-    assert write(conn, jobs(), JOB, 8, send(8)) is True
-    assert job(conn)[1] == 2, "the invoice went twice"
-
-    # With claiming: refused although it arrives before B's first write.
-    reset(conn)
-    conn.execute("BEGIN IMMEDIATE")
-    assert claim(conn, jobs(), JOB, 8, "sends") == (0,)
-    conn.execute("COMMIT")
-    with pytest.raises(Stale):
-        write(conn, jobs(), JOB, 7, send(7))
-    assert write(conn, jobs(), JOB, 8, send(8)) is True
-    assert job(conn) == ("PENDING", 1, 8, 8)
-    assert refusals.counts() == (1, 1)
+    assert_the_lessons_two_orderings(conn, refusals)
 
 
 def test_one_holder_writes_three_times_with_one_fence(conn: sqlite3.Connection, refusals: Refusals) -> None:
-    conn.execute("BEGIN IMMEDIATE")
-    claim(conn, jobs(), JOB, 9)
-    assert write(conn, jobs(), JOB, 9, send(9)) is True
-    conn.execute("COMMIT")
-    assert write(conn, jobs(), JOB, 9, send(9)) is True
-    assert write_returning(conn, jobs(), JOB, 9, send(9), ["sends", "last_fence"]) == (3, 9)
-    assert refusals.counts() == (0, 0)
-    with pytest.raises(Stale):
-        write(conn, jobs(), JOB, 8, send(8))
-    assert write(conn, jobs(), JOB, 10, send(10)) is True
-    assert job(conn) == ("PENDING", 4, 10, 10)
+    assert_one_holder_writes_many_times_with_one_fence(conn, refusals)
 
 
 def test_a_state_precondition_that_does_not_hold_writes_nothing_and_is_not_a_stale_refusal(
     conn: sqlite3.Connection, refusals: Refusals
 ) -> None:
-    def to_sent() -> Update:
-        return Update(set={"status": "SENT"}, when={"status": "PENDING"})
-
-    assert write(conn, jobs(), JOB, 5, to_sent()) is True
-    assert write(conn, jobs(), JOB, 5, to_sent()) is False
-    assert write(conn, jobs(), JOB, 6, to_sent()) is False
-    assert job(conn) == ("SENT", 0, None, 5)
-    with pytest.raises(Stale):
-        write(conn, jobs(), JOB, 4, to_sent())
-    assert write(conn, jobs(), JOB, 5, Update().set("status", "DONE").when_in("status", ["PENDING", "SENT"])) is True
-    assert write(conn, jobs(), JOB, 5, Update().set("status", "X").when_in("status", [])) is False
-    assert refusals.counts() == (1, 1)
+    assert_a_failed_precondition_is_not_stale(conn, refusals)
 
 
 def test_a_stale_write_waiting_on_a_newer_claims_write_lock_is_refused_when_it_commits(
