@@ -17,10 +17,7 @@ func TestACrowdWaitsOnOneKey(t *testing.T) {
 		ctx := context.Background()
 		n := 10*runtime.GOMAXPROCS(0) + 12
 		l := newTestLocker(t, srv.client(), WithTTL(10*time.Second))
-		held, err := l.Acquire(ctx, "crowd")
-		if err != nil {
-			t.Fatal(err)
-		}
+		held := mustAcquire(t, ctx, l, "crowd")
 		var wg sync.WaitGroup
 		errs := make(chan error, n)
 		fences := make(chan uint64, n)

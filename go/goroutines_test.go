@@ -77,10 +77,7 @@ func TestNoGoroutineLeftAfterReleaseOrClose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			lease, err := locker.Acquire(ctx, "leak:kept")
-			if err != nil {
-				t.Fatal(err)
-			}
+			lease := mustAcquire(t, ctx, locker, "leak:kept")
 			lease.KeepAlive()
 			// The reading sees the package's goroutines at all: the keep-alive is one.
 			if len(ownGoroutines(t)) == 0 {
@@ -98,10 +95,7 @@ func TestNoGoroutineLeftAfterReleaseOrClose(t *testing.T) {
 
 			// A wait its caller abandons: the blocked request is left to its answer (on the
 			// module, granted once the holder releases, then given back).
-			held, err := locker.Acquire(ctx, "leak:wait")
-			if err != nil {
-				t.Fatal(err)
-			}
+			held := mustAcquire(t, ctx, locker, "leak:wait")
 			short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 			_, err = locker.Acquire(short, "leak:wait", WithWait(5*time.Second))
 			cancel()
@@ -116,11 +110,8 @@ func TestNoGoroutineLeftAfterReleaseOrClose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, key := range []string{"leak:s1", "leak:s2"} {
-				if _, err := session.Acquire(ctx, key); err != nil {
-					t.Fatal(err)
-				}
-			}
+			mustAcquire(t, ctx, session, "leak:s1")
+			mustAcquire(t, ctx, session, "leak:s2")
 			if err := session.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -138,10 +129,7 @@ func TestNoGoroutineLeftAfterReleaseOrClose(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fenced, err := redlock.Acquire(ctx, "leak:redlock")
-			if err != nil {
-				t.Fatal(err)
-			}
+			fenced := mustAcquire(t, ctx, redlock, "leak:redlock")
 			fenced.KeepAlive()
 			if _, err := fenced.Release(ctx); err != nil {
 				t.Fatal(err)

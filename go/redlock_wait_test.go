@@ -30,13 +30,12 @@ func moduleWaiters(t *testing.T, s *testServer) int {
 }
 
 // designated is the server a Redlock's waiters of key queue on.
-func designated(servers []*testServer, key string) (first, second int) {
+func designated(servers []*testServer, key string) int {
 	names := make([]string, len(servers))
 	for i, s := range servers {
 		names[i] = s.addr()
 	}
-	order := ranking(key, names)
-	return order[0], order[1]
+	return ranking(key, names)[0]
 }
 
 type acquired struct {
@@ -45,25 +44,31 @@ type acquired struct {
 	at    time.Time
 }
 
+// heldAndAwaited starts three servers, takes key on them by a Redlock lease of 30 s, and
+// starts a second Redlock's wait of up to wait for it; done gets the waiter's outcome.
+func heldAndAwaited(t *testing.T, s setup, key string, wait time.Duration, opts ...Option) (servers []*testServer, held *Lease, done <-chan acquired) {
+	t.Helper()
+	ctx := context.Background()
+	servers = []*testServer{startServer(t, s), startServer(t, s), startServer(t, s)}
+	opts = append([]Option{WithTTL(30 * time.Second)}, opts...)
+	held = mustAcquire(t, ctx, newTestRedlock(t, servers, opts...), key)
+	waiter := newTestRedlock(t, servers, opts...)
+	outcome := make(chan acquired, 1)
+	go func() {
+		lease, err := waiter.Acquire(ctx, key, WithWait(wait))
+		outcome <- acquired{lease, err, time.Now()}
+	}()
+	return servers, held, outcome
+}
+
 // TestRedlockWaitsOnTheDesignatedServersQueue: a Redlock acquisition that may wait queues on
 // the key's designated server alone (the same for every client), not on every server and not
 // by polling, and is granted the majority the moment the holder releases.
 func TestRedlockWaitsOnTheDesignatedServersQueue(t *testing.T) {
 	ctx := context.Background()
-	servers := []*testServer{startServer(t, setupModule), startServer(t, setupModule), startServer(t, setupModule)}
-	holder := newTestRedlock(t, servers, WithTTL(30*time.Second))
-	waiter := newTestRedlock(t, servers, WithTTL(30*time.Second))
 	const key = "rw:queue"
-	held, err := holder.Acquire(ctx, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan acquired, 1)
-	go func() {
-		lease, err := waiter.Acquire(ctx, key, WithWait(10*time.Second))
-		done <- acquired{lease, err, time.Now()}
-	}()
-	first, _ := designated(servers, key)
+	servers, held, done := heldAndAwaited(t, setupModule, key, 10*time.Second)
+	first := designated(servers, key)
 	deadline := time.Now().Add(3 * time.Second)
 	for moduleWaiters(t, servers[first]) != 1 {
 		if time.Now().After(deadline) {
@@ -104,20 +109,9 @@ func TestRedlockWaitPassesOverASilentDesignatedServer(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			servers := []*testServer{startServer(t, e.setup), startServer(t, e.setup), startServer(t, e.setup)}
-			holder := newTestRedlock(t, servers, WithTTL(30*time.Second), WithTimeout(300*time.Millisecond))
-			waiter := newTestRedlock(t, servers, WithTTL(30*time.Second), WithTimeout(300*time.Millisecond))
 			const key = "rw:silent"
-			held, err := holder.Acquire(ctx, key)
-			if err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan acquired, 1)
-			go func() {
-				lease, err := waiter.Acquire(ctx, key, WithWait(20*time.Second))
-				done <- acquired{lease, err, time.Now()}
-			}()
-			first, _ := designated(servers, key)
+			servers, held, done := heldAndAwaited(t, e.setup, key, 20*time.Second, WithTimeout(300*time.Millisecond))
+			first := designated(servers, key)
 			time.Sleep(300 * time.Millisecond) // queued there by now
 			servers[first].signal(syscall.SIGSTOP)
 			t.Cleanup(func() { servers[first].signal(syscall.SIGCONT) })
