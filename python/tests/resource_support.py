@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 import sqlite3
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple, Union
 
 import psycopg
 import pytest
 
-from fencedlock.resource import (NullFence, Stale, Table, Update, add_fence_column, claim, stale_refusals, write,
-                                 write_returning)
+from fencedlock import InvalidArgument
+from fencedlock.resource import (InvalidFence, NullFence, RowNotFound, Stale, Table, Update, add_fence_column, claim,
+                                 stale_refusals, write, write_returning)
 
 JOBS_DDL = """CREATE TABLE invoice_jobs (
     job_id bigint PRIMARY KEY,
@@ -223,3 +224,40 @@ def assert_a_failed_precondition_is_not_stale(conn: Conn, refusals: Refusals) ->
     assert write(conn, jobs(), JOB, 5, Update().set("sends", 7).when_sql('"status" = \'DONE\'')) is True
     assert job(conn) == ("DONE", 7, None, 5)
     assert refusals.counts() == (1, 1)
+
+
+
+def assert_bad_fences_missing_rows_and_sql_looking_values_change_nothing(conn: Conn) -> None:
+    """Fences no server hands out are refused before anything is sent (the largest one it does
+    is stored exactly), a missing row is :class:`RowNotFound` for every helper, and a value
+    that looks like SQL is a value."""
+    for fence in (0, -1, 2**63, 2**64, True, 7.0, "7", None):
+        with pytest.raises(InvalidFence):
+            claim(conn, jobs(), JOB, fence)  # type: ignore[arg-type]
+        with pytest.raises(InvalidFence) as raised:
+            write(conn, jobs(), JOB, fence, send(1))  # type: ignore[arg-type]
+        assert isinstance(raised.value, InvalidArgument) and isinstance(raised.value, ValueError)
+    assert write(conn, jobs(), JOB, 2**63 - 1, Update()) is True
+    assert job(conn)[3] == 2**63 - 1
+    reset(conn)
+
+    with pytest.raises(RowNotFound):
+        claim(conn, jobs(), 73, 5)
+    with pytest.raises(RowNotFound):
+        write(conn, jobs(), 73, 5, send(5))
+    with pytest.raises(RowNotFound):
+        write(conn, jobs(), 73, 5, Update(set={"status": "SENT"}, when={"status": "PENDING"}))
+
+    hostile = "x'; DROP TABLE invoice_jobs; --"
+    assert write(conn, jobs(), JOB, 5, Update(set={"status": hostile})) is True
+    assert job(conn)[0] == hostile
+
+Scenario = Callable[[Conn, Refusals], None]
+
+LESSON_SCENARIOS: Tuple[Scenario, ...] = (
+    assert_a_stale_holder_is_refused_after_a_newer_claim,
+    assert_the_lessons_two_orderings,
+    assert_one_holder_writes_many_times_with_one_fence,
+    assert_a_failed_precondition_is_not_stale,
+)
+"""The lesson's single-row scenarios, each run on PostgreSQL and on SQLite."""

@@ -16,12 +16,11 @@ from psycopg import IsolationLevel
 from psycopg.rows import dict_row
 
 from fencedlock import FencedLockError, InvalidArgument
-from fencedlock.resource import (InvalidFence, InvalidIdentifier, RowNotFound, Stale, Table, Update, add_fence_column,
-                                 claim, is_retryable, quote, write, write_returning)
-from resource_support import (JOB, JOBS_DDL, Refusals, assert_a_failed_precondition_is_not_stale,
-                              assert_a_null_fence_is_refused, assert_a_stale_holder_is_refused_after_a_newer_claim,
-                              assert_one_holder_writes_many_times_with_one_fence, assert_stale,
-                              assert_the_lessons_two_orderings, connect, job, jobs, query, reset, send)
+from fencedlock.resource import (InvalidIdentifier, Stale, Table, Update, add_fence_column, claim, is_retryable, quote,
+                                 write, write_returning)
+from resource_support import (JOB, JOBS_DDL, LESSON_SCENARIOS, Refusals, Scenario, assert_a_null_fence_is_refused,
+                              assert_bad_fences_missing_rows_and_sql_looking_values_change_nothing,
+                              assert_stale, connect, job, jobs, query, reset, send)
 
 
 @pytest.fixture
@@ -34,26 +33,11 @@ def conn(pg: str) -> Any:
         yield conn
 
 
-def test_a_stale_holders_claim_and_write_are_refused_after_a_newer_holder_claimed_the_row(
-    conn: psycopg.Connection[Any], refusals: Refusals
+@pytest.mark.parametrize("scenario", LESSON_SCENARIOS, ids=lambda scenario: scenario.__name__)
+def test_the_lessons_single_row_scenarios(
+    conn: psycopg.Connection[Any], refusals: Refusals, scenario: Scenario
 ) -> None:
-    assert_a_stale_holder_is_refused_after_a_newer_claim(conn, refusals)
-
-
-def test_a_stale_write_before_the_new_holders_first_write_is_accepted_without_a_claim_and_refused_with_one(
-    conn: psycopg.Connection[Any], refusals: Refusals
-) -> None:
-    assert_the_lessons_two_orderings(conn, refusals)
-
-
-def test_one_holder_writes_three_times_with_one_fence(conn: psycopg.Connection[Any], refusals: Refusals) -> None:
-    assert_one_holder_writes_many_times_with_one_fence(conn, refusals)
-
-
-def test_a_state_precondition_that_does_not_hold_writes_nothing_and_is_not_a_stale_refusal(
-    conn: psycopg.Connection[Any], refusals: Refusals
-) -> None:
-    assert_a_failed_precondition_is_not_stale(conn, refusals)
+    scenario(conn, refusals)
 
 
 def test_a_stale_refusal_leaves_the_transaction_usable_and_its_other_work_commits(
@@ -196,31 +180,10 @@ def test_under_repeatable_read_and_serializable_a_concurrent_claim_is_a_retry_an
 
 
 def test_bad_fences_missing_rows_and_hostile_values_change_nothing(conn: psycopg.Connection[Any], refusals: Refusals) -> None:
-    for fence in (0, -1, 2**63, 2**64, True, 7.0, "7", None):
-        with pytest.raises(InvalidFence):
-            claim(conn, jobs(), JOB, fence)  # type: ignore[arg-type]
-        with pytest.raises(InvalidFence) as raised:
-            write(conn, jobs(), JOB, fence, send(1))  # type: ignore[arg-type]
-        assert isinstance(raised.value, InvalidArgument) and isinstance(raised.value, ValueError)
-    # The largest fence the server hands out is stored exactly.
-    assert write(conn, jobs(), JOB, 2**63 - 1, Update()) is True
-    assert job(conn)[3] == 2**63 - 1
-    reset(conn)
-
-    with pytest.raises(RowNotFound):
-        claim(conn, jobs(), 73, 5)
-    with pytest.raises(RowNotFound):
-        write(conn, jobs(), 73, 5, send(5))
-    with pytest.raises(RowNotFound):
-        write(conn, jobs(), 73, 5, Update(set={"status": "SENT"}, when={"status": "PENDING"}))
+    assert_bad_fences_missing_rows_and_sql_looking_values_change_nothing(conn)
     # An id of the wrong type is the database's error, and changes nothing.
     with pytest.raises(psycopg.errors.InvalidTextRepresentation):
         claim(conn, jobs(), "seventy-two", 5)
-
-    # A value that looks like SQL is a value.
-    hostile = "x'; DROP TABLE invoice_jobs; --"
-    assert write(conn, jobs(), JOB, 5, Update(set={"status": hostile})) is True
-    assert job(conn)[0] == hostile
     # A column that does not exist is PostgreSQL's error, not an injection.
     with pytest.raises(psycopg.errors.UndefinedColumn):
         write(conn, jobs(), JOB, 5, Update(set={"status\" = 'x', sends = 99 --": "y"}))

@@ -13,12 +13,11 @@ from typing import Any, Callable, Iterator, List, Tuple
 import pytest
 
 from fencedlock import FencedLockError
-from fencedlock.resource import (InvalidFence, InvalidIdentifier, RowNotFound, Stale, Table, UnknownColumn, Update,
-                                 add_fence_column, claim, is_retryable, quote, write, write_returning)
-from resource_support import (JOB, JOBS_DDL, Refusals, assert_a_failed_precondition_is_not_stale,
-                              assert_a_null_fence_is_refused, assert_a_stale_holder_is_refused_after_a_newer_claim,
-                              assert_one_holder_writes_many_times_with_one_fence, assert_the_lessons_two_orderings, job,
-                              jobs, query, reset, send)
+from fencedlock.resource import (InvalidIdentifier, Stale, Table, UnknownColumn, Update, add_fence_column, claim,
+                                 is_retryable, quote, write, write_returning)
+from resource_support import (JOB, JOBS_DDL, LESSON_SCENARIOS, Refusals, Scenario, assert_a_null_fence_is_refused,
+                              assert_bad_fences_missing_rows_and_sql_looking_values_change_nothing, job, jobs, query,
+                              send)
 
 
 def open_db(path: Path, **kwargs: Any) -> sqlite3.Connection:
@@ -47,26 +46,11 @@ def conn(db: Path) -> Iterator[sqlite3.Connection]:
     conn.close()
 
 
-def test_a_stale_holders_claim_and_write_are_refused_after_a_newer_holder_claimed_the_row(
-    conn: sqlite3.Connection, refusals: Refusals
+@pytest.mark.parametrize("scenario", LESSON_SCENARIOS, ids=lambda scenario: scenario.__name__)
+def test_the_lessons_single_row_scenarios(
+    conn: sqlite3.Connection, refusals: Refusals, scenario: Scenario
 ) -> None:
-    assert_a_stale_holder_is_refused_after_a_newer_claim(conn, refusals)
-
-
-def test_a_stale_write_before_the_new_holders_first_write_is_accepted_without_a_claim_and_refused_with_one(
-    conn: sqlite3.Connection, refusals: Refusals
-) -> None:
-    assert_the_lessons_two_orderings(conn, refusals)
-
-
-def test_one_holder_writes_three_times_with_one_fence(conn: sqlite3.Connection, refusals: Refusals) -> None:
-    assert_one_holder_writes_many_times_with_one_fence(conn, refusals)
-
-
-def test_a_state_precondition_that_does_not_hold_writes_nothing_and_is_not_a_stale_refusal(
-    conn: sqlite3.Connection, refusals: Refusals
-) -> None:
-    assert_a_failed_precondition_is_not_stale(conn, refusals)
+    scenario(conn, refusals)
 
 
 def test_a_stale_write_waiting_on_a_newer_claims_write_lock_is_refused_when_it_commits(
@@ -131,19 +115,7 @@ def test_rows_come_back_as_the_callers_row_factory_makes_them_and_its_cursor_kee
 def test_bad_inputs_hostile_values_and_names_in_an_attached_database(
     tmp_path: Path, conn: sqlite3.Connection, refusals: Refusals
 ) -> None:
-    for fence in (0, -1, 2**63, True, "7"):
-        with pytest.raises(InvalidFence):
-            write(conn, jobs(), JOB, fence, send(1))  # type: ignore[arg-type]
-    assert write(conn, jobs(), JOB, 2**63 - 1, Update()) is True
-    assert job(conn)[3] == 2**63 - 1
-    reset(conn)
-    with pytest.raises(RowNotFound):
-        claim(conn, jobs(), 73, 5)
-    with pytest.raises(RowNotFound):
-        write(conn, jobs(), 73, 5, Update(set={"status": "SENT"}, when={"status": "PENDING"}))
-    hostile = "x'; DROP TABLE invoice_jobs; --"
-    assert write(conn, jobs(), JOB, 5, Update(set={"status": hostile})) is True
-    assert job(conn)[0] == hostile
+    assert_bad_fences_missing_rows_and_sql_looking_values_change_nothing(conn)
     with pytest.raises(UnknownColumn):
         write(conn, jobs(), JOB, 5, Update(set={"status\" = 'x', sends = 99 --": "y"}))
     with pytest.raises(InvalidIdentifier):
