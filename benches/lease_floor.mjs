@@ -14,6 +14,8 @@ import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
+import { leaseRounds, printLeases } from './support/rounds.mjs';
+
 const here = dirname(fileURLToPath(import.meta.url));
 const repo = join(here, '..');
 const need = createRequire(join(repo, 'node/package.json'));
@@ -25,7 +27,6 @@ const { Locker } = await import(pathToFileURL(join(repo, 'node/dist/esm/index.js
 const quick = process.argv.includes('--quick');
 const ROUNDS = quick ? 3 : 7;
 const LEASES = quick ? 300 : 1500;
-const BATCH = 50;
 const TTL = '10000';
 
 const freePort = (from) =>
@@ -45,7 +46,6 @@ const waitFor = async (port) => {
   }
   throw new Error(`redis-server on ${port} did not start`);
 };
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 const port = await freePort(26900);
 const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });
@@ -80,27 +80,7 @@ try {
     },
     'fencedlock (the Locker)': async (key) => (await locker.acquire(key)).release(),
   };
-  const perLease = Object.fromEntries(Object.keys(contenders).map((name) => [name, []]));
-  for (const [name, run] of Object.entries(contenders)) for (let i = 0; i < 50; i++) await run(`lease:${name}`);
-  for (let round = 0; round < ROUNDS; round++) {
-    const spent = Object.fromEntries(Object.keys(contenders).map((name) => [name, 0]));
-    for (let batch = 0; batch < LEASES / BATCH; batch++) {
-      const order = Object.entries(contenders);
-      if (batch % 2 === 1) order.reverse();
-      for (const [name, run] of order) {
-        const start = performance.now();
-        for (let i = 0; i < BATCH; i++) await run(`lease:${name}`);
-        spent[name] += performance.now() - start;
-      }
-    }
-    for (const name of Object.keys(contenders)) perLease[name].push((spent[name] * 1000) / LEASES);
-  }
-  console.log(`\n| lease (acquire + release), ioredis, no module | µs per lease | ÷ redlock (median of ${ROUNDS} rounds) |`);
-  console.log('| --- | ---: | ---: |');
-  for (const name of Object.keys(contenders)) {
-    const ratio = median(perLease[name].map((t, i) => t / perLease.redlock[i]));
-    console.log(`| ${name} | ${median(perLease[name]).toFixed(0)} | ${ratio.toFixed(2)}× |`);
-  }
+  printLeases('lease (acquire + release), ioredis, no module', await leaseRounds(contenders, 'redlock', { rounds: ROUNDS, leases: LEASES }), 'redlock');
 } finally {
   client.disconnect();
   server.kill();

@@ -20,6 +20,8 @@ import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
+import { leaseRounds, printLeases } from './support/rounds.mjs';
+
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
 const need = createRequire(join(repo, 'node/package.json'));
 const load = async (name) => import(pathToFileURL(need.resolve(name)).href);
@@ -61,7 +63,6 @@ const nodeRedis = async (at) => {
   nodeRedisClients.push(c);
   return c;
 };
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 const fencedLease = (client, options = {}) => {
   const locker = new Locker(client, { ttl: 10_000, ...options });
   return async (key) => (await locker.acquire(key)).release();
@@ -71,44 +72,6 @@ const redlockLease = (client) => {
   return async (key) => (await r.lock(key, 10_000)).unlock();
 };
 
-/**
- * One lease at a time, each contender in turn: the µs per lease of each (median of rounds) and
- * its ratio to `base`'s (median of the per-round ratios). Within a round the contenders take
- * turns in batches of 50 leases, in an order that flips every batch, so a burst of load on this
- * shared machine lands on all of them alike.
- */
-async function leaseRounds(contenders, base) {
-  const perLease = Object.fromEntries(Object.keys(contenders).map((name) => [name, []]));
-  for (const [name, run] of Object.entries(contenders)) for (let i = 0; i < 50; i++) await run(`warm:${name}`);
-  const BATCH = 50;
-  for (let round = 0; round < ROUNDS; round++) {
-    const spent = Object.fromEntries(Object.keys(contenders).map((name) => [name, 0]));
-    for (let batch = 0; batch < LEASES / BATCH; batch++) {
-      const order = Object.entries(contenders);
-      if (batch % 2 === 1) order.reverse();
-      for (const [name, run] of order) {
-        const start = performance.now();
-        for (let i = 0; i < BATCH; i++) await run(`lease:${name}`);
-        spent[name] += performance.now() - start;
-      }
-    }
-    for (const name of Object.keys(contenders)) perLease[name].push((spent[name] * 1000) / LEASES);
-  }
-  const lease = {};
-  for (const name of Object.keys(contenders)) {
-    lease[name] = {
-      us_per_lease: median(perLease[name]),
-      [`ratio_to_${base}`]: median(perLease[name].map((t, i) => t / perLease[base][i])),
-    };
-  }
-  return lease;
-}
-
-function printLeases(title, lease, base) {
-  console.log(`\n| ${title} | µs per lease | ÷ ${base} (median of rounds) |`);
-  console.log('| --- | ---: | ---: |');
-  for (const [name, r] of Object.entries(lease)) console.log(`| ${name} | ${r.us_per_lease.toFixed(0)} | ${r[`ratio_to_${base}`].toFixed(2)}× |`);
-}
 
 try {
   await waitFor(port);
@@ -133,7 +96,7 @@ try {
   };
 
   // 1. One lease at a time, with the module.
-  const lease = await leaseRounds(contenders, 'redlock');
+  const lease = await leaseRounds(contenders, 'redlock', { rounds: ROUNDS, leases: LEASES });
   console.error('node_locks: one lease at a time with the module done; without it');
 
   // 2. One lease at a time on the server without the module: each locker loads the library.
@@ -151,6 +114,7 @@ try {
       },
     },
     'redlock',
+    { rounds: ROUNDS, leases: LEASES },
   );
   console.error('node_locks: one lease at a time without the module done; the hot key');
 
