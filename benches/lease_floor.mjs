@@ -9,11 +9,10 @@
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { connect, createServer } from 'node:net';
 import { dirname, join } from 'node:path';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
+import { freePort, waitFor } from './support/ports.mjs';
 import { leaseRounds, printLeases } from './support/rounds.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -28,24 +27,6 @@ const quick = process.argv.includes('--quick');
 const ROUNDS = quick ? 3 : 7;
 const LEASES = quick ? 300 : 1500;
 const TTL = '10000';
-
-const freePort = (from) =>
-  new Promise((resolve) => {
-    const s = createServer();
-    s.once('error', () => resolve(freePort(from + 1)));
-    s.listen(from, '127.0.0.1', () => s.close(() => resolve(from)));
-  });
-const waitFor = async (port) => {
-  for (let i = 0; i < 200; i++) {
-    const ok = await new Promise((resolve) => {
-      const s = connect(port, '127.0.0.1', () => { s.end(); resolve(true); });
-      s.on('error', () => resolve(false));
-    });
-    if (ok) return;
-    await sleep(50);
-  }
-  throw new Error(`redis-server on ${port} did not start`);
-};
 
 const port = await freePort(26900);
 const server = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], { stdio: 'ignore' });

@@ -15,11 +15,11 @@
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { connect, createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
+import { freePort, waitFor } from './support/ports.mjs';
 import { leaseRounds, printLeases } from './support/rounds.mjs';
 
 const repo = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -185,28 +185,4 @@ try {
   for (const c of nodeRedisClients) c.destroy();
   server.kill('SIGKILL');
   bare.kill('SIGKILL');
-}
-
-async function freePort(from) {
-  for (let p = from; p < from + 100; p++) {
-    const ok = await new Promise((resolve) => {
-      const probe = createServer();
-      probe.once('error', () => resolve(false));
-      probe.listen(p, '127.0.0.1', () => probe.close(() => resolve(true)));
-    });
-    if (ok) return p;
-  }
-  throw new Error('no free port');
-}
-
-async function waitFor(p) {
-  for (let i = 0; i < 250; i++) {
-    const up = await new Promise((resolve) => {
-      const s = connect(p, '127.0.0.1', () => { s.destroy(); resolve(true); });
-      s.once('error', () => resolve(false));
-    });
-    if (up) return;
-    await sleep(20);
-  }
-  throw new Error(`redis-server did not listen on ${p}`);
 }
