@@ -52,6 +52,20 @@ export interface Connection {
   call(args: readonly Arg[], key?: string): Promise<Reply>;
 }
 
+/**
+ * The shared connection as the lease path drives it: the client library's own promise of the
+ * raw reply, read and classified by the caller (`Server`), so that a request is one promise
+ * chained on the client's instead of an async function per layer (issue #44).
+ */
+export interface Wire {
+  /** Sends `args` (routed by `key` on a cluster): the client's promise of the raw reply. May throw. */
+  send(args: readonly Arg[], key: string | undefined): Promise<unknown>;
+  /** A raw reply as a `Reply` (throws for a reply this package does not read). */
+  read(value: unknown): Reply;
+  /** What a rejection of `send` means here: `ErrorReply`, `ConnectionFailure`, ... */
+  failure(err: unknown): Error;
+}
+
 /** A connection that carries one blocking request at a time and is closed when abandoned. */
 export interface DedicatedConnection extends Connection {
   /** Closes the connection: the server forgets a request blocked on it. */
@@ -103,6 +117,8 @@ export interface Backend {
   readonly isCluster: boolean;
   /** The connection that carries every non-blocking request. */
   shared(): Connection;
+  /** The same connection, for the lease path (`Server`'s requests). */
+  wire(): Wire;
   /**
    * Sends `args` (a keyless command: loading the library or the script) to the server, or to
    * every primary of a cluster, where a routed request would reach one random node.

@@ -18,6 +18,11 @@ export interface Grant {
   readonly validUntil: number;
 }
 
+/** A grant and the token it was granted to (the lease's). */
+export interface Won extends Grant {
+  readonly token: string;
+}
+
 /** Votes needed: a strict majority. */
 export function quorum(n: number): number {
   return Math.floor(n / 2) + 1;
@@ -56,9 +61,12 @@ function asFailure(server: Server, err: unknown, secret?: string): FencedLockErr
 /** The shared state of a locker: its servers, options and fencing. */
 export class Core {
   readonly quorum: number;
+  /** The server of a locker of one (a `Locker`, a Redlock of one master): the lease path's shortcut. */
+  readonly #only: Server | undefined;
 
   constructor(readonly servers: readonly Server[], readonly settings: Settings, readonly raise: boolean) {
     this.quorum = quorum(servers.length);
+    this.#only = servers.length === 1 ? servers[0] : undefined;
   }
 
   /** The deadline of a lease granted for `ttl` to requests sent at `sent`. */
@@ -66,31 +74,42 @@ export class Core {
     return sent + ttl - drift(this.settings, ttl);
   }
 
-  /** One acquisition round: the grant, or null when another owner holds the lock. */
-  async attempt(req: AcquireRequest): Promise<Grant | null> {
+  /** One acquisition round: the grant (to `req`'s token), or null when another owner holds the lock. */
+  attempt(req: AcquireRequest): Promise<Won | null> {
+    const only = this.#only;
+    // One server whose engine is known (every lease after the first): one promise on the request's.
+    if (only?.engine !== undefined) return this.#attemptOne(only, req);
+    return this.#attemptDetecting(req);
+  }
+
+  #attemptOne(only: Server, req: AcquireRequest): Promise<Won | null> {
+    const sent = performance.now();
+    return only.acquire(req).then(
+      (fence) => {
+        if (fence === null) return null;
+        const validUntil = this.deadline(sent, req.ttlMs);
+        if (performance.now() >= validUntil) {
+          this.releaseInBackground(req.key, req.token);
+          throw new ServerError(only.name, 'TimedOut', 'the grant took longer than the lease', undefined);
+        }
+        return { fence, validUntil, token: req.token };
+      },
+      (err: unknown) => {
+        // Without an answer the server may have granted: give it back in the background.
+        if (mayHold(err)) this.releaseInBackground(req.key, req.token);
+        throw err;
+      },
+    );
+  }
+
+  async #attemptDetecting(req: AcquireRequest): Promise<Won | null> {
     // Engine detection (the first request to a server) is not part of the grant's round.
     if (this.servers.some((server) => server.engine === undefined)) {
       await Promise.all(this.servers.map((server) => server.detect().catch(() => undefined)));
     }
+    const only = this.#only;
+    if (only) return this.#attemptOne(only, req);
     const sent = performance.now();
-    const only = this.servers.length === 1 ? this.servers[0] : undefined;
-    if (only) {
-      let fence: bigint | null;
-      try {
-        fence = await only.acquire(req);
-      } catch (err) {
-        // Without an answer the server may have granted: give it back in the background.
-        if (mayHold(err)) this.releaseInBackground(req.key, req.token);
-        throw err;
-      }
-      if (fence === null) return null;
-      const validUntil = this.deadline(sent, req.ttlMs);
-      if (performance.now() >= validUntil) {
-        this.releaseInBackground(req.key, req.token);
-        throw new ServerError(only.name, 'TimedOut', 'the grant took longer than the lease', undefined);
-      }
-      return { fence, validUntil };
-    }
     const votes = await this.#round(
       (server) => server.acquire(req).then((fence): Vote => (fence === null ? { vote: 'refused' } : { vote: 'granted', fence })),
       req.token,
@@ -101,7 +120,7 @@ export class Core {
       let ok = true;
       if (this.raise) ok = await this.#raise(req, votes, fence);
       const validUntil = this.deadline(sent, req.ttlMs);
-      if (ok && performance.now() < validUntil) return { fence, validUntil };
+      if (ok && performance.now() < validUntil) return { fence, validUntil, token: req.token };
       fence = 0n;
     }
     // No usable majority: give back what may be ours (a refusing master holds nothing of ours).
@@ -173,9 +192,7 @@ export class Core {
   /** RENEW everywhere: the new deadline, null when a majority no longer holds it. */
   async renew(key: string, token: string, ttl: number): Promise<number | null> {
     const sent = performance.now();
-    if (this.servers.length === 1 && this.servers[0]) {
-      return (await this.servers[0].renew(key, token, ttl)) ? this.deadline(sent, ttl) : null;
-    }
+    if (this.#only) return (await this.#only.renew(key, token, ttl)) ? this.deadline(sent, ttl) : null;
     const votes = await this.#round((server) => server.renew(key, token, ttl).then((held): Vote => (held ? { vote: 'granted', fence: 0n } : { vote: 'refused' })), token);
     const yes = votes.filter((v) => v.vote === 'granted').length;
     if (yes >= this.quorum && performance.now() < this.deadline(sent, ttl)) return this.deadline(sent, ttl);
@@ -187,8 +204,13 @@ export class Core {
    * RELEASE everywhere: whether a majority still held it. Returns once a majority's answer is
    * known; the releases to masters that had not answered go on in the background.
    */
-  async release(key: string, token: string): Promise<boolean> {
-    if (this.servers.length === 1 && this.servers[0]) return this.servers[0].release(key, token);
+  release(key: string, token: string): Promise<boolean> {
+    const only = this.#only;
+    if (only) return only.release(key, token);
+    return this.#releaseAll(key, token);
+  }
+
+  async #releaseAll(key: string, token: string): Promise<boolean> {
     const answers = await untilDecided(
       this.servers.map((server) => () =>
         server.release(key, token).then(

@@ -7,7 +7,7 @@
 import type { Arg } from './connection.js';
 import { CONTRACT } from './contract.js';
 import { LIBRARY } from './library.js';
-import { ACQUIRE_ALL, ACQUIRE_ALL_FUNCTION, COMMANDS, FUNCTIONS, acquireAllKeys, libraryKeys, takesFloor, takesWake, type CommandName } from './protocol.js';
+import { ACQUIRE_ALL, ACQUIRE_ALL_FUNCTION, COMMANDS, FUNCTIONS, LIBRARY_KEYS, acquireAllKeys, floorAndWakeKeys, floorKey, type CommandName } from './protocol.js';
 
 /** The engine a server runs the lease commands with. */
 export type Engine = 'module' | 'functions' | 'script';
@@ -31,9 +31,22 @@ export { LIBRARY };
  */
 export function request(engine: Engine, command: CommandName, key: string, rest: readonly Arg[], waiting = false): Arg[] {
   if (engine === 'module') return [COMMANDS[command], key, ...rest];
-  const wake = waiting || takesWake(command);
-  const keys = wake || takesFloor(command) ? libraryKeys(key, wake) : [];
-  return libraryCall(engine, FUNCTIONS[command], [key, ...keys], rest);
+  // Built in one array (a lease's every request comes here): the words, the keys, the rest.
+  const fn = FUNCTIONS[command];
+  const takes = LIBRARY_KEYS[command];
+  const wake = waiting || takes.wake;
+  const words: Arg[] = engine === 'script' ? ['EVALSHA', SCRIPT_SHA] : ['FCALL', fn];
+  if (wake) {
+    const [floor, wakeList] = floorAndWakeKeys(key);
+    words.push('3', key, floor, wakeList);
+  } else if (takes.floor) {
+    words.push(takes.numkeys, key, floorKey(key));
+  } else {
+    words.push('1', key);
+  }
+  if (engine === 'script') words.push(fn);
+  for (const word of rest) words.push(word);
+  return words;
 }
 
 /**

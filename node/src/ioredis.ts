@@ -10,7 +10,7 @@
  * true` is used as it is (unless it has a `keyPrefix`: the locker's keys are sent as given,
  * and a prefix would reach the Functions library's key arguments but not the module's).
  */
-import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, dedicatedConnection, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, dedicatedConnection, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply, type Wire } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** The part of an ioredis `Redis` or `Cluster` this adapter uses. */
@@ -52,15 +52,23 @@ function failure(err: unknown): Error {
   return err instanceof Error ? clientFault(err) : new ConnectionFailure(String(err));
 }
 
+/** `args` (the command's name first, always text) sent as they are, not copied apart first. */
+function sent(client: IORedisLike, args: readonly Arg[]): Promise<unknown> {
+  return client.callBuffer(...(args as readonly [string, ...Arg[]]));
+}
+
 async function send(client: IORedisLike, args: readonly Arg[]): Promise<Reply> {
-  const [name, ...rest] = args;
   let reply: unknown;
   try {
-    reply = await client.callBuffer(String(name), ...rest);
+    reply = await sent(client, args);
   } catch (err) {
     throw failure(err);
   }
   return normalise(reply);
+}
+
+function wireOf(client: IORedisLike): Wire {
+  return { send: (args) => sent(client, args), read: normalise, failure };
 }
 
 /** Whether the client itself reads integers exactly and sends keys as given. */
@@ -89,6 +97,7 @@ function addressOf(client: IORedisLike): string {
 
 /** What a closed locker's own connection answers: nothing more is opened after `close()`. */
 const CLOSED: Connection = { call: () => Promise.reject(new ConnectionFailure('the locker is closed')) };
+const CLOSED_WIRE: Wire = { send: () => Promise.reject(new ConnectionFailure('the locker is closed')), read: normalise, failure };
 
 /** The adapter over an ioredis client. */
 export class IORedisBackend implements Backend {
@@ -97,6 +106,8 @@ export class IORedisBackend implements Backend {
   #own: IORedisLike | undefined;
   /** What `shared()` returns, made at its first call (a request's), until `close()`. */
   #shared: Connection | undefined;
+  /** What `wire()` returns, likewise. */
+  #wire: Wire | undefined;
   #closed = false;
   readonly #opened = new Set<IORedisLike>();
 
@@ -110,15 +121,26 @@ export class IORedisBackend implements Backend {
 
   shared(): Connection {
     if (this.#shared) return this.#shared;
-    if (usableAsIs(this.client)) return (this.#shared = { call: (args) => send(this.client, args) });
-    if (this.#closed) return CLOSED;
+    if (this.#closed && !usableAsIs(this.client)) return CLOSED;
+    const conn = this.#connection();
+    return (this.#shared = { call: (args) => send(conn, args) });
+  }
+
+  wire(): Wire {
+    if (this.#wire) return this.#wire;
+    if (this.#closed && !usableAsIs(this.client)) return CLOSED_WIRE;
+    return (this.#wire = wireOf(this.#connection()));
+  }
+
+  /** The client itself where it reads integers exactly, else the locker's own copy of it (opened once). */
+  #connection(): IORedisLike {
+    if (usableAsIs(this.client)) return this.client;
     if (!this.#own) {
       this.#own = exactCopy(this.client, {});
       this.#own.on('error', () => {}); // reported per request
       this.#opened.add(this.#own);
     }
-    const own = this.#own;
-    return (this.#shared = { call: (args) => send(own, args) });
+    return this.#own;
   }
 
   async everywhere(args: readonly Arg[]): Promise<void> {
@@ -144,5 +166,6 @@ export class IORedisBackend implements Backend {
     this.#opened.clear();
     this.#own = undefined;
     this.#shared = undefined;
+    this.#wire = undefined;
   }
 }

@@ -65,7 +65,7 @@ export class Lease {
   }
 
   /** Ends the lease: true if the server still held it, false if it had expired or been taken over. */
-  async release(): Promise<boolean> {
+  release(): Promise<boolean> {
     this.#released = true;
     this.#validUntil = Math.min(this.#validUntil, performance.now());
     return this.#core.release(this.key, this.#token);

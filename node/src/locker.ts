@@ -20,7 +20,7 @@ import { checkKey, checkTtl, checkTtlOn, checkWait, drift, settle, type AcquireO
 import { LIBRARY_MAX_TTL_MS, MAX_ACQUIRE_KEYS, keySlot } from './protocol.js';
 import type { KeyStatus } from './replies.js';
 import { Server } from './server.js';
-import { abortError, isAgain, waitTurn, won, type Again, type Won } from './wait-turn.js';
+import { abortError, isAgain, waitTurn, type Again, type Won } from './wait-turn.js';
 
 /** An ioredis `Redis` or `Cluster`, or a node-redis (v5+) client or cluster. */
 export type RedisClient = object;
@@ -84,6 +84,10 @@ function lossOf(loss: unknown, bodyError: unknown): unknown {
   return new LeaseLostError(loss.key, loss.reason, { cause: bodyError, renewalError: loss.renewalError });
 }
 
+/** A call's options and terms when none are given: one object each, not one per call. */
+const NO_OPTIONS: AcquireOptions = Object.freeze({});
+const NO_TERMS: Terms = Object.freeze({});
+
 /** The jittered delay before retry `round`: random in [20, min(400, 20 * 2^round)] ms. */
 function backoff(round: number): number {
   const max = Math.min(400, 20 * 2 ** Math.min(round, 10));
@@ -121,8 +125,8 @@ abstract class Base {
    * queued on the server). Throws `InvalidArgumentError` before sending anything for a bad
    * key, ttl or wait, and the server's error when it could not answer.
    */
-  acquire(key: string, options: AcquireOptions = {}): Promise<Lease | null> {
-    return this.take(key, options, {});
+  acquire(key: string, options: AcquireOptions = NO_OPTIONS): Promise<Lease | null> {
+    return this.take(key, options, NO_TERMS);
   }
 
   /**
@@ -155,7 +159,7 @@ abstract class Base {
    * without the lease.
    */
   async using<T>(key: string, options: AcquireOptions, body: (signal: AbortSignal, lease: Lease) => Promise<T>): Promise<T> {
-    const lease = await this.take(key, options, {});
+    const lease = await this.take(key, options, NO_TERMS);
     if (!lease) throw new ContendedError(key);
     return this.keepAliveWhile(lease, body);
   }
@@ -201,7 +205,24 @@ abstract class Base {
   /** @internal One acquisition, waiting as the options say. */
   async take(key: string, options: AcquireOptions, terms: Terms): Promise<Lease | null> {
     checkKey(key);
-    const { ttl, wait, giveUp, signal } = await this.#timing(options);
+    const ttl = this.#ttl(options);
+    const wait = options.wait === undefined ? this.settings.wait : checkWait(options.wait);
+    if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
+    const signal = options.signal;
+    if (wait === 0) {
+      // One attempt (the default): no rounds, no deadline to give up at.
+      if (signal?.aborted) throw abortError(signal);
+      const req: AcquireRequest = { key, token: newToken(), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
+      let grant: Won | null;
+      try {
+        grant = await this.core.attempt(req);
+      } catch (err) {
+        if (signal?.aborted) throw abortError(signal);
+        throw err;
+      }
+      return grant === null ? null : new Lease(this.core, key, grant.token, grant.fence, grant.validUntil, ttl);
+    }
+    const giveUp = performance.now() + wait;
     for (let round = 0; ; round++) {
       if (signal?.aborted) throw abortError(signal);
       // Every round asks with a token of its own, never an earlier round's. A round that failed
@@ -215,7 +236,7 @@ abstract class Base {
       const req: AcquireRequest = { key, token: newToken(), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
       let grant: Won | null | Again;
       try {
-        grant = wait > 0 && performance.now() < giveUp && this.settings.maxBlocking > 0 ? await waitTurn(this.core, req, giveUp, signal) : won(req, await this.core.attempt(req));
+        grant = performance.now() < giveUp && this.settings.maxBlocking > 0 ? await waitTurn(this.core, req, giveUp, signal) : await this.core.attempt(req);
       } catch (err) {
         if (signal?.aborted) throw abortError(signal);
         if (!(err instanceof FencedLockError && err.isRetryable()) || performance.now() >= giveUp) throw err;
@@ -238,11 +259,18 @@ abstract class Base {
    * gives up: one reading of the options for a key and for a set.
    */
   async #timing(options: AcquireOptions): Promise<{ ttl: number; wait: number; giveUp: number; signal: AbortSignal | undefined }> {
-    const ttl = checkTtl(options.ttl ?? this.settings.ttl);
+    const ttl = this.#ttl(options);
     const wait = checkWait(options.wait ?? this.settings.wait);
-    if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
     if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
     return { ttl, wait, giveUp: performance.now() + wait, signal: options.signal };
+  }
+
+  /** A call's ttl, checked; the locker's own was checked when it was made. */
+  #ttl(options: AcquireOptions): number {
+    if (options.ttl === undefined) return this.settings.ttl;
+    const ttl = checkTtl(options.ttl);
+    if (drift(this.settings, ttl) >= ttl) throw new InvalidArgumentError(`the drift allowance leaves no validity in a ${ttl} ms ttl`);
+    return ttl;
   }
 
   /**

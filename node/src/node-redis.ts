@@ -6,7 +6,7 @@
  * client's own settings are untouched. node-redis v4 has no type mapping and parses integers
  * as lossy JS numbers, so it is refused.
  */
-import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, dedicatedConnection, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply } from './connection.js';
+import { ConnectionFailure, ErrorReply, SUPPORTED_CLIENTS, UnexpectedReply, clientFault, dedicatedConnection, exactInteger, flatMap, type Arg, type Backend, type Connection, type DedicatedConnection, type Reply, type Wire } from './connection.js';
 import { InvalidArgumentError } from './errors.js';
 
 /** RESP type bytes (node-redis's `RESP_TYPES`): ':' integer, '$' bulk, '+' simple string, '(' big number. */
@@ -73,10 +73,14 @@ function isCluster(client: NodeRedisLike): boolean {
 /** Every command's options: one object, as node-redis only reads what it is given. */
 const COMMAND_OPTIONS = { typeMapping: TYPE_MAPPING };
 
+function sent(client: NodeRedisLike, cluster: boolean, args: readonly Arg[], key: string | undefined): Promise<unknown> {
+  return cluster ? client.sendCommand(key, false, args, COMMAND_OPTIONS) : client.sendCommand(args, COMMAND_OPTIONS);
+}
+
 async function send(client: NodeRedisLike, cluster: boolean, args: readonly Arg[], key: string | undefined): Promise<Reply> {
   let reply: unknown;
   try {
-    reply = cluster ? await client.sendCommand(key, false, args, COMMAND_OPTIONS) : await client.sendCommand(args, COMMAND_OPTIONS);
+    reply = await sent(client, cluster, args, key);
   } catch (err) {
     throw failure(err);
   }
@@ -119,6 +123,12 @@ export class NodeRedisBackend implements Backend {
 
   shared(): Connection {
     return this.#shared;
+  }
+
+  readonly #wire: Wire = { send: (args, key) => sent(this.client, this.isCluster, args, key), read: normalise, failure };
+
+  wire(): Wire {
+    return this.#wire;
   }
 
   async everywhere(args: readonly Arg[]): Promise<void> {

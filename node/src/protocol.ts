@@ -79,6 +79,18 @@ export function takesWake(command: CommandName): boolean {
   return TAKES_WAKE.includes(command);
 }
 
+/**
+ * The keys after a function's lock key, by command (`takes_floor`, `takes_wake`), and the
+ * `numkeys` that counts them with the lock key: looked up once per request, not searched.
+ */
+export const LIBRARY_KEYS: Readonly<Record<CommandName, { readonly floor: boolean; readonly wake: boolean; readonly numkeys: string }>> = Object.fromEntries(
+  (Object.keys(COMMANDS) as CommandName[]).map((command) => {
+    const wake = takesWake(command);
+    const floor = wake || takesFloor(command);
+    return [command, { floor, wake, numkeys: String(1 + (floor ? 1 : 0) + (wake ? 1 : 0)) }];
+  }),
+) as Record<CommandName, { floor: boolean; wake: boolean; numkeys: string }>;
+
 /** The module's error replies by kind: the code, and the text that tells it apart. */
 export const REPLY_ERRORS = CONTRACT.errors.kinds;
 
@@ -115,6 +127,31 @@ function crc16(bytes: Uint8Array): number {
   let crc = 0;
   for (const byte of bytes) crc = ((crc << 8) & 0xffff) ^ (CRC_TABLE[(crc >> 8) ^ byte] ?? 0);
   return crc;
+}
+
+/**
+ * The slot of a key given as text: as `keySlot` of its UTF-8 bytes, hashing the characters
+ * themselves while they are ASCII (a key's usual case: no bytes made per request), else the
+ * bytes. A brace is the same byte in either form, so the hash tag is found on the text.
+ */
+function slotOfText(key: string): number {
+  let from = 0;
+  let to = key.length;
+  const open = key.indexOf('{');
+  if (open >= 0) {
+    const close = key.indexOf('}', open + 1);
+    if (close > open + 1) {
+      from = open + 1;
+      to = close;
+    }
+  }
+  let crc = 0;
+  for (let i = from; i < to; i++) {
+    const code = key.charCodeAt(i);
+    if (code > 0x7f) return keySlot(Buffer.from(key, 'utf8'));
+    crc = ((crc << 8) & 0xffff) ^ (CRC_TABLE[(crc >> 8) ^ code] ?? 0);
+  }
+  return crc % SLOTS;
 }
 
 /** `CLUSTER KEYSLOT key`, with Redis's hash-tag rule. */
@@ -159,12 +196,8 @@ export function floorTag(slot: number): string {
   return tagsBySlot[slot % SLOTS] ?? '';
 }
 
-function bytes(key: string | Uint8Array): Uint8Array {
-  return typeof key === 'string' ? Buffer.from(key, 'utf8') : key;
-}
-
 function tagOf(key: string | Uint8Array): string {
-  return floorTag(keySlot(bytes(key)));
+  return floorTag(typeof key === 'string' ? slotOfText(key) : keySlot(key));
 }
 
 /** The floor key of `key`'s slot: `fencedlock:fn-floor:{TAG}`. */
@@ -185,8 +218,8 @@ function wakeKeyOf(tag: string, key: string): string {
   return `${WAKE_KEY_PREFIX}${tag}}:${key}`;
 }
 
-/** `key`'s floor key and, with `wake`, its wake-up list after it: the key hashed once for both. */
-export function libraryKeys(key: string, wake: boolean): string[] {
+/** `key`'s floor key and wake-up list, hashed once for both. */
+export function floorAndWakeKeys(key: string): readonly [string, string] {
   const tag = tagOf(key);
-  return wake ? [floorKeyOf(tag), wakeKeyOf(tag, key)] : [floorKeyOf(tag)];
+  return [floorKeyOf(tag), wakeKeyOf(tag, key)];
 }

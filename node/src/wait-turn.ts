@@ -8,7 +8,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 
 import { withNewToken, type AcquireRequest } from './acquire-request.js';
-import { mayHold, type Core, type Grant } from './core.js';
+import { mayHold, type Core, type Grant, type Won } from './core.js';
 import { FencedLockError, ServerError } from './errors.js';
 import { drift } from './options.js';
 import { ranking } from './ranking.js';
@@ -30,13 +30,11 @@ export function isAgain(value: Won | Again): value is Again {
   return 'again' in value;
 }
 
-/** A grant and the token it was granted to (the lease's). */
-export interface Won extends Grant {
-  readonly token: string;
-}
+export type { Won };
 
-export function won(req: AcquireRequest, grant: Grant | null): Won | null {
-  return grant === null ? null : { ...grant, token: req.token };
+/** `grant`, made to `req`'s token. */
+function won(req: AcquireRequest, grant: Grant): Won {
+  return { fence: grant.fence, validUntil: grant.validUntil, token: req.token };
 }
 
 export function abortError(signal: AbortSignal): unknown {
@@ -119,7 +117,7 @@ async function reserve(core: Core, req: AcquireRequest, until: number, signal: A
       clearInterval(watchdog);
       signal?.removeEventListener('abort', onAbort);
     }
-    if (reserved === null) return won(ask, await core.attempt(ask));
+    if (reserved === null) return core.attempt(ask);
     // Reserved: the round, retried while the previous holder's releases may be in flight.
     // A round that fails gives its token back (the reservation with it), in part in the
     // background: each retry asks with a new token, which those releases cannot reach.
@@ -131,7 +129,7 @@ async function reserve(core: Core, req: AcquireRequest, until: number, signal: A
         (g) => ((failure = undefined), g),
         (err: unknown) => ((failure = err instanceof FencedLockError ? err : asLockError(server.error(err))), null),
       );
-      if (grant) return won(ask, grant);
+      if (grant) return grant;
       if (performance.now() >= settleBy) break;
       await sleep(core.settings.timeout / 10);
       ask = withNewToken(ask);
@@ -139,5 +137,5 @@ async function reserve(core: Core, req: AcquireRequest, until: number, signal: A
     core.releaseInBackground(ask.key, ask.token);
     return { again: true, error: failure };
   }
-  return won(ask, await core.attempt(ask));
+  return core.attempt(ask);
 }
