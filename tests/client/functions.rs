@@ -501,3 +501,63 @@ async fn a_library_of_the_same_version_with_other_code_is_replaced() {
     let code = format!("{listed:?}");
     assert!(!code.contains("-- altered"), "the client's own library is loaded now");
 }
+
+/// Version 10 of the library, as servers upgraded in place run it with leases held.
+const LIBRARY_V10: &str = include_str!("fixtures/functions_v10.lua");
+
+/// A server that ran version 10 (leases held, one released, a waiter's mark) is upgraded by
+/// the client in place, and the leases stored by version 10 are kept exactly: refused to
+/// others, renewed, released (waking the waiter), followed by higher fences. Version 11 reads
+/// them on its plain mutex's fast paths; both versions store the same fields in the same form,
+/// so version 10 also serves what version 11 stored (a server whose library is replaced back).
+#[tokio::test]
+async fn leases_stored_by_library_version_10_are_served_after_the_upgrade() {
+    let server = module_less();
+    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", LIBRARY_V10]).expect("loaded");
+    assert_eq!(library_version(&server), Some(10));
+    let fcall = |words: &[&[u8]]| -> Option<u64> {
+        let mut all: Vec<&[u8]> = vec![b"FCALL"];
+        all.extend_from_slice(words);
+        server.cmd(&all).expect("FCALL")
+    };
+    let (held, free, waited) = (&b"up:held"[..], &b"up:free"[..], &b"up:waited"[..]);
+    let (fh, ff, fw) = (functions::floor_key(held), functions::floor_key(free), functions::floor_key(waited));
+    let (wh, ww) = (functions::wake_key(held), functions::wake_key(waited));
+
+    let f1 = fcall(&[b"fencedlock_acquire", b"2", held, &fh, b"a", b"60000"]).expect("granted");
+    let f2 = fcall(&[b"fencedlock_acquire", b"2", free, &ff, b"a", b"60000"]).expect("granted");
+    assert_eq!(fcall(&[b"fencedlock_release", b"3", free, &ff, &functions::wake_key(free), b"a"]), Some(1));
+    let f3 = fcall(&[b"fencedlock_acquire", b"2", waited, &fw, b"a", b"60000"]).expect("granted");
+    assert_eq!(fcall(&[b"fencedlock_acquire", b"3", waited, &fw, &ww, b"w", b"60000"]), None, "a waiter's refusal");
+
+    let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
+    assert_eq!(locker.node().detect_engine().await.expect("detected"), Engine::Functions);
+    assert_eq!(library_version(&server), Some(functions::VERSION), "the client loaded its newer library");
+
+    assert_eq!(fcall(&[b"fencedlock_acquire", b"2", held, &fh, b"b", b"60000"]), None, "still held by a");
+    assert_eq!(fcall(&[b"fencedlock_acquire", b"2", held, &fh, b"a", b"60000"]), Some(f1), "a's re-entry");
+    assert_eq!(fcall(&[b"fencedlock_renew", b"2", held, &fh, b"a", b"60000"]), Some(1));
+    assert_eq!(fcall(&[b"fencedlock_release", b"3", held, &fh, &wh, b"b"]), Some(0), "not b's");
+    assert_eq!(fcall(&[b"fencedlock_release", b"3", held, &fh, &wh, b"a"]), Some(1));
+    assert_eq!(fcall(&[b"fencedlock_release", b"3", held, &fh, &wh, b"a"]), Some(0), "released once");
+    let g1 = fcall(&[b"fencedlock_acquire", b"2", held, &fh, b"b", b"60000"]).expect("granted");
+    let g2 = fcall(&[b"fencedlock_acquire", b"2", free, &ff, b"b", b"60000"]).expect("granted");
+    assert!(g1 > f1 && g2 > f2, "fences rise: {f1} -> {g1}, {f2} -> {g2}");
+    assert_eq!(fcall(&[b"fencedlock_release", b"3", waited, &fw, &ww, b"a"]), Some(1));
+    assert_eq!(server.cmd::<u64>(&[&b"LLEN"[..], ww.as_slice()]).expect("LLEN"), 1, "the waiter's wake-up");
+    let g3 = fcall(&[b"fencedlock_acquire", b"3", waited, &fw, &ww, b"w", b"60000"]).expect("the waiter's turn");
+    assert!(g3 > f3);
+    let status: Vec<fencedlock::redis::Value> =
+        server.cmd(&[&b"FCALL"[..], b"fencedlock_status", b"1", held]).expect("STATUS");
+    assert_eq!(status.len(), 3, "a mutex held without a label: {status:?}");
+    assert_eq!(status[0], fencedlock::redis::Value::Int(g1 as i64));
+    assert_eq!(status[1], fencedlock::redis::Value::Int(1));
+
+    // Back to version 10: what version 11 stored is read the same.
+    let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", LIBRARY_V10]).expect("loaded");
+    assert_eq!(fcall(&[b"fencedlock_acquire", b"2", held, &fh, b"c", b"60000"]), None, "held by b");
+    assert_eq!(fcall(&[b"fencedlock_renew", b"2", free, &ff, b"b", b"60000"]), Some(1));
+    assert_eq!(fcall(&[b"fencedlock_release", b"3", held, &fh, &wh, b"b"]), Some(1));
+    let h1 = fcall(&[b"fencedlock_acquire", b"2", held, &fh, b"c", b"60000"]).expect("granted");
+    assert!(h1 > g1, "{g1} -> {h1}");
+}

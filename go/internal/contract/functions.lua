@@ -61,7 +61,7 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 10
+local VERSION = 11
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
@@ -436,10 +436,13 @@ end
 -- The lock key's state: { fence, permits, holders = { {fence, token, deadline_us, label or
 -- false}, ... } } in grant order (expired holders included until the next grant), and the
 -- waiters' marks (0 when unset); nil for a missing key; nil and the error reply for a key
--- that is not a lock.
-local function load(key)
-  local got = redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until', 'floor',
-    'writer_until')
+-- that is not a lock. `got` is the key's HMGET of FIELDS when a fast path read it already.
+local function read(key)
+  return redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until', 'floor', 'writer_until')
+end
+
+local function load(key, got)
+  got = got or read(key)
   if type(got) == 'table' and got.err then
     return nil, E_WRONG_TYPE
   end
@@ -477,6 +480,15 @@ local function load(key)
     stored_permits = permits }
 end
 
+-- The key expires RETENTION_MS after `idle_from` (µs), rounded up to the ms.
+local function expire_after(key, idle_from)
+  -- By arithmetic: math.ceil is a call.
+  local sub_ms = idle_from % 1000
+  local ms = (idle_from - sub_ms) / 1000
+  if sub_ms > 0 then ms = ms + 1 end
+  redis.call('PEXPIREAT', key, int(ms + RETENTION_MS))
+end
+
 -- Writes the state back; with a floor, the key records its floor's tag (keys_refusal) and
 -- expires RETENTION_MS after its last lease ends. `was` is the key's state as load read it
 -- (nil for a new key): the fields it already holds are not written again, so a renewal or a
@@ -505,11 +517,7 @@ local function store(key, floor, lock, now, was)
         idle_from = ends
       end
     end
-    -- The ms at or after idle_from (µs), by arithmetic: math.ceil is a call.
-    local sub_ms = idle_from % 1000
-    local ms = (idle_from - sub_ms) / 1000
-    if sub_ms > 0 then ms = ms + 1 end
-    redis.call('PEXPIREAT', key, int(ms + RETENTION_MS))
+    expire_after(key, idle_from)
   end
 end
 
@@ -740,6 +748,57 @@ local function grant(key, floor, lock, ask, holding, fence, deadline, now)
   end
 end
 
+-- The plain mutex's fast paths (version 11): a write lease without options on a key that
+-- does not exist, or on a free mutex (no holder, no writer's mark) that recorded this floor;
+-- and the release of a mutex's one live holder. They decide and write exactly as the general
+-- path (decide, grant, store) does for those cases, with the same fields in the same form
+-- (a version 10 key is read as it is, and a version 10 library reads what they write), but
+-- from the HMGET's values in locals: no state table, holder tables or lists of live holders.
+-- Anything else (an option, holders to check, a refusal, a floor or wake-up list to prove
+-- against a recorded tag, a foreign or damaged key) goes the general way, with `got` passed
+-- on so the key is read once. nil when the fast path does not apply; writes nothing then.
+
+-- A lease of `token` on `key`, which does not exist (its got[1] to got[4] are nil).
+local function acquire_new(key, floor, wake, token, ttl, got)
+  if got.err or got[1] or got[2] or got[3] or got[4] then return nil end
+  -- A hash without the library's fields (an application's), or any other value.
+  if redis.call('EXISTS', key) == 1 then return fail(E_WRONG_TYPE) end
+  local refused = keys_refusal(key, floor, wake, nil)
+  if refused then return fail(refused) end
+  local now = now_us()
+  local deadline = now + ttl * 1000
+  local fence = next_fence(key, floor, 0, now)
+  if not fence then return fail(E_FENCES_EXHAUSTED) end
+  -- store's every field for a new key, and its expiry: the lease's end plus RETENTION_MS.
+  redis.call('HSET', key, 'kind', KIND, 'fence', int(fence), 'permits', '1',
+    'holders', cmsgpack.pack({ { fence, token, deadline, false } }), 'floor', str_sub(floor, #FLOOR_PREFIX + 1, -2))
+  expire_after(key, deadline)
+  return fence
+end
+
+-- Whether got (a key's HMGET) is a mutex (the library's kind, permits '1') that recorded
+-- this floor, and `wake`, when named, is its wake-up list: keys_refusal's first case.
+local function mutex_here(key, floor, wake, got)
+  local tag = got[6]
+  return got[3] == '1' and got[1] == KIND and tag and floor == FLOOR_PREFIX .. tag .. '}'
+    and (wake == nil or wake == WAKE_PREFIX .. tag .. '}:' .. key)
+end
+
+-- A lease of `token` on a free mutex: no holders (a released one's empty list) and no
+-- writer's mark (which a grant would delete).
+local function acquire_free(key, floor, wake, token, ttl, got)
+  if got[4] ~= EMPTY_HOLDERS or got[7] or not mutex_here(key, floor, wake, got) then return nil end
+  local key_fence = tonumber(got[2])
+  if not key_fence then return nil end
+  local now = now_us()
+  local deadline = now + ttl * 1000
+  local fence = next_fence(key, floor, key_fence, now)
+  if not fence then return fail(E_FENCES_EXHAUSTED) end
+  redis.call('HSET', key, 'fence', int(fence), 'holders', cmsgpack.pack({ { fence, token, deadline, false } }))
+  expire_after(key, deadline)
+  return fence
+end
+
 local function acquire(keys, args)
   -- Three valued options and the SHARED flag: 0 to 7 words after the ttl.
   if #args < 2 or #args > 9 then
@@ -749,7 +808,15 @@ local function acquire(keys, args)
   if bad then return fail(bad) end
   local ask, bad_ask = parse_ask(args)
   if not ask then return fail(bad_ask) end
-  local lock, wrong = load(key)
+  local got
+  if #args == 2 and floor then
+    -- No options: a write lease, PERMITS 1, no label.
+    got = read(key)
+    local done = acquire_new(key, floor, wake, ask.token, ask.ttl, got)
+      or acquire_free(key, floor, wake, ask.token, ask.ttl, got)
+    if done ~= nil then return done end
+  end
+  local lock, wrong = load(key, got)
   if wrong then return fail(wrong) end
   local refused = keys_refusal(key, floor, wake, lock)
   if refused then return fail(refused) end
@@ -855,12 +922,45 @@ local function renew(keys, args)
   return 1
 end
 
+-- The release of a mutex's one holder (its list of one, well formed, as load checks it), as
+-- the general path does it: 1 and the empty list when `token` holds it live, 0 when its lease
+-- ended; nil for anything else.
+local function release_mutex(key, floor, wake, token, got)
+  local packed = got[4]
+  if not packed or packed == EMPTY_HOLDERS or not mutex_here(key, floor, wake, got) then return nil end
+  local ok, list = pcall(cmsgpack.unpack, packed)
+  if not ok or type(list) ~= 'table' or #list ~= 1 then return nil end
+  local h = list[1]
+  -- h[2] == token proves it a string.
+  if type(h) ~= 'table' or h[2] ~= token or type(h[1]) ~= 'number' or type(h[3]) ~= 'number'
+    or not tonumber(got[2]) then
+    return nil
+  end
+  local now = now_us()
+  if now >= h[3] then return 0 end
+  redis.call('HSET', key, 'holders', EMPTY_HOLDERS)
+  expire_after(key, now)
+  if wake and got[5] and (tonumber(got[5]) or 0) > now then
+    -- As the general release: one wake-up, a mutex's list keeps one.
+    redis.call('RPUSH', wake, '1')
+    redis.call('LTRIM', wake, -1, -1)
+    redis.call('PEXPIRE', wake, WAKE_TTL_MS)
+  end
+  return 1
+end
+
 local function release(keys, args)
   if #args ~= 1 then return arity('fencedlock.release') end
   local key, floor, wake, bad = keys_of(keys)
   if bad then return fail(bad) end
   if not check_token(args[1]) then return fail(E_BAD_TOKEN) end
-  local lock, wrong = load(key)
+  local got
+  if floor then
+    got = read(key)
+    local done = release_mutex(key, floor, wake, args[1], got)
+    if done ~= nil then return done end
+  end
+  local lock, wrong = load(key, got)
   if wrong then return fail(wrong) end
   local refused = keys_refusal(key, floor, wake, lock)
   if refused then return fail(refused) end
