@@ -158,6 +158,9 @@ export function flatMap(value: object, normalise: (v: unknown) => Reply): Reply[
 
 /** The exact integer of an integer reply that arrived as text or as a safe JS number. */
 export function exactInteger(value: string | number): bigint {
+  // A release's and a renewal's reply, without parsing (BigInt of a string is the slow path).
+  if (value === '1') return 1n;
+  if (value === '0') return 0n;
   if (typeof value === 'string') return BigInt(value);
   if (!Number.isSafeInteger(value)) {
     // A lossy number would be a wrong fence: never hand it out.

@@ -7,7 +7,7 @@
 import type { Arg } from './connection.js';
 import { CONTRACT } from './contract.js';
 import { LIBRARY } from './library.js';
-import { ACQUIRE_ALL, ACQUIRE_ALL_FUNCTION, COMMANDS, FUNCTIONS, LIBRARY_KEYS, acquireAllKeys, floorAndWakeKeys, floorKey, type CommandName } from './protocol.js';
+import { ACQUIRE_ALL, ACQUIRE_ALL_FUNCTION, COMMANDS, FUNCTIONS, LIBRARY_KEYS, acquireAllKeys, floorKeyOfSlot, slotOfText, wakeKeyOfSlot, type CommandName } from './protocol.js';
 
 /** The engine a server runs the lease commands with. */
 export type Engine = 'module' | 'functions' | 'script';
@@ -31,22 +31,20 @@ export { LIBRARY };
  */
 export function request(engine: Engine, command: CommandName, key: string, rest: readonly Arg[], waiting = false): Arg[] {
   if (engine === 'module') return [COMMANDS[command], key, ...rest];
-  // Built in one array (a lease's every request comes here): the words, the keys, the rest.
+  // Each form one array literal, the key hashed once (a lease's every request comes here).
   const fn = FUNCTIONS[command];
   const takes = LIBRARY_KEYS[command];
-  const wake = waiting || takes.wake;
-  const words: Arg[] = engine === 'script' ? ['EVALSHA', SCRIPT_SHA] : ['FCALL', fn];
-  if (wake) {
-    const [floor, wakeList] = floorAndWakeKeys(key);
-    words.push('3', key, floor, wakeList);
-  } else if (takes.floor) {
-    words.push(takes.numkeys, key, floorKey(key));
-  } else {
-    words.push('1', key);
+  if (waiting || takes.wake) {
+    const slot = slotOfText(key);
+    const floor = floorKeyOfSlot(slot);
+    const wake = wakeKeyOfSlot(slot, key);
+    return engine === 'script' ? ['EVALSHA', SCRIPT_SHA, '3', key, floor, wake, fn, ...rest] : ['FCALL', fn, '3', key, floor, wake, ...rest];
   }
-  if (engine === 'script') words.push(fn);
-  for (const word of rest) words.push(word);
-  return words;
+  if (takes.floor) {
+    const floor = floorKeyOfSlot(slotOfText(key));
+    return engine === 'script' ? ['EVALSHA', SCRIPT_SHA, '2', key, floor, fn, ...rest] : ['FCALL', fn, '2', key, floor, ...rest];
+  }
+  return libraryCall(engine, fn, [key], rest);
 }
 
 /**

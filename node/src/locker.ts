@@ -202,26 +202,36 @@ abstract class Base {
     for (const owned of this.owned.splice(0)) await owned.close();
   }
 
-  /** @internal One acquisition, waiting as the options say. */
-  async take(key: string, options: AcquireOptions, terms: Terms): Promise<Lease | null> {
-    checkKey(key);
-    const ttl = this.#ttl(options);
-    const wait = options.wait === undefined ? this.settings.wait : checkWait(options.wait);
-    if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
-    const signal = options.signal;
-    if (wait === 0) {
-      // One attempt (the default): no rounds, no deadline to give up at.
-      if (signal?.aborted) throw abortError(signal);
-      const req: AcquireRequest = { key, token: newToken(), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
-      let grant: Won | null;
-      try {
-        grant = await this.core.attempt(req);
-      } catch (err) {
-        if (signal?.aborted) throw abortError(signal);
-        throw err;
-      }
-      return grant === null ? null : new Lease(this.core, key, grant.token, grant.fence, grant.validUntil, ttl);
+  /**
+   * @internal One acquisition, waiting as the options say. A bad argument rejects (never
+   * throws), before anything is sent.
+   */
+  take(key: string, options: AcquireOptions, terms: Terms): Promise<Lease | null> {
+    let ttl: number;
+    let wait: number;
+    try {
+      checkKey(key);
+      ttl = this.#ttl(options);
+      wait = options.wait === undefined ? this.settings.wait : checkWait(options.wait);
+    } catch (err) {
+      return Promise.reject(err);
     }
+    const signal = options.signal;
+    if (wait !== 0 || ttl > LIBRARY_MAX_TTL_MS) return this.#takeWaiting(key, ttl, wait, signal, terms);
+    // One attempt (the default): no rounds, and the lease made on the attempt's own promise.
+    if (signal?.aborted) return Promise.reject(abortError(signal));
+    const req: AcquireRequest = { key, token: newToken(), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
+    return this.core.attempt(req).then(
+      (grant) => (grant === null ? null : new Lease(this.core, key, grant.token, grant.fence, grant.validUntil, ttl)),
+      (err: unknown) => {
+        throw signal?.aborted ? abortError(signal) : err;
+      },
+    );
+  }
+
+  /** `take` with a wait (rounds until `wait` ms passed), or a ttl the engines must be asked about first. */
+  async #takeWaiting(key: string, ttl: number, wait: number, signal: AbortSignal | undefined, terms: Terms): Promise<Lease | null> {
+    if (ttl > LIBRARY_MAX_TTL_MS) await this.#checkTtlOnEngines(ttl);
     const giveUp = performance.now() + wait;
     for (let round = 0; ; round++) {
       if (signal?.aborted) throw abortError(signal);

@@ -79,17 +79,10 @@ export function takesWake(command: CommandName): boolean {
   return TAKES_WAKE.includes(command);
 }
 
-/**
- * The keys after a function's lock key, by command (`takes_floor`, `takes_wake`), and the
- * `numkeys` that counts them with the lock key: looked up once per request, not searched.
- */
-export const LIBRARY_KEYS: Readonly<Record<CommandName, { readonly floor: boolean; readonly wake: boolean; readonly numkeys: string }>> = Object.fromEntries(
-  (Object.keys(COMMANDS) as CommandName[]).map((command) => {
-    const wake = takesWake(command);
-    const floor = wake || takesFloor(command);
-    return [command, { floor, wake, numkeys: String(1 + (floor ? 1 : 0) + (wake ? 1 : 0)) }];
-  }),
-) as Record<CommandName, { floor: boolean; wake: boolean; numkeys: string }>;
+/** The keys after a function's lock key, by command (`takes_floor`, `takes_wake`): looked up per request, not searched. */
+export const LIBRARY_KEYS: Readonly<Record<CommandName, { readonly floor: boolean; readonly wake: boolean }>> = Object.fromEntries(
+  (Object.keys(COMMANDS) as CommandName[]).map((command) => [command, { floor: takesFloor(command), wake: takesWake(command) }]),
+) as Record<CommandName, { floor: boolean; wake: boolean }>;
 
 /** The module's error replies by kind: the code, and the text that tells it apart. */
 export const REPLY_ERRORS = CONTRACT.errors.kinds;
@@ -134,7 +127,7 @@ function crc16(bytes: Uint8Array): number {
  * themselves while they are ASCII (a key's usual case: no bytes made per request), else the
  * bytes. A brace is the same byte in either form, so the hash tag is found on the text.
  */
-function slotOfText(key: string): number {
+export function slotOfText(key: string): number {
   let from = 0;
   let to = key.length;
   const open = key.indexOf('{');
@@ -202,7 +195,20 @@ function tagOf(key: string | Uint8Array): string {
 
 /** The floor key of `key`'s slot: `fencedlock:fn-floor:{TAG}`. */
 export function floorKey(key: string | Uint8Array): string {
-  return floorKeyOf(tagOf(key));
+  return floorKeyOfSlot(typeof key === 'string' ? slotOfText(key) : keySlot(key));
+}
+
+/** Each slot's floor key, made at its first use and then the same string every request. */
+const floorKeysBySlot: (string | undefined)[] = new Array<string | undefined>(SLOTS);
+
+/** The floor key of `slot`. */
+export function floorKeyOfSlot(slot: number): string {
+  return (floorKeysBySlot[slot] ??= floorKeyOf(floorTag(slot)));
+}
+
+/** The wake-up list of `key`, whose slot is `slot`. */
+export function wakeKeyOfSlot(slot: number, key: string): string {
+  return wakeKeyOf(floorTag(slot), key);
 }
 
 function floorKeyOf(tag: string): string {
@@ -216,10 +222,4 @@ export function wakeKey(key: string): string {
 
 function wakeKeyOf(tag: string, key: string): string {
   return `${WAKE_KEY_PREFIX}${tag}}:${key}`;
-}
-
-/** `key`'s floor key and wake-up list, hashed once for both. */
-export function floorAndWakeKeys(key: string): readonly [string, string] {
-  const tag = tagOf(key);
-  return [floorKeyOf(tag), wakeKeyOf(tag, key)];
 }
