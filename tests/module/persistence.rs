@@ -235,3 +235,33 @@ fn restart_grace_refuses_new_grants_then_lifts() {
     assert!(granted.expect("polled until granted") > max);
     assert_eq!(acquire(&s, "grace:held", b"intruder", LONG_TTL), None, "the held lease survived");
 }
+
+/// On a server with no replica, no replication backlog and no AOF, where Redis propagates
+/// nothing, every lock change still counts toward the `save` points, so a server that only
+/// serves locks snapshots them: the module's effect record (`RedisModule_Replicate`) is what
+/// counts a change, so it is sent even then (`module/src/ffi/replication.rs`, issue #44).
+#[test]
+fn lock_changes_alone_trigger_the_save_points() {
+    let s = Server::builder().arg("save", "1 3").start();
+    let changes = || -> u64 {
+        let v = s.info_field("persistence", "rdb_changes_since_last_save").expect("INFO persistence");
+        v.parse().expect("a count")
+    };
+    s.save();
+    let last_save = s.info_field("persistence", "rdb_last_save_time");
+    assert_eq!(changes(), 0);
+    let fence = grant(&s, "save:a", b"t", LONG_TTL);
+    assert_eq!(changes(), 1, "ACQUIRE");
+    assert_eq!(renew(&s, "save:a", b"t", LONG_TTL), 1);
+    assert_eq!(changes(), 2, "RENEW");
+    assert_eq!(release(&s, "save:a", b"t"), 1);
+    assert_eq!(changes(), 3, "RELEASE");
+    // Three changes: the `save 1 3` point snapshots them within a few seconds.
+    poll("a save point's snapshot", Duration::from_secs(10), || {
+        changes() == 0 && s.info_field("persistence", "rdb_last_save_time") != last_save
+    });
+    let mut s = s;
+    s.kill9();
+    s.restart();
+    assert_eq!(status_of(&s, "save:a"), LockStatus { fence, held: false, remaining: None, label: None });
+}

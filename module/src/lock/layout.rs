@@ -1,8 +1,9 @@
 //! How a lock's records (`record`) travel as bytes: their RDB layout ([`save`], [`load`]), the
-//! `APPLYSEM` holders' blob, and the parsing of `FENCEDLOCK.APPLY` / `APPLYSEM` arguments. The
-//! FFI side gives the RDB stream (`ffi/datatype.rs`) and sends the records to replicas and the
-//! AOF (`ffi/replication.rs`). This file reads the layout only; whether a value read is one the
-//! commands could have made is `validate`'s to say, at `Lock::from_snapshot`.
+//! `APPLYSEM` holders' blob, the text of the records' integers ([`Decimal`]), and the parsing
+//! of `FENCEDLOCK.APPLY` / `APPLYSEM` arguments. The FFI side gives the RDB stream
+//! (`ffi/datatype.rs`) and sends the records to replicas and the AOF (`ffi/replication.rs`).
+//! This file reads the layout only; whether a value read is one the commands could have made
+//! is `validate`'s to say, at `Lock::from_snapshot`.
 
 use fencedlock_protocol::command::SHARED_PERMITS;
 use fencedlock_protocol::limits::MAX_PERMITS;
@@ -13,6 +14,50 @@ use fencedlock_protocol::request::parse_u64;
 use super::record::{Holding, PermitHolding, Record, SemaphoreRecord, Snapshot};
 use super::validate::{self, Broken};
 use crate::error::LockError;
+
+/// A record's integer as the decimal text an `APPLY` / `APPLYSEM` argument carries, clamped to
+/// `i64::MAX` (the largest integer Redis reads back; fences stop below it). Built on the stack:
+/// handed to Redis as bytes it becomes one string, where Redis's own integer format ("l") made
+/// two allocations and a conversion per argument, on every grant, renew and release.
+#[derive(Clone, Copy)]
+pub struct Decimal {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    pub fn of(v: u64) -> Self {
+        // Two digits a step: a record's numbers (marks and fences after an epoch, remaining µs)
+        // have 7 to 19 digits, and this runs three times per record.
+        const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
+            2021222324252627282930313233343536373839\
+            4041424344454647484950515253545556575859\
+            6061626364656667686970717273747576777879\
+            8081828384858687888990919293949596979899";
+        let mut v = v.min(i64::MAX as u64);
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        while v >= 100 {
+            let pair = (v % 100) as usize * 2;
+            v /= 100;
+            start -= 2;
+            digits[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+        if v >= 10 {
+            let pair = v as usize * 2;
+            start -= 2;
+            digits[start..start + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        } else {
+            start -= 1;
+            digits[start] = b'0' + v as u8;
+        }
+        Self { digits, start }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        self.digits.get(self.start..).unwrap_or(&[])
+    }
+}
 
 /// The holders as one `APPLYSEM` argument: per holder its fence and remaining µs (8 bytes each,
 /// little-endian), its token's and label's lengths (2 bytes each; 0: no label) and their bytes.
@@ -256,6 +301,19 @@ fn load_semaphore<S: Source, T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_record_integer_is_the_decimal_redis_wrote_for_it() {
+        let edges = [0, 1, 9, 10, 99, 100, 4_294_967_296, i64::MAX as u64 - 1, i64::MAX as u64];
+        for v in edges.into_iter().chain((0..2000).map(|i| i * 7919 + i * i * 104_729)) {
+            assert_eq!(Decimal::of(v).as_bytes(), v.to_string().as_bytes());
+            assert_eq!(parse_u64(Decimal::of(v).as_bytes()), Some(v));
+        }
+        // Above what Redis reads as an integer, as its "l" format sent it: clamped.
+        for v in [i64::MAX as u64 + 1, u64::MAX] {
+            assert_eq!(Decimal::of(v).as_bytes(), i64::MAX.to_string().as_bytes());
+        }
+    }
 
     /// An RDB stream in memory.
     #[derive(Default)]
