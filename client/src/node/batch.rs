@@ -10,7 +10,7 @@ use fencedlock_protocol::Renew;
 use futures::future::join_all;
 use redis::{Pipeline, RedisError};
 
-use super::{Failure, Node};
+use super::{deadlines, Failure, Node};
 use crate::backend::{self, Engine};
 use crate::token::Token;
 
@@ -82,7 +82,7 @@ impl Node {
 
     /// `pipe` on the shared connection within the node timeout, each command's own answer.
     async fn pipeline(&self, pipe: &Pipeline) -> Result<Vec<Result<i64, RedisError>>, Failure> {
-        match tokio::time::timeout(self.timeout, self.query_unbounded(pipe)).await {
+        match deadlines::within(self.timeout, self.query_unbounded(pipe)).await {
             Ok(Ok(items)) => Ok(items),
             // Each command's error is its own item; this is the connection's (no token in it).
             Ok(Err(e)) => Err(self.failure(e, None)),

@@ -18,7 +18,8 @@
 //! One file per job: this one the node itself (its construction, settings and the one bounded,
 //! redacted `query` every request goes through), the lease requests (`requests`), the
 //! connections (`connection`: shared and dedicated; `send`: what they send, and the one
-//! `NOSCRIPT` retry; `timeout`: connecting within the node timeout), the engine found on the
+//! `NOSCRIPT` retry; `timeout`: connecting within the node timeout; `deadlines`: every request's
+//! node timeout, kept without a runtime timer per request), the engine found on the
 //! server (`detect`), `STATUS` decoding (`status`), the requests that wait on a dedicated
 //! connection (`blocking`), a session's renewals in one pipeline (`batch`), the Functions engine's wake-ups (`wake`), the waiting connections' pool
 //! (`pool`), a cluster (`cluster`), Sentinel (`sentinel`), replica confirmation's `WAIT`
@@ -29,6 +30,7 @@ mod blocking;
 #[cfg(feature = "cluster")]
 mod cluster;
 mod connection;
+mod deadlines;
 mod detect;
 mod every_primary;
 pub(crate) mod pool;
@@ -259,7 +261,7 @@ impl Node {
     /// Sends one command and parses the reply, all within the per-node timeout. An error
     /// comes back without echoed arguments and without `secret` (the token the command carries).
     async fn query<T: FromRedisValue>(&self, cmd: &Cmd, secret: Option<&[u8]>) -> Result<T, Failure> {
-        match tokio::time::timeout(self.timeout, self.query_unbounded(cmd)).await {
+        match deadlines::within(self.timeout, self.query_unbounded(cmd)).await {
             Ok(Err(e)) if secret.is_some() && e.kind() == redis::ErrorKind::Parse => {
                 Err(self.unparsable(self.failure(e, secret)).await)
             }
