@@ -58,6 +58,11 @@ function asFailure(server: Server, err: unknown, secret?: string): FencedLockErr
   return e instanceof FencedLockError ? e : new ServerError(server.name, causeOf(err), String(e));
 }
 
+/** What a grant is made into for the caller (a `Lease`, a `Won`), on the attempt's own promise. */
+export type Make<T> = (fence: bigint, validUntil: number, token: string) => T;
+
+const asWon: Make<Won> = (fence, validUntil, token) => ({ fence, validUntil, token });
+
 /** The shared state of a locker: its servers, options and fencing. */
 export class Core {
   readonly quorum: number;
@@ -76,13 +81,18 @@ export class Core {
 
   /** One acquisition round: the grant (to `req`'s token), or null when another owner holds the lock. */
   attempt(req: AcquireRequest): Promise<Won | null> {
-    const only = this.#only;
-    // One server whose engine is known (every lease after the first): one promise on the request's.
-    if (only?.engine !== undefined) return this.#attemptOne(only, req);
-    return this.#attemptDetecting(req);
+    return this.attemptAs(req, asWon);
   }
 
-  #attemptOne(only: Server, req: AcquireRequest): Promise<Won | null> {
+  /** `attempt`, its grant made into `make`'s value. */
+  attemptAs<T>(req: AcquireRequest, make: Make<T>): Promise<T | null> {
+    const only = this.#only;
+    // One server whose engine is known (every lease after the first): one promise on the request's.
+    if (only?.engine !== undefined) return this.#attemptOne(only, req, make);
+    return this.#attemptDetecting(req).then((won) => (won === null ? null : make(won.fence, won.validUntil, won.token)));
+  }
+
+  #attemptOne<T>(only: Server, req: AcquireRequest, make: Make<T>): Promise<T | null> {
     const sent = performance.now();
     return only.acquire(req).then(
       (fence) => {
@@ -92,7 +102,7 @@ export class Core {
           this.releaseInBackground(req.key, req.token);
           throw new ServerError(only.name, 'TimedOut', 'the grant took longer than the lease', undefined);
         }
-        return { fence, validUntil, token: req.token };
+        return make(fence, validUntil, req.token);
       },
       (err: unknown) => {
         // Without an answer the server may have granted: give it back in the background.
@@ -108,7 +118,7 @@ export class Core {
       await Promise.all(this.servers.map((server) => server.detect().catch(() => undefined)));
     }
     const only = this.#only;
-    if (only) return this.#attemptOne(only, req);
+    if (only) return this.#attemptOne(only, req, asWon);
     const sent = performance.now();
     const votes = await this.#round(
       (server) => server.acquire(req).then((fence): Vote => (fence === null ? { vote: 'refused' } : { vote: 'granted', fence })),

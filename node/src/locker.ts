@@ -221,12 +221,12 @@ abstract class Base {
     // One attempt (the default): no rounds, and the lease made on the attempt's own promise.
     if (signal?.aborted) return Promise.reject(abortError(signal));
     const req: AcquireRequest = { key, token: newToken(), ttlMs: ttl, label: terms.label, permits: terms.permits, shared: terms.shared };
-    return this.core.attempt(req).then(
-      (grant) => (grant === null ? null : new Lease(this.core, key, grant.token, grant.fence, grant.validUntil, ttl)),
-      (err: unknown) => {
-        throw signal?.aborted ? abortError(signal) : err;
-      },
-    );
+    const core = this.core;
+    const lease = core.attemptAs(req, (fence, validUntil, token) => new Lease(core, key, token, fence, validUntil, ttl));
+    if (signal === undefined) return lease;
+    return lease.catch((err: unknown) => {
+      throw signal.aborted ? abortError(signal) : err;
+    });
   }
 
   /** `take` with a wait (rounds until `wait` ms passed), or a ttl the engines must be asked about first. */

@@ -76,21 +76,16 @@ export class Server {
    */
   #ask<T>(args: readonly Arg[], key: string | undefined, read: (reply: Reply) => T, mapped: boolean, secret: string | undefined): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const fail = (err: unknown): void => reject(mapped ? this.error(err, secret) : err);
-      const pending = this.#deadlines.add(() => fail(new TimedOut(this.#timedOut)));
+      const pending = this.#deadlines.add(() => reject(this.#failure(new TimedOut(this.#timedOut), mapped, secret)));
       const wire = this.backend.wire();
       const failed = (err: unknown): void => {
         if (!this.#deadlines.settle(pending)) return;
         const e = wire.failure(err);
         const reload = lost(e);
-        if (!reload) return fail(e);
-        this.#reloaded(reload, args, key).then((reply) => {
-          try {
-            resolve(read(reply));
-          } catch (err2) {
-            fail(err2);
-          }
-        }, fail);
+        if (!reload) return reject(this.#failure(e, mapped, secret));
+        this.#reloaded(reload, args, key)
+          .then(read)
+          .then(resolve, (again: unknown) => reject(this.#failure(again, mapped, secret)));
       };
       let reply: Promise<unknown>;
       try {
@@ -103,10 +98,14 @@ export class Server {
         try {
           resolve(read(wire.read(value)));
         } catch (err) {
-          fail(err);
+          reject(this.#failure(err, mapped, secret));
         }
       }, failed);
     });
+  }
+
+  #failure(err: unknown, mapped: boolean, secret: string | undefined): unknown {
+    return mapped ? this.error(err, secret) : err;
   }
 
   /** `args` again after loading what the server lost, each step within the timeout. */
