@@ -436,7 +436,7 @@ end
 -- The lock key's state: { fence, permits, holders = { {fence, token, deadline_us, label or
 -- false}, ... } } in grant order (expired holders included until the next grant), and the
 -- waiters' marks (0 when unset); nil for a missing key; nil and the error reply for a key
--- that is not a lock. `got` is the key's HMGET of FIELDS when a fast path read it already.
+-- that is not a lock. `got` is read(key)'s reply when a fast path read it already.
 local function read(key)
   return redis.pcall('HMGET', key, 'kind', 'fence', 'permits', 'holders', 'wake_until', 'floor', 'writer_until')
 end
@@ -758,7 +758,8 @@ end
 -- against a recorded tag, a foreign or damaged key) goes the general way, with `got` passed
 -- on so the key is read once. nil when the fast path does not apply; writes nothing then.
 
--- A lease of `token` on `key`, which does not exist (its got[1] to got[4] are nil).
+-- A lease of `token` on `key`, which does not exist (got[1] to got[4] unset: a missing key,
+-- or a hash of an application's, which EXISTS tells apart).
 local function acquire_new(key, floor, wake, token, ttl, got)
   if got.err or got[1] or got[2] or got[3] or got[4] then return nil end
   -- A hash without the library's fields (an application's), or any other value.
