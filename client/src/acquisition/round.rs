@@ -13,24 +13,32 @@ use crate::quorum::{Tally, Vote};
 /// The requests of a round still in flight when it was decided, each with its node's index.
 /// Not dropped but handed back, for requests that must still reach their node (releases).
 pub(crate) struct Stragglers<Fut: Future<Output = Vote>> {
-    /// Each request joined with its (ready) index, so the index comes back with the vote.
-    pending: FuturesUnordered<Join<Ready<usize>, Fut>>,
+    /// Each request joined with its (ready) index, so the index comes back with the vote;
+    /// `None` when there was only one request, awaited on its own.
+    pending: Option<FuturesUnordered<Join<Ready<usize>, Fut>>>,
 }
 
 impl<Fut: Future<Output = Vote>> Stragglers<Fut> {
     /// `requests`, each with its node's index, not yet polled.
     pub(crate) fn new(requests: impl IntoIterator<Item = (usize, Fut)>) -> Self {
-        Stragglers { pending: requests.into_iter().map(|(i, request)| join(ready(i), request)).collect() }
+        Stragglers {
+            pending: Some(requests.into_iter().map(|(i, request)| join(ready(i), request)).collect()),
+        }
     }
 
     /// The next request to finish, with its node's index; `None` once all have.
     pub(crate) async fn next(&mut self) -> Option<(usize, Vote)> {
-        self.pending.next().await
+        self.pending.as_mut()?.next().await
+    }
+
+    /// How many requests are still in flight.
+    fn len(&self) -> usize {
+        self.pending.as_ref().map_or(0, FuturesUnordered::len)
     }
 
     /// Whether every request finished.
     pub(crate) fn is_empty(&self) -> bool {
-        self.pending.is_empty()
+        self.pending.as_ref().is_none_or(FuturesUnordered::is_empty)
     }
 }
 
@@ -69,8 +77,32 @@ where
     I: IntoIterator<Item = Fut>,
     Fut: Future<Output = Vote>,
 {
-    let mut rest = Stragglers::new(requests.into_iter().enumerate());
-    let mut votes: Vec<Option<Vote>> = (0..rest.pending.len()).map(|_| None).collect();
+    // One node (a `Locker` on one server, most leases): its answer decides any tally, so it
+    // is awaited where it is. A set of futures copies each request's state into a task of its
+    // own and allocates its queue: a third of the client's own instructions per lease
+    // (callgrind, issue #44). (The iterator ends within the block: it may not live across an
+    // await, which would make the round's future lose `Send`.)
+    let several = {
+        let mut requests = requests.into_iter();
+        let first = requests.next();
+        match requests.next() {
+            None => Err(first),
+            Some(second) => {
+                Ok(Stragglers::new(first.into_iter().chain([second]).chain(requests).enumerate()))
+            }
+        }
+    };
+    let mut rest = match several {
+        Ok(rest) => rest,
+        Err(only) => {
+            let votes = match only {
+                Some(request) => vec![request.await],
+                None => Vec::new(),
+            };
+            return (votes, Stragglers { pending: None });
+        }
+    };
+    let mut votes: Vec<Option<Vote>> = (0..rest.len()).map(|_| None).collect();
     let mut tally = rule(votes.len());
     while !tally.decided() {
         let Some((i, vote)) = rest.next().await else {
@@ -80,7 +112,7 @@ where
         votes[i] = Some(vote);
     }
     // Whatever already arrived costs nothing to report.
-    while let Some(Some((i, vote))) = rest.pending.next().now_or_never() {
+    while let Some(Some((i, vote))) = rest.next().now_or_never() {
         votes[i] = Some(vote);
     }
     (votes.into_iter().map(|vote| vote.unwrap_or(Vote::NotAwaited)).collect(), rest)
