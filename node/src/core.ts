@@ -81,7 +81,9 @@ export class Core {
 
   /** One acquisition round: the grant (to `req`'s token), or null when another owner holds the lock. */
   attempt(req: AcquireRequest): Promise<Won | null> {
-    return this.attemptAs(req, asWon);
+    const only = this.#only;
+    if (only?.engine !== undefined) return this.#attemptOne(only, req, asWon);
+    return this.#attemptDetecting(req);
   }
 
   /** `attempt`, its grant made into `make`'s value. */
