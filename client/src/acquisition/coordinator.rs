@@ -106,7 +106,8 @@ impl Coordinator {
     ) -> Result<Grant, Error> {
         match (self.topology, self.rounds.nodes.as_slice()) {
             (Topology::Single { confirm: Some(confirm) }, [node]) => {
-                confirm::attempt(&self.rounds, node, request, &confirm).await
+                // Boxed: a plain round's future would otherwise be as large as this one's.
+                Box::pin(confirm::attempt(&self.rounds, node, request, &confirm)).await
             }
             _ => self.rounds.attempt(request, block).await,
         }

@@ -127,10 +127,17 @@ impl Rounds {
             asked.store(true, Ordering::Relaxed);
             // A node that cannot wait is asked once without waiting.
             let answer = match block {
-                Some(wait) => match node.acquire(request.acquire, Some(Instant::now() + wait), None).await {
-                    Ok(AcquireReply::Unsupported) => node.acquire(request.acquire, None, None).await,
-                    answer => answer,
-                },
+                // Boxed, as every rarer path of a round: the future of a plain round is
+                // copied several times per lease, so its size is what the common case pays.
+                Some(wait) => {
+                    Box::pin(async {
+                        match node.acquire(request.acquire, Some(Instant::now() + wait), None).await {
+                            Ok(AcquireReply::Unsupported) => node.acquire(request.acquire, None, None).await,
+                            answer => answer,
+                        }
+                    })
+                    .await
+                }
                 None => node.acquire(request.acquire, None, None).await,
             };
             match answer {
@@ -147,7 +154,7 @@ impl Rounds {
 
         if report.reached() && report.validity.is_some() {
             let fence = if self.raise {
-                fenced::raise(&self.nodes, request.key, request.token, &mut report).await
+                Box::pin(fenced::raise(&self.nodes, request.key, request.token, &mut report)).await
             } else {
                 report.max_fence()
             };
@@ -165,7 +172,7 @@ impl Rounds {
         let owed: Vec<usize> = (0..report.votes.len())
             .filter(|&i| asked[i].load(Ordering::Relaxed) && !matches!(report.votes[i].vote, Vote::Refused))
             .collect();
-        self.give_back(request.key, request.token, &report, &owed).await;
+        Box::pin(self.give_back(request.key, request.token, &report, &owed)).await;
         Err(self.round_error(report, Phase::Acquire))
     }
 

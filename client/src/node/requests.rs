@@ -45,7 +45,9 @@ impl Node {
             (Some(_), _) if !self.may_block() => Ok(AcquireReply::Unsupported),
             (until, confirm) => {
                 let checkout_until = until.unwrap_or_else(|| Instant::now() + self.timeout);
-                self.acquire_dedicated(engine, request, until, checkout_until, confirm).await
+                // Boxed: this path's state (a pooled connection, the wait, the `WAIT`) is most of
+                // the request's size, and every lease's future would carry and copy it.
+                Box::pin(self.acquire_dedicated(engine, request, until, checkout_until, confirm)).await
             }
         }
     }
