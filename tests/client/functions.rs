@@ -507,9 +507,9 @@ const LIBRARY_V10: &str = include_str!("fixtures/functions_v10.lua");
 
 /// A server that ran version 10 (leases held, one released, a waiter's mark) is upgraded by
 /// the client in place, and the leases stored by version 10 are kept exactly: refused to
-/// others, renewed, released (waking the waiter), followed by higher fences. Version 11 reads
-/// them on its plain mutex's fast paths; both versions store the same fields in the same form,
-/// so version 10 also serves what version 11 stored (a server whose library is replaced back).
+/// others, renewed, released (waking the waiter), followed by higher fences. Versions 11 and 12
+/// read them on their plain mutex's fast paths; all store the same fields in the same form, so
+/// version 10 also serves what the newer library stored (a server whose library is replaced back).
 #[tokio::test]
 async fn leases_stored_by_library_version_10_are_served_after_the_upgrade() {
     let server = module_less();
@@ -553,7 +553,7 @@ async fn leases_stored_by_library_version_10_are_served_after_the_upgrade() {
     assert_eq!(status[0], fencedlock::redis::Value::Int(g1 as i64));
     assert_eq!(status[1], fencedlock::redis::Value::Int(1));
 
-    // Back to version 10: what version 11 stored is read the same.
+    // Back to version 10: what the newer library stored is read the same.
     let _: String = server.cmd(&["FUNCTION", "LOAD", "REPLACE", LIBRARY_V10]).expect("loaded");
     assert_eq!(fcall(&[b"fencedlock_acquire", b"2", held, &fh, b"c", b"60000"]), None, "held by b");
     assert_eq!(fcall(&[b"fencedlock_renew", b"2", free, &ff, b"b", b"60000"]), Some(1));

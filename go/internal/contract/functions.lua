@@ -61,7 +61,7 @@
 -- Numbers in Lua are doubles: fences stay at or below MAX_SAFE_FENCE (2^53 - 1) to be exact.
 -- The error texts below are the protocol crate's (a Rust test checks every one of them).
 
-local VERSION = 11
+local VERSION = 12
 
 local MAX_TOKEN_LEN = 512
 local MAX_LABEL_LEN = 256
@@ -207,14 +207,18 @@ local function floor_proof()
   -- past those 16 bytes (p[15] of its high byte, p[14] of its low byte). A call into `bit` or
   -- `string` costs some 500 instructions; the checksum byte by byte with the table above made
   -- 3 per byte (about 43,000 instructions for 24 bytes), by chunks it makes 2 per 16 bytes,
-  -- and each byte costs one table lookup (sixteen tables, in locals of crc16, indexed by the
-  -- byte itself: no arithmetic for the index). The library makes them once per state (some
+  -- and each byte costs one table lookup (sixteen tables, indexed by the byte itself: no
+  -- arithmetic for the index; each in an upvalue of crc16, p0 to p15, since taking them out of
+  -- p on every call cost some 2,000 instructions). The library makes them once per state (some
   -- 3,800 XORs, a millisecond; the collector then traverses them, some 500 instructions a
   -- call); a script would make them on every new key, so it goes byte by byte, with one call
-  -- per byte.
-  local p
+  -- per byte (and no upvalues for tables it does not have: a script makes them on every new
+  -- key).
+  --
+  -- crc16(s): the CRC16 of `s`, a whole number of chunks of 8 bytes.
+  local crc16
   if not as_script then
-    p = { [0] = {} }
+    local p = { [0] = {} }
     for b = 0, 255 do
       p[0][b] = CRC16[b + 1]
     end
@@ -228,35 +232,29 @@ local function floor_proof()
       end
       p[k] = t
     end
-  end
+    local p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12, p13, p14, p15 =
+      p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15]
 
-  -- One byte into the register `crc`, by the table above: the register shifted by a byte,
-  -- and the table's entry of (its high byte XOR the byte), which (the table is linear) is the
-  -- XOR of their two entries: one call.
-  local function step(crc, b)
-    local lo = crc % 256
-    return bxor(CRC16[(crc - lo) / 256 + 1], CRC16[b + 1], lo * 256)
-  end
-
-  -- The CRC16 of `s`, a whole number of chunks of 8 bytes, each pair read by one call. An odd
-  -- first chunk goes alone: it needs no terms for the register (still 0), and a key of up to
-  -- 8 bytes not the second half of the tables (padding to 16 bytes instead cost a key of 24
-  -- bytes some 4,000 instructions).
-  local function crc16(s)
-    local crc, n = 0, #s
-    if p then
-      local p0, p1, p2, p3, p4, p5, p6, p7 = p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]
-      local first = 1
+    -- Each pair of chunks read by one call. An odd first chunk goes alone: it needs no terms
+    -- for the register (still 0), and a key of up to 8 bytes not the second half of the tables
+    -- (padding to 16 bytes instead cost a key of 24 bytes some 4,000 instructions). It is read
+    -- by one call with the chunk after it (a call into `string.byte` costs some 1,000).
+    crc16 = function(s)
+      local crc, n, first = 0, #s, 1
       if n % 16 ~= 0 then
         -- The register is 0: no terms for it.
-        local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, 1, 8)
+        if n == 8 then
+          local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, 1, 8)
+          return bxor(p7[b1], p6[b2], p5[b3], p4[b4], p3[b5], p2[b6], p1[b7], p0[b8])
+        end
+        local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16, b17, b18, b19, b20, b21, b22,
+          b23, b24 = byte(s, 1, 24)
         crc = bxor(p7[b1], p6[b2], p5[b3], p4[b4], p3[b5], p2[b6], p1[b7], p0[b8])
-        first = 9
+        local lo = crc % 256
+        crc = bxor(p15[(crc - lo) / 256], p14[lo], p15[b9], p14[b10], p13[b11], p12[b12], p11[b13], p10[b14],
+          p9[b15], p8[b16], p7[b17], p6[b18], p5[b19], p4[b20], p3[b21], p2[b22], p1[b23], p0[b24])
+        first = 25
       end
-      if first > n then
-        return crc
-      end
-      local p8, p9, p10, p11, p12, p13, p14, p15 = p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15]
       for i = first, n, 16 do
         local b1, b2, b3, b4, b5, b6, b7, b8, b9, b10, b11, b12, b13, b14, b15, b16 = byte(s, i, i + 15)
         local lo = crc % 256
@@ -265,11 +263,23 @@ local function floor_proof()
       end
       return crc
     end
-    for i = 1, #s, 8 do
-      local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, i, i + 7)
-      crc = step(step(step(step(step(step(step(step(crc, b1), b2), b3), b4), b5), b6), b7), b8)
+  else
+    -- One byte into the register `crc`, by CRC16: the register shifted by a byte, and the
+    -- table's entry of (its high byte XOR the byte), which (the table is linear) is the XOR of
+    -- their two entries: one call.
+    local function step(crc, b)
+      local lo = crc % 256
+      return bxor(CRC16[(crc - lo) / 256 + 1], CRC16[b + 1], lo * 256)
     end
-    return crc
+
+    crc16 = function(s)
+      local crc = 0
+      for i = 1, #s, 8 do
+        local b1, b2, b3, b4, b5, b6, b7, b8 = byte(s, i, i + 7)
+        crc = step(step(step(step(step(step(step(step(crc, b1), b2), b3), b4), b5), b6), b7), b8)
+      end
+      return crc
+    end
   end
 
   -- CLUSTER KEYSLOT of `key`: the CRC16 of the key, or of its hash tag (the bytes between the
@@ -329,19 +339,22 @@ local function floor_proof()
     return char(48 + (x - d2) / 8, 48 + d2, 48 + d3, 48 + d4, 48 + d5, 48 + d6)
   end
 
-  -- nil when `floor` is the floor key of `key`'s slot, else the right one. A floor key's shape
-  -- (FLOOR_SHAPE) whose tag's own slot is the key's is the right one (one tag of that shape
-  -- hashes to each slot), so the proof reads the floor's digits (one call) and XORs their six
-  -- entries (one more) instead of making floor_tag(slot) (14 steps) and the key's name.
+  -- nil and the floor's tag when `floor` is the floor key of `key`'s slot, else the right one.
+  -- A floor key's shape (FLOOR_SHAPE) whose tag's own slot is the key's is the right one (one
+  -- tag of that shape hashes to each slot), so the proof reads the floor's digits (one call)
+  -- and XORs their six entries (one more) instead of making floor_tag(slot) (14 steps) and the
+  -- key's name. The tag is taken first (a new key records it) and the floor compared to its
+  -- name made from it (equal only when the floor is the prefix, six bytes and '}').
   return function(key, floor)
     local slot = key_slot(key)
-    if #floor == 28 and str_sub(floor, 1, 21) == FLOOR_PREFIX then
-      local d1, d2, d3, d4, d5, d6, close = byte(floor, 22, 28)
-      if close == 125 and d1 >= 48 and d1 <= 55 and d2 >= 48 and d2 <= 55 and d3 >= 48 and d3 <= 51
+    local tag = str_sub(floor, 22, 27)
+    if floor == FLOOR_PREFIX .. tag .. '}' then
+      local d1, d2, d3, d4, d5, d6 = byte(tag, 1, 6)
+      if d1 >= 48 and d1 <= 55 and d2 >= 48 and d2 <= 55 and d3 >= 48 and d3 <= 51
         and d4 >= 48 and d4 <= 51 and d5 >= 48 and d5 <= 51 and d6 >= 48 and d6 <= 51 then
         local t = TAG_CRC
         if bxor(t[d1 - 47], t[d2 - 39], t[d3 - 31], t[d4 - 23], t[d5 - 15], t[d6 - 7]) % 16384 == slot then
-          return nil
+          return nil, tag
         end
       end
     end
@@ -399,14 +412,16 @@ end
 -- write was checked with). In a Redis Cluster the server itself refuses keys of two slots in
 -- one call (CROSSSLOT), so a floor key of the right shape is the one of the key's slot (one tag
 -- of that shape hashes to each slot). Elsewhere the key's CRC16 decides (floor_proof): about
--- 15,000 instructions for a key of 24 bytes on the library and 2,500 more per 8 bytes (byte by
--- byte, before version 8: 43,000 for the checksum of 24 bytes), more as a script, which is why
--- the key records its tag. (A cache of checked keys in the library's state would cost more:
--- every object a library keeps is traversed by the collector on every call.)
+-- 13,500 instructions for a key of 24 bytes on the library (16,000 before version 12) and
+-- 2,500 more per 8 bytes (byte by byte, before version 8: 43,000 for the checksum of 24
+-- bytes), more as a script, which is why the key records its tag. (A cache of checked keys in
+-- the library's state would cost more: every object a library keeps is traversed by the
+-- collector on every call.)
 local function keys_refusal(key, floor, wake, lock)
   if floor == nil then
     return nil
   end
+  local tag
   if lock and lock.tag and floor == FLOOR_PREFIX .. lock.tag .. '}' then
     -- store need not compare the floor again.
     lock.same_floor = true
@@ -418,7 +433,8 @@ local function keys_refusal(key, floor, wake, lock)
     end
     if not (clustered and str_find(floor, FLOOR_SHAPE)) then
       prove_floor = prove_floor or floor_proof()
-      local expected = prove_floor(key, floor)
+      local expected
+      expected, tag = prove_floor(key, floor)
       if expected then
         return E_FLOOR_KEY .. expected
       end
@@ -430,7 +446,8 @@ local function keys_refusal(key, floor, wake, lock)
       return E_WAKE_KEY .. expected
     end
   end
-  return nil
+  -- The floor's tag when the proof took it, for a new key to record.
+  return nil, tag
 end
 
 -- The lock key's state: { fence, permits, holders = { {fence, token, deadline_us, label or
@@ -764,7 +781,7 @@ local function acquire_new(key, floor, wake, token, ttl, got)
   if got.err or got[1] or got[2] or got[3] or got[4] then return nil end
   -- A hash without the library's fields (an application's), or any other value.
   if redis.call('EXISTS', key) == 1 then return fail(E_WRONG_TYPE) end
-  local refused = keys_refusal(key, floor, wake, nil)
+  local refused, tag = keys_refusal(key, floor, wake, nil)
   if refused then return fail(refused) end
   local now = now_us()
   local deadline = now + ttl * 1000
@@ -772,7 +789,7 @@ local function acquire_new(key, floor, wake, token, ttl, got)
   if not fence then return fail(E_FENCES_EXHAUSTED) end
   -- store's every field for a new key, and its expiry: the lease's end plus RETENTION_MS.
   redis.call('HSET', key, 'kind', KIND, 'fence', int(fence), 'permits', '1',
-    'holders', cmsgpack.pack({ { fence, token, deadline, false } }), 'floor', str_sub(floor, #FLOOR_PREFIX + 1, -2))
+    'holders', cmsgpack.pack({ { fence, token, deadline, false } }), 'floor', tag or str_sub(floor, #FLOOR_PREFIX + 1, -2))
   expire_after(key, deadline)
   return fence
 end
