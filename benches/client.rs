@@ -28,12 +28,10 @@ use std::time::{Duration, Instant};
 
 use criterion::Criterion;
 use fencedlock::{Fencing, LockConfig, Locker, Node, Redlock};
-use fencedlock_protocol::command;
 use futures::future::BoxFuture;
 use harness::{redis, Server};
 
 const TTL: Duration = Duration::from_secs(10);
-const RAW_TOKEN: &[u8] = b"0123456789abcdef";
 
 fn config() -> LockConfig {
     LockConfig::builder().ttl(TTL).build().expect("a valid lock config")
@@ -119,22 +117,7 @@ impl Fixture {
             }
             Op::RawAcquireRelease => {
                 let mut conn = self.conn.clone();
-                Box::pin(async move {
-                    let fence: Option<u64> = redis::cmd(command::ACQUIRE.name)
-                        .arg("bench:raw")
-                        .arg(RAW_TOKEN)
-                        .arg(TTL.as_millis() as u64)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("ACQUIRE");
-                    let released: i64 = redis::cmd(command::RELEASE.name)
-                        .arg("bench:raw")
-                        .arg(RAW_TOKEN)
-                        .query_async(&mut conn)
-                        .await
-                        .expect("RELEASE");
-                    assert!(fence.is_some() && released == 1, "raw lease not granted/released");
-                })
+                Box::pin(async move { support::raw_lease(&mut conn, "bench:raw", TTL).await })
             }
             Op::SingleNode | Op::ManagedSingleNode => {
                 let locker = if op == Op::SingleNode { self.single.clone() } else { self.managed.clone() };

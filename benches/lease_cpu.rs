@@ -16,9 +16,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use fencedlock::{LockConfig, Locker};
-use fencedlock_protocol::command;
 
-const TOKEN: &[u8] = b"0123456789abcdef";
 const TTL: Duration = Duration::from_secs(10);
 
 /// The process's CPU time (all threads, user and system) and context switches so far.
@@ -72,20 +70,7 @@ fn main() {
         let mut conn = conn.clone();
         async move {
             for _ in 0..leases {
-                let fence: Option<u64> = harness::redis::cmd(command::ACQUIRE.name)
-                    .arg("cpu:raw")
-                    .arg(TOKEN)
-                    .arg(TTL.as_millis() as u64)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("ACQUIRE");
-                let released: i64 = harness::redis::cmd(command::RELEASE.name)
-                    .arg("cpu:raw")
-                    .arg(TOKEN)
-                    .query_async(&mut conn)
-                    .await
-                    .expect("RELEASE");
-                assert!(fence.is_some() && released == 1, "raw lease not granted/released");
+                support::raw_lease(&mut conn, "cpu:raw", TTL).await;
             }
         }
     };

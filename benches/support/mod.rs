@@ -7,6 +7,23 @@ use std::time::Duration;
 
 use harness::{Flavor, Server};
 
+/// One lease by the raw module commands on `conn` (`ACQUIRE` then `RELEASE` of `key` for a
+/// fixed token): what the server alone costs a `Locker` lease, its floor in the comparisons.
+pub async fn raw_lease(conn: &mut harness::redis::aio::MultiplexedConnection, key: &str, ttl: Duration) {
+    use fencedlock_protocol::command::{ACQUIRE, RELEASE};
+    const TOKEN: &[u8] = b"0123456789abcdef";
+    let fence: Option<u64> = harness::redis::cmd(ACQUIRE.name)
+        .arg(key)
+        .arg(TOKEN)
+        .arg(ttl.as_millis() as u64)
+        .query_async(conn)
+        .await
+        .expect("ACQUIRE");
+    let released: i64 =
+        harness::redis::cmd(RELEASE.name).arg(key).arg(TOKEN).query_async(conn).await.expect("RELEASE");
+    assert!(fence.is_some() && released == 1, "raw lease not granted/released");
+}
+
 /// Redis servers with the module, quiet logs, no persistence (the harness default).
 /// Started when the bench runs, never when it is only built (`cargo bench --no-run`).
 pub fn redis_servers(n: usize) -> Vec<Server> {
