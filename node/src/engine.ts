@@ -31,20 +31,13 @@ export { LIBRARY };
  */
 export function request(engine: Engine, command: CommandName, key: string, rest: readonly Arg[], waiting = false): Arg[] {
   if (engine === 'module') return [COMMANDS[command], key, ...rest];
-  // Each form one array literal, the key hashed once (a lease's every request comes here).
-  const fn = FUNCTIONS[command];
+  // The key hashed once for both of its slot's keys (a lease's every request comes here).
   const takes = LIBRARY_KEYS[command];
-  if (waiting || takes.wake) {
-    const slot = slotOfText(key);
-    const floor = floorKeyOfSlot(slot);
-    const wake = wakeKeyOfSlot(slot, key);
-    return engine === 'script' ? ['EVALSHA', SCRIPT_SHA, '3', key, floor, wake, fn, ...rest] : ['FCALL', fn, '3', key, floor, wake, ...rest];
-  }
-  if (takes.floor) {
-    const floor = floorKeyOfSlot(slotOfText(key));
-    return engine === 'script' ? ['EVALSHA', SCRIPT_SHA, '2', key, floor, fn, ...rest] : ['FCALL', fn, '2', key, floor, ...rest];
-  }
-  return libraryCall(engine, fn, [key], rest);
+  const wake = waiting || takes.wake;
+  if (!wake && !takes.floor) return libraryCall(engine, FUNCTIONS[command], [key], rest);
+  const slot = slotOfText(key);
+  const keys = wake ? [key, floorKeyOfSlot(slot), wakeKeyOfSlot(slot, key)] : [key, floorKeyOfSlot(slot)];
+  return libraryCall(engine, FUNCTIONS[command], keys, rest);
 }
 
 /**
