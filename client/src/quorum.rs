@@ -41,7 +41,8 @@ pub enum Vote {
         /// The fence the node replied with.
         fence: u64,
     },
-    /// The node confirmed that we still held the lease (RENEW or RELEASE replied 1).
+    /// The node confirmed that we still held the lease (RENEW or RELEASE replied 1); as a
+    /// raise, that the node's grant already carried the quorum's fence (no RAISE was sent).
     Confirmed,
     /// The node refused: another token holds the lease, or ours is no longer held there.
     Refused,
@@ -168,7 +169,9 @@ pub struct NodeVote {
     pub node: String,
     /// The node's answer to the round's main command.
     pub vote: Vote,
-    /// Fenced Redlock only: the node's answer to `FENCEDLOCK.RAISE` (asked only of granting nodes).
+    /// Fenced Redlock only: the node's answer to `FENCEDLOCK.RAISE`, asked only of granting
+    /// nodes whose fence was below the quorum's maximum; [`Vote::Confirmed`] for a node that
+    /// granted the maximum itself.
     pub raise: Option<Vote>,
 }
 

@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{config, nodes};
+use crate::support::{calls, config, nodes};
 use fencedlock::{Error, Fencing, LockConfig, Redlock, Token, TokenFormat, Vote};
-use fencedlock_protocol::command::{ACQUIRE, RELEASE};
+use fencedlock_protocol::command::{ACQUIRE, RAISE, RELEASE};
 use harness::{wait_released, Server};
 
 fn redlock(servers: &[Server], config: LockConfig) -> Redlock {
@@ -68,7 +68,7 @@ async fn five_masters_grant_raise_and_release() {
     assert_eq!(Some(lease.fence()), report.max_fence());
     for (s, v) in servers.iter().zip(&report.votes) {
         match (&v.vote, &v.raise) {
-            (Vote::Granted { .. }, Some(Vote::Granted { .. })) => {
+            (Vote::Granted { .. }, Some(Vote::Granted { .. } | Vote::Confirmed)) => {
                 let st = s.lock_status("r").expect("lock state");
                 assert!(st.held);
                 assert!(st.fence >= lease.fence(), "a confirming node was raised to the lease's fence");
@@ -470,6 +470,80 @@ async fn fenced_redlock_fences_increase_across_majorities() {
     let (f1, f2) = two_grants_from_different_majorities(Fencing::Raise).await;
     assert!(f1 >= 11, "G1 carries A's fence: {f1}");
     assert!(f2 > f1, "the raise step makes G2's fence {f2} exceed G1's {f1}");
+}
+
+/// RAISEs each server has run.
+fn raises(servers: &[Server]) -> Vec<u64> {
+    servers.iter().map(|s| calls(s, RAISE.name)).collect()
+}
+
+/// Sets `key`'s fence on `s` to `fence`, by a lease taken, raised and released there directly.
+fn set_fence(s: &Server, key: &str, fence: u64) {
+    let token = Token::generate(TokenFormat::Hex);
+    grant_everywhere([s], key, &token, 60_000);
+    let fence = fence.to_string();
+    let args: [&[u8]; 4] = [RAISE.name.as_bytes(), key.as_bytes(), token.as_bytes(), fence.as_bytes()];
+    let raised: Option<u64> = s.cmd(&args).expect("RAISE");
+    assert_eq!(raised.map(|f| f.to_string()), Some(fence), "{}", s.addr());
+    let args: [&[u8]; 3] = [RELEASE.name.as_bytes(), key.as_bytes(), token.as_bytes()];
+    let released: i64 = s.cmd(&args).expect("RELEASE");
+    assert_eq!(released, 1, "{}", s.addr());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_nodes_below_the_quorums_fence_are_raised() {
+    let servers = Server::start_many(3);
+    // The third master's fence for the key far above every fence the others issued: it alone
+    // grants the maximum.
+    let token = Token::generate(TokenFormat::Hex);
+    grant_everywhere(&servers, "agree", &token, 60_000);
+    let high = servers.iter().filter_map(|s| s.lock_status("agree").map(|st| st.fence)).max().unwrap_or(0);
+    for s in &servers {
+        let args: [&[u8]; 3] = [RELEASE.name.as_bytes(), b"agree", token.as_bytes()];
+        let _: i64 = s.cmd(&args).expect("RELEASE");
+    }
+    set_fence(&servers[2], "agree", high + 1_000);
+    // The first master refuses (another holder), so the majority must include the third.
+    let other = Token::generate(TokenFormat::Hex);
+    grant_everywhere([&servers[0]], "agree", &other, 60_000);
+    let redlock = redlock(&servers, config(5_000, 500));
+    let before = raises(&servers);
+
+    let lease = redlock.try_acquire("agree").await.expect("grant");
+    let report = lease.report().clone();
+    let args: [&[u8]; 3] = [RELEASE.name.as_bytes(), b"agree", other.as_bytes()];
+    let _: i64 = servers[0].cmd(&args).expect("RELEASE");
+    assert_eq!(lease.fence(), high + 1_001, "{report}");
+    assert_eq!(
+        raises(&servers)[2],
+        before[2],
+        "no RAISE to the node whose grant carried the fence: {report}"
+    );
+    assert!(matches!(report.votes[2].raise, Some(Vote::Confirmed)), "{report}");
+    assert!(report.raised() >= 2, "{report}");
+    for v in &report.votes {
+        if let Some(Vote::Granted { fence }) = v.raise {
+            assert_eq!(fence, lease.fence(), "{report}");
+        }
+    }
+    let at_the_fence =
+        servers.iter().filter(|s| s.lock_status("agree").map(|st| st.fence) == Some(lease.fence()));
+    assert!(at_the_fence.count() >= 2, "a majority holds the lease's fence: {report}");
+    let fence = lease.fence() + 10;
+    assert!(lease.release().await.unwrap());
+    wait_released(&all(&servers), "agree", Duration::from_secs(3)).await;
+
+    // Every node at the same fence: the next lease's grants agree, and no RAISE is sent.
+    for s in &servers {
+        set_fence(s, "agree", fence);
+    }
+    let before = raises(&servers);
+    let next = redlock.try_acquire("agree").await.expect("grant");
+    let report = next.report().clone();
+    assert_eq!(next.fence(), fence + 1, "{report}");
+    assert_eq!(raises(&servers), before, "grants that agree need no raise: {report}");
+    assert!(report.raised() >= 2, "{report}");
+    assert!(next.release().await.unwrap());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -238,7 +238,7 @@ async fn a_release_left_behind_never_undoes_a_later_grant() {
         let report = lease.report().clone();
         let mut confirmed = 0;
         for (s, v) in servers.iter().zip(&report.votes) {
-            if matches!(v.raise, Some(Vote::Granted { .. })) {
+            if v.raise.as_ref().is_some_and(Vote::is_yes) {
                 confirmed += 1;
                 assert!(
                     s.lock_held(&key),
