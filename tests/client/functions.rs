@@ -528,7 +528,11 @@ async fn leases_stored_by_library_version_10_are_served_after_the_upgrade() {
     let f2 = fcall(&[b"fencedlock_acquire", b"2", free, &ff, b"a", b"60000"]).expect("granted");
     assert_eq!(fcall(&[b"fencedlock_release", b"3", free, &ff, &functions::wake_key(free), b"a"]), Some(1));
     let f3 = fcall(&[b"fencedlock_acquire", b"2", waited, &fw, b"a", b"60000"]).expect("granted");
-    assert_eq!(fcall(&[b"fencedlock_acquire", b"3", waited, &fw, &ww, b"w", b"60000"]), None, "a waiter's refusal");
+    assert_eq!(
+        fcall(&[b"fencedlock_acquire", b"3", waited, &fw, &ww, b"w", b"60000"]),
+        None,
+        "a waiter's refusal"
+    );
 
     let locker = Locker::open(&server.url(), config(5_000, 500)).expect("locker");
     assert_eq!(locker.node().detect_engine().await.expect("detected"), Engine::Functions);
@@ -545,7 +549,8 @@ async fn leases_stored_by_library_version_10_are_served_after_the_upgrade() {
     assert!(g1 > f1 && g2 > f2, "fences rise: {f1} -> {g1}, {f2} -> {g2}");
     assert_eq!(fcall(&[b"fencedlock_release", b"3", waited, &fw, &ww, b"a"]), Some(1));
     assert_eq!(server.cmd::<u64>(&[&b"LLEN"[..], ww.as_slice()]).expect("LLEN"), 1, "the waiter's wake-up");
-    let g3 = fcall(&[b"fencedlock_acquire", b"3", waited, &fw, &ww, b"w", b"60000"]).expect("the waiter's turn");
+    let g3 =
+        fcall(&[b"fencedlock_acquire", b"3", waited, &fw, &ww, b"w", b"60000"]).expect("the waiter's turn");
     assert!(g3 > f3);
     let status: Vec<fencedlock::redis::Value> =
         server.cmd(&[&b"FCALL"[..], b"fencedlock_status", b"1", held]).expect("STATUS");
