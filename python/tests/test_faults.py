@@ -140,6 +140,56 @@ def test_redlock_fences_rise_across_majorities(servers: Servers, engine: str) ->
     assert fences == sorted(fences) and len(set(fences)) == len(fences), fences
 
 
+def _raises(node: Server) -> int:
+    stats = node.admin().info("commandstats")
+    return int(next((v["calls"] for k, v in stats.items() if k.lower() == "cmdstat_fencedlock.raise"), 0))
+
+
+def _set_fence(node: Server, key: str, fence: int) -> None:
+    """The key's fence on ``node`` to ``fence``: a lease taken, raised and released there."""
+    admin = node.admin()
+    assert admin.execute_command("FENCEDLOCK.ACQUIRE", key, "setter", 60000) is not None  # type: ignore[no-untyped-call]
+    assert admin.execute_command("FENCEDLOCK.RAISE", key, "setter", fence) == fence  # type: ignore[no-untyped-call]
+    assert admin.execute_command("FENCEDLOCK.RELEASE", key, "setter") == 1  # type: ignore[no-untyped-call]
+
+
+def _fence(node: Server, key: str) -> int:
+    return int(node.admin().execute_command("FENCEDLOCK.STATUS", key)[0])  # type: ignore[no-untyped-call]
+
+
+@pytest.mark.engines("module")
+def test_redlock_raises_only_the_masters_below_the_fence(servers: Servers, engine: str) -> None:
+    """A master whose grant carried the majority's fence is not sent a RAISE (its grant proves
+    it holds that fence); the others are raised; grants that agree need no RAISE at all.
+    (Counted by the module's command stats; the client's logic is the same on every engine.)"""
+    nodes = masters(servers, engine)
+    for node in nodes:
+        admin = node.admin()
+        assert admin.execute_command("FENCEDLOCK.ACQUIRE", "k", "first", 60000) is not None  # type: ignore[no-untyped-call]
+        assert admin.execute_command("FENCEDLOCK.RELEASE", "k", "first") == 1  # type: ignore[no-untyped-call]
+    high = max(_fence(node, "k") for node in nodes)
+    _set_fence(nodes[2], "k", high + 1000)
+    # The first master refuses (another holder), so the majority must include the third.
+    assert nodes[0].admin().execute_command("FENCEDLOCK.ACQUIRE", "k", "other", 60000) is not None  # type: ignore[no-untyped-call]
+    redlock = Redlock([n.client(socket_timeout=1) for n in nodes], ttl=5, timeout=0.5)
+    before = [_raises(node) for node in nodes]
+    lease = redlock.acquire("k")
+    assert lease is not None and lease.fence == high + 1001
+    assert _raises(nodes[2]) == before[2], "no RAISE to the master whose grant carried the fence"
+    assert _raises(nodes[1]) == before[1] + 1, "the master below it was raised"
+    assert _fence(nodes[1], "k") == lease.fence
+    assert lease.release() is True
+    assert nodes[0].admin().execute_command("FENCEDLOCK.RELEASE", "k", "other") == 1  # type: ignore[no-untyped-call]
+
+    for node in nodes:
+        _set_fence(node, "k", lease.fence + 10)
+    before = [_raises(node) for node in nodes]
+    again = redlock.acquire("k")
+    assert again is not None and again.fence == lease.fence + 11
+    assert [_raises(node) for node in nodes] == before, "grants that agree need no RAISE"
+    assert again.release() is True
+
+
 def test_redlock_kept_alive_and_released(servers: Servers, engine: str) -> None:
     nodes = masters(servers, engine)
     redlock = Redlock([n.client(socket_timeout=1) for n in nodes], ttl=0.6, timeout=0.2)

@@ -4,8 +4,9 @@ A lease is granted when a majority grants it within its validity (ttl minus the 
 round took minus drift). Plain Redlock has no usable fence: every master counts its own, and
 successive grants from different majorities can carry falling fences. So, as the Rust
 client's ``Fencing::Raise``: after a majority granted with fences ``f_1..f_k``, every granting
-master is asked to ``RAISE`` the key's fence to ``F = max f_i`` (owner-checked), and the
-lease is handed out with fence ``F`` only once a majority confirmed. Any later grant's
+master below ``F = max f_i`` is asked to ``RAISE`` the key's fence to ``F`` (owner-checked),
+and the lease is handed out with fence ``F`` only once a majority holds it (a master that
+granted ``F`` itself counts without a RAISE). Any later grant's
 majority shares a master with that confirming majority, which raised before it could grant
 again, so the later fence is higher (while a majority keeps its state; see the Rust docs of
 ``fencedlock::Fencing``).
@@ -184,7 +185,7 @@ class Redlock:
         grants = [(i, v) for i, v in enumerate(votes) if isinstance(v, int)]
         fence: Optional[int] = None
         if len(grants) >= self.quorum and time.monotonic() < self._clock.deadline(sent, ttl_ms):
-            fence = await self._raise(raw_key, token, [i for i, _ in grants], max(v for _, v in grants))
+            fence = await self._raise(raw_key, token, grants)
         if fence is not None and time.monotonic() < self._clock.deadline(sent, ttl_ms):
             return Lease(self, key, raw_key, token, fence, ttl_ms, self._clock.deadline(sent, ttl_ms), self._clock, self._renew_every), None
         # No usable majority: give back what any node may have granted (not the refusers').
@@ -192,16 +193,24 @@ class Redlock:
         await self._parallel(lambda s: self._release_one(s, raw_key, token), Tally(len(owed), len(owed)), only=owed, settle=True)
         return None, _quorum.not_reached(key, votes, self.names)
 
-    async def _raise(self, key: bytes, token: bytes, granting: List[int], target: int) -> Optional[int]:
-        """RAISE on every granting node to ``target``; the fence if a majority confirmed."""
+    async def _raise(self, key: bytes, token: bytes, grants: List[tuple[int, int]]) -> Optional[int]:
+        """RAISE to the grants' maximum on every granting node below it; the fence if a majority
+        holds it. A node that granted the maximum is not asked: it issued that fence to our
+        token, which is what a RAISE reply would confirm, so on a key leased again and again
+        (where one raise leaves every node at the same fence) most leases need no raise."""
+        target = max(fence for _, fence in grants)
+        at_target = sum(1 for _, fence in grants if fence == target)
+        if at_target >= self.quorum:
+            return target
+        below = [i for i, fence in grants if fence < target]
 
         async def ask(server: Server) -> Vote:
             engine = await server.detect()
             reply = _wire.fence_of(await server.call(_wire.command(engine, _contract.RAISE, key, (token, target)), secret=token))
             return reply if reply is not None and reply >= target else Answer.REFUSED
 
-        votes = await self._parallel(ask, Tally(self.quorum, len(granting)), only=granting)
-        return target if sum(map(_quorum.is_yes, votes)) >= self.quorum else None
+        votes = await self._parallel(ask, Tally(self.quorum - at_target, len(below)), only=below)
+        return target if at_target + sum(map(_quorum.is_yes, votes)) >= self.quorum else None
 
     async def _parallel(self, ask: Callable[[Server], Awaitable[Vote]], tally: Tally, only: Optional[List[int]] = None, settle: bool = False) -> List[Vote]:
         """``ask`` of every server (or those in ``only``) at once, until ``tally`` is decided
