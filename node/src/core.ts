@@ -4,7 +4,8 @@
  * parallel, each bounded by the timeout; stop as soon as the outcome is certain; charge the
  * time the round took against the lease (`validity = ttl - elapsed - drift`, elapsed measured
  * from before the first request). Fenced Redlock raises every granting master's fence to the
- * quorum's maximum (owner-checked) before the lease is handed out.
+ * quorum's maximum (owner-checked; a master that granted that maximum needs none) before the
+ * lease is handed out.
  */
 import type { AcquireRequest } from './acquire-request.js';
 import { ContendedError, FencedLockError, QuorumNotReachedError, ServerError, type Vote } from './errors.js';
@@ -156,11 +157,21 @@ export class Core {
     return answers.map((a) => a ?? { vote: 'not-awaited' });
   }
 
-  /** Fenced Redlock's raise step: every granting master to `fence`; true once a majority confirmed. */
+  /**
+   * Fenced Redlock's raise step: every granting master below `fence` raised to it; true once a
+   * majority holds it. A master whose grant carried `fence` is not asked: it issued that fence
+   * to our token, which is what a RAISE reply would confirm, so on a key leased again and again
+   * (one raise leaves every master at the same fence) most leases need no raise.
+   */
   async #raise(req: AcquireRequest, votes: readonly Vote[], fence: bigint): Promise<boolean> {
-    const granting = this.servers.filter((_, i) => votes[i]?.vote === 'granted');
-    const results = await Promise.all(granting.map((server) => server.raise(req.key, req.token, fence).catch(() => null)));
-    return results.filter((raised) => raised !== null && raised >= fence).length >= this.quorum;
+    const atFence = votes.filter((v) => v.vote === 'granted' && v.fence === fence).length;
+    if (atFence >= this.quorum) return true;
+    const below = this.servers.filter((_, i) => {
+      const v = votes[i];
+      return v?.vote === 'granted' && v.fence < fence;
+    });
+    const results = await Promise.all(below.map((server) => server.raise(req.key, req.token, fence).catch(() => null)));
+    return atFence + results.filter((raised) => raised !== null && raised >= fence).length >= this.quorum;
   }
 
   async #giveBack(req: AcquireRequest, votes: readonly Vote[]): Promise<void> {

@@ -85,6 +85,60 @@ for (const kind of CLIENTS) {
       }
     });
 
+    test('fenced: only the masters below the fence are raised; grants that agree need no RAISE', async () => {
+      const key = 'rl:agree';
+      const raises = async (m: TestServer | undefined): Promise<number> => {
+        const info = String(await m?.admin(['INFO', 'commandstats']));
+        const line = info.split('\n').find((l) => l.toLowerCase().startsWith('cmdstat_fencedlock.raise:'));
+        return Number(/calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
+      };
+      const fenceOf = async (m: TestServer | undefined): Promise<bigint> => {
+        const status = (await m?.admin(['FENCEDLOCK.STATUS', key])) as unknown[];
+        return BigInt(String(status[0]));
+      };
+      // The key's fence on `m` set by a lease taken, raised and released there.
+      const setFence = async (m: TestServer | undefined, fence: bigint): Promise<void> => {
+        assert.notEqual(await m?.admin(['FENCEDLOCK.ACQUIRE', key, 'setter', '60000']), null);
+        assert.equal(String(await m?.admin(['FENCEDLOCK.RAISE', key, 'setter', String(fence)])), String(fence));
+        assert.equal(String(await m?.admin(['FENCEDLOCK.RELEASE', key, 'setter'])), '1');
+      };
+      for (const m of masters) {
+        await m.admin(['DEL', key]);
+        assert.notEqual(await m.admin(['FENCEDLOCK.ACQUIRE', key, 'first', '60000']), null);
+        assert.equal(String(await m.admin(['FENCEDLOCK.RELEASE', key, 'first'])), '1');
+      }
+      let high = 0n;
+      for (const m of masters) {
+        const f = await fenceOf(m);
+        if (f > high) high = f;
+      }
+      await setFence(masters[2], high + 1000n);
+      // Master 0 refuses (another holder), so the majority must include master 2.
+      assert.notEqual(await masters[0]?.admin(['FENCEDLOCK.ACQUIRE', key, 'other', '60000']), null);
+      const { redlock, close } = await redlockOver(kind, masters);
+      try {
+        const before = await Promise.all(masters.map(raises));
+        const lease = await redlock.acquire(key);
+        assert.ok(lease);
+        assert.equal(lease.fence, high + 1001n);
+        assert.equal(await raises(masters[2]), before[2], 'no RAISE to the master whose grant carried the fence');
+        assert.equal(await raises(masters[1]), (before[1] ?? 0) + 1, 'the master below it was raised');
+        assert.equal(await fenceOf(masters[1]), lease.fence);
+        assert.equal(await lease.release(), true);
+        assert.equal(String(await masters[0]?.admin(['FENCEDLOCK.RELEASE', key, 'other'])), '1');
+
+        for (const m of masters) await setFence(m, lease.fence + 10n);
+        const agreed = await Promise.all(masters.map(raises));
+        const again = await redlock.acquire(key);
+        assert.ok(again);
+        assert.equal(again.fence, lease.fence + 11n);
+        assert.deepEqual(await Promise.all(masters.map(raises)), agreed, 'grants that agree need no RAISE');
+        assert.equal(await again.release(), true);
+      } finally {
+        await close();
+      }
+    });
+
     test('a waiter is granted at the release', async () => {
       const { redlock, close } = await redlockOver(kind, masters);
       try {
