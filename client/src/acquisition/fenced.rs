@@ -23,14 +23,16 @@ use crate::token::Token;
 /// # The raise step
 ///
 /// After a majority granted the lease with fences `f_1 .. f_k`, the client computes
-/// `F = max f_i` and sends `FENCEDLOCK.RAISE key token F` to every granting node. The module
-/// raises the key's fence to `max(current, F)` **only while `token` holds the unexpired
-/// lease there**, and replies with the resulting fence (nil otherwise). The lease is handed to
-/// the caller, with fence `F`, only after a majority `M1` confirmed a reply `>= F`.
+/// `F = max f_i` and sends `FENCEDLOCK.RAISE key token F` to every granting node whose fence
+/// is below `F`. The module raises the key's fence to `max(current, F)` **only while `token`
+/// holds the unexpired lease there**, and replies with the resulting fence (nil otherwise). A
+/// node that granted `F` itself is asked nothing: its grant is the same proof, made while our
+/// token held the lease there. The lease is handed to the caller, with fence `F`, only after a
+/// majority `M1` confirmed: nodes that granted `F`, and nodes that replied `>= F` to the raise.
 ///
 /// Both rounds end as soon as their outcome is certain. "Granting nodes" are the nodes whose
 /// grant the client *received* before the acquisition round was decided, and `M1` is the set
-/// of nodes whose raise confirmation it received. A straggler whose grant arrives late (or is
+/// of nodes whose grant of `F` or raise confirmation it received. A straggler whose grant arrives late (or is
 /// never waited for) gets no raise and is not in `M1`; neither is a granting node whose
 /// confirmation was not waited for. The argument below uses only `M1`, so stragglers do not
 /// weaken it: a late grant to our token merely holds that node until the lease is released
@@ -45,10 +47,12 @@ use crate::token::Token;
 ///    the set of nodes whose grants `G2`'s client received and took the maximum over; it is
 ///    a majority, or `G2` would not have been handed out.)
 /// 2. On `n`, `G1`'s raise succeeded, and it is owner-checked: it ran while `n` held `G1`'s
-///    token. `n` cannot grant `G2` (a different token) before `G1`'s lease on `n` ended, so on
-///    `n` the order is: grant `G1`, raise to `F1`, end of `G1`, grant `G2`.
+///    token (or `n` granted `F1` itself, to that token). `n` cannot grant `G2` (a different
+///    token) before `G1`'s lease on `n` ended, so on `n` the order is: grant `G1`, raise to
+///    `F1` (or none), end of `G1`, grant `G2`.
 /// 3. When `n` grants `G2` its fence is `max(key fence, high-water mark) + 1 >= F1 + 1`,
-///    because the raise left the key's fence (and so the node's high-water mark) at `>= F1`.
+///    because the raise (or the grant of `F1`) left the key's fence (and so the node's
+///    high-water mark) at `>= F1`.
 /// 4. `G2`'s fence is the maximum over `Q2`, which includes `n`: `F2 >= fence_n(G2) > F1`.
 ///    A node outside `Q2` (one `G2` did not wait for) plays no part, so stopping early at a
 ///    majority loses nothing here.
