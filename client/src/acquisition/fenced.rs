@@ -32,11 +32,11 @@ use crate::token::Token;
 ///
 /// Both rounds end as soon as their outcome is certain. "Granting nodes" are the nodes whose
 /// grant the client *received* before the acquisition round was decided, and `M1` is the set
-/// of nodes whose grant of `F` or raise confirmation it received. A straggler whose grant arrives late (or is
-/// never waited for) gets no raise and is not in `M1`; neither is a granting node whose
-/// confirmation was not waited for. The argument below uses only `M1`, so stragglers do not
-/// weaken it: a late grant to our token merely holds that node until the lease is released
-/// (on every node) or expires, and a late raise can only increase a fence.
+/// of nodes whose grant of `F` or raise confirmation it received. A straggler whose grant
+/// arrives late (or is never waited for) gets no raise and is not in `M1`; neither is a
+/// granting node whose confirmation was not waited for. The argument below uses only `M1`, so
+/// stragglers do not weaken it: a late grant to our token merely holds that node until the
+/// lease is released (on every node) or expires, and a late raise can only increase a fence.
 ///
 /// # Safety argument
 ///

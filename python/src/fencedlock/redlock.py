@@ -7,10 +7,9 @@ successive grants from different majorities can carry falling fences. So, as the
 client's ``Fencing::Raise``: after a majority granted with fences ``f_1..f_k``, every granting
 master below ``F = max f_i`` is asked to ``RAISE`` the key's fence to ``F`` (owner-checked),
 and the lease is handed out with fence ``F`` only once a majority holds it (a master that
-granted ``F`` itself counts without a RAISE). Any later grant's
-majority shares a master with that confirming majority, which raised before it could grant
-again, so the later fence is higher (while a majority keeps its state; see the Rust docs of
-``fencedlock::Fencing``).
+granted ``F`` itself counts without a RAISE). Any later grant's majority shares a master with
+that confirming majority, which held ``F`` before it could grant again, so the later fence is
+higher (while a majority keeps its state; see the Rust docs of ``fencedlock::Fencing``).
 """
 
 from __future__ import annotations
