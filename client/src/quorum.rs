@@ -171,7 +171,8 @@ pub struct NodeVote {
     pub vote: Vote,
     /// Fenced Redlock only: the node's answer to `FENCEDLOCK.RAISE`, asked only of granting
     /// nodes whose fence was below the quorum's maximum; [`Vote::Confirmed`] for a node that
-    /// granted the maximum itself.
+    /// granted the maximum itself; `None` for a node not asked (it did not grant, or a
+    /// majority had granted the maximum, so no RAISE was sent).
     pub raise: Option<Vote>,
 }
 
