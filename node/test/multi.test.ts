@@ -19,20 +19,8 @@ import { createCluster } from 'redis';
 import { ContendedError, InvalidArgumentError, Leases, Locker, Redlock, ServerError, floorKey, type Engine, type LockerOptions } from 'fencedlock';
 import { keySlot } from '../src/protocol.js';
 import { CLIENTS, client, withLocker, withLockerAndRival, type ClientKind } from './support/clients.js';
-import { TestServer, type Setup } from './support/servers.js';
+import { TestServer, callsOf, commandCalls, type Setup } from './support/servers.js';
 import { suiteServer, suiteCluster } from './support/suites.js';
-
-/** `INFO commandstats` as calls per command, the names lower-cased (Redis 7.0 shows module commands upper-case). */
-async function commandCalls(server: TestServer): Promise<Map<string, number>> {
-  const info = String(await server.admin(['INFO', 'commandstats']));
-  const calls = new Map<string, number>();
-  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set((m[1] ?? '').toLowerCase(), Number(m[2]));
-  return calls;
-}
-
-function callsOf(calls: Map<string, number>, name: string): number {
-  return calls.get(name.toLowerCase()) ?? 0;
-}
 
 /** `errorstat_ERR`'s count in `INFO errorstats` (0 before any `ERR` reply). */
 async function errCount(server: TestServer): Promise<number> {

@@ -8,7 +8,7 @@ import { describe, test } from 'node:test';
 
 import { QuorumNotReachedError, Redlock } from 'fencedlock';
 import { CLIENTS, client, type Client, type ClientKind } from './support/clients.js';
-import { TestServer } from './support/servers.js';
+import { TestServer, callsOf, commandCalls } from './support/servers.js';
 import { suiteServers } from './support/suites.js';
 
 async function redlockOver(kind: ClientKind, masters: readonly TestServer[], fencing: 'raise' | 'quorum-max' = 'raise'): Promise<{ redlock: Redlock; close(): Promise<void> }> {
@@ -87,11 +87,7 @@ for (const kind of CLIENTS) {
 
     test('fenced: only the masters below the fence are raised; grants that agree need no RAISE', async () => {
       const key = 'rl:agree';
-      const raises = async (m: TestServer | undefined): Promise<number> => {
-        const info = String(await m?.admin(['INFO', 'commandstats']));
-        const line = info.split('\n').find((l) => l.toLowerCase().startsWith('cmdstat_fencedlock.raise:'));
-        return Number(/calls=(\d+)/.exec(line ?? '')?.[1] ?? 0);
-      };
+      const raises = async (m: TestServer | undefined): Promise<number> => (m ? callsOf(await commandCalls(m), 'fencedlock.raise') : 0);
       const fenceOf = async (m: TestServer | undefined): Promise<bigint> => {
         const status = (await m?.admin(['FENCEDLOCK.STATUS', key])) as unknown[];
         return BigInt(String(status[0]));

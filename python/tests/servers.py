@@ -134,6 +134,13 @@ class Server:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+def calls(stats: redis.Redis, command: str) -> int:
+    """How many times the server ran ``command`` (``INFO commandstats``; names compared
+    case-insensitively: a module's command shows as it was registered)."""
+    wanted = f"cmdstat_{command}".lower()
+    return sum(int(entry["calls"]) for name, entry in stats.info("commandstats").items() if name.lower() == wanted)
+
+
 class Servers:
     """Every server a test started, stopped at its end."""
 

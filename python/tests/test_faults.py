@@ -10,7 +10,7 @@ import redis
 
 import fencedlock
 from fencedlock import Locker, Redlock
-from servers import Server, Servers
+from servers import Server, Servers, calls
 
 AOF = ["--appendonly", "yes", "--appendfsync", "always"]
 
@@ -141,8 +141,7 @@ def test_redlock_fences_rise_across_majorities(servers: Servers, engine: str) ->
 
 
 def _raises(node: Server) -> int:
-    stats = node.admin().info("commandstats")
-    return int(next((v["calls"] for k, v in stats.items() if k.lower() == "cmdstat_fencedlock.raise"), 0))
+    return calls(node.admin(), "FENCEDLOCK.RAISE")
 
 
 def _set_fence(node: Server, key: str, fence: int) -> None:

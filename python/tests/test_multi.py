@@ -21,7 +21,7 @@ import redis.asyncio
 import fencedlock
 import fencedlock.asyncio
 from fencedlock import InvalidArgument, Leases, Locker, LockStatus, NotAcquired, Redlock, Unavailable, _keys
-from servers import Server, Servers, free_port
+from servers import Server, Servers, calls, free_port
 
 
 def free(server: Server, key: str) -> bool:
@@ -213,13 +213,6 @@ def test_every_caller_takes_the_keys_in_one_order() -> None:
 
 
 # -- one ACQUIREALL where the server has it --------------------------------------------------
-
-
-def calls(stats: redis.Redis, command: str) -> int:
-    """How many times the server ran ``command`` (``INFO commandstats``; names compared
-    case-insensitively: a module's command shows as it was registered)."""
-    wanted = f"cmdstat_{command}".lower()
-    return sum(int(entry["calls"]) for name, entry in stats.info("commandstats").items() if name.lower() == wanted)
 
 
 def errors(stats: redis.Redis, code: str) -> int:

@@ -185,6 +185,19 @@ export class TestServer {
   }
 }
 
+/** `INFO commandstats` as calls per command, the names lower-cased (Redis 7.0 shows module commands upper-case). */
+export async function commandCalls(server: TestServer): Promise<Map<string, number>> {
+  const info = String(await server.admin(['INFO', 'commandstats']));
+  const calls = new Map<string, number>();
+  for (const m of info.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set((m[1] ?? '').toLowerCase(), Number(m[2]));
+  return calls;
+}
+
+/** `name`'s count in `commandCalls`' map (0 for a command never run). */
+export function callsOf(calls: Map<string, number>, name: string): number {
+  return calls.get(name.toLowerCase()) ?? 0;
+}
+
 /** A replica of `primary` in sync, started as its own server. */
 export async function replicaOf(primary: TestServer): Promise<TestServer> {
   const replica = await TestServer.start({ ...primary.spec, args: [...primary.spec.args, '--replicaof', '127.0.0.1', String(primary.port)] });
